@@ -1,0 +1,3 @@
+from wheelsmith.cli import main
+
+main()

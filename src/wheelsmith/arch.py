@@ -1,0 +1,193 @@
+"""CUDA architectures: parse what users write, check it against a toolkit, name it in versions.
+
+Users write compute capabilities the way `TORCH_CUDA_ARCH_LIST` does: `12.0`, `9.0;12.0`,
+`12.0+PTX`, `9.0a`. Everything else (`12.0f`, `sm_120`, `13.7`, `Blackwell`) is refused with a
+message that says what to write instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+# compute capability -> (first CUDA that compiles it, first CUDA that dropped it)
+KNOWN_ARCHS: dict[str, tuple[str, str | None]] = {
+    "5.0": ("6.5", "13.0"),
+    "5.2": ("6.5", "13.0"),
+    "5.3": ("6.5", "13.0"),
+    "6.0": ("8.0", "13.0"),
+    "6.1": ("8.0", "13.0"),
+    "6.2": ("8.0", "13.0"),
+    "7.0": ("9.0", "13.0"),
+    "7.2": ("9.2", "13.0"),
+    "7.5": ("10.0", None),
+    "8.0": ("11.0", None),
+    "8.6": ("11.1", None),
+    "8.7": ("11.4", None),
+    "8.9": ("11.8", None),
+    "9.0": ("11.8", None),
+    "10.0": ("12.8", None),
+    "10.1": ("12.8", "13.0"),
+    "10.3": ("12.9", None),
+    "11.0": ("13.0", None),
+    "12.0": ("12.8", None),
+    "12.1": ("12.9", None),
+}
+# architecture-specific ("a") variants exist from Hopper on
+ARCH_SPECIFIC_FROM = (9, 0)
+
+_ARCH_RE = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d)(?P<suffix>[a-z]?)(?P<ptx>\+PTX)?$")
+
+
+class ArchParseError(ValueError):
+    """An arch string is not valid; `hint` says what to write instead."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Arch:
+    major: int
+    minor: int
+    suffix: str = ""
+    ptx: bool = False
+
+    @property
+    def capability(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    @property
+    def code(self) -> str:
+        """The number nvcc and cuobjdump use: `120`, `90a`."""
+        return f"{self.major}{self.minor}{self.suffix}"
+
+    @property
+    def sm(self) -> str:
+        return f"sm_{self.code}"
+
+    def __str__(self) -> str:
+        return f"{self.capability}{self.suffix}" + ("+PTX" if self.ptx else "")
+
+
+def parse_arch(text: str) -> Arch:
+    """Parse one entry such as `12.0`, `12.0+PTX` or `9.0a`."""
+    raw = text.strip()
+    match = _ARCH_RE.match(raw)
+    if match is None:
+        raise _explain_unparsable(raw)
+    capability = f"{match['major']}.{match['minor']}"
+    suffix = match["suffix"]
+    if capability not in KNOWN_ARCHS:
+        raise ArchParseError(
+            f"unknown CUDA arch '{raw}'",
+            hint=_did_you_mean(capability) + "known: " + ", ".join(KNOWN_ARCHS),
+        )
+    arch = Arch(int(match["major"]), int(match["minor"]), suffix, bool(match["ptx"]))
+    if suffix == "f":
+        raise ArchParseError(
+            f"'{raw}': the family suffix 'f' is not accepted by torch's TORCH_CUDA_ARCH_LIST",
+            hint=f"use '{capability}' (a {arch.sm.rstrip('f')} cubin also runs on later "
+            f"{arch.major}.x GPUs of the same family)",
+        )
+    if suffix not in ("", "a"):
+        raise ArchParseError(f"'{raw}': unknown suffix '{suffix}'", hint="use '' or 'a'")
+    if suffix == "a" and (arch.major, arch.minor) < ARCH_SPECIFIC_FROM:
+        raise ArchParseError(
+            f"'{raw}': arch-specific 'a' targets exist only from 9.0 on",
+            hint=f"use '{capability}'",
+        )
+    return arch
+
+
+def _did_you_mean(text: str) -> str:
+    close = difflib.get_close_matches(text, list(KNOWN_ARCHS), n=1)
+    return f"did you mean '{close[0]}'? " if close else ""
+
+
+def _explain_unparsable(raw: str) -> ArchParseError:
+    numbers = re.fullmatch(r"(?:sm_|compute_)?(\d+)(\d)([a-z]?)", raw)
+    if numbers:
+        guess = f"{numbers[1]}.{numbers[2]}{numbers[3]}"
+        return ArchParseError(
+            f"'{raw}' is not a compute capability",
+            hint=f"write MAJOR.MINOR as TORCH_CUDA_ARCH_LIST does: did you mean '{guess}'?",
+        )
+    if raw.lower() in {"native", "all", "all-major", "blackwell", "hopper", "ada", "ampere"}:
+        return ArchParseError(
+            f"'{raw}' names a group of GPUs, not an arch",
+            hint="list the archs explicitly, e.g. '10.0;12.0' (B200 + RTX 50 / RTX PRO 6000)",
+        )
+    return ArchParseError(
+        f"'{raw}' is not a CUDA arch",
+        hint="write MAJOR.MINOR, optionally with 'a' or '+PTX': e.g. '12.0', '9.0;12.0+PTX'",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ArchSet:
+    """A sorted, duplicate-free set of requested archs."""
+
+    archs: tuple[Arch, ...]
+
+    @classmethod
+    def parse(cls, values: Iterable[str]) -> ArchSet:
+        """Parse `--arch` values; each may itself hold `;`- or space-separated entries."""
+        entries = [e for v in values for e in re.split(r"[;\s,]+", v) if e]
+        if not entries:
+            raise ArchParseError("no arch given", hint="pass e.g. --arch 12.0")
+        archs: dict[tuple[int, int, str], Arch] = {}
+        for entry in entries:
+            arch = parse_arch(entry)
+            key = (arch.major, arch.minor, arch.suffix)
+            if key in archs:
+                raise ArchParseError(f"arch '{entry}' is listed twice")
+            archs[key] = arch
+        return cls(tuple(sorted(archs.values())))
+
+    def __str__(self) -> str:
+        return ";".join(str(a) for a in self.archs)
+
+    @property
+    def sass(self) -> frozenset[str]:
+        """The `sm_XX` names cuobjdump must list as ELF (cubin) entries."""
+        return frozenset(a.sm for a in self.archs)
+
+    @property
+    def ptx(self) -> frozenset[str]:
+        """The `sm_XX` names cuobjdump must list as PTX entries (it names PTX `sm_`, too)."""
+        return frozenset(a.sm for a in self.archs if a.ptx)
+
+    def torch_arch_list(self) -> str:
+        """The value for TORCH_CUDA_ARCH_LIST."""
+        return ";".join(str(a) for a in self.archs)
+
+    def numbers_list(self) -> str:
+        """The `80;90;120` form some packages read (flash-attn's FLASH_ATTN_CUDA_ARCHS)."""
+        return ";".join(a.code for a in self.archs)
+
+    def label(self) -> str:
+        """Local-version segments: `sm.90.120`, plus `.ptx.120` for PTX; numbers stay numeric."""
+        parts = ["sm", *(a.code for a in self.archs)]
+        ptx = [a.code for a in self.archs if a.ptx]
+        if ptx:
+            parts += ["ptx", *ptx]
+        return ".".join(parts)
+
+    def toolkit_problems(self, cuda: Version) -> list[str]:
+        """Archs the given CUDA toolkit cannot compile, each as a sentence."""
+        problems = []
+        for arch in self.archs:
+            first, dropped = KNOWN_ARCHS[arch.capability]
+            if cuda < Version(first):
+                problems.append(f"arch {arch} needs CUDA >= {first}, the toolchain has {cuda}")
+            elif dropped is not None and cuda >= Version(dropped):
+                problems.append(
+                    f"arch {arch} was removed in CUDA {dropped}, the toolchain has {cuda}")
+        return problems

@@ -1,0 +1,110 @@
+"""The environment a package's own build runs in. Pure functions: no I/O except reading the
+machine's size.
+
+Only a few variables of the caller's environment pass through; CUDA_HOME is always set from
+the toolchain (never guessed from `which nvcc`), the arch list reaches the package through the
+recipe's variable, proxies point nowhere so the package's setup cannot download anything,
+and MAX_JOBS / NVCC_THREADS are chosen from cores and memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from wheelsmith.plan import BuildPlan
+
+PASS_THROUGH = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "TERM")
+DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: connections are refused at once
+
+
+@dataclass(frozen=True, slots=True)
+class Parallelism:
+    jobs: int
+    nvcc_threads: int
+    cores: int
+    available_gb: float
+
+    def describe(self) -> str:
+        return (f"MAX_JOBS={self.jobs} NVCC_THREADS={self.nvcc_threads} "
+                f"({self.cores} cores, {self.available_gb:.1f} GB available)")
+
+
+def machine_size() -> tuple[int, float]:
+    """Usable cores (affinity) and available memory in GB (MemAvailable, capped by cgroup)."""
+    cores = len(os.sched_getaffinity(0))
+    available = _meminfo_available()
+    limit = _cgroup_headroom()
+    if limit is not None:
+        available = min(available, limit)
+    return cores, available / 2**30
+
+
+def _meminfo_available() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return float(line.split()[1]) * 1024
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def _cgroup_headroom() -> float | None:
+    base = Path("/sys/fs/cgroup")
+    try:
+        limit = (base / "memory.max").read_text().strip()
+        used = (base / "memory.current").read_text().strip()
+    except OSError:
+        return None
+    if limit == "max":
+        return None
+    return float(int(limit) - int(used))
+
+
+def choose_parallelism(cores: int, available_gb: float, per_job_gb: float, n_archs: int,
+                       jobs: int | None = None) -> Parallelism:
+    """nvcc threads parallelise the per-arch passes of one file; jobs run files side by side.
+
+    Peak memory is about jobs x threads x per-job memory, so both are bounded by what is free.
+    """
+    threads = max(1, min(n_archs, cores, 4))
+    fits = int(available_gb // (per_job_gb * threads)) if per_job_gb > 0 else cores
+    if fits == 0 and threads > 1:
+        threads = 1
+        fits = int(available_gb // per_job_gb)
+    chosen = jobs if jobs is not None else max(1, min(cores, fits))
+    return Parallelism(chosen, threads, cores, available_gb)
+
+
+def build_env(
+    plan: BuildPlan,
+    parallelism: Parallelism,
+    *,
+    source_date_epoch: int,
+    base: Mapping[str, str],
+) -> dict[str, str]:
+    toolchain = plan.toolchain
+    env = {k: base[k] for k in PASS_THROUGH if k in base}
+    path = [str(p) for p in toolchain.bin_dirs] + [base.get("PATH", "/usr/bin:/bin")]
+    env.update(
+        PATH=os.pathsep.join(path),
+        CUDA_HOME=str(toolchain.cuda_home),
+        CUDA_PATH=str(toolchain.cuda_home),
+        TORCH_CUDA_ARCH_LIST=plan.archs.torch_arch_list(),
+        MAX_JOBS=str(parallelism.jobs),
+        NVCC_THREADS=str(parallelism.nvcc_threads),
+        SOURCE_DATE_EPOCH=str(source_date_epoch),
+        PYTHONNOUSERSITE="1",
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_NO_INDEX="1",
+        PIP_NO_INPUT="1",
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+    )
+    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                "all_proxy"):
+        env[var] = DEAD_PROXY
+    env["no_proxy"] = env["NO_PROXY"] = ""
+    env[plan.recipe.arch.env] = plan.recipe.arch.render(plan.archs)
+    env.update(dict(plan.recipe.env))
+    env.update(dict(plan.release.env))
+    return env

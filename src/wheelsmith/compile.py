@@ -1,0 +1,83 @@
+"""Compile a prepared source tree into a wheel with the package's own build, offline.
+
+The same entry point serves every runner: it runs `pip wheel --no-build-isolation --no-deps
+--no-index` with the toolchain's Python, inside a network namespace when the machine allows
+one (the environment's dead proxies cover the rest), streams the output to the log file,
+reports ninja's `[N/M]` progress, and on failure attaches the log tail and a diagnosis.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from wheelsmith import cmd
+from wheelsmith.diagnose import diagnose, explain
+from wheelsmith.errors import CompileError, WheelsmithError
+from wheelsmith.toolchain import Toolchain
+
+log = logging.getLogger(__name__)
+
+PROGRESS_RE = re.compile(r"^\s*\[(\d+)/(\d+)\]")
+ProgressCallback = Callable[[int, int], None]
+
+
+@functools.cache
+def offline_prefix() -> tuple[str, ...]:
+    """`unshare -rn` when this machine lets us create a network namespace, else nothing."""
+    if shutil.which("unshare") is None:
+        log.warning("unshare not found: the build's network is cut by proxy variables only")
+        return ()
+    try:
+        cmd.run(["unshare", "-rn", "true"], stream=False, what="unshare")
+    except WheelsmithError:
+        log.warning("cannot create a network namespace here: the build's network is cut by "
+                    "proxy variables only")
+        return ()
+    return ("unshare", "-rn")
+
+
+def progress_parser(on_progress: ProgressCallback | None) -> Callable[[str], None]:
+    def on_line(line: str) -> None:
+        match = PROGRESS_RE.match(line)
+        if match and on_progress is not None:
+            on_progress(int(match[1]), int(match[2]))
+
+    return on_line
+
+
+def compile_wheel(
+    *,
+    what: str,
+    toolchain: Toolchain,
+    source: Path,
+    env: Mapping[str, str],
+    dist: Path,
+    log_path: Path,
+    on_progress: ProgressCallback | None = None,
+) -> Path:
+    """Build `source` into exactly one wheel in the empty directory `dist`."""
+    if dist.exists():
+        shutil.rmtree(dist)
+    dist.mkdir(parents=True)
+    argv = [*offline_prefix(), str(toolchain.python), "-m", "pip", "wheel", "-v",
+            "--no-build-isolation", "--no-deps", "--no-index", "--wheel-dir", str(dist),
+            str(source)]
+    try:
+        with log_path.open("a", encoding="utf-8") as log_file:
+            cmd.run(argv, cwd=source, env=env, log_file=log_file, log_path=log_path,
+                    on_line=progress_parser(on_progress), error=CompileError,
+                    what=f"the build of {what}")
+    except CompileError as exc:
+        exc.hint = explain(diagnose(log_path.read_text(errors="replace"))) or (
+            f"read the full log; the patched source is kept in {source}")
+        raise
+    wheels = sorted(dist.glob("*.whl"))
+    if len(wheels) != 1:
+        raise CompileError(f"the build of {what} produced {len(wheels)} wheels, expected one",
+                           log_file=log_path)
+    return wheels[0]

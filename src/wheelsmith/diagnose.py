@@ -1,0 +1,78 @@
+"""Known failure signatures in build logs, each with what it means and what to do."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    name: str
+    pattern: re.Pattern[str]
+    meaning: str
+    remedy: str
+
+
+SIGNATURES = (
+    Signature(
+        "bare-metal-version",
+        re.compile(r"NameError: name 'bare_metal_version' is not defined"),
+        "the package's setup.py did not find nvcc (CUDA_HOME unset or a CPU-only torch) and "
+        "then used a variable it never set",
+        "build with a wheelsmith toolchain (it sets CUDA_HOME), and give the recipe the "
+        "'clear error without nvcc' patch",
+    ),
+    Signature(
+        "unsupported-arch",
+        re.compile(r"Unsupported gpu architecture '(compute_\w+)'"),
+        "nvcc was asked for an arch it does not know; packages that pass their own -gencode "
+        "list do this when the CUDA toolkit is newer or older than the list expects",
+        "make the recipe honour TORCH_CUDA_ARCH_LIST (patch the hard-coded list), or use a "
+        "toolchain whose nvcc supports the arch",
+    ),
+    Signature(
+        "cuda-major-mismatch",
+        re.compile(r"The detected CUDA version \(?'?([\d.]+)'?\)? mismatches the version that "
+                   r"was used to compile\s*PyTorch \(?'?([\d.]+)"),
+        "nvcc and torch were built for different CUDA major versions",
+        "use the toolchain profile that matches torch (wheelsmith's profiles pin both)",
+    ),
+    Signature(
+        "oom-killed",
+        re.compile(r"(?m)(^|\s)Killed\s*$|signal 9|exit status 137|Killed signal terminated"),
+        "a compiler process was killed, almost always by the kernel's OOM killer",
+        "lower parallelism (--jobs 1) or raise build.memory_per_job_gb in the recipe",
+    ),
+    Signature(
+        "no-torch",
+        re.compile(r"No module named 'torch'"),
+        "the build could not import torch (an isolated build environment?)",
+        "wheelsmith builds with --no-build-isolation in the toolchain venv; check the recipe "
+        "does not run a separate build frontend",
+    ),
+    Signature(
+        "download-attempt",
+        re.compile(r"urlopen error|Temporary failure in name resolution|Guessing wheel URL"),
+        "the package's setup tried to download something (usually a prebuilt wheel), and "
+        "wheelsmith builds offline",
+        "add the 'never download a prebuilt wheel' patch and set <PKG>_FORCE_BUILD=TRUE",
+    ),
+    Signature(
+        "arch-list-missing",
+        re.compile(r"_get_cuda_arch_flags.*\n.*IndexError: list index out of range"),
+        "torch had no arch list and no GPU to ask",
+        "pass --arch; the recipe's arch.env must be the variable the package reads",
+    ),
+)
+
+
+def diagnose(log_text: str) -> list[Signature]:
+    """Every known signature found in the log, most specific first."""
+    return [s for s in SIGNATURES if s.pattern.search(log_text)]
+
+
+def explain(found: list[Signature]) -> str | None:
+    if not found:
+        return None
+    return "\n".join(f"{s.meaning}; {s.remedy}" for s in found)

@@ -1,0 +1,226 @@
+"""YAML documents with positions, checked against a small JSON Schema subset.
+
+Recipes, toolchain profiles and (later) matrix files are YAML. Users need every mistake at
+once, each located as `file:line:col`, so loading keeps the position of every key and value,
+and validation collects problems instead of stopping at the first.
+
+The schema subset understood here: type, properties, required, additionalProperties (false),
+patternProperties, items, enum, pattern, minItems, description, and `x-message` (the sentence
+shown when `pattern` fails). The same schema dict is published for editors.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from wheelsmith.errors import Problem, RecipeError
+
+KeyPath = tuple[str | int, ...]
+
+
+def render_path(path: KeyPath) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text or "(top level)"
+
+
+@dataclass(slots=True)
+class SourceMap:
+    """Positions (1-based line, column) of keys and values by key path."""
+
+    keys: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
+    values: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
+
+    def key(self, path: KeyPath) -> tuple[int, int]:
+        """Where the key of `path` is written; falls back to the nearest enclosing value."""
+        if path in self.keys:
+            return self.keys[path]
+        return self.value(path)
+
+    def value(self, path: KeyPath) -> tuple[int, int]:
+        while path not in self.values and path:
+            path = path[:-1]
+        return self.values.get(path, (1, 1))
+
+
+@dataclass(slots=True)
+class Document:
+    """A loaded YAML file: its data, positions, and the problems found so far."""
+
+    file: str
+    data: Any
+    smap: SourceMap
+    problems: list[Problem] = field(default_factory=list)
+
+    def at_key(self, path: KeyPath, message: str, hint: str | None = None) -> None:
+        line, col = self.smap.key(path)
+        self.problems.append(Problem(self.file, line, col, message, hint))
+
+    def at_value(self, path: KeyPath, message: str, hint: str | None = None) -> None:
+        line, col = self.smap.value(path)
+        self.problems.append(Problem(self.file, line, col, message, hint))
+
+    def raise_if_problems(self) -> None:
+        if self.problems:
+            raise RecipeError(sorted(self.problems, key=lambda p: (p.file, p.line, p.column)))
+
+
+def load(path: Path, display: str | None = None) -> Document:
+    """Parse a YAML file, recording positions; syntax errors and duplicate keys are problems."""
+    name = display or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RecipeError([Problem(name, 1, 1, f"cannot read: {exc.strerror}")]) from exc
+    return loads(text, name)
+
+
+def loads(text: str, name: str) -> Document:
+    doc = Document(name, None, SourceMap())
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        doc.data = _walk(loader, node, (), doc) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        doc.problems.append(Problem(name, line, col, f"invalid YAML: {exc.problem}"))
+        doc.raise_if_problems()
+    finally:
+        loader.dispose()
+    return doc
+
+
+def _walk(loader: yaml.SafeLoader, node: yaml.Node, path: KeyPath, doc: Document) -> Any:
+    doc.smap.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.MappingNode):
+        result: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            key_text = str(key)
+            child = (*path, key_text)
+            doc.smap.keys[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            if key_text in result:
+                doc.at_key(child, f"duplicate key '{key_text}' in '{render_path(path)}'",
+                           "remove one of them; YAML keeps only the last")
+            result[key_text] = _walk(loader, value_node, child, doc)
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [_walk(loader, item, (*path, i), doc) for i, item in enumerate(node.value)]
+    return loader.construct_object(node, deep=True)
+
+
+# --- schema subset -------------------------------------------------------------------------
+
+_TYPE_NAMES = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+}
+
+
+def _type_ok(value: Any, expected: str) -> bool:
+    checks: dict[str, Any] = {
+        "object": lambda v: isinstance(v, dict),
+        "array": lambda v: isinstance(v, list),
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+    }
+    return bool(checks[expected](value))
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"number {value}"
+    if isinstance(value, str):
+        return f"string '{value}'"
+    return "a list" if isinstance(value, list) else "a mapping"
+
+
+def validate(doc: Document, schema: Mapping[str, Any]) -> None:
+    """Check `doc.data` against `schema`, adding every problem to `doc.problems`."""
+    _check(doc, doc.data, schema, ())
+
+
+def _check(doc: Document, value: Any, schema: Mapping[str, Any], path: KeyPath) -> None:
+    expected = schema.get("type")
+    if expected is not None and not _type_ok(value, expected):
+        hint = None
+        if expected == "string" and isinstance(value, int | float) and not isinstance(value, bool):
+            hint = f"quote it: '{value}' (YAML reads unquoted {value} as a number)"
+        doc.at_value(path, f"'{render_path(path)}' must be {_TYPE_NAMES[expected]}, "
+                           f"got {_describe(value)}", hint)
+        return
+    if isinstance(value, dict):
+        _check_mapping(doc, value, schema, path)
+    elif isinstance(value, list):
+        _check_list(doc, value, schema, path)
+    elif isinstance(value, str):
+        _check_string(doc, value, schema, path)
+
+
+def _check_mapping(doc: Document, value: dict[str, Any], schema: Mapping[str, Any],
+                   path: KeyPath) -> None:
+    props: Mapping[str, Any] = schema.get("properties", {})
+    patterns: Mapping[str, Any] = schema.get("patternProperties", {})
+    for key in schema.get("required", []):
+        if key not in value:
+            where = render_path(path)
+            doc.at_key(path, f"missing required key '{key}' in '{where}'",
+                       props.get(key, {}).get("description"))
+    for key, item in value.items():
+        child = (*path, key)
+        if key in props:
+            _check(doc, item, props[key], child)
+            continue
+        matched = [s for p, s in patterns.items() if re.search(p, key)]
+        if matched:
+            _check(doc, item, matched[0], child)
+        elif schema.get("additionalProperties", True) is False:
+            _unknown_key(doc, key, list(props), child)
+
+
+def _unknown_key(doc: Document, key: str, allowed: Sequence[str], path: KeyPath) -> None:
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    hint = f"did you mean '{close[0]}'?" if close else "allowed keys: " + ", ".join(allowed)
+    doc.at_key(path, f"unknown key '{key}' in '{render_path(path[:-1])}'", hint)
+
+
+def _check_list(doc: Document, value: list[Any], schema: Mapping[str, Any], path: KeyPath) -> None:
+    minimum = schema.get("minItems")
+    if minimum is not None and len(value) < minimum:
+        doc.at_value(path, f"'{render_path(path)}' needs at least {minimum} item(s)")
+    items = schema.get("items")
+    if items is not None:
+        for index, item in enumerate(value):
+            _check(doc, item, items, (*path, index))
+
+
+def _check_string(doc: Document, value: str, schema: Mapping[str, Any], path: KeyPath) -> None:
+    enum = schema.get("enum")
+    if enum is not None and value not in enum:
+        close = difflib.get_close_matches(value, enum, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else None
+        doc.at_value(path, f"'{render_path(path)}' must be one of {', '.join(enum)}; "
+                           f"got '{value}'", hint)
+    pattern = schema.get("pattern")
+    if pattern is not None and not re.search(pattern, value):
+        message = schema.get("x-message", f"must match {pattern}")
+        doc.at_value(path, f"'{render_path(path)}' {message}; got '{value}'")

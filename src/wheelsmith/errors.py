@@ -1,0 +1,134 @@
+"""One error hierarchy. Domain code raises these; only the CLI turns them into messages.
+
+Every class has its own exit code (documented in docs/exit-codes.md). Click uses 2 for usage
+errors, so ours start at 3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+class WheelsmithError(Exception):
+    """Base of every error a user can cause or fix; `hint` says what to do next.
+
+    Errors raised for a failed subprocess also carry the tail of its output and its log file.
+    """
+
+    exit_code: ClassVar[int] = 1
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        tail: Sequence[str] = (),
+        returncode: int | None = None,
+        log_file: Path | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.tail = list(tail)
+        self.returncode = returncode
+        self.log_file = log_file
+
+    def details(self) -> list[str]:
+        """Extra lines shown after the message (output tail, list of problems)."""
+        lines = []
+        if self.tail:
+            lines += [f"--- last {len(self.tail)} lines of output ---", *self.tail]
+        if self.log_file is not None:
+            lines.append(f"--- full log: {self.log_file}")
+        return lines
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One finding in a file, located by line and column (1-based) and a dotted key path."""
+
+    file: str
+    line: int
+    column: int
+    message: str
+    hint: str | None = None
+
+    def render(self) -> str:
+        text = f"{self.file}:{self.line}:{self.column}: {self.message}"
+        if self.hint:
+            text += f"\n    hint: {self.hint}"
+        return text
+
+
+class RecipeError(WheelsmithError):
+    """A recipe, toolchain profile or other input file is invalid; carries every problem found."""
+
+    exit_code = 3
+
+    def __init__(self, problems: list[Problem], *, hint: str | None = None) -> None:
+        files = sorted({p.file for p in problems})
+        count = len(problems)
+        noun = "problem" if count == 1 else "problems"
+        super().__init__(f"{count} {noun} in {', '.join(files)}", hint=hint)
+        self.problems = problems
+
+    def details(self) -> list[str]:
+        return [p.render() for p in self.problems]
+
+
+class UsageError(WheelsmithError):
+    """A command-line value is wrong (bad --arch, unknown recipe, ...)."""
+
+    exit_code = 4
+
+
+class SourceError(WheelsmithError):
+    """Fetching or unpacking a source failed (download, sha256 mismatch, hostile archive)."""
+
+    exit_code = 5
+
+
+class PatchError(WheelsmithError):
+    """A patch is missing, changed, no longer applies, or changes nothing."""
+
+    exit_code = 6
+
+
+class ToolchainError(WheelsmithError):
+    """The build toolchain could not be created or failed its pre-flight check."""
+
+    exit_code = 7
+
+
+class CommandError(WheelsmithError):
+    """A helper command (git, cuobjdump, pip) failed; carries the tail of its output."""
+
+    exit_code = 8
+
+
+class CompileError(WheelsmithError):
+    """The package's own build failed; the hint names a known cause when one matched."""
+
+    exit_code = 9
+
+
+class VerifyError(WheelsmithError):
+    """A wheel does not contain the device code that was asked for, or is not a valid wheel."""
+
+    exit_code = 10
+
+    def __init__(self, message: str, *, findings: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.findings = list(findings)
+
+    def details(self) -> list[str]:
+        return [*self.findings, *super().details()]
+
+
+class OutputError(WheelsmithError):
+    """Writing the result would lose or overwrite something."""
+
+    exit_code = 11

@@ -1,0 +1,234 @@
+"""Fetch a recipe's source into a fresh directory: verified before it is unpacked.
+
+Downloads land in a content-addressed cache (`downloads/<sha256>`); a file whose sha256 does
+not match the pin is deleted and never unpacked. Archives are checked member by member
+(absolute paths, `..`, links leaving the tree, device files) before extraction with the
+`data` filter. Git sources are checked out at the pinned commit; local directories are copied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import stat
+import tarfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from pathlib import Path, PurePosixPath
+
+from packaging.utils import canonicalize_name
+
+from wheelsmith import cmd
+from wheelsmith.errors import SourceError
+from wheelsmith.files import place_no_clobber, temp_file_in
+from wheelsmith.recipe import GitSource, LocalSource, PypiSource, Source, UrlSource
+
+log = logging.getLogger(__name__)
+
+RETRIES = 3
+TIMEOUT_S = 60
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+IGNORED_IN_LOCAL = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__")
+
+
+def fetch(source: Source, dest: Path, cache: Path) -> Path:
+    """Materialise `source` in the empty directory `dest`; return the source tree's root."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    if isinstance(source, LocalSource):
+        root = dest / source.path.name
+        shutil.copytree(source.path, root, ignore=IGNORED_IN_LOCAL, symlinks=True)
+        return root
+    if isinstance(source, GitSource):
+        return checkout(source, dest, cache)
+    archive = download(source, cache)
+    return unpack(archive, dest)
+
+
+# --- downloads -------------------------------------------------------------------------------
+
+
+def cached_path(cache: Path, sha256: str) -> Path:
+    return cache / "downloads" / sha256[:2] / sha256
+
+
+def download(source: PypiSource | UrlSource, cache: Path) -> Path:
+    """The verified file for `source`, from the cache or downloaded into it."""
+    target = cached_path(cache, source.sha256)
+    if target.is_file():
+        log.info("using cached %s", target)
+        return target
+    if isinstance(source, PypiSource):
+        url, name = pypi_sdist_url(source)
+    else:
+        url, name = source.url, source.url.rsplit("/", 1)[-1]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with temp_file_in(target.parent) as tmp:
+        actual = _download_with_retries(url, tmp)
+        if actual != source.sha256:
+            raise SourceError(
+                f"sha256 mismatch for {name}: the recipe pins {source.sha256}, "
+                f"the download has {actual}",
+                hint=f"{url} changed or is not the file the recipe means; the file was deleted",
+            )
+        place_no_clobber(tmp, target)
+    (target.parent / f"{source.sha256}.name").write_text(name + "\n")
+    return target
+
+
+def _download_with_retries(url: str, dest: Path) -> str:
+    for attempt in range(1, RETRIES + 1):
+        try:
+            return _download_once(url, dest)
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500 or attempt == RETRIES:
+                raise SourceError(f"download of {url} failed: HTTP {exc.code} {exc.reason}",
+                                  hint="check the URL in the recipe") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            if attempt == RETRIES:
+                raise SourceError(f"download of {url} failed: {exc}",
+                                  hint="check the network, or pre-fill the download cache") from exc
+        delay = 2 ** attempt
+        log.warning("download of %s failed (attempt %d of %d); retrying in %d s",
+                    url, attempt, RETRIES, delay)
+        time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def _download_once(url: str, dest: Path) -> str:
+    log.info("downloading %s", url)
+    digest = hashlib.sha256()
+    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response, dest.open("wb") as out:  # noqa: S310 - URLs come from pinned recipes
+        while chunk := response.read(1 << 20):
+            digest.update(chunk)
+            out.write(chunk)
+    return digest.hexdigest()
+
+
+def index_url() -> str:
+    """The simple index sdists are looked up on: $WHEELSMITH_INDEX_URL, $PIP_INDEX_URL, PyPI."""
+    for var in ("WHEELSMITH_INDEX_URL", "PIP_INDEX_URL"):
+        if os.environ.get(var):
+            return os.environ[var].rstrip("/")
+    return "https://pypi.org/simple"
+
+
+def pypi_sdist_url(source: PypiSource) -> tuple[str, str]:
+    """Find the sdist of (project, version) with the pinned sha256 on the simple index."""
+    page = f"{index_url()}/{canonicalize_name(source.project)}/"
+    request = urllib.request.Request(page, headers={"Accept": SIMPLE_JSON})  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310
+            data = json.load(response)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise SourceError(f"cannot read the index page {page}: {exc}",
+                          hint="set WHEELSMITH_INDEX_URL to a PEP 691 (JSON) simple index") from exc
+    prefix = re.sub(r"[-_.]+", "_", source.project).lower() + f"-{source.version}."
+    candidates = [f for f in data.get("files", [])
+                  if f["filename"].lower().startswith(prefix)
+                  and f["filename"].endswith((".tar.gz", ".zip"))]
+    for file in candidates:
+        if file.get("hashes", {}).get("sha256") == source.sha256:
+            return urllib.parse.urljoin(page, file["url"]), file["filename"]
+    listed = "; ".join(f"{f['filename']} sha256={f.get('hashes', {}).get('sha256')}"
+                       for f in candidates) or "none"
+    raise SourceError(
+        f"no sdist of {source.project} {source.version} on {index_url()} has sha256 "
+        f"{source.sha256}",
+        hint=f"sdists there: {listed}",
+    )
+
+
+# --- unpacking -------------------------------------------------------------------------------
+
+
+def unpack(archive: Path, dest: Path) -> Path:
+    """Extract a tar or zip archive into `dest` after checking every member."""
+    if tarfile.is_tarfile(archive):
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                _check_tar_member(archive, member)
+            tar.extractall(dest, filter="data")
+    elif zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            for info in zf.infolist():
+                _check_zip_member(archive, info)
+            zf.extractall(dest)  # noqa: S202 - every member was checked above
+    else:
+        raise SourceError(f"{archive} is neither a tar nor a zip archive")
+    entries = list(dest.iterdir())
+    return entries[0] if len(entries) == 1 and entries[0].is_dir() else dest
+
+
+def _refuse(archive: Path, member: str, reason: str) -> SourceError:
+    return SourceError(f"refusing to unpack {archive.name}: member '{member}' {reason}",
+                       hint="the archive is malformed or hostile; nothing was extracted")
+
+
+def _escapes(path: str) -> bool:
+    pure = PurePosixPath(path)
+    return pure.is_absolute() or ".." in pure.parts
+
+
+def _check_tar_member(archive: Path, member: tarfile.TarInfo) -> None:
+    name = member.name
+    if _escapes(name):
+        raise _refuse(archive, name, "has an absolute path or '..'")
+    if member.isdev() or member.isfifo():
+        raise _refuse(archive, name, "is a device file or FIFO")
+    if member.issym():
+        target = os.path.normpath(PurePosixPath(name).parent / member.linkname)
+        if PurePosixPath(member.linkname).is_absolute() or _escapes(target):
+            raise _refuse(archive, name, f"is a link pointing outside ({member.linkname})")
+    if member.islnk() and _escapes(os.path.normpath(member.linkname)):
+        raise _refuse(archive, name, f"is a hard link pointing outside ({member.linkname})")
+
+
+def _check_zip_member(archive: Path, info: zipfile.ZipInfo) -> None:
+    name = info.filename
+    if "\\" in name or re.match(r"^[A-Za-z]:", name) or _escapes(name):
+        raise _refuse(archive, name, "has an absolute path, a drive, a backslash or '..'")
+    if stat.S_ISLNK(info.external_attr >> 16):
+        raise _refuse(archive, name, "is a symbolic link")
+
+
+# --- git -------------------------------------------------------------------------------------
+
+
+def checkout(source: GitSource, dest: Path, cache: Path) -> Path:
+    """Check out the pinned commit (from a cached mirror) into `dest/src`."""
+    mirror = cache / "git" / (hashlib.sha256(source.url.encode()).hexdigest()[:16] + ".git")
+    if not mirror.is_dir():
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        _git("clone", "--mirror", "--quiet", source.url, str(mirror))
+    elif not _has_commit(mirror, source.commit):
+        _git("-C", str(mirror), "fetch", "--quiet", "--prune", "origin")
+    if not _has_commit(mirror, source.commit):
+        raise SourceError(f"commit {source.commit} is not in {source.url}",
+                          hint="check the commit in the recipe (a full 40-digit hash)")
+    root = dest / "src"
+    _git("clone", "--quiet", "--no-checkout", str(mirror), str(root))
+    _git("-C", str(root), "checkout", "--quiet", "--detach", source.commit)
+    _git("-C", str(root), "submodule", "update", "--init", "--recursive", "--quiet")
+    head = cmd.run(["git", "-C", root, "rev-parse", "HEAD"], stream=False).stdout.strip()
+    if head != source.commit:
+        raise SourceError(f"checked out {head}, expected {source.commit}")
+    return root
+
+
+def _git(*args: str) -> None:
+    cmd.run(["git", *args], stream=False, error=SourceError, what="git")
+
+
+def _has_commit(repo: Path, commit: str) -> bool:
+    result = cmd.run(["git", "-C", repo, "cat-file", "-e", f"{commit}^{{commit}}"],
+                     stream=False, ok_returncodes=(0, 1, 128))
+    return result.returncode == 0

@@ -1,0 +1,90 @@
+"""File helpers shared by every stage: hashing, atomic writes, no-clobber placement, locks."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+CHUNK = 1 << 20
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def temp_file_in(directory: Path, suffix: str = "") -> Iterator[Path]:
+    """A temporary file next to its final place (same filesystem); removed unless moved away."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=suffix)
+    os.close(fd)
+    path = Path(name)
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that readers see either the old or the new file, never half."""
+    with temp_file_in(path.parent) as tmp:
+        with tmp.open("wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.chmod(0o644)
+        tmp.replace(path)
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def place_no_clobber(tmp: Path, final: Path) -> bool:
+    """Move a finished temp file to `final` unless a file already exists there.
+
+    Uses link(2), which fails instead of overwriting. Returns False when `final` existed.
+    """
+    tmp.chmod(0o644)
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(final.parent)
+    return True
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (created if missing) for the duration of the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

@@ -1,0 +1,85 @@
+"""Device-code inventory: which SASS and PTX archs each shared object carries.
+
+One function reads one `.so` with cuobjdump; the rest apply it to every shared object of a
+wheel (the post-build gate, `wheelsmith verify`, the provenance record) or of an installed
+package.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import zipfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from wheelsmith import cmd
+from wheelsmith.errors import CommandError, VerifyError
+
+# "ELF file    1: name.1.sm_120.cubin" / "PTX file    1: name.1.sm_120.ptx"
+_ENTRY_RE = re.compile(r"^(ELF|PTX) file\s+\d+: .*\.(sm_\d+[af]?)\.(cubin|ptx)$")
+NO_DEVICE_CODE = 255
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCode:
+    """The device code of one shared object; `path` is its name inside the wheel or tree."""
+
+    path: str
+    sass: frozenset[str]
+    ptx: frozenset[str]
+
+    @property
+    def empty(self) -> bool:
+        return not self.sass and not self.ptx
+
+    def as_dict(self) -> dict[str, object]:
+        return {"path": self.path, "sass": sorted(self.sass, key=_arch_order),
+                "ptx": sorted(self.ptx, key=_arch_order)}
+
+
+def _arch_order(name: str) -> tuple[int, str]:
+    digits = re.sub(r"\D", "", name)
+    return (int(digits) if digits else 0, name)
+
+
+def is_shared_object(name: str) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    return base.endswith(".so") or ".so." in base
+
+
+def read_device_code(so: Path, cuobjdump: Path, name: str | None = None) -> DeviceCode:
+    """List the cubins and PTX in `so` (deduplicated: linked objects repeat per arch)."""
+    result = cmd.run([cuobjdump, "--list-elf", "--list-ptx", so], stream=False,
+                     ok_returncodes=(0, NO_DEVICE_CODE), what="cuobjdump")
+    if result.returncode == NO_DEVICE_CODE and "does not contain device code" not in result.stderr:
+        raise CommandError(f"cuobjdump could not read {so}: {result.stderr.strip()}")
+    sass: set[str] = set()
+    ptx: set[str] = set()
+    for line in result.stdout.splitlines():
+        match = _ENTRY_RE.match(line.strip())
+        if match:
+            (sass if match[1] == "ELF" else ptx).add(match[2])
+    return DeviceCode(name or str(so), frozenset(sass), frozenset(ptx))
+
+
+def wheel_inventory(wheel: Path, cuobjdump: Path) -> list[DeviceCode]:
+    """Device code of every shared object in a wheel, in member order."""
+    try:
+        with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory() as tmp:
+            members = [n for n in zf.namelist() if is_shared_object(n)]
+            found = []
+            for index, member in enumerate(members):
+                target = Path(tmp) / f"{index}.so"
+                target.write_bytes(zf.read(member))
+                found.append(read_device_code(target, cuobjdump, member))
+            return found
+    except zipfile.BadZipFile as exc:
+        raise VerifyError(f"{wheel.name} is not a valid wheel: {exc}", findings=[]) from exc
+
+
+def tree_inventory(root: Path, files: Iterable[Path], cuobjdump: Path) -> list[DeviceCode]:
+    """Device code of installed shared objects (paths shown relative to `root`)."""
+    return [read_device_code(f, cuobjdump, str(f.relative_to(root)))
+            for f in files if is_shared_object(f.name)]

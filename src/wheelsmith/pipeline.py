@@ -1,0 +1,263 @@
+"""The one place that knows the order of the stages:
+
+recipe -> toolchain (+ pre-flight) -> plan -> fetch -> patch -> compile -> verify -> smoke
+-> stamp -> output.
+
+Each stage is a call into its own module; this module only sequences them, reports progress
+and makes sure nothing half-built reaches the output directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from wheelsmith import __version__, buildenv, locations
+from wheelsmith.arch import ArchParseError, ArchSet
+from wheelsmith.compile import compile_wheel
+from wheelsmith.errors import OutputError, UsageError
+from wheelsmith.fetch import fetch
+from wheelsmith.files import place_no_clobber, sha256_file
+from wheelsmith.inventory import DeviceCode, wheel_inventory
+from wheelsmith.patch import apply_all
+from wheelsmith.plan import BuildPlan
+from wheelsmith.recipe import Recipe, find_recipe, load_recipe
+from wheelsmith.smoke import smoke_test
+from wheelsmith.stamp import read_provenance, stamp
+from wheelsmith.toolchain import (
+    SYSTEM,
+    Toolchain,
+    default_profile_name,
+    ensure_profile,
+    ensure_tools,
+    find_profile,
+    preflight,
+    system_toolchain,
+)
+from wheelsmith.verify import check, verify_wheel
+from wheelsmith.wheelfile import WheelName
+
+log = logging.getLogger(__name__)
+
+
+class Reporter(Protocol):
+    """How the library tells its caller where it is; the CLI decides how that looks."""
+
+    def stage(self, name: str, detail: str) -> None: ...
+
+    def progress(self, done: int, total: int) -> None: ...
+
+
+class QuietReporter:
+    def stage(self, name: str, detail: str) -> None:
+        log.info("%s: %s", name, detail)
+
+    def progress(self, done: int, total: int) -> None:
+        pass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BuildRequest:
+    recipe: str
+    version: str | None = None
+    archs: ArchSet | None = None
+    toolchain: str | None = None
+    python: Path = field(default_factory=lambda: Path(sys.executable))
+    out_dir: Path = Path("wheelhouse")
+    work_dir: Path = Path("build/wheelsmith")
+    jobs: int | None = None
+    rebuild: bool = False
+    keep_work: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BuildResult:
+    wheel: Path
+    provenance: dict[str, Any]
+    up_to_date: bool
+    log: Path | None
+
+
+def resolve_recipe(name: str) -> Recipe:
+    root = locations.project_root()
+    return load_recipe(find_recipe(root / "recipes", name))
+
+
+def resolve_toolchain(name: str | None, python: Path) -> Toolchain:
+    if name == SYSTEM:
+        return system_toolchain(python)
+    toolchains = locations.project_root() / "toolchains"
+    profile = find_profile(toolchains, name or default_profile_name(toolchains))
+    return ensure_profile(profile, python, locations.cache_dir())
+
+
+def build(request: BuildRequest, reporter: Reporter | None = None) -> BuildResult:
+    report = reporter or QuietReporter()
+    recipe = resolve_recipe(request.recipe)
+    release = recipe.release(request.version)
+    archs = request.archs or recipe.arch.default
+    report.stage("toolchain", request.toolchain or "default profile")
+    toolchain = resolve_toolchain(request.toolchain, request.python)
+    preflight(toolchain, archs, recipe.arch.min_cuda)
+    plan = BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain)
+    existing = _up_to_date(plan, request.out_dir, rebuild=request.rebuild)
+    if existing is not None:
+        report.stage("up to date", existing.name)
+        return BuildResult(wheel=existing, provenance=read_provenance(existing) or {},
+                           up_to_date=True, log=None)
+    return _build_plan(plan, request, report)
+
+
+def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> BuildResult:
+    started = time.monotonic()
+    work = request.work_dir.resolve() / plan.slug()
+    work.mkdir(parents=True, exist_ok=True)
+    log_path = work / "build.log"
+    log_path.write_text(f"wheelsmith {__version__}: {plan.slug()}\n")
+    what = f"{plan.recipe.name} {plan.release.version}"
+
+    report.stage("fetch", f"{what} ({type(plan.release.source).__name__})")
+    source = fetch(plan.release.source, work / "src", locations.cache_dir())
+    epoch = _source_epoch(source)
+    report.stage("patch", f"{len(plan.release.patches)} patch(es)")
+    apply_all(plan.release.patches, source)
+
+    cores, available = buildenv.machine_size()
+    parallelism = buildenv.choose_parallelism(cores, available, plan.recipe.memory_per_job_gb,
+                                              len(plan.archs.archs), request.jobs)
+    env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ)
+    report.stage("compile", f"{what} for {plan.archs}; {parallelism.describe()}")
+    raw = compile_wheel(what=what, toolchain=plan.toolchain, source=source, env=env,
+                        dist=work / "dist", log_path=log_path, on_progress=report.progress)
+
+    report.stage("verify", f"device code of {raw.name}")
+    cuobjdump = cuobjdump_for(plan.toolchain, request.python)
+    inventory = wheel_inventory(raw, cuobjdump)
+    check(raw.name, inventory, plan.archs, plan.recipe.host_only)
+    report.stage("smoke", "import against torch " + str(plan.toolchain.torch_version))
+    smoke_output = smoke_test(raw, toolchain=plan.toolchain, imports=plan.recipe.smoke_imports,
+                              gpu_code=plan.recipe.smoke_gpu, archs=plan.archs,
+                              scratch=work / "smoke", log_path=log_path)
+
+    seconds = round(time.monotonic() - started, 1)
+    provenance = _provenance(plan, inventory, parallelism=parallelism, seconds=seconds,
+                             raw_name=raw.name, smoke_output=smoke_output)
+    report.stage("stamp", plan.local_label())
+    wheel = _write_output(plan, raw, request, provenance, epoch)
+    if not request.keep_work:
+        shutil.rmtree(work / "src", ignore_errors=True)
+        shutil.rmtree(work / "smoke", ignore_errors=True)
+    return BuildResult(wheel=wheel, provenance=provenance, up_to_date=False, log=log_path)
+
+
+def cuobjdump_for(toolchain: Toolchain | None, python: Path) -> Path:
+    """$WHEELSMITH_CUOBJDUMP, the toolchain's own, else the default profile's tools venv."""
+    explicit = os.environ.get("WHEELSMITH_CUOBJDUMP")
+    if explicit:
+        return Path(explicit)
+    if toolchain is not None and toolchain.cuobjdump is not None:
+        return toolchain.cuobjdump
+    toolchains = locations.project_root() / "toolchains"
+    profile = find_profile(toolchains, default_profile_name(toolchains))
+    return ensure_tools(profile, python, locations.cache_dir())
+
+
+def verify(wheel: Path, archs: ArchSet, *, python: Path, host_only: tuple[str, ...] = ()
+           ) -> list[DeviceCode]:
+    """`wheelsmith verify`: the post-build check, on any wheel."""
+    return verify_wheel(wheel, archs, cuobjdump_for(None, python), host_only)
+
+
+def _source_epoch(root: Path) -> int:
+    """SOURCE_DATE_EPOCH from the newest file of the unpacked source (stable per sdist)."""
+    newest = 0.0
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                newest = max(newest, path.stat().st_mtime)
+    return int(newest)
+
+
+def _expected_prefix(plan: BuildPlan) -> str:
+    dist = plan.recipe.name.replace("-", "_")
+    return f"{dist}-{plan.release.version}+{plan.local_label()}-"
+
+
+def _up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
+    """A wheel in `out_dir` built from exactly this plan, if any; refuse silent overwrites."""
+    if not out_dir.is_dir():
+        return None
+    for wheel in sorted(out_dir.glob(_expected_prefix(plan) + "*.whl")):
+        key = (read_provenance(wheel) or {}).get("key")
+        if key == plan.key and not rebuild:
+            return wheel
+        if key != plan.key and not rebuild:
+            raise OutputError(
+                f"{wheel} exists and was built from different inputs (key {str(key)[:12]}, "
+                f"now {plan.key[:12]})",
+                hint="pass --rebuild to replace it, or choose another --out directory",
+            )
+    return None
+
+
+def _provenance(plan: BuildPlan, inventory: list[DeviceCode], *,
+                parallelism: buildenv.Parallelism, seconds: float, raw_name: str,
+                smoke_output: str) -> dict[str, Any]:
+    recipe, release, toolchain = plan.recipe, plan.release, plan.toolchain
+    return {
+        "schema": 1,
+        "tool": f"wheelsmith {__version__}",
+        "key": plan.key,
+        "recipe": {"file": recipe.file.name, "file_sha256": sha256_file(recipe.file),
+                   "package": recipe.name, "version": release.version},
+        "source": plan.key_inputs()["recipe"]["source"],
+        "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],
+        "toolchain": {**toolchain.identity(), "channel": toolchain.channel()},
+        "nvcc": str(toolchain.nvcc_version),
+        "archs_requested": str(plan.archs),
+        "device_code": [d.as_dict() for d in inventory],
+        "build": {"seconds": seconds, "max_jobs": parallelism.jobs,
+                  "nvcc_threads": parallelism.nvcc_threads,
+                  "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "raw_wheel": raw_name},
+        "smoke": smoke_output.strip().splitlines(),
+    }
+
+
+def _write_output(plan: BuildPlan, raw: Path, request: BuildRequest,
+                  provenance: dict[str, Any], epoch: int) -> Path:
+    """Stamp into a scratch directory inside the output, then move the finished file in."""
+    out_dir = request.out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".tmp-") as scratch:
+        stamped = stamp(raw, Path(scratch), label=plan.local_label(),
+                        torch_requirement=plan.torch_requirement(), provenance=provenance,
+                        epoch=epoch)
+        final = out_dir / stamped.name
+        if request.rebuild and final.exists():
+            log.info("replacing %s (--rebuild)", final)
+            stamped.replace(final)
+        elif not place_no_clobber(stamped, final):
+            raise OutputError(f"{final} appeared while building; not overwriting it",
+                              hint="pass --rebuild to replace it")
+    WheelName.parse(final.name)  # the stamped name must stay a valid wheel filename
+    return final
+
+
+def parse_archs(values: tuple[str, ...]) -> ArchSet | None:
+    """`--arch` values to an ArchSet (None when none were given); errors name the value."""
+    if not values:
+        return None
+    try:
+        return ArchSet.parse(values)
+    except ArchParseError as exc:
+        raise UsageError(f"--arch: {exc.message}", hint=exc.hint) from exc

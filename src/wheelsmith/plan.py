@@ -1,0 +1,52 @@
+"""The build plan: one immutable description of what to build, and its content key.
+
+The key hashes everything that changes the wheel: the recipe's resolved data for the version
+(not the file, so adding another version leaves keys alone), source sha256, patch sha256s,
+toolchain pins, archs and Python. Provenance records it; a wheel in the output whose
+provenance has the same key is up to date.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from wheelsmith.arch import ArchSet
+from wheelsmith.recipe import Recipe, Release, canonical
+from wheelsmith.toolchain import Toolchain
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BuildPlan:
+    recipe: Recipe
+    release: Release
+    archs: ArchSet
+    toolchain: Toolchain
+
+    def key_inputs(self) -> dict[str, Any]:
+        return {
+            "recipe": canonical(self.recipe, self.release),
+            "toolchain": self.toolchain.identity(),
+            "archs": str(self.archs),
+            "python": self.toolchain.python_version,
+        }
+
+    @property
+    def key(self) -> str:
+        blob = json.dumps(self.key_inputs(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def local_label(self) -> str:
+        """`cu.13.0.torch.2.14.sm.120`: numeric dotted segments, so versions sort right."""
+        cuda, torch = self.toolchain.torch_cuda, self.toolchain.torch_version
+        toolchain = f"cu.{cuda.major}.{cuda.minor}.torch.{torch.major}.{torch.minor}"
+        return f"{toolchain}.{self.archs.label()}"
+
+    def torch_requirement(self) -> str:
+        torch = self.toolchain.torch_version
+        return f"torch=={torch.major}.{torch.minor}.*"
+
+    def slug(self) -> str:
+        return f"{self.recipe.name}-{self.release.version}-{self.key[:12]}"

@@ -1,0 +1,419 @@
+"""Recipes: one YAML file per package in `recipes/`, turned into frozen, typed models.
+
+Structure is checked against RECIPE_SCHEMA (published for editors by `wheelsmith schema`);
+meaning (archs, versions, sources, patch files and their sha256) is checked here. Every
+problem is reported at once with its file:line:col.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from wheelsmith import document
+from wheelsmith.arch import ArchParseError, ArchSet, parse_arch
+from wheelsmith.document import Document, KeyPath
+from wheelsmith.errors import UsageError
+from wheelsmith.files import sha256_file
+
+SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$",
+          "x-message": "must be 64 lowercase hex digits (a sha256)"}
+ENV_MAP = {
+    "type": "object",
+    "description": "environment variables set for the package's own build",
+    "patternProperties": {"^[A-Za-z_][A-Za-z0-9_]*$": {"type": "string"}},
+    "additionalProperties": False,
+}
+
+RECIPE_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://wheelsmith.dev/schema/recipe.schema.json",
+    "title": "wheelsmith recipe",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["package", "versions"],
+    "properties": {
+        "package": {"type": "string", "description": "the distribution name on PyPI"},
+        "summary": {"type": "string", "description": "one line shown by `wheelsmith recipes`"},
+        "homepage": {"type": "string"},
+        "arch": {
+            "type": "object",
+            "description": "how the package receives the arch list",
+            "additionalProperties": False,
+            "properties": {
+                "env": {"type": "string", "description": "variable the package reads "
+                        "(default TORCH_CUDA_ARCH_LIST; TORCH_CUDA_ARCH_LIST is always set too)"},
+                "format": {"type": "string", "enum": ["torch", "numbers"],
+                           "description": "torch: '9.0;12.0+PTX'; numbers: '90;120'"},
+                "default": {"type": "array", "minItems": 1, "items": {"type": "string"},
+                            "description": "archs built when --arch is not given"},
+                "min_cuda": {"type": "object", "description": "minimum nvcc CUDA per arch, "
+                             "where the package needs more than nvcc itself",
+                             "patternProperties": {".*": {"type": "string"}}},
+            },
+        },
+        "build": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "env": ENV_MAP,
+                "memory_per_job_gb": {"type": "number", "description": "peak memory of one "
+                                      "compile job; bounds MAX_JOBS"},
+                "host_only": {"type": "array", "items": {"type": "string"},
+                              "description": "globs of .so files that carry no device code"},
+            },
+        },
+        "smoke": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "import": {"type": "array", "items": {"type": "string"},
+                           "description": "modules imported against the toolchain's torch"},
+                "gpu": {"type": "string", "description": "Python run when a GPU is present"},
+            },
+        },
+        "versions": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["version", "source"],
+                "properties": {
+                    "version": {"type": "string", "description": "the upstream version"},
+                    "source": {
+                        "type": "object",
+                        "description": "one of pypi, url, git or path",
+                        "additionalProperties": False,
+                        "properties": {
+                            "pypi": {"type": "string", "description": "sdist of this project"},
+                            "url": {"type": "string"},
+                            "git": {"type": "string", "description": "repository URL or path"},
+                            "path": {"type": "string", "description": "local directory "
+                                     "(development), relative to the recipe file"},
+                            "sha256": SHA256,
+                            "commit": {"type": "string", "pattern": "^[0-9a-f]{40}$",
+                                       "x-message": "must be a full 40-digit commit hash"},
+                        },
+                    },
+                    "patches": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["file", "sha256"],
+                            "properties": {
+                                "file": {"type": "string", "description":
+                                         "name under patches/<package>/<version>/"},
+                                "sha256": SHA256,
+                                "description": {"type": "string"},
+                            },
+                        },
+                    },
+                    "env": ENV_MAP,
+                },
+            },
+        },
+    },
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PypiSource:
+    project: str
+    version: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UrlSource:
+    url: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GitSource:
+    url: str
+    commit: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LocalSource:
+    path: Path
+
+
+Source = PypiSource | UrlSource | GitSource | LocalSource
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PatchRef:
+    path: Path
+    sha256: str
+    description: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ArchPolicy:
+    env: str
+    format: Literal["torch", "numbers"]
+    default: ArchSet
+    min_cuda: tuple[tuple[str, Version], ...]
+
+    def render(self, archs: ArchSet) -> str:
+        return archs.torch_arch_list() if self.format == "torch" else archs.numbers_list()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Release:
+    version: str
+    source: Source
+    patches: tuple[PatchRef, ...]
+    env: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Recipe:
+    name: str
+    file: Path
+    summary: str
+    homepage: str
+    arch: ArchPolicy
+    env: tuple[tuple[str, str], ...]
+    memory_per_job_gb: float
+    host_only: tuple[str, ...]
+    smoke_imports: tuple[str, ...]
+    smoke_gpu: str | None
+    releases: tuple[Release, ...]
+
+    @property
+    def latest(self) -> Release:
+        return max(self.releases, key=lambda r: Version(r.version))
+
+    def release(self, version: str | None) -> Release:
+        if version is None:
+            return self.latest
+        for release in self.releases:
+            if Version(release.version) == Version(version):
+                return release
+        known = ", ".join(r.version for r in self.releases)
+        raise UsageError(f"recipe {self.name} has no version {version}",
+                         hint=f"versions in {self.file.name}: {known}")
+
+
+def patch_dir(recipe_file: Path, package: str, version: str) -> Path:
+    """`patches/<package>/<version>/`, next to the `recipes/` directory of `recipe_file`."""
+    return recipe_file.resolve().parent.parent / "patches" / package / version
+
+
+def load_recipe(path: Path, display: str | None = None) -> Recipe:
+    """Load and fully validate one recipe; raises RecipeError listing every problem."""
+    doc = document.load(path, display or _shown(path))
+    document.validate(doc, RECIPE_SCHEMA)
+    doc.raise_if_problems()  # the model below relies on the structure being right
+    recipe = _build(doc, path)
+    doc.raise_if_problems()
+    return recipe
+
+
+def _build(doc: Document, path: Path) -> Recipe:
+    data: dict[str, Any] = doc.data
+    name = data["package"]
+    if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", name):
+        doc.at_value(("package",), f"'package' is not a valid project name: '{name}'")
+    arch = data.get("arch", {})
+    build = data.get("build", {})
+    smoke = data.get("smoke", {})
+    releases = tuple(_release(doc, path, name, i, entry) for i, entry in
+                     enumerate(data["versions"]))
+    _check_unique_versions(doc, releases)
+    return Recipe(
+        name=canonicalize_name(name),
+        file=path,
+        summary=data.get("summary", ""),
+        homepage=data.get("homepage", ""),
+        arch=ArchPolicy(
+            env=arch.get("env", "TORCH_CUDA_ARCH_LIST"),
+            format=arch.get("format", "torch"),
+            default=_arch_set(doc, arch.get("default", ["12.0"]), ("arch", "default")),
+            min_cuda=_min_cuda(doc, arch.get("min_cuda", {})),
+        ),
+        env=tuple(sorted(build.get("env", {}).items())),
+        memory_per_job_gb=float(build.get("memory_per_job_gb", 3.0)),
+        host_only=tuple(build.get("host_only", [])),
+        smoke_imports=tuple(smoke.get("import", [])),
+        smoke_gpu=smoke.get("gpu"),
+        releases=releases,
+    )
+
+
+def _arch_set(doc: Document, values: list[str], path: KeyPath) -> ArchSet:
+    bad = False
+    for index, value in enumerate(values):
+        try:
+            parse_arch(value)
+        except ArchParseError as exc:
+            doc.at_value((*path, index), exc.message, exc.hint)
+            bad = True
+    if bad:
+        return ArchSet(())
+    try:
+        return ArchSet.parse(values)
+    except ArchParseError as exc:
+        doc.at_value(path, exc.message, exc.hint)
+        return ArchSet(())
+
+
+def _min_cuda(doc: Document, table: dict[str, str]) -> tuple[tuple[str, Version], ...]:
+    result = []
+    for key, value in table.items():
+        path: KeyPath = ("arch", "min_cuda", key)
+        try:
+            arch = parse_arch(key)
+        except ArchParseError as exc:
+            doc.at_key(path, exc.message, exc.hint)
+            continue
+        try:
+            result.append((arch.capability, Version(value)))
+        except InvalidVersion:
+            doc.at_value(path, f"'arch.min_cuda.{key}' is not a CUDA version: '{value}'",
+                         "write e.g. '12.8'")
+    return tuple(sorted(result))
+
+
+def _release(doc: Document, path: Path, package: str, index: int,
+             entry: dict[str, Any]) -> Release:
+    base: KeyPath = ("versions", index)
+    version = entry["version"]
+    try:
+        Version(version)
+    except InvalidVersion:
+        doc.at_value((*base, "version"), f"'{version}' is not a valid version (PEP 440)")
+    source = _source(doc, path, entry["source"], version, (*base, "source"))
+    patches = _patches(doc, path, package, version, entries=entry.get("patches", []), base=base)
+    env = tuple(sorted(entry.get("env", {}).items()))
+    return Release(version=version, source=source, patches=patches, env=env)
+
+
+def _source(doc: Document, recipe: Path, data: dict[str, Any], version: str,
+            path: KeyPath) -> Source:
+    kinds = [k for k in ("pypi", "url", "git", "path") if k in data]
+    if len(kinds) != 1:
+        found = ", ".join(kinds) or "none"
+        doc.at_value(path, f"'{document.render_path(path)}' needs exactly one of pypi, url, git, "
+                           f"path (found {found})")
+        return LocalSource(path=Path())
+    kind = kinds[0]
+    needs = {"pypi": "sha256", "url": "sha256", "git": "commit"}.get(kind)
+    for extra in ("sha256", "commit"):
+        if extra in data and extra != needs:
+            doc.at_key((*path, extra), f"'{extra}' does not apply to a {kind} source")
+    if needs is not None and needs not in data:
+        doc.at_key(path, f"missing required key '{needs}' in '{document.render_path(path)}'",
+                   "a source is pinned by its sha256 (pypi, url) or full commit (git)")
+    if kind == "pypi":
+        return PypiSource(project=data["pypi"], version=version, sha256=data.get("sha256", ""))
+    if kind == "url":
+        return UrlSource(url=data["url"], sha256=data.get("sha256", ""))
+    if kind == "git":
+        return GitSource(url=data["git"], commit=data.get("commit", ""))
+    local = (recipe.resolve().parent / data["path"]).resolve()
+    if not local.is_dir():
+        doc.at_value((*path, "path"), f"source directory does not exist: {local}")
+    return LocalSource(path=local)
+
+
+def _patches(doc: Document, recipe: Path, package: str, version: str, *,
+             entries: list[dict[str, Any]], base: KeyPath) -> tuple[PatchRef, ...]:
+    directory = patch_dir(recipe, package, version)
+    refs = []
+    for index, entry in enumerate(entries):
+        where: KeyPath = (*base, "patches", index)
+        patch = directory / entry["file"]
+        refs.append(PatchRef(path=patch, sha256=entry["sha256"],
+                             description=entry.get("description", "")))
+        if not patch.is_file():
+            doc.at_value((*where, "file"), f"patch file not found: {_shown(patch)}",
+                         f"patches for {package} {version} live in {_shown(directory)}/")
+            continue
+        actual = sha256_file(patch)
+        if actual != entry["sha256"]:
+            doc.at_value((*where, "sha256"), f"sha256 mismatch for {_shown(patch)}: "
+                         f"the file has {actual}",
+                         "if you changed the patch on purpose, put the new sha256 here")
+    listed = {r.path.name for r in refs}
+    if directory.is_dir():
+        for stray in sorted(p.name for p in directory.glob("*.patch")):
+            if stray not in listed:
+                doc.at_value((*base, "version"), f"{_shown(directory / stray)} is not listed "
+                             "in this version's patches", "list it (with its sha256) or delete it")
+    return tuple(refs)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _check_unique_versions(doc: Document, releases: tuple[Release, ...]) -> None:
+    seen: set[Version] = set()
+    for index, release in enumerate(releases):
+        try:
+            parsed = Version(release.version)
+        except InvalidVersion:
+            continue
+        if parsed in seen:
+            doc.at_value(("versions", index, "version"),
+                         f"version {release.version} is listed twice")
+        seen.add(parsed)
+
+
+# --- finding recipes --------------------------------------------------------------------
+
+
+def recipe_files(recipes_dir: Path) -> Iterator[Path]:
+    yield from sorted(recipes_dir.glob("*.yaml"))
+
+
+def find_recipe(recipes_dir: Path, name: str) -> Path:
+    wanted = canonicalize_name(name)
+    for file in recipe_files(recipes_dir):
+        if canonicalize_name(file.stem) == wanted:
+            return file
+    known = ", ".join(f.stem for f in recipe_files(recipes_dir)) or "none"
+    raise UsageError(f"no recipe named '{name}' in {_shown(recipes_dir)}",
+                     hint=f"recipes there: {known}; `wheelsmith recipes` lists them")
+
+
+def schema_json() -> str:
+    return json.dumps(RECIPE_SCHEMA, indent=2) + "\n"
+
+
+def canonical(recipe: Recipe, release: Release) -> dict[str, Any]:
+    """Everything about (recipe, release) that changes the built wheel, as plain data."""
+    return {
+        "package": recipe.name,
+        "version": release.version,
+        "source": _source_data(release.source),
+        "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],
+        "arch": {"env": recipe.arch.env, "format": recipe.arch.format},
+        "env": dict(recipe.env) | dict(release.env),
+    }
+
+
+def _source_data(source: Source) -> dict[str, str]:
+    if isinstance(source, PypiSource):
+        return {"pypi": source.project, "sha256": source.sha256}
+    if isinstance(source, UrlSource):
+        return {"url": source.url, "sha256": source.sha256}
+    if isinstance(source, GitSource):
+        return {"git": source.url, "commit": source.commit}
+    return {"path": str(source.path)}

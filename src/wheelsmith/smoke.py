@@ -1,0 +1,62 @@
+"""Smoke test of a built wheel: import it against the toolchain's own torch.
+
+The wheel is installed (without dependencies) into a scratch directory and its modules are
+imported by the toolchain's Python, which catches ABI mismatches and missing symbols. When a
+GPU is present whose arch the wheel was built for, the recipe's tiny GPU op runs too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from wheelsmith import cmd
+from wheelsmith.arch import ArchSet
+from wheelsmith.errors import VerifyError
+from wheelsmith.toolchain import Toolchain
+
+log = logging.getLogger(__name__)
+
+_SCRIPT = r"""
+import importlib, json, sys, warnings
+warnings.simplefilter("ignore")
+spec = json.loads(sys.argv[1])
+for module in spec["imports"]:
+    importlib.import_module(module)
+    print("imported", module)
+if spec["gpu"]:
+    import torch
+    if not torch.cuda.is_available():
+        print("gpu op: skipped (no GPU)")
+    else:
+        major, minor = torch.cuda.get_device_capability()
+        if [major, minor] not in spec["sass"]:
+            print("gpu op: skipped (GPU is sm_%d%d, the wheel is for %s)"
+                  % (major, minor, spec["archs"]))
+        else:
+            exec(compile(spec["gpu"], "<recipe smoke.gpu>", "exec"), {})
+            print("gpu op: ok on sm_%d%d" % (major, minor))
+"""
+
+
+def smoke_test(wheel: Path, *, toolchain: Toolchain, imports: tuple[str, ...],
+               gpu_code: str | None, archs: ArchSet, scratch: Path, log_path: Path) -> str:
+    """Install `wheel` into `scratch` and import `imports`; return the test's output."""
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    target = scratch / "site"
+    spec = {"imports": list(imports), "gpu": gpu_code, "archs": str(archs),
+            "sass": [[a.major, a.minor] for a in archs.archs if not a.suffix]}
+    env = dict(os.environ, PYTHONPATH=str(target), PYTHONNOUSERSITE="1",
+               PIP_CONFIG_FILE=os.devnull, CUDA_HOME=str(toolchain.cuda_home))
+    with log_path.open("a", encoding="utf-8") as log_file:
+        cmd.run([toolchain.python, "-m", "pip", "install", "--no-deps", "--no-index",
+                 "--target", target, wheel], env=env, log_file=log_file, stream=False,
+                what="pip install of the wheel for the smoke test", error=VerifyError)
+        result = cmd.run([toolchain.python, "-c", _SCRIPT, json.dumps(spec)], cwd=scratch,
+                         env=env, log_file=log_file, log_path=log_path,
+                         what=f"the smoke test of {wheel.name}", error=VerifyError)
+    return result.stdout

@@ -1,0 +1,81 @@
+"""Stamp a verified wheel: local version label, torch pin, provenance record.
+
+The label encodes CUDA, torch and the arch set in numeric dotted segments
+(`1.7.0+cu.13.0.torch.2.14.sm.120`); `Requires-Dist` pins torch to the toolchain's
+major.minor; `<dist-info>/wheelsmith.json` holds the provenance. The rewrite is deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import Version
+
+from wheelsmith import wheelfile
+from wheelsmith.wheelfile import WheelName
+
+log = logging.getLogger(__name__)
+
+PROVENANCE_FILE = "wheelsmith.json"
+
+
+def stamped_name(raw: Path, label: str) -> WheelName:
+    name = WheelName.parse(raw.name)
+    if name.version.local:
+        log.warning("%s already has a local version label; replacing it with +%s", raw.name, label)
+    return WheelName(name.name, Version(f"{name.version.public}+{label}"), name.build, name.tags)
+
+
+def edit_metadata(text: str, *, version: Version, torch_requirement: str) -> str:
+    """Set Version and replace any torch requirement with `torch_requirement`."""
+    head, sep, body = text.partition("\n\n")
+    lines = []
+    for line in head.splitlines():
+        if line.startswith("Requires-Dist:") and _is_torch(line):
+            continue
+        lines.append(f"Version: {version}" if line.startswith("Version:") else line)
+    last_requires = max((i for i, line in enumerate(lines) if line.startswith("Requires-Dist:")),
+                        default=len(lines) - 1)
+    lines.insert(last_requires + 1, f"Requires-Dist: {torch_requirement}")
+    return "\n".join(lines) + (sep + body if sep else "\n")
+
+
+def _is_torch(line: str) -> bool:
+    try:
+        return Requirement(line.split(":", 1)[1].strip()).name.lower() == "torch"
+    except InvalidRequirement:
+        return bool(re.match(r"Requires-Dist:\s*torch\b", line))
+
+
+def stamp(raw: Path, out_dir: Path, *, label: str, torch_requirement: str,
+          provenance: dict[str, Any], epoch: int) -> Path:
+    """Write the stamped wheel into `out_dir` (a scratch directory) and return its path."""
+    name = stamped_name(raw, label)
+    target = out_dir / name.filename()
+    wheelfile.rewrite(
+        raw,
+        target,
+        name=name,
+        edit_metadata=lambda text: edit_metadata(text, version=name.version,
+                                                 torch_requirement=torch_requirement),
+        extra={PROVENANCE_FILE: (json.dumps(provenance, indent=2, sort_keys=True) + "\n").encode()},
+        epoch=epoch,
+    )
+    return target
+
+
+def read_provenance(wheel: Path) -> dict[str, Any] | None:
+    """The provenance record of a wheelsmith wheel, or None for any other wheel."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            info_dir = wheelfile.dist_info_dir(zf.namelist())
+            data: dict[str, Any] = json.loads(zf.read(f"{info_dir}/{PROVENANCE_FILE}"))
+            return data
+    except (KeyError, ValueError, OSError, zipfile.BadZipFile):
+        return None

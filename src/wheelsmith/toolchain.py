@@ -1,0 +1,370 @@
+"""Toolchains: the torch + CUDA compiler + build tools a package is compiled with.
+
+A *profile* (`toolchains/<name>.yaml`) pins everything; the host runner turns it into a venv,
+created once and reused, keyed by the hash of the pins and the Python version. `system` uses
+the current interpreter's torch and an installed CUDA toolkit instead.
+
+Either way the result is a `Toolchain`, which knows its Python, CUDA_HOME, torch and nvcc
+versions and passes a pre-flight check before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from wheelsmith import cmd, document
+from wheelsmith.arch import ArchSet
+from wheelsmith.errors import CommandError, ToolchainError, UsageError, WheelsmithError
+from wheelsmith.files import atomic_write_text, exclusive_lock
+
+log = logging.getLogger(__name__)
+
+SYSTEM = "system"
+MARKER = "wheelsmith-toolchain.json"
+PIN = {"type": "string", "pattern": r"^[A-Za-z0-9._-]+(\[[a-z0-9,_-]+\])?==[A-Za-z0-9.+!-]+$",
+       "x-message": "must be an exact pin, NAME==VERSION"}
+
+PROFILE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "torch", "cuda", "cuda_home", "requirements", "tools"],
+    "properties": {
+        "name": {"type": "string", "pattern": r"^cu\d+-torch\d+\.\d+$",
+                 "x-message": "must look like cu130-torch2.14"},
+        "torch": {"type": "string"},
+        "cuda": {"type": "string"},
+        "cuda_home": {"type": "string"},
+        "requirements": {"type": "array", "minItems": 1, "items": PIN},
+        "tools": {"type": "array", "items": PIN},
+    },
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Profile:
+    name: str
+    file: Path
+    torch: Version
+    cuda: Version
+    cuda_home: str
+    requirements: tuple[str, ...]
+    tools: tuple[str, ...]
+
+    def key(self, python_version: str) -> str:
+        """Hash of everything that ends up in the venv: names the venv, image and channel."""
+        data = {"requirements": self.requirements, "tools": self.tools,
+                "cuda_home": self.cuda_home, "python": python_version}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_profile(path: Path) -> Profile:
+    doc = document.load(path)
+    document.validate(doc, PROFILE_SCHEMA)
+    doc.raise_if_problems()
+    data = doc.data
+    versions = {}
+    for key in ("torch", "cuda"):
+        try:
+            versions[key] = Version(str(data[key]))
+        except InvalidVersion:
+            doc.at_value((key,), f"'{key}' is not a version: '{data[key]}'")
+    if path.stem != data["name"]:
+        doc.at_value(("name",), f"profile name '{data['name']}' differs from its file name "
+                     f"'{path.name}'", f"rename the file to {data['name']}.yaml")
+    doc.raise_if_problems()
+    return Profile(name=data["name"], file=path, torch=versions["torch"], cuda=versions["cuda"],
+                   cuda_home=data["cuda_home"], requirements=tuple(data["requirements"]),
+                   tools=tuple(data["tools"]))
+
+
+def find_profile(toolchains_dir: Path, name: str) -> Profile:
+    path = toolchains_dir / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in toolchains_dir.glob("*.yaml")))
+        raise UsageError(f"no toolchain profile '{name}' in {toolchains_dir}",
+                         hint=f"known profiles: {known}, or '{SYSTEM}' for an installed CUDA")
+    return load_profile(path)
+
+
+def default_profile_name(toolchains_dir: Path) -> str:
+    """The newest profile (by torch version), so `--toolchain` can be left out."""
+    profiles = [load_profile(p) for p in sorted(toolchains_dir.glob("*.yaml"))]
+    if not profiles:
+        raise UsageError(f"no toolchain profiles in {toolchains_dir}")
+    return max(profiles, key=lambda p: (p.torch, p.cuda)).name
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Toolchain:
+    """A usable build environment, probed and ready for the pre-flight check."""
+
+    name: str
+    python: Path
+    python_version: str
+    cuda_home: Path
+    torch_version: Version
+    torch_cuda: Version
+    nvcc_version: Version
+    cuobjdump: Path | None
+    pins: tuple[str, ...]
+
+    @property
+    def nvcc(self) -> Path:
+        return self.cuda_home / "bin" / "nvcc"
+
+    @property
+    def bin_dirs(self) -> tuple[Path, ...]:
+        return (self.python.parent, self.cuda_home / "bin")
+
+    def channel(self) -> str:
+        """`cu130-torch2.14`: the index channel wheels of this toolchain belong to."""
+        cuda = f"{self.torch_cuda.major}{self.torch_cuda.minor}"
+        return f"cu{cuda}-torch{self.torch_version.major}.{self.torch_version.minor}"
+
+    def identity(self) -> dict[str, Any]:
+        """What the content key and the provenance record say about the toolchain."""
+        return {"name": self.name, "python": self.python_version,
+                "torch": str(self.torch_version), "torch_cuda": str(self.torch_cuda),
+                "nvcc": str(self.nvcc_version), "pins": list(self.pins)}
+
+
+# --- probing ---------------------------------------------------------------------------------
+
+_PROBE = r"""
+import json, os, sys, sysconfig, warnings
+warnings.simplefilter("ignore")
+out = {"python": "%d.%d" % sys.version_info[:2], "purelib": sysconfig.get_paths()["purelib"]}
+try:
+    import torch
+    out["torch"] = torch.__version__.split("+")[0]
+    out["torch_cuda"] = torch.version.cuda
+except Exception as exc:  # reported by the caller
+    out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+if os.environ.get("TORCH_CUDA_ARCH_LIST") and "torch" in out:
+    try:
+        from torch.utils.cpp_extension import _get_cuda_arch_flags
+        out["arch_flags"] = _get_cuda_arch_flags()
+    except Exception as exc:
+        out["arch_error"] = str(exc)
+print("WHEELSMITH-PROBE " + json.dumps(out))
+"""
+
+
+def probe_python(python: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Ask an interpreter about itself and its torch (run in a subprocess: torch is not ours)."""
+    result = cmd.run([python, "-c", _PROBE], stream=False, env=env, error=ToolchainError,
+                     what=f"probe of {python}")
+    for line in result.stdout.splitlines():
+        if line.startswith("WHEELSMITH-PROBE "):
+            data: dict[str, Any] = json.loads(line.removeprefix("WHEELSMITH-PROBE "))
+            return data
+    raise ToolchainError(f"{python} did not answer the probe", hint="is it a Python interpreter?")
+
+
+def nvcc_version(nvcc: Path) -> Version:
+    result = cmd.run([nvcc, "--version"], stream=False, error=ToolchainError, what="nvcc")
+    match = re.search(r"release [\d.]+, V(\d+\.\d+\.\d+)", result.stdout)
+    if match is None:
+        raise ToolchainError(f"cannot read the CUDA version from `{nvcc} --version`")
+    return Version(match[1])
+
+
+def _find_cuobjdump(root: Path) -> Path | None:
+    hits = sorted(root.glob("**/bin/cuobjdump"))
+    return hits[0] if hits else None
+
+
+# --- profile venvs ---------------------------------------------------------------------------
+
+
+def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
+    """The venv for (profile, python), created on first use and reused after that."""
+    version = probe_python(python)["python"]
+    root = cache / "toolchains" / f"{profile.name}-py{version}-{profile.key(version)}"
+    with exclusive_lock(root.parent / f"{root.name}.lock"):
+        marker = root / MARKER
+        if not marker.is_file():
+            _create_venv(profile, python, root)
+        info = json.loads(marker.read_text())
+    venv_python = root / "bin" / "python"
+    return Toolchain(
+        name=profile.name,
+        python=venv_python,
+        python_version=info["python"],
+        cuda_home=Path(info["cuda_home"]),
+        torch_version=Version(info["torch"]),
+        torch_cuda=Version(info["torch_cuda"]),
+        nvcc_version=Version(info["nvcc"]),
+        cuobjdump=_find_cuobjdump(Path(info["purelib"]) / "nvidia"),
+        pins=profile.requirements + profile.tools,
+    )
+
+
+def _create_venv(profile: Profile, python: Path, root: Path) -> None:
+    if root.exists():
+        log.info("removing the incomplete toolchain venv %s", root)
+        shutil.rmtree(root)
+    log.info("creating the %s toolchain venv in %s (once; about 2 minutes)", profile.name, root)
+    log_path = root.parent / f"{root.name}.log"
+    try:
+        with log_path.open("w") as log_file:
+            _install(profile, python, root, log_file, log_path)
+    except WheelsmithError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        raise ToolchainError(f"could not create the {profile.name} toolchain: {exc.message}",
+                             hint=f"pins live in {profile.file}", tail=exc.tail,
+                             log_file=log_path) from exc
+    info = probe_python(root / "bin" / "python")
+    cuda_home = Path(info["purelib"]) / profile.cuda_home
+    _link_cuda_libs(cuda_home)
+    info.update(cuda_home=str(cuda_home), nvcc=str(nvcc_version(cuda_home / "bin" / "nvcc")))
+    if "torch_error" in info:
+        raise ToolchainError(f"torch does not import in the new toolchain: {info['torch_error']}")
+    atomic_write_text(root / MARKER, json.dumps(info, indent=2) + "\n")
+
+
+def _install(profile: Profile, python: Path, root: Path, log_file: Any, log_path: Path) -> None:
+    common = {"log_file": log_file, "log_path": log_path}
+    cmd.run([python, "-m", "venv", root], what="python -m venv", **common)
+    requirements = root / "requirements.txt"
+    requirements.write_text("\n".join(profile.requirements + profile.tools) + "\n")
+    venv_python = root / "bin" / "python"
+    cmd.run([venv_python, "-m", "pip", "install", "--no-input", "--no-deps", "-r", requirements],
+            what="pip install of the toolchain pins", **common)
+    cmd.run([venv_python, "-m", "pip", "check"], what="pip check (are all dependencies pinned?)",
+            **common)
+
+
+def _link_cuda_libs(cuda_home: Path) -> None:
+    """The pip CUDA wheels lack lib64/ and libcudart.so, which torch's linker line needs."""
+    lib = cuda_home / "lib"
+    if not (cuda_home / "bin" / "nvcc").is_file() or not lib.is_dir():
+        raise ToolchainError(f"no CUDA compiler at {cuda_home}",
+                             hint="the profile's cuda_home must point at the nvcc wheel's tree")
+    lib64 = cuda_home / "lib64"
+    if not lib64.exists():
+        lib64.symlink_to("lib")
+    unversioned = lib / "libcudart.so"
+    versioned = sorted(lib.glob("libcudart.so.*"))
+    if not unversioned.exists() and versioned:
+        unversioned.symlink_to(versioned[0].name)
+
+
+def ensure_tools(profile: Profile, python: Path, cache: Path) -> Path:
+    """A small venv with only the profile's tools (cuobjdump), for verifying without torch."""
+    key = hashlib.sha256("\n".join(profile.tools).encode()).hexdigest()[:16]
+    root = cache / "tools" / key
+    with exclusive_lock(root.parent / f"{key}.lock"):
+        marker = root / MARKER
+        if not marker.is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            log.info("installing %s into %s (once)", ", ".join(profile.tools), root)
+            cmd.run([python, "-m", "venv", root], what="python -m venv")
+            cmd.run([root / "bin" / "python", "-m", "pip", "install", "--no-input",
+                     *profile.tools], what="pip install of the verify tools")
+            atomic_write_text(marker, json.dumps({"tools": profile.tools}) + "\n")
+    found = _find_cuobjdump(root)
+    if found is None:
+        raise ToolchainError(f"cuobjdump is missing from {root}",
+                             hint=f"the tools of {profile.file} must include nvidia-cuda-cuobjdump")
+    return found
+
+
+# --- system toolchain ------------------------------------------------------------------------
+
+
+def system_cuda_home() -> Path:
+    """CUDA_HOME, CUDA_PATH, the real path of `nvcc` on PATH, then /usr/local/cuda."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    nvcc = shutil.which("nvcc")
+    if nvcc is not None:
+        return Path(nvcc).resolve().parent.parent  # resolve: a /usr/local/bin link is a trap
+    return Path("/usr/local/cuda")
+
+
+def system_toolchain(python: Path) -> Toolchain:
+    cuda_home = system_cuda_home()
+    if not (cuda_home / "bin" / "nvcc").is_file():
+        raise ToolchainError(f"no nvcc in {cuda_home}/bin",
+                             hint="set CUDA_HOME to an installed CUDA toolkit, or use a profile")
+    info = probe_python(python)
+    if "torch_error" in info:
+        raise ToolchainError(f"torch does not import in {python}: {info['torch_error']}",
+                             hint="install torch there, or use a pinned toolchain profile")
+    if not info.get("torch_cuda"):
+        raise ToolchainError(f"the torch in {python} is a CPU-only build ({info['torch']})",
+                             hint="a CUDA extension needs a CUDA build of torch")
+    cuobjdump = cuda_home / "bin" / "cuobjdump"
+    return Toolchain(
+        name=SYSTEM,
+        python=python,
+        python_version=info["python"],
+        cuda_home=cuda_home,
+        torch_version=Version(info["torch"]),
+        torch_cuda=Version(info["torch_cuda"]),
+        nvcc_version=nvcc_version(cuda_home / "bin" / "nvcc"),
+        cuobjdump=cuobjdump if cuobjdump.is_file() else None,
+        pins=(),
+    )
+
+
+# --- pre-flight ------------------------------------------------------------------------------
+
+
+def preflight(toolchain: Toolchain, archs: ArchSet,
+              min_cuda: tuple[tuple[str, Version], ...] = ()) -> None:
+    """Refuse, before compiling, what would fail or silently mis-build later."""
+    problems: list[str] = []
+    nvcc = toolchain.nvcc_version
+    if nvcc.major != toolchain.torch_cuda.major:
+        problems.append(f"CUDA major mismatch: nvcc is {nvcc}, torch {toolchain.torch_version} "
+                        f"was built with CUDA {toolchain.torch_cuda}")
+    problems += archs.toolkit_problems(Version(f"{nvcc.major}.{nvcc.minor}"))
+    needed = dict(min_cuda)
+    for arch in archs.archs:
+        floor = needed.get(arch.capability)
+        if floor is not None and nvcc < floor:
+            problems.append(f"the recipe needs CUDA >= {floor} for arch {arch}, nvcc is {nvcc}")
+    problems += _nvcc_arch_problems(toolchain, archs)
+    problems += _torch_arch_problems(toolchain, archs)
+    if problems:
+        raise ToolchainError(
+            f"the {toolchain.name} toolchain cannot build {archs}: " + "; ".join(problems),
+            hint="pick other archs (--arch) or another toolchain (--toolchain)",
+        )
+
+
+def _nvcc_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
+    try:
+        result = cmd.run([toolchain.nvcc, "--list-gpu-code"], stream=False, what="nvcc")
+    except CommandError:
+        return []  # older nvcc without the flag: the version table above still applies
+    known = set(result.stdout.split())
+    return [f"nvcc {toolchain.nvcc_version} cannot generate {arch.sm}"
+            for arch in archs.archs if arch.sm not in known]
+
+
+def _torch_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
+    env = dict(os.environ, TORCH_CUDA_ARCH_LIST=archs.torch_arch_list(),
+               CUDA_HOME=str(toolchain.cuda_home))
+    info = probe_python(toolchain.python, env=env)
+    if "arch_error" in info:
+        return [f"torch {toolchain.torch_version} refuses the arch list: {info['arch_error']}"]
+    return []
+
+
+def current_python() -> Path:
+    return Path(sys.executable)

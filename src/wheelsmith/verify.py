@@ -1,0 +1,74 @@
+"""Prove a wheel carries exactly the device code that was asked for.
+
+Every shared object must hold SASS for exactly the requested archs, and PTX exactly for those
+requested with `+PTX`. Objects matching the recipe's `host_only` globs may carry none. A wheel
+with no device code at all fails. The same check runs after every build and as
+`wheelsmith verify` on any wheel.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+
+from wheelsmith import wheelfile
+from wheelsmith.arch import ArchSet
+from wheelsmith.errors import VerifyError
+from wheelsmith.inventory import DeviceCode, wheel_inventory
+
+IGNORES_ARCH_HINT = (
+    "a package that ignores the arch list compiles its own -gencode list; its recipe needs a "
+    "patch that makes it honour TORCH_CUDA_ARCH_LIST (see docs/recipes.md)"
+)
+
+
+def _names(archs: frozenset[str]) -> str:
+    return ", ".join(sorted(archs))
+
+
+def findings(inventory: list[DeviceCode], archs: ArchSet,
+             host_only: tuple[str, ...] = ()) -> list[str]:
+    """What is wrong with `inventory` for the request `archs` (empty: all good)."""
+    problems: list[str] = []
+    checked = [d for d in inventory if not any(fnmatch.fnmatch(d.path, g) for g in host_only)]
+    if not inventory:
+        return ["the wheel contains no shared objects, so no device code at all"]
+    for item in checked:
+        if item.empty:
+            problems.append(f"{item.path}: no device code at all (neither SASS nor PTX)")
+            continue
+        if missing := archs.sass - item.sass:
+            problems.append(f"{item.path}: missing SASS for {_names(missing)}")
+        if extra := item.sass - archs.sass:
+            problems.append(f"{item.path}: SASS for {_names(extra)} was not requested")
+        if missing_ptx := archs.ptx - item.ptx:
+            problems.append(f"{item.path}: missing PTX for {_names(missing_ptx)} (+PTX asks "
+                            "for it)")
+        if extra_ptx := item.ptx - archs.ptx:
+            problems.append(f"{item.path}: PTX for {_names(extra_ptx)} was not requested "
+                            "(add +PTX to ask for it)")
+    if all(d.empty for d in inventory) and not problems:
+        problems.append("no shared object in the wheel carries device code")
+    return problems
+
+
+def check(label: str, inventory: list[DeviceCode], archs: ArchSet,
+          host_only: tuple[str, ...] = ()) -> None:
+    problems = findings(inventory, archs, host_only)
+    if problems:
+        raise VerifyError(f"{label} does not contain exactly the device code for {archs}",
+                          findings=problems, hint=IGNORES_ARCH_HINT)
+
+
+def verify_wheel(wheel: Path, archs: ArchSet, cuobjdump: Path,
+                 host_only: tuple[str, ...] = ()) -> list[DeviceCode]:
+    """Check the wheel's structure, then its device code; return the inventory."""
+    if not wheel.is_file():
+        raise VerifyError(f"no such wheel: {wheel}", findings=[])
+    broken = wheelfile.check(wheel)
+    if broken:
+        raise VerifyError(f"{wheel.name} is not a valid wheel", findings=broken,
+                          hint="rebuild it; a wheel whose RECORD does not match was altered")
+    inventory = wheel_inventory(wheel, cuobjdump)
+    check(wheel.name, inventory, archs, host_only)
+    return inventory

@@ -1,0 +1,175 @@
+"""Reading, checking and rewriting wheel files (PEP 427 / binary distribution format).
+
+`check` finds everything that makes a wheel unsafe or invalid (used by verify and publish);
+`rewrite` produces a new wheel deterministically: sorted members, .dist-info last, fixed
+timestamps from SOURCE_DATE_EPOCH, fixed permissions, and a RECORD that matches.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import re
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from email.parser import BytesHeaderParser
+from pathlib import Path, PurePosixPath
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+ZIP_EPOCH_FLOOR = 315532800  # 1980-01-01, the earliest time a zip entry can hold
+
+
+@dataclass(frozen=True, slots=True)
+class WheelName:
+    name: str
+    version: Version
+    build: str
+    tags: str  # "cp311-cp311-linux_x86_64"
+
+    @classmethod
+    def parse(cls, filename: str) -> WheelName:
+        name, version, build, _ = parse_wheel_filename(filename)
+        tags = filename.removesuffix(".whl").split("-", 2 + (1 if build else 0))[-1]
+        build_text = "".join(str(p) for p in build) if build else ""
+        return cls(str(name), version, build_text, tags)
+
+    def filename(self) -> str:
+        dist = re.sub(r"[-_.]+", "_", self.name)
+        build = f"-{self.build}" if self.build else ""
+        return f"{dist}-{self.version}{build}-{self.tags}.whl"
+
+
+def record_hash(data: bytes) -> str:
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def dist_info_dir(names: list[str]) -> str:
+    dirs = {n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")
+            and "/" in n}
+    if len(dirs) != 1:
+        raise ValueError(f"expected exactly one .dist-info directory, found {len(dirs)}")
+    return dirs.pop()
+
+
+def read_metadata(wheel: Path) -> bytes:
+    with zipfile.ZipFile(wheel) as zf:
+        return zf.read(f"{dist_info_dir(zf.namelist())}/METADATA")
+
+
+def check(wheel: Path) -> list[str]:
+    """Every reason `wheel` is not a valid, safe wheel; empty when it is fine."""
+    try:
+        name = WheelName.parse(wheel.name)
+    except InvalidWheelFilename as exc:
+        return [f"invalid wheel filename: {exc}"]
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            return _check_members(zf, name)
+    except (zipfile.BadZipFile, OSError) as exc:
+        return [f"not a readable zip file: {exc}"]
+
+
+def _unsafe_members(zf: zipfile.ZipFile) -> list[str]:
+    problems = []
+    names = zf.namelist()
+    if len(set(names)) != len(names):
+        problems.append("duplicate member names")
+    for member in zf.infolist():
+        path = PurePosixPath(member.filename)
+        if path.is_absolute() or ".." in path.parts or "\\" in member.filename:
+            problems.append(f"unsafe member path: {member.filename}")
+        if member.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            problems.append(f"member {member.filename} uses an unsupported compression")
+    return problems
+
+
+def _check_members(zf: zipfile.ZipFile, name: WheelName) -> list[str]:
+    problems = _unsafe_members(zf)
+    names = zf.namelist()
+    try:
+        info_dir = dist_info_dir(names)
+    except ValueError as exc:
+        return [*problems, str(exc)]
+    for required in ("METADATA", "WHEEL", "RECORD"):
+        if f"{info_dir}/{required}" not in names:
+            problems.append(f"{info_dir}/{required} is missing")
+    if problems:
+        return problems
+    headers = BytesHeaderParser().parsebytes(zf.read(f"{info_dir}/METADATA"))
+    if canonicalize_name(headers.get("Name", "")) != canonicalize_name(name.name):
+        problems.append(f"METADATA Name {headers.get('Name')!r} does not match the filename")
+    if Version(headers.get("Version", "0")) != name.version:
+        problems.append(f"METADATA Version {headers.get('Version')!r} does not match the "
+                        f"filename version {name.version}")
+    return problems + _check_record(zf, f"{info_dir}/RECORD")
+
+
+def _check_record(zf: zipfile.ZipFile, record_name: str) -> list[str]:
+    problems = []
+    rows = {row[0]: row for row in csv.reader(io.StringIO(zf.read(record_name).decode()))
+            if row}
+    for member in zf.namelist():
+        if member.endswith("/") or member == record_name:
+            continue
+        row = rows.get(member)
+        if row is None:
+            problems.append(f"{member} is not listed in RECORD")
+        elif len(row) < 2 or row[1] != record_hash(zf.read(member)):
+            problems.append(f"RECORD hash of {member} does not match its content")
+    problems += [f"RECORD lists {m}, which is not in the wheel"
+                 for m in rows if m not in zf.namelist() and m != record_name]
+    return problems
+
+
+def rewrite(
+    src: Path,
+    dst: Path,
+    *,
+    name: WheelName,
+    edit_metadata: Callable[[str], str],
+    extra: dict[str, bytes],
+    epoch: int,
+) -> None:
+    """Write `src` as the wheel `name` to `dst`: renamed .dist-info, edited METADATA, `extra`
+    files added to the .dist-info, and a fresh RECORD."""
+    with zipfile.ZipFile(src) as zin:
+        old_info = dist_info_dir(zin.namelist())
+        new_info = f"{re.sub(r'[-_.]+', '_', name.name)}-{name.version}.dist-info"
+        contents: dict[str, bytes] = {}
+        modes: dict[str, int] = {}
+        for info in zin.infolist():
+            if info.filename.endswith("/") or info.filename == f"{old_info}/RECORD":
+                continue
+            target = new_info + info.filename[len(old_info):] if info.filename.startswith(
+                f"{old_info}/") else info.filename
+            contents[target] = zin.read(info)
+            modes[target] = (info.external_attr >> 16) & 0o777
+    metadata = f"{new_info}/METADATA"
+    contents[metadata] = edit_metadata(contents[metadata].decode()).encode()
+    for file, data in extra.items():
+        contents[f"{new_info}/{file}"] = data
+    _write(dst, contents, modes, f"{new_info}/RECORD", max(epoch, ZIP_EPOCH_FLOOR))
+
+
+def _write(dst: Path, contents: dict[str, bytes], modes: dict[str, int], record: str,
+           epoch: int) -> None:
+    info_prefix = record.split("/", 1)[0] + "/"
+    order = sorted(contents, key=lambda n: (n.startswith(info_prefix), n))
+    lines = [f"{n},{record_hash(contents[n])},{len(contents[n])}" for n in order]
+    contents[record] = ("\n".join([*lines, f"{record},,"]) + "\n").encode()
+    order.append(record)
+    date_time = time.gmtime(epoch)[:6]
+    with zipfile.ZipFile(dst, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+        for member in order:
+            info = zipfile.ZipInfo(member, date_time=date_time)
+            mode = modes.get(member, 0o644)
+            info.external_attr = ((0o755 if mode & 0o111 else 0o644) | 0o100000) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zout.writestr(info, contents[member])
