@@ -93,8 +93,8 @@ def parse_arch(text: str) -> Arch:
     if suffix == "f":
         raise ArchParseError(
             f"'{raw}': the family suffix 'f' is not accepted by torch's TORCH_CUDA_ARCH_LIST",
-            hint=f"use '{capability}' (a {arch.sm.rstrip('f')} cubin also runs on later "
-            f"{arch.major}.x GPUs of the same family)",
+            hint=f"use '{capability}': {arch.sm.rstrip('f')} cubins also run on later "
+            f"{arch.major}.x GPUs of the same family",
         )
     if suffix not in ("", "a"):
         raise ArchParseError(f"'{raw}': unknown suffix '{suffix}'", hint="use '' or 'a'")

@@ -95,6 +95,7 @@ def build_env(
         NVCC_THREADS=str(parallelism.nvcc_threads),
         SOURCE_DATE_EPOCH=str(source_date_epoch),
         PYTHONNOUSERSITE="1",
+        PYTHONUNBUFFERED="1",  # so build output (and ninja progress) arrives as it happens
         PIP_CONFIG_FILE=os.devnull,
         PIP_NO_INDEX="1",
         PIP_NO_INPUT="1",

@@ -33,8 +33,8 @@ SIGNATURES = (
     ),
     Signature(
         "cuda-major-mismatch",
-        re.compile(r"The detected CUDA version \(?'?([\d.]+)'?\)? mismatches the version that "
-                   r"was used to compile\s*PyTorch \(?'?([\d.]+)"),
+        re.compile(r"The detected CUDA version .{0,20}mismatches the version that was used to "
+                   r"compile\s*PyTorch"),
         "nvcc and torch were built for different CUDA major versions",
         "use the toolchain profile that matches torch (wheelsmith's profiles pin both)",
     ),

@@ -4,9 +4,10 @@ Recipes, toolchain profiles and (later) matrix files are YAML. Users need every 
 once, each located as `file:line:col`, so loading keeps the position of every key and value,
 and validation collects problems instead of stopping at the first.
 
-The schema subset understood here: type, properties, required, additionalProperties (false),
-patternProperties, items, enum, pattern, minItems, description, and `x-message` (the sentence
-shown when `pattern` fails). The same schema dict is published for editors.
+The schema subset understood here: type, properties, required, dependentRequired,
+additionalProperties (false), patternProperties, items, enum, pattern, minItems, description,
+and `x-message` (the sentence shown when `pattern` fails). The same schema dict is published
+for editors.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class SourceMap:
 
     keys: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
     values: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
+    scalars: dict[KeyPath, str] = field(default_factory=dict)  # as written, before YAML typing
 
     def key(self, path: KeyPath) -> tuple[int, int]:
         """Where the key of `path` is written; falls back to the nearest enclosing value."""
@@ -115,6 +117,7 @@ def _walk(loader: yaml.SafeLoader, node: yaml.Node, path: KeyPath, doc: Document
         return result
     if isinstance(node, yaml.SequenceNode):
         return [_walk(loader, item, (*path, i), doc) for i, item in enumerate(node.value)]
+    doc.smap.scalars[path] = str(node.value)
     return loader.construct_object(node, deep=True)
 
 
@@ -154,47 +157,75 @@ def _describe(value: Any) -> str:
     return "a list" if isinstance(value, list) else "a mapping"
 
 
-def validate(doc: Document, schema: Mapping[str, Any]) -> None:
-    """Check `doc.data` against `schema`, adding every problem to `doc.problems`."""
-    _check(doc, doc.data, schema, ())
+def validate(doc: Document, schema: Mapping[str, Any]) -> Any:
+    """Check `doc.data` against `schema`, adding every problem to `doc.problems`.
+
+    Returns the data with every invalid part removed (mapping keys dropped, list items
+    replaced by None), so that later checks can keep going and report their problems too.
+    """
+    return _check(doc, doc.data, schema, ())
 
 
-def _check(doc: Document, value: Any, schema: Mapping[str, Any], path: KeyPath) -> None:
+def _check(doc: Document, value: Any, schema: Mapping[str, Any], path: KeyPath) -> Any:
     expected = schema.get("type")
     if expected is not None and not _type_ok(value, expected):
         hint = None
         if expected == "string" and isinstance(value, int | float) and not isinstance(value, bool):
-            hint = f"quote it: '{value}' (YAML reads unquoted {value} as a number)"
+            written = doc.smap.scalars.get(path, str(value))
+            hint = f"quote it: \"{written}\" (YAML reads {written} as the number {value})"
         doc.at_value(path, f"'{render_path(path)}' must be {_TYPE_NAMES[expected]}, "
                            f"got {_describe(value)}", hint)
-        return
+        return INVALID
     if isinstance(value, dict):
-        _check_mapping(doc, value, schema, path)
-    elif isinstance(value, list):
-        _check_list(doc, value, schema, path)
-    elif isinstance(value, str):
-        _check_string(doc, value, schema, path)
+        return _check_mapping(doc, value, schema, path)
+    if isinstance(value, list):
+        return _check_list(doc, value, schema, path)
+    if isinstance(value, str):
+        return _check_string(doc, value, schema, path)
+    return value
+
+
+class _Invalid:
+    """Marks a value that failed validation (already reported)."""
+
+
+INVALID: Any = _Invalid()
 
 
 def _check_mapping(doc: Document, value: dict[str, Any], schema: Mapping[str, Any],
-                   path: KeyPath) -> None:
+                   path: KeyPath) -> dict[str, Any]:
     props: Mapping[str, Any] = schema.get("properties", {})
     patterns: Mapping[str, Any] = schema.get("patternProperties", {})
-    for key in schema.get("required", []):
-        if key not in value:
-            where = render_path(path)
-            doc.at_key(path, f"missing required key '{key}' in '{where}'",
-                       props.get(key, {}).get("description"))
+    _check_required(doc, value, schema, path)
+    valid: dict[str, Any] = {}
     for key, item in value.items():
         child = (*path, key)
         if key in props:
-            _check(doc, item, props[key], child)
-            continue
-        matched = [s for p, s in patterns.items() if re.search(p, key)]
-        if matched:
-            _check(doc, item, matched[0], child)
+            checked = _check(doc, item, props[key], child)
+        elif matched := [s for p, s in patterns.items() if re.search(p, key)]:
+            checked = _check(doc, item, matched[0], child)
         elif schema.get("additionalProperties", True) is False:
             _unknown_key(doc, key, list(props), child)
+            checked = INVALID
+        else:
+            checked = item
+        if checked is not INVALID:
+            valid[key] = checked
+    return valid
+
+
+def _check_required(doc: Document, value: dict[str, Any], schema: Mapping[str, Any],
+                    path: KeyPath) -> None:
+    where = render_path(path)
+    for key in schema.get("required", []):
+        if key not in value:
+            description = schema.get("properties", {}).get(key, {}).get("description")
+            doc.at_key(path, f"missing required key '{key}' in '{where}'", description)
+    for trigger, needed in schema.get("dependentRequired", {}).items():
+        for key in needed:
+            if trigger in value and key not in value:
+                doc.at_key(path, f"missing required key '{key}' in '{where}'",
+                           f"a {trigger} source is pinned by its {key}")
 
 
 def _unknown_key(doc: Document, key: str, allowed: Sequence[str], path: KeyPath) -> None:
@@ -203,24 +234,30 @@ def _unknown_key(doc: Document, key: str, allowed: Sequence[str], path: KeyPath)
     doc.at_key(path, f"unknown key '{key}' in '{render_path(path[:-1])}'", hint)
 
 
-def _check_list(doc: Document, value: list[Any], schema: Mapping[str, Any], path: KeyPath) -> None:
+def _check_list(doc: Document, value: list[Any], schema: Mapping[str, Any],
+                path: KeyPath) -> list[Any]:
     minimum = schema.get("minItems")
     if minimum is not None and len(value) < minimum:
         doc.at_value(path, f"'{render_path(path)}' needs at least {minimum} item(s)")
     items = schema.get("items")
-    if items is not None:
-        for index, item in enumerate(value):
-            _check(doc, item, items, (*path, index))
+    if items is None:
+        return value
+    checked = [_check(doc, item, items, (*path, index)) for index, item in enumerate(value)]
+    return [None if item is INVALID else item for item in checked]
 
 
-def _check_string(doc: Document, value: str, schema: Mapping[str, Any], path: KeyPath) -> None:
+def _check_string(doc: Document, value: str, schema: Mapping[str, Any], path: KeyPath) -> Any:
     enum = schema.get("enum")
+    ok = True
     if enum is not None and value not in enum:
         close = difflib.get_close_matches(value, enum, n=1)
         hint = f"did you mean '{close[0]}'?" if close else None
         doc.at_value(path, f"'{render_path(path)}' must be one of {', '.join(enum)}; "
                            f"got '{value}'", hint)
+        ok = False
     pattern = schema.get("pattern")
     if pattern is not None and not re.search(pattern, value):
         message = schema.get("x-message", f"must match {pattern}")
         doc.at_value(path, f"'{render_path(path)}' {message}; got '{value}'")
+        ok = False
+    return value if ok else INVALID

@@ -92,6 +92,8 @@ RECIPE_SCHEMA: dict[str, Any] = {
                         "type": "object",
                         "description": "one of pypi, url, git or path",
                         "additionalProperties": False,
+                        "dependentRequired": {"pypi": ["sha256"], "url": ["sha256"],
+                                              "git": ["commit"]},
                         "properties": {
                             "pypi": {"type": "string", "description": "sdist of this project"},
                             "url": {"type": "string"},
@@ -215,23 +217,22 @@ def patch_dir(recipe_file: Path, package: str, version: str) -> Path:
 def load_recipe(path: Path, display: str | None = None) -> Recipe:
     """Load and fully validate one recipe; raises RecipeError listing every problem."""
     doc = document.load(path, display or _shown(path))
-    document.validate(doc, RECIPE_SCHEMA)
-    doc.raise_if_problems()  # the model below relies on the structure being right
-    recipe = _build(doc, path)
+    data = document.validate(doc, RECIPE_SCHEMA)
+    recipe = _build(doc, path, data if isinstance(data, dict) else {})
     doc.raise_if_problems()
     return recipe
 
 
-def _build(doc: Document, path: Path) -> Recipe:
-    data: dict[str, Any] = doc.data
-    name = data["package"]
-    if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", name):
+def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
+    """Check meaning and build the model; `data` holds only structurally valid parts."""
+    name = data.get("package", "")
+    if name and not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", name):
         doc.at_value(("package",), f"'package' is not a valid project name: '{name}'")
     arch = data.get("arch", {})
     build = data.get("build", {})
     smoke = data.get("smoke", {})
     releases = tuple(_release(doc, path, name, i, entry) for i, entry in
-                     enumerate(data["versions"]))
+                     enumerate(data.get("versions", [])) if entry is not None)
     _check_unique_versions(doc, releases)
     return Recipe(
         name=canonicalize_name(name),
@@ -253,9 +254,12 @@ def _build(doc: Document, path: Path) -> Recipe:
     )
 
 
-def _arch_set(doc: Document, values: list[str], path: KeyPath) -> ArchSet:
+def _arch_set(doc: Document, values: list[str | None], path: KeyPath) -> ArchSet:
     bad = False
     for index, value in enumerate(values):
+        if value is None:
+            bad = True
+            continue
         try:
             parse_arch(value)
         except ArchParseError as exc:
@@ -264,7 +268,7 @@ def _arch_set(doc: Document, values: list[str], path: KeyPath) -> ArchSet:
     if bad:
         return ArchSet(())
     try:
-        return ArchSet.parse(values)
+        return ArchSet.parse([v for v in values if v is not None])
     except ArchParseError as exc:
         doc.at_value(path, exc.message, exc.hint)
         return ArchSet(())
@@ -290,13 +294,15 @@ def _min_cuda(doc: Document, table: dict[str, str]) -> tuple[tuple[str, Version]
 def _release(doc: Document, path: Path, package: str, index: int,
              entry: dict[str, Any]) -> Release:
     base: KeyPath = ("versions", index)
-    version = entry["version"]
+    version = entry.get("version", "0")
     try:
         Version(version)
     except InvalidVersion:
         doc.at_value((*base, "version"), f"'{version}' is not a valid version (PEP 440)")
-    source = _source(doc, path, entry["source"], version, (*base, "source"))
-    patches = _patches(doc, path, package, version, entries=entry.get("patches", []), base=base)
+    source = (_source(doc, path, entry["source"], version, (*base, "source"))
+              if "source" in entry else LocalSource(path=Path()))
+    patches = _patches(doc, path, package, version,
+                       entries=entry.get("patches", []), base=base)
     env = tuple(sorted(entry.get("env", {}).items()))
     return Release(version=version, source=source, patches=patches, env=env)
 
@@ -310,13 +316,9 @@ def _source(doc: Document, recipe: Path, data: dict[str, Any], version: str,
                            f"path (found {found})")
         return LocalSource(path=Path())
     kind = kinds[0]
-    needs = {"pypi": "sha256", "url": "sha256", "git": "commit"}.get(kind)
-    for extra in ("sha256", "commit"):
-        if extra in data and extra != needs:
+    for extra, applies in (("sha256", ("pypi", "url")), ("commit", ("git",))):
+        if extra in data and kind not in applies:
             doc.at_key((*path, extra), f"'{extra}' does not apply to a {kind} source")
-    if needs is not None and needs not in data:
-        doc.at_key(path, f"missing required key '{needs}' in '{document.render_path(path)}'",
-                   "a source is pinned by its sha256 (pypi, url) or full commit (git)")
     if kind == "pypi":
         return PypiSource(project=data["pypi"], version=version, sha256=data.get("sha256", ""))
     if kind == "url":
@@ -330,30 +332,39 @@ def _source(doc: Document, recipe: Path, data: dict[str, Any], version: str,
 
 
 def _patches(doc: Document, recipe: Path, package: str, version: str, *,
-             entries: list[dict[str, Any]], base: KeyPath) -> tuple[PatchRef, ...]:
+             entries: list[dict[str, Any] | None], base: KeyPath) -> tuple[PatchRef, ...]:
     directory = patch_dir(recipe, package, version)
     refs = []
     for index, entry in enumerate(entries):
         where: KeyPath = (*base, "patches", index)
+        if entry is None or "file" not in entry or "sha256" not in entry:
+            continue  # reported by the schema
         patch = directory / entry["file"]
         refs.append(PatchRef(path=patch, sha256=entry["sha256"],
                              description=entry.get("description", "")))
+        shown = _in_project(recipe, patch)
         if not patch.is_file():
-            doc.at_value((*where, "file"), f"patch file not found: {_shown(patch)}",
-                         f"patches for {package} {version} live in {_shown(directory)}/")
+            doc.at_value((*where, "file"), f"patch file not found: {shown}",
+                         f"patches for {package} {version} live in "
+                         f"{_in_project(recipe, directory)}/")
             continue
         actual = sha256_file(patch)
         if actual != entry["sha256"]:
-            doc.at_value((*where, "sha256"), f"sha256 mismatch for {_shown(patch)}: "
-                         f"the file has {actual}",
+            doc.at_value((*where, "sha256"), f"sha256 mismatch for {shown}: the file has {actual}",
                          "if you changed the patch on purpose, put the new sha256 here")
     listed = {r.path.name for r in refs}
     if directory.is_dir():
         for stray in sorted(p.name for p in directory.glob("*.patch")):
             if stray not in listed:
-                doc.at_value((*base, "version"), f"{_shown(directory / stray)} is not listed "
-                             "in this version's patches", "list it (with its sha256) or delete it")
+                doc.at_value((*base, "version"), f"{_in_project(recipe, directory / stray)} is "
+                             "not listed in this version's patches",
+                             "list it (with its sha256) or delete it")
     return tuple(refs)
+
+
+def _in_project(recipe: Path, path: Path) -> str:
+    """`path` relative to the project (the directory above recipes/)."""
+    return str(path.relative_to(recipe.resolve().parent.parent))
 
 
 def _shown(path: Path) -> str:

@@ -20,26 +20,7 @@ from wheelsmith.toolchain import Toolchain
 
 log = logging.getLogger(__name__)
 
-_SCRIPT = r"""
-import importlib, json, sys, warnings
-warnings.simplefilter("ignore")
-spec = json.loads(sys.argv[1])
-for module in spec["imports"]:
-    importlib.import_module(module)
-    print("imported", module)
-if spec["gpu"]:
-    import torch
-    if not torch.cuda.is_available():
-        print("gpu op: skipped (no GPU)")
-    else:
-        major, minor = torch.cuda.get_device_capability()
-        if [major, minor] not in spec["sass"]:
-            print("gpu op: skipped (GPU is sm_%d%d, the wheel is for %s)"
-                  % (major, minor, spec["archs"]))
-        else:
-            exec(compile(spec["gpu"], "<recipe smoke.gpu>", "exec"), {})
-            print("gpu op: ok on sm_%d%d" % (major, minor))
-"""
+SMOKE_SCRIPT = Path(__file__).parent / "resources" / "smoke_check.py"
 
 
 def smoke_test(wheel: Path, *, toolchain: Toolchain, imports: tuple[str, ...],
@@ -56,7 +37,7 @@ def smoke_test(wheel: Path, *, toolchain: Toolchain, imports: tuple[str, ...],
         cmd.run([toolchain.python, "-m", "pip", "install", "--no-deps", "--no-index",
                  "--target", target, wheel], env=env, log_file=log_file, stream=False,
                 what="pip install of the wheel for the smoke test", error=VerifyError)
-        result = cmd.run([toolchain.python, "-c", _SCRIPT, json.dumps(spec)], cwd=scratch,
+        result = cmd.run([toolchain.python, SMOKE_SCRIPT, json.dumps(spec)], cwd=scratch,
                          env=env, log_file=log_file, log_path=log_path,
                          what=f"the smoke test of {wheel.name}", error=VerifyError)
     return result.stdout

@@ -141,29 +141,12 @@ class Toolchain:
 
 # --- probing ---------------------------------------------------------------------------------
 
-_PROBE = r"""
-import json, os, sys, sysconfig, warnings
-warnings.simplefilter("ignore")
-out = {"python": "%d.%d" % sys.version_info[:2], "purelib": sysconfig.get_paths()["purelib"]}
-try:
-    import torch
-    out["torch"] = torch.__version__.split("+")[0]
-    out["torch_cuda"] = torch.version.cuda
-except Exception as exc:  # reported by the caller
-    out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
-if os.environ.get("TORCH_CUDA_ARCH_LIST") and "torch" in out:
-    try:
-        from torch.utils.cpp_extension import _get_cuda_arch_flags
-        out["arch_flags"] = _get_cuda_arch_flags()
-    except Exception as exc:
-        out["arch_error"] = str(exc)
-print("WHEELSMITH-PROBE " + json.dumps(out))
-"""
+PROBE_SCRIPT = Path(__file__).parent / "resources" / "probe.py"
 
 
 def probe_python(python: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Ask an interpreter about itself and its torch (run in a subprocess: torch is not ours)."""
-    result = cmd.run([python, "-c", _PROBE], stream=False, env=env, error=ToolchainError,
+    result = cmd.run([python, PROBE_SCRIPT], stream=False, env=env, error=ToolchainError,
                      what=f"probe of {python}")
     for line in result.stdout.splitlines():
         if line.startswith("WHEELSMITH-PROBE "):

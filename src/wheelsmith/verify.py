@@ -56,8 +56,12 @@ def check(label: str, inventory: list[DeviceCode], archs: ArchSet,
           host_only: tuple[str, ...] = ()) -> None:
     problems = findings(inventory, archs, host_only)
     if problems:
+        unrequested = any("was not requested" in p for p in problems)
+        hint = IGNORES_ARCH_HINT if unrequested else (
+            f"the wheel was built for other archs or without device code; build it with "
+            f"--arch '{archs}'")
         raise VerifyError(f"{label} does not contain exactly the device code for {archs}",
-                          findings=problems, hint=IGNORES_ARCH_HINT)
+                          findings=problems, hint=hint)
 
 
 def verify_wheel(wheel: Path, archs: ArchSet, cuobjdump: Path,

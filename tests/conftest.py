@@ -1,0 +1,83 @@
+"""Shared fixtures: a scratch wheelsmith project, a local HTTP server, the real toolchain."""
+
+from __future__ import annotations
+
+import http.server
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from wheelsmith import locations
+from wheelsmith.toolchain import Toolchain, ensure_profile, load_profile
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+DEFAULT_PROFILE = REPO / "toolchains" / "cu130-torch2.14.yaml"
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty wheelsmith project (recipes/, patches/, the real toolchains/), used as
+    WHEELSMITH_HOME; downloads go to a scratch cache, toolchain venvs to the shared one."""
+    root = tmp_path / "project"
+    (root / "recipes").mkdir(parents=True)
+    (root / "patches").mkdir()
+    shutil.copytree(REPO / "toolchains", root / "toolchains")
+    monkeypatch.setenv("WHEELSMITH_HOME", str(root))
+    monkeypatch.chdir(root)
+    return root
+
+
+@dataclass
+class Served:
+    """A directory served over HTTP on 127.0.0.1, with the paths that were requested."""
+
+    root: Path
+    url: str
+    requests: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def http_dir(tmp_path: Path) -> Iterator[Served]:
+    root = tmp_path / "www"
+    root.mkdir()
+    served = Served(root, "")
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)  # type: ignore[arg-type]
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: ARG002
+            served.requests.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    served.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield served
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="session")
+def toolchain() -> Toolchain:
+    """The real pinned toolchain (torch 2.14.1 + nvcc 13.0 from PyPI), created once per
+    machine in the user cache and reused (about 80 s the first time)."""
+    profile = load_profile(DEFAULT_PROFILE)
+    return ensure_profile(profile, Path(sys.executable), locations.cache_dir())
+
+
+def wheelsmith(*args: str, cwd: Path, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a subprocess (real exit codes, real output)."""
+    result = subprocess.run([sys.executable, "-m", "wheelsmith", *args], cwd=cwd,
+                            capture_output=True, text=True, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"wheelsmith {' '.join(args)} failed ({result.returncode}):\n"
+                             f"{result.stdout}\n{result.stderr}")
+    return result

@@ -1,0 +1,77 @@
+"""The build environment: CUDA_HOME from the toolchain, archs, parallelism, no network."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from tests.conftest import REPO
+from wheelsmith.arch import ArchSet
+from wheelsmith.buildenv import DEAD_PROXY, build_env, choose_parallelism
+from wheelsmith.plan import BuildPlan
+from wheelsmith.recipe import load_recipe
+from wheelsmith.toolchain import Toolchain
+
+TOOLCHAIN = Toolchain(
+    name="cu130-torch2.14", python=Path("/venv/bin/python"), python_version="3.11",
+    cuda_home=Path("/venv/site-packages/nvidia/cu13"), torch_version=Version("2.14.1"),
+    torch_cuda=Version("13.0"), nvcc_version=Version("13.0.88"), cuobjdump=None,
+    pins=("torch==2.14.1",))
+
+
+def plan(archs: str = "12.0") -> BuildPlan:
+    recipe = load_recipe(REPO / "recipes" / "causal-conv1d.yaml")
+    return BuildPlan(recipe=recipe, release=recipe.latest, archs=ArchSet.parse([archs]),
+                     toolchain=TOOLCHAIN)
+
+
+@pytest.mark.parametrize(
+    ("cores", "gb", "per_job", "archs", "jobs", "threads"),
+    [
+        (2, 23.0, 3.0, 1, 2, 1),     # this machine: both cores, one arch each
+        (16, 128.0, 3.0, 2, 16, 2),  # the H200 box
+        (16, 20.0, 9.0, 4, 2, 1),    # flash-attn sized jobs on little memory: 2 x 1 x 9 GB
+        (64, 40.0, 9.0, 2, 2, 2),    # memory, not cores, bounds the jobs
+        (8, 1.0, 3.0, 1, 1, 1),      # never below one job
+    ],
+)
+def test_parallelism_fits_cores_and_memory(cores: int, gb: float, per_job: float, archs: int,
+                                           jobs: int, threads: int) -> None:
+    chosen = choose_parallelism(cores, gb, per_job, archs)
+    assert (chosen.jobs, chosen.nvcc_threads) == (jobs, threads)
+
+
+def test_env_sets_cuda_home_archs_and_package_knobs() -> None:
+    parallelism = choose_parallelism(2, 23.0, 3.0, 1)
+    env = build_env(plan(), parallelism, source_date_epoch=1234,
+                    base={"PATH": "/usr/bin", "HOME": "/root", "CUDA_HOME": "/usr/local",
+                          "TORCH_CUDA_ARCH_LIST": "7.0", "PIP_INDEX_URL": "http://x"})
+    assert env["CUDA_HOME"] == "/venv/site-packages/nvidia/cu13"
+    assert env["TORCH_CUDA_ARCH_LIST"] == "12.0"
+    assert env["CAUSAL_CONV1D_FORCE_BUILD"] == "TRUE"
+    assert env["PATH"] == "/venv/bin:/venv/site-packages/nvidia/cu13/bin:/usr/bin"
+    assert (env["MAX_JOBS"], env["NVCC_THREADS"]) == ("2", "1")
+    assert env["SOURCE_DATE_EPOCH"] == "1234"
+    assert "PIP_INDEX_URL" not in env
+
+
+def test_env_points_every_proxy_at_a_dead_port() -> None:
+    env = build_env(plan(), choose_parallelism(2, 23.0, 3.0, 1), source_date_epoch=0,
+                    base={"https_proxy": "http://corp:3128"})
+    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        assert env[var] == DEAD_PROXY
+    assert env["PIP_NO_INDEX"] == "1"
+
+
+def test_content_key_changes_with_archs_and_toolchain() -> None:
+    base = plan("12.0")
+    assert plan("12.0").key == base.key
+    assert plan("9.0;12.0").key != base.key
+    other = BuildPlan(recipe=base.recipe, release=base.release, archs=base.archs,
+                      toolchain=Toolchain(**{**{f: getattr(TOOLCHAIN, f) for f in
+                                                TOOLCHAIN.__slots__}, "pins": ("torch==2.13",)}))
+    assert other.key != base.key
+    assert base.local_label() == "cu.13.0.torch.2.14.sm.120"
+    assert base.torch_requirement() == "torch==2.14.*"

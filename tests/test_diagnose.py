@@ -1,0 +1,27 @@
+"""Known failure signatures are recognised in real log lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from wheelsmith.diagnose import diagnose
+
+LINES = {
+    "bare-metal-version": "    NameError: name 'bare_metal_version' is not defined",
+    "unsupported-arch": "nvcc fatal   : Unsupported gpu architecture 'compute_53'",
+    "cuda-major-mismatch": "RuntimeError: ('The detected CUDA version (%s) mismatches the "
+                           "version that was used to compilePyTorch (%s). Please make sure to "
+                           "use the same CUDA versions.', '12.8', '13.0')",
+    "oom-killed": "Killed\nninja: build stopped: subcommand failed.",
+    "download-attempt": "error: <urlopen error [Errno -3] Temporary failure in name resolution>",
+    "no-torch": "ModuleNotFoundError: No module named 'torch'",
+}
+
+
+@pytest.mark.parametrize(("name", "log"), LINES.items(), ids=list(LINES))
+def test_signature_is_recognised(name: str, log: str) -> None:
+    assert [s.name for s in diagnose(log)] == [name]
+
+
+def test_clean_failure_has_no_diagnosis() -> None:
+    assert diagnose("error: command 'gcc' failed: No such file or directory") == []
