@@ -80,8 +80,9 @@ def run(
     else:
         returncode, stdout, stderr, tail = _run_captured(args, cwd, env, log_file)
     if returncode not in ok_returncodes:
+        subject = what or render(args)
         raise error(
-            f"{what or args[0]} failed with exit code {returncode}: {render(args)}",
+            f"{subject} failed with exit code {returncode}",
             tail=tail,
             returncode=returncode,
             log_file=log_path,

@@ -23,6 +23,11 @@ from wheelsmith.toolchain import Toolchain
 log = logging.getLogger(__name__)
 
 PROGRESS_RE = re.compile(r"^\s*\[(\d+)/(\d+)\]")
+ERROR_RE = re.compile(r"\berror\b|^\s*FAILED:|\bfatal\b|Traceback|Error:", re.IGNORECASE)
+PIP_NOISE = ("subprocess-exited-with-error", "This error originates from a subprocess",
+             "Failed to build", "failed-wheel-build", "ERROR: Failed building wheel")
+FIRST_ERRORS = 12
+TAIL_AFTER_ERRORS = 15
 ProgressCallback = Callable[[int, int], None]
 
 
@@ -50,6 +55,18 @@ def progress_parser(on_progress: ProgressCallback | None) -> Callable[[str], Non
     return on_line
 
 
+def first_errors(log_text: str) -> list[str]:
+    """The first lines that look like a compiler or Python error, which pip's long tail
+    usually pushes out of view."""
+    found = []
+    for line in log_text.splitlines():
+        if ERROR_RE.search(line) and not any(noise in line for noise in PIP_NOISE):
+            found.append(line.strip())
+            if len(found) == FIRST_ERRORS:
+                break
+    return found
+
+
 def compile_wheel(
     *,
     what: str,
@@ -73,8 +90,12 @@ def compile_wheel(
                     on_line=progress_parser(on_progress), error=CompileError,
                     what=f"the build of {what}")
     except CompileError as exc:
-        exc.hint = explain(diagnose(log_path.read_text(errors="replace"))) or (
+        text = log_path.read_text(errors="replace")
+        exc.hint = explain(diagnose(text)) or (
             f"read the full log; the patched source is kept in {source}")
+        first = first_errors(text)
+        if first:
+            exc.tail = [*first, "...", *exc.tail[-TAIL_AFTER_ERRORS:]]
         raise
     wheels = sorted(dist.glob("*.whl"))
     if len(wheels) != 1:

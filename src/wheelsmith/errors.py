@@ -40,7 +40,7 @@ class WheelsmithError(Exception):
         """Extra lines shown after the message (output tail, list of problems)."""
         lines = []
         if self.tail:
-            lines += [f"--- last {len(self.tail)} lines of output ---", *self.tail]
+            lines += ["--- output ---", *self.tail]
         if self.log_file is not None:
             lines.append(f"--- full log: {self.log_file}")
         return lines

@@ -108,7 +108,7 @@ def build(request: BuildRequest, reporter: Reporter | None = None) -> BuildResul
     toolchain = resolve_toolchain(request.toolchain, request.python)
     preflight(toolchain, archs, recipe.arch.min_cuda)
     plan = BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain)
-    existing = _up_to_date(plan, request.out_dir, rebuild=request.rebuild)
+    existing = _up_to_date(plan, request.out_dir.resolve(), rebuild=request.rebuild)
     if existing is not None:
         report.stage("up to date", existing.name)
         return BuildResult(wheel=existing, provenance=read_provenance(existing) or {},

@@ -1,0 +1,195 @@
+"""Real builds of a tiny torch CUDA extension with the pinned toolchain, checked with cuobjdump.
+
+Each build takes 15-30 s on 2 cores (the first run also creates the toolchain venv).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, wheelsmith
+from wheelsmith.toolchain import Toolchain
+
+pytestmark = pytest.mark.toolchain
+
+TINY_RECIPE = """package: {name}
+arch:
+  default: ["12.0"]
+smoke:
+  import: [tiny_ext]
+versions:
+  - version: "0.1.0"
+    source:
+      path: {path}
+"""
+
+
+def add_variant(project: Path, name: str, edit: tuple[str, str] | None = None) -> Path:
+    """A copy of the tiny extension, optionally with its setup.py edited, plus its recipe."""
+    source = project.parent / "sources" / name
+    shutil.copytree(FIXTURES / "tiny-ext", source)
+    setup = source / "setup.py"
+    text = setup.read_text().replace('name="tiny-ext"', f'name="{name}"')
+    if edit is not None:
+        assert edit[0] in text
+        text = text.replace(*edit)
+    setup.write_text(text)
+    (project / "recipes" / f"{name}.yaml").write_text(TINY_RECIPE.format(name=name, path=source))
+    return source
+
+
+def error_lines(stderr: str) -> list[str]:
+    """What the user sees from the error on (stage lines come before it)."""
+    lines = stderr.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("error: "))
+    return lines[start:]
+
+
+def build_json(project: Path, *args: str) -> dict[str, object]:
+    result = wheelsmith("build", *args, "--json", cwd=project, check=True)
+    data: dict[str, object] = json.loads(result.stdout)
+    return data
+
+
+def test_builds_exactly_sm_120(project: Path, toolchain: Toolchain) -> None:
+    add_variant(project, "tiny-ext")
+    data = build_json(project, "tiny-ext", "--arch", "12.0")
+    wheel = Path(str(data["wheel"]))
+    assert wheel.name == "tiny_ext-0.1.0+cu.13.0.torch.2.14.sm.120-cp311-cp311-linux_x86_64.whl"
+    assert wheel.parent == project / "wheelhouse"
+    provenance = data["provenance"]
+    assert isinstance(provenance, dict)
+    assert provenance["device_code"] == [
+        {"path": "tiny_ext/_C.cpython-311-x86_64-linux-gnu.so", "sass": ["sm_120"], "ptx": []}]
+    assert provenance["toolchain"]["channel"] == "cu130-torch2.14"
+    assert provenance["smoke"][0] == "imported tiny_ext"
+
+    ok = wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=project)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.splitlines()[0] == f"ok: {wheel.name} carries exactly 12.0"
+
+    wrong = wheelsmith("verify", str(wheel), "--arch", "9.0;12.0", cwd=project)
+    assert wrong.returncode == 10
+    assert error_lines(wrong.stderr)[:2] == [
+        f"error: {wheel.name} does not contain exactly the device code for 9.0;12.0",
+        "  tiny_ext/_C.cpython-311-x86_64-linux-gnu.so: missing SASS for sm_90"]
+
+
+def test_builds_sm_90_and_sm_120_with_ptx(project: Path, toolchain: Toolchain) -> None:
+    add_variant(project, "tiny-ext")
+    data = build_json(project, "tiny-ext", "--arch", "9.0;12.0+PTX")
+    provenance = data["provenance"]
+    assert isinstance(provenance, dict)
+    assert provenance["device_code"][0]["sass"] == ["sm_90", "sm_120"]
+    assert provenance["device_code"][0]["ptx"] == ["sm_120"]
+    assert Path(str(data["wheel"])).name.startswith("tiny_ext-0.1.0+cu.13.0.torch.2.14.sm.90.120"
+                                                    ".ptx.120-")
+
+
+def test_second_build_is_up_to_date_and_rebuild_replaces(project: Path,
+                                                         toolchain: Toolchain) -> None:
+    add_variant(project, "tiny-ext")
+    first = build_json(project, "tiny-ext")
+    second = build_json(project, "tiny-ext")
+    assert (second["up_to_date"], second["wheel"]) == (True, first["wheel"])
+    third = build_json(project, "tiny-ext", "--rebuild")
+    assert (third["up_to_date"], third["wheel"]) == (False, first["wheel"])
+    assert sorted(p.name for p in (project / "wheelhouse").iterdir()) == [
+        Path(str(first["wheel"])).name]
+
+
+def test_package_that_ignores_the_arch_list_fails_and_writes_nothing(
+    project: Path, toolchain: Toolchain
+) -> None:
+    add_variant(project, "ignores-arch", ('"nvcc": ["-O2"]',
+                                          '"nvcc": ["-O2", "-gencode", "arch=compute_90,code=sm_90"]'))
+    result = wheelsmith("build", "ignores-arch", "--arch", "12.0", cwd=project)
+    assert result.returncode == 10
+    assert error_lines(result.stderr)[1:3] == [
+        "  tiny_ext/_C.cpython-311-x86_64-linux-gnu.so: missing SASS for sm_120",
+        "  tiny_ext/_C.cpython-311-x86_64-linux-gnu.so: SASS for sm_90 was not requested"]
+    assert "hint: a package that ignores the arch list" in result.stderr
+    assert not any((project / "wheelhouse").glob("*.whl"))
+
+
+def test_wheel_without_device_code_fails(project: Path, toolchain: Toolchain) -> None:
+    source = add_variant(project, "no-device-code", (
+        'sources=["csrc/add.cpp", "csrc/add_kernel.cu"]', 'sources=["csrc/add.cpp"]'))
+    (source / "csrc" / "add.cpp").write_text((source / "csrc" / "add.cpp").read_text().replace(
+        "  launch_add_one(", "  (void)0; // launch_add_one("))
+    result = wheelsmith("build", "no-device-code", "--arch", "12.0", cwd=project)
+    assert result.returncode == 10, result.stderr
+    assert "no device code at all (neither SASS nor PTX)" in result.stderr
+    assert not any((project / "wheelhouse").glob("*.whl"))
+
+
+def test_compile_error_shows_tail_log_and_keeps_source(project: Path,
+                                                       toolchain: Toolchain) -> None:
+    source = add_variant(project, "broken-ext")
+    kernel = source / "csrc" / "add_kernel.cu"
+    kernel.write_text(kernel.read_text().replace("y[i] = x[i] + 1.0f;", "y[i] = x[i] +;"))
+    result = wheelsmith("build", "broken-ext", "--arch", "12.0", cwd=project)
+    assert result.returncode == 9
+    assert error_lines(result.stderr)[0].startswith(
+        "error: the build of broken-ext 0.1.0 failed with exit code 1")
+    assert "error: expected an expression" in result.stderr
+    log_line = next(line for line in result.stderr.splitlines() if "full log:" in line)
+    log = Path(log_line.split("full log: ")[1])
+    assert "add_kernel.cu" in log.read_text()
+    assert (log.parent / "src" / "broken-ext" / "csrc" / "add_kernel.cu").is_file()
+
+
+def test_setup_py_cannot_reach_the_network(project: Path, toolchain: Toolchain) -> None:
+    url = "https://pypi.org/simple/"
+    try:
+        urllib.request.urlopen(url, timeout=20).close()  # noqa: S310 - control: reachable here
+    except OSError as exc:
+        pytest.skip(f"{url} is not reachable from this machine, so the cut cannot be shown: {exc}")
+    probe = (f"import urllib.request\ntry:\n    urllib.request.urlopen({url!r}, timeout=20)\n"
+             "except OSError as exc:\n    print('offline as expected:', exc)\nelse:\n"
+             "    raise SystemExit('NETWORK REACHABLE FROM setup.py')\n")
+    add_variant(project, "phones-home", ("from setuptools import setup\n",
+                                         "from setuptools import setup\n" + probe))
+    result = wheelsmith("build", "phones-home", "--arch", "12.0", "--json", cwd=project)
+    assert result.returncode == 0, result.stderr
+    log = Path(json.loads(result.stdout)["log"]).read_text()
+    assert "offline as expected" in log
+
+
+def test_bad_arch_on_the_command_line(project: Path) -> None:
+    result = wheelsmith("build", "tiny-ext", "--arch", "12.0f", cwd=project)
+    assert result.returncode == 4
+    assert "\n".join(error_lines(result.stderr)) + "\n" == (
+        "error: --arch: '12.0f': the family suffix 'f' is not accepted by torch's "
+        "TORCH_CUDA_ARCH_LIST\nhint: use '12.0': sm_120 cubins also run on later 12.x GPUs of "
+        "the same family\n")
+
+
+def test_preflight_refuses_an_arch_the_toolchain_cannot_build(project: Path,
+                                                              toolchain: Toolchain) -> None:
+    add_variant(project, "tiny-ext")
+    result = wheelsmith("build", "tiny-ext", "--arch", "7.0", cwd=project)
+    assert result.returncode == 7
+    assert error_lines(result.stderr)[0] == (
+        "error: the cu130-torch2.14 toolchain cannot build 7.0: arch 7.0 was removed in CUDA "
+        "13.0, the toolchain has 13.0; nvcc 13.0.88 cannot generate sm_70")
+
+
+def test_system_toolchain_builds_with_an_installed_cuda(project: Path, toolchain: Toolchain,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    system_cuda = Path("/usr/local/cuda")
+    if not (system_cuda / "bin" / "nvcc").is_file():
+        pytest.skip("no CUDA toolkit installed in /usr/local/cuda on this machine")
+    monkeypatch.setenv("CUDA_HOME", str(system_cuda))
+    add_variant(project, "tiny-ext")
+    data = build_json(project, "tiny-ext", "--toolchain", "system", "--python",
+                      str(toolchain.python))
+    provenance = data["provenance"]
+    assert isinstance(provenance, dict)
+    assert provenance["toolchain"]["name"] == "system"
+    assert provenance["device_code"][0]["sass"] == ["sm_120"]

@@ -1,0 +1,66 @@
+"""The shipped causal-conv1d recipe against the real sdists from PyPI, and its real build."""
+
+from __future__ import annotations
+
+import ast
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, wheelsmith
+from wheelsmith import locations
+from wheelsmith.errors import PatchError
+from wheelsmith.fetch import fetch
+from wheelsmith.patch import apply_all
+from wheelsmith.recipe import load_recipe
+from wheelsmith.toolchain import Toolchain
+
+RECIPE = load_recipe(REPO / "recipes" / "causal-conv1d.yaml")
+
+
+@pytest.mark.parametrize("version", [r.version for r in RECIPE.releases])
+def test_patches_apply_to_the_real_sdist(tmp_path: Path, version: str) -> None:
+    release = RECIPE.release(version)
+    root = fetch(release.source, tmp_path / "src", locations.cache_dir())
+    apply_all(release.patches, root)
+    setup = (root / "setup.py").read_text()
+    ast.parse(setup)
+    guard = setup.index('if not os.environ.get("TORCH_CUDA_ARCH_LIST"):')
+    assert guard < setup.index('cc_flag.append("arch=compute_75,code=sm_75")')
+    assert "raise RuntimeError(\n                f\"{PACKAGE_NAME}: nvcc not found" in setup
+    run = setup[setup.index("    def run(self):"):]
+    assert run.split("\n", 3)[2].strip() == "return super().run()"
+
+
+def test_patch_for_one_version_does_not_apply_to_another(tmp_path: Path) -> None:
+    root = fetch(RECIPE.release("1.6.1").source, tmp_path / "src", locations.cache_dir())
+    with pytest.raises(PatchError) as caught:
+        apply_all(RECIPE.release("1.7.0").patches, root)
+    assert caught.value.message.startswith(
+        "patches/causal-conv1d/1.7.0/0001-honour-torch-cuda-arch-list.patch: hunk #1")
+
+
+@pytest.mark.slow
+def test_real_build_for_sm_120(tmp_path: Path, toolchain: Toolchain) -> None:
+    """About 5-7 minutes on 2 cores: the whole point of the tool, for real."""
+    result = wheelsmith("build", "causal-conv1d", "--arch", "12.0", "--json",
+                        "--out", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"),
+                        cwd=REPO, check=True)
+    data = json.loads(result.stdout)
+    wheel = Path(data["wheel"])
+    assert wheel.name == ("causal_conv1d-1.7.0+cu.13.0.torch.2.14.sm.120-cp311-cp311-"
+                          "linux_x86_64.whl")
+    provenance = data["provenance"]
+    assert provenance["device_code"] == [{"path": "causal_conv1d_cuda.cpython-311-x86_64-linux-"
+                                          "gnu.so", "sass": ["sm_120"], "ptx": []}]
+    assert provenance["smoke"][:2] == ["imported causal_conv1d", "imported causal_conv1d_cuda"]
+    assert [p["file"] for p in provenance["patches"]] == [
+        "0001-honour-torch-cuda-arch-list.patch", "0002-clear-error-without-nvcc.patch",
+        "0003-never-download-prebuilt-wheel.patch"]
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = zf.read("causal_conv1d-1.7.0+cu.13.0.torch.2.14.sm.120.dist-info/METADATA")
+    assert b"Requires-Dist: torch==2.14.*\n" in metadata
+    assert b"Requires-Dist: torch\n" not in metadata
+    assert list((tmp_path / "out").iterdir()) == [wheel]
