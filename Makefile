@@ -1,0 +1,54 @@
+# wheelsmith developer and user entry points. Each target does its own set-up.
+#   make demo   build causal-conv1d for sm_120, verify it, install it in a scratch venv, import it
+#   make test   lint, type-check and run the tests (including real nvcc builds)
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+WS := $(BIN)/wheelsmith
+DEMO_WHEEL = $(firstword $(wildcard wheelhouse/causal_conv1d-1.7.0+cu.13.0.torch.2.14.sm.120-*.whl))
+
+.PHONY: demo test lint typecheck unit test-gpu bench schema clean
+
+$(BIN)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "wheelsmith needs Python >= 3.10")'
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
+	  echo "error: $(PYTHON) cannot create virtual environments"; \
+	  echo "hint: on Debian/Ubuntu run: sudo apt install python3-venv"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(BIN)/.installed
+	$(WS) build causal-conv1d --arch 12.0
+	$(WS) verify $(DEMO_WHEEL) --arch 12.0
+	rm -rf build/demo-venv
+	$(PYTHON) -m venv build/demo-venv
+	build/demo-venv/bin/python -m pip install --quiet $(DEMO_WHEEL)
+	cd build && demo-venv/bin/python -W ignore -c 'import causal_conv1d, causal_conv1d_cuda; \
+	  print("imported causal_conv1d", causal_conv1d.__version__, "from", causal_conv1d_cuda.__file__)'
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check src tests bench
+
+typecheck: $(BIN)/.installed
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/pytest
+
+unit: $(BIN)/.installed
+	$(BIN)/pytest -m "not toolchain and not slow"
+
+test-gpu: $(BIN)/.installed
+	$(BIN)/pytest -m gpu
+
+bench: $(BIN)/.installed
+	$(BIN)/python bench/build_speed.py
+
+schema: $(BIN)/.installed
+	$(WS) schema > recipes/recipe.schema.json
+
+clean:
+	rm -rf build wheelhouse .pytest_cache .mypy_cache .ruff_cache
