@@ -108,4 +108,5 @@ def build_env(
     env[plan.recipe.arch.env] = plan.recipe.arch.render(plan.archs)
     env.update(dict(plan.recipe.env))
     env.update(dict(plan.release.env))
+    env.update(dict(plan.extra_env))
     return env

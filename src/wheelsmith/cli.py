@@ -71,19 +71,22 @@ def main(verbose: int) -> None:
               show_default=True, help="Sources, logs and scratch files.")
 @click.option("--jobs", type=click.IntRange(min=1), help="MAX_JOBS (default: from cores and "
               "free memory).")
+@click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
+              help="Extra variable for the package's build (part of the content key), e.g. "
+                   "NVCC_APPEND_FLAGS=--split-compile=0.")
 @click.option("--rebuild", is_flag=True, help="Build even if an identical build is in --out, "
               "and replace it.")
 @click.option("--keep-work", is_flag=True, help="Keep the patched source after success.")
 @json_option
 def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Path,
-          out_dir: Path, work_dir: Path, jobs: int | None, rebuild: bool, keep_work: bool,
-          as_json: bool) -> None:
+          out_dir: Path, work_dir: Path, jobs: int | None, env: tuple[str, ...], rebuild: bool,
+          keep_work: bool, as_json: bool) -> None:
     """Build RECIPE into a wheel that provably carries device code for --arch."""
     name, _, version = recipe.partition("==")
     request = pipeline.BuildRequest(
         recipe=name, version=version or None, archs=pipeline.parse_archs(archs),
         toolchain=toolchain, python=python, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
-        rebuild=rebuild, keep_work=keep_work)
+        env=pipeline.parse_env(env), rebuild=rebuild, keep_work=keep_work)
     with console.TerminalReporter() as reporter:
         result = pipeline.build(request, reporter)
     if as_json:
@@ -93,8 +96,12 @@ def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Pa
         return
     click.echo(str(result.wheel))
     for item in result.provenance.get("device_code", []):
-        click.echo(f"  {item['path']}: SASS {', '.join(item['sass']) or '-'}; "
-                   f"PTX {', '.join(item['ptx']) or '-'}", err=True)
+        _echo_device_code(item, err=True)
+
+
+def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:
+    click.echo(f"  {item['path']}: SASS {', '.join(item['sass']) or '-'}; "
+               f"PTX {', '.join(item['ptx']) or '-'}", err=err)
 
 
 @main.command()
@@ -117,8 +124,7 @@ def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[st
         if not as_json:
             click.echo(f"ok: {wheel.name} carries exactly {requested}")
             for item in inventory:
-                click.echo(f"  {item.path}: SASS {', '.join(sorted(item.sass)) or '-'}; "
-                           f"PTX {', '.join(sorted(item.ptx)) or '-'}")
+                _echo_device_code(item.as_dict(), err=False)
     if as_json:
         _emit_json({"ok": True, "archs": str(requested), "wheels": results})
 

@@ -40,6 +40,7 @@ from wheelsmith.toolchain import (
     ensure_tools,
     find_profile,
     preflight,
+    system_cuobjdump,
     system_toolchain,
 )
 from wheelsmith.verify import check, verify_wheel
@@ -74,6 +75,7 @@ class BuildRequest:
     out_dir: Path = Path("wheelhouse")
     work_dir: Path = Path("build/wheelsmith")
     jobs: int | None = None
+    env: tuple[tuple[str, str], ...] = ()
     rebuild: bool = False
     keep_work: bool = False
 
@@ -107,7 +109,8 @@ def build(request: BuildRequest, reporter: Reporter | None = None) -> BuildResul
     report.stage("toolchain", request.toolchain or "default profile")
     toolchain = resolve_toolchain(request.toolchain, request.python)
     preflight(toolchain, archs, recipe.arch.min_cuda)
-    plan = BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain)
+    plan = BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
+                     extra_env=request.env)
     existing = _up_to_date(plan, request.out_dir.resolve(), rebuild=request.rebuild)
     if existing is not None:
         report.stage("up to date", existing.name)
@@ -159,12 +162,17 @@ def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> Bui
 
 
 def cuobjdump_for(toolchain: Toolchain | None, python: Path) -> Path:
-    """$WHEELSMITH_CUOBJDUMP, the toolchain's own, else the default profile's tools venv."""
+    """Which cuobjdump reads device code, first found of: $WHEELSMITH_CUOBJDUMP, the
+    toolchain's own, an installed CUDA toolkit's, else the default profile's pinned tools venv
+    (installed from PyPI on first use)."""
     explicit = os.environ.get("WHEELSMITH_CUOBJDUMP")
     if explicit:
         return Path(explicit)
     if toolchain is not None and toolchain.cuobjdump is not None:
         return toolchain.cuobjdump
+    installed = system_cuobjdump()
+    if installed is not None:
+        return installed
     toolchains = locations.project_root() / "toolchains"
     profile = find_profile(toolchains, default_profile_name(toolchains))
     return ensure_tools(profile, python, locations.cache_dir())
@@ -224,6 +232,7 @@ def _provenance(plan: BuildPlan, inventory: list[DeviceCode], *,
         "toolchain": {**toolchain.identity(), "channel": toolchain.channel()},
         "nvcc": str(toolchain.nvcc_version),
         "archs_requested": str(plan.archs),
+        "extra_env": dict(plan.extra_env),
         "device_code": [d.as_dict() for d in inventory],
         "build": {"seconds": seconds, "max_jobs": parallelism.jobs,
                   "nvcc_threads": parallelism.nvcc_threads,
@@ -251,6 +260,18 @@ def _write_output(plan: BuildPlan, raw: Path, request: BuildRequest,
                               hint="pass --rebuild to replace it")
     WheelName.parse(final.name)  # the stamped name must stay a valid wheel filename
     return final
+
+
+def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """`--env KEY=VALUE` values; a value without '=' is an error naming it."""
+    pairs = []
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--env: '{value}' is not KEY=VALUE",
+                             hint="e.g. --env NVCC_APPEND_FLAGS=--split-compile=0")
+        pairs.append((key, text))
+    return tuple(sorted(pairs))
 
 
 def parse_archs(values: tuple[str, ...]) -> ArchSet | None:

@@ -24,14 +24,18 @@ class BuildPlan:
     release: Release
     archs: ArchSet
     toolchain: Toolchain
+    extra_env: tuple[tuple[str, str], ...] = ()  # --env KEY=VALUE from the command line
 
     def key_inputs(self) -> dict[str, Any]:
-        return {
+        inputs = {
             "recipe": canonical(self.recipe, self.release),
             "toolchain": self.toolchain.identity(),
             "archs": str(self.archs),
             "python": self.toolchain.python_version,
         }
+        if self.extra_env:
+            inputs["extra_env"] = dict(self.extra_env)
+        return inputs
 
     @property
     def key(self) -> str:

@@ -278,6 +278,15 @@ def system_cuda_home() -> Path:
     return Path("/usr/local/cuda")
 
 
+def system_cuobjdump() -> Path | None:
+    """cuobjdump of an installed CUDA toolkit (CUDA_HOME first, then PATH), if any."""
+    candidate = system_cuda_home() / "bin" / "cuobjdump"
+    if candidate.is_file():
+        return candidate
+    found = shutil.which("cuobjdump")
+    return Path(found) if found else None
+
+
 def system_toolchain(python: Path) -> Toolchain:
     cuda_home = system_cuda_home()
     if not (cuda_home / "bin" / "nvcc").is_file():
@@ -290,7 +299,6 @@ def system_toolchain(python: Path) -> Toolchain:
     if not info.get("torch_cuda"):
         raise ToolchainError(f"the torch in {python} is a CPU-only build ({info['torch']})",
                              hint="a CUDA extension needs a CUDA build of torch")
-    cuobjdump = cuda_home / "bin" / "cuobjdump"
     return Toolchain(
         name=SYSTEM,
         python=python,
@@ -299,7 +307,7 @@ def system_toolchain(python: Path) -> Toolchain:
         torch_version=Version(info["torch"]),
         torch_cuda=Version(info["torch_cuda"]),
         nvcc_version=nvcc_version(cuda_home / "bin" / "nvcc"),
-        cuobjdump=cuobjdump if cuobjdump.is_file() else None,
+        cuobjdump=system_cuobjdump(),
         pins=(),
     )
 
