@@ -17,16 +17,6 @@ from wheelsmith.toolchain import Toolchain
 
 pytestmark = pytest.mark.toolchain
 
-TINY_RECIPE = """package: {name}
-arch:
-  default: ["12.0"]
-smoke:
-  import: [tiny_ext]
-versions:
-  - version: "0.1.0"
-    source:
-      path: {path}
-"""
 
 
 def add_variant(project: Path, name: str, edit: tuple[str, str] | None = None) -> Path:
@@ -39,7 +29,9 @@ def add_variant(project: Path, name: str, edit: tuple[str, str] | None = None) -
         assert edit[0] in text
         text = text.replace(*edit)
     setup.write_text(text)
-    (project / "recipes" / f"{name}.yaml").write_text(TINY_RECIPE.format(name=name, path=source))
+    recipe = (FIXTURES / "tiny-ext.recipe.yaml").read_text()
+    recipe = recipe.replace("package: tiny-ext", f"package: {name}").replace("PATH", str(source))
+    (project / "recipes" / f"{name}.yaml").write_text(recipe)
     return source
 
 

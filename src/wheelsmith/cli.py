@@ -17,6 +17,8 @@ from wheelsmith import __version__, console, locations, pipeline
 from wheelsmith.errors import RecipeError, WheelsmithError
 from wheelsmith.recipe import load_recipe, recipe_files, schema_json
 
+INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
 
 class Main(click.Group):
     """Catches WheelsmithError once, renders it, and exits with its code."""
@@ -30,6 +32,10 @@ class Main(click.Group):
                 click.echo(json.dumps(console.error_json(error), indent=2))
             console.render_error(error)
             ctx.exit(error.exit_code)
+        except KeyboardInterrupt:
+            click.echo("\ninterrupted: nothing was written to the output; partial work is in "
+                       "the work directory", err=True)
+            ctx.exit(INTERRUPTED)
 
 
 def _emit_json(data: Any) -> None:
