@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from wheelsmith import __version__, console, locations, pipeline
-from wheelsmith.errors import RecipeError, WheelsmithError
+from wheelsmith import __version__, console, index, locations, pipeline, publish
+from wheelsmith.errors import IndexDriftError, RecipeError, WheelsmithError
 from wheelsmith.recipe import load_recipe, recipe_files, schema_json
 
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -49,6 +49,9 @@ def _json_flag(ctx: click.Context, _: click.Parameter, value: bool) -> bool:
 
 json_option = click.option("--json", "as_json", is_flag=True, callback=_json_flag,
                            is_eager=True, help="Print a machine-readable result on stdout.")
+index_option = click.option("--index", "index_dir", type=click.Path(path_type=Path),
+                            default=Path("index"), show_default=True,
+                            help="The local index directory.")
 arch_option = click.option(
     "--arch", "archs", multiple=True, metavar="ARCHS",
     help="Compute capability to build/check, e.g. 12.0; repeat or use '9.0;12.0'; "
@@ -83,10 +86,13 @@ def main(verbose: int) -> None:
 @click.option("--rebuild", is_flag=True, help="Build even if an identical build is in --out, "
               "and replace it.")
 @click.option("--keep-work", is_flag=True, help="Keep the patched source after success.")
+@click.option("--publish", "publish_to", is_flag=True,
+              help="Publish the verified wheel to --index afterwards.")
+@index_option
 @json_option
 def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Path,
           out_dir: Path, work_dir: Path, jobs: int | None, env: tuple[str, ...], rebuild: bool,
-          keep_work: bool, as_json: bool) -> None:
+          keep_work: bool, publish_to: bool, index_dir: Path, as_json: bool) -> None:
     """Build RECIPE into a wheel that provably carries device code for --arch."""
     name, _, version = recipe.partition("==")
     request = pipeline.BuildRequest(
@@ -95,10 +101,13 @@ def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Pa
         env=pipeline.parse_env(env), rebuild=rebuild, keep_work=keep_work)
     with console.TerminalReporter() as reporter:
         result = pipeline.build(request, reporter)
+        published = publish.publish(result.wheel, index_dir) if publish_to else None
+        if published is not None:
+            reporter.stage("publish", f"{published.status}: {index_dir}/{published.page}")
     if as_json:
         _emit_json({"ok": True, "wheel": str(result.wheel), "up_to_date": result.up_to_date,
                     "log": str(result.log) if result.log else None,
-                    "provenance": result.provenance})
+                    "published": _published_json(published), "provenance": result.provenance})
         return
     click.echo(str(result.wheel))
     for item in result.provenance.get("device_code", []):
@@ -179,3 +188,103 @@ def _display(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+def _published_json(published: publish.Published | None) -> dict[str, str] | None:
+    if published is None:
+        return None
+    return {"filename": published.filename, "channel": published.channel,
+            "status": published.status, "page": published.page}
+
+
+@main.command("publish")
+@click.argument("wheels", nargs=-1, required=True, type=click.Path(path_type=Path))
+@index_option
+@click.option("--channel", help="Channel to publish into (default: the toolchain channel in "
+              "the wheel's provenance, e.g. cu130-torch2.14).")
+@json_option
+def publish_command(wheels: tuple[Path, ...], index_dir: Path, channel: str | None,
+                    as_json: bool) -> None:
+    """Publish WHEELS to the local index. Identical bytes again: no-op; other bytes: refused."""
+    results = [publish.publish(wheel, index_dir, channel=channel) for wheel in wheels]
+    if as_json:
+        _emit_json({"ok": True, "published": [_published_json(r) for r in results]})
+        return
+    for result in results:
+        click.echo(f"{result.status}: {result.filename} -> {index_dir}/{result.page}")
+
+
+@main.command("yank")
+@click.argument("filename")
+@index_option
+@click.option("--reason", help="Why (shown by pip and uv). Required unless --undo.")
+@click.option("--undo", is_flag=True, help="Rescind an earlier yank.")
+def yank_command(filename: str, index_dir: Path, reason: str | None, undo: bool) -> None:
+    """Yank FILENAME: installers skip it unless it is pinned exactly. Nothing is deleted."""
+    if not undo and not reason:
+        raise click.UsageError("--reason is required, e.g. --reason 'wrong results on sm_103'")
+    record = publish.yank(index_dir, Path(filename).name, None if undo else reason)
+    click.echo(f"{'unyanked' if undo else 'yanked'}: {record.filename}")
+
+
+@main.group("index")
+def index_group() -> None:
+    """Maintain the local index: verify it, regenerate its pages."""
+
+
+@index_group.command("check")
+@index_option
+@json_option
+def index_check(index_dir: Path, as_json: bool) -> None:
+    """Re-verify every file against the ledger and every page against the ledger."""
+    report = index.check(index_dir)
+    if as_json:
+        _emit_json({"ok": not report.problems, "files": report.files,
+                    "problems": report.problems, "notes": report.notes})
+    else:
+        for note in report.notes:
+            click.echo(f"note: {note}", err=True)
+    if report.problems:
+        raise IndexDriftError(f"{len(report.problems)} problem(s) in {index_dir}",
+                              findings=report.problems,
+                              hint="pages: `wheelsmith index rebuild`; files: restore them "
+                                   "from a backup (the ledger has their sha256)")
+    if not as_json:
+        click.echo(f"ok: {report.files} file(s) match the ledger; every page is current")
+
+
+@index_group.command("rebuild")
+@index_option
+def index_rebuild(index_dir: Path) -> None:
+    """Regenerate every page from the ledger (files are never touched)."""
+    count = index.rebuild(index_dir)
+    click.echo(f"ok: {count} page(s) regenerated from {index_dir}/ledger.jsonl")
+
+
+@main.command("serve")
+@index_option
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+def serve_command(index_dir: Path, host: str, port: int) -> None:
+    """Serve the index read-only over HTTP (HTML/JSON negotiation, .metadata, no PyPI)."""
+    from wheelsmith.serve import make_server  # noqa: PLC0415 - only this command needs it
+
+    if not (index_dir / "ledger.jsonl").is_file():
+        raise IndexDriftError(f"{index_dir} is not a wheelsmith index (no ledger.jsonl)",
+                              hint="publish a wheel first, or pass --index")
+    server = make_server(index_dir, host, port)
+    console.setup_logging(max(1, _verbosity()))
+    bound = f"http://{host}:{server.server_address[1]}"
+    channels = sorted(p.parent.name for p in index_dir.glob("*/simple/index.html"))
+    click.echo(f"serving {index_dir} at {bound}/ (Ctrl-C stops)", err=True)
+    for channel in channels:
+        click.echo(f"  pip install --index-url {bound}/{channel}/simple/ PACKAGE", err=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+
+def _verbosity() -> int:
+    ctx = click.get_current_context().find_root()
+    return int(ctx.params.get("verbose", 0))

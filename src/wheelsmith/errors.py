@@ -132,3 +132,21 @@ class OutputError(WheelsmithError):
     """Writing the result would lose or overwrite something."""
 
     exit_code = 11
+
+
+class PublishError(WheelsmithError):
+    """A wheel cannot be published (invalid, no channel, against the channel's rules)."""
+
+    exit_code = 12
+
+
+class FileConflictError(WheelsmithError):
+    """A file of this name was published before with other bytes; published files never change."""
+
+    exit_code = 13
+
+
+class IndexDriftError(VerifyError):
+    """`index check` found files or pages that disagree with the ledger."""
+
+    exit_code = 14

@@ -7,7 +7,7 @@ import fcntl
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 CHUNK = 1 << 20
@@ -76,6 +76,20 @@ def place_no_clobber(tmp: Path, final: Path) -> bool:
         tmp.unlink(missing_ok=True)
     fsync_dir(final.parent)
     return True
+
+
+def store_no_clobber(final: Path, write: Callable[[Path], object]) -> bool:
+    """Create `final` via a temp file that `write` fills, fsynced, without ever overwriting.
+
+    Returns False (and writes nothing) when `final` already exists.
+    """
+    if final.exists():
+        return False
+    with temp_file_in(final.parent) as tmp:
+        write(tmp)
+        with tmp.open("rb") as handle:
+            os.fsync(handle.fileno())
+        return place_no_clobber(tmp, final)
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ import csv
 import hashlib
 import io
 import re
+import stat
 import time
 import zipfile
 from collections.abc import Callable
@@ -76,17 +77,39 @@ def check(wheel: Path) -> list[str]:
         return [f"not a readable zip file: {exc}"]
 
 
+BOMB_RATIO = 50
+BOMB_FLOOR = 64 << 20
+INTERPRETER_RE = re.compile(r"\.data/scripts/(python|pythonw|python3(\.\d+)?)$")
+
+
 def _unsafe_members(zf: zipfile.ZipFile) -> list[str]:
     problems = []
     names = zf.namelist()
     if len(set(names)) != len(names):
         problems.append("duplicate member names")
     for member in zf.infolist():
-        path = PurePosixPath(member.filename)
-        if path.is_absolute() or ".." in path.parts or "\\" in member.filename:
-            problems.append(f"unsafe member path: {member.filename}")
-        if member.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            problems.append(f"member {member.filename} uses an unsupported compression")
+        problems += _member_problems(member)
+    unpacked = sum(m.file_size for m in zf.infolist())
+    packed = sum(m.compress_size for m in zf.infolist())
+    if unpacked > BOMB_FLOOR and unpacked > BOMB_RATIO * max(packed, 1):
+        problems.append(f"unpacks to {unpacked} bytes from {packed}: looks like a zip bomb")
+    return problems
+
+
+def _member_problems(member: zipfile.ZipInfo) -> list[str]:
+    name = member.filename
+    path = PurePosixPath(name)
+    problems = []
+    if path.is_absolute() or ".." in path.parts or "\\" in name or re.match(r"^[A-Za-z]:", name):
+        problems.append(f"unsafe member path: {name}")
+    if any(ord(c) < 32 for c in name):
+        problems.append(f"member name with control characters: {name!r}")
+    if stat.S_ISLNK(member.external_attr >> 16):
+        problems.append(f"member {name} is a symbolic link")
+    if member.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        problems.append(f"member {name} uses an unsupported compression")
+    if INTERPRETER_RE.search(name):
+        problems.append(f"member {name} would overwrite the Python interpreter")
     return problems
 
 

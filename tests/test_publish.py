@@ -1,0 +1,196 @@
+"""Publishing: validated wheels only, identical bytes are a no-op, other bytes are refused,
+yanks, and `index check`/`index rebuild` against the ledger."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wheelsmith
+from tests.wheels import make_wheel
+from wheelsmith import index, ledger
+from wheelsmith.errors import FileConflictError, PublishError
+from wheelsmith.publish import publish, yank
+
+CHANNEL = "cu130-torch2.14"
+
+
+@pytest.fixture
+def wheels(tmp_path: Path) -> Path:
+    directory = tmp_path / "wheels"
+    directory.mkdir()
+    return directory
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "index"
+
+
+def test_publish_writes_file_sidecar_ledger_and_pages(wheels: Path, root: Path) -> None:
+    wheel = make_wheel(wheels, "demo-ext", "1.0.0")
+    result = publish(wheel, root, channel=CHANNEL)
+    assert (result.status, result.page) == ("published", f"{CHANNEL}/simple/demo-ext/")
+    state = ledger.read(root)
+    record = state.by_filename[wheel.name]
+    assert (root / record.path).read_bytes() == wheel.read_bytes()
+    assert (root / (record.path + ".metadata")).read_bytes().startswith(b"Metadata-Version")
+    page = json.loads((root / CHANNEL / "simple" / "demo-ext" / "index.json").read_text())
+    assert [f["filename"] for f in page["files"]] == [wheel.name]
+    assert page["meta"] == {"api-version": "1.1"}
+    assert index.check(root).problems == []
+
+
+def test_identical_republish_is_a_no_op(wheels: Path, root: Path) -> None:
+    wheel = make_wheel(wheels, "demo-ext", "1.0.0")
+    publish(wheel, root, channel=CHANNEL)
+    before = (root / "ledger.jsonl").read_bytes()
+    assert publish(wheel, root, channel=CHANNEL).status == "already published"
+    assert (root / "ledger.jsonl").read_bytes() == before
+
+
+def test_same_filename_with_other_bytes_is_refused(tmp_path: Path, wheels: Path,
+                                                   root: Path) -> None:
+    first = make_wheel(wheels, "demo-ext", "1.0.0")
+    publish(first, root, channel=CHANNEL)
+    other_dir = tmp_path / "rebuilt"
+    other_dir.mkdir()
+    second = make_wheel(other_dir, "demo-ext", "1.0.0", files={"demo_ext/__init__.py": b"x=2\n"})
+    with pytest.raises(FileConflictError) as caught:
+        publish(second, root, channel=CHANNEL)
+    record = ledger.read(root).by_filename[first.name]
+    assert caught.value.exit_code == 13
+    assert caught.value.message == (
+        f"{first.name} was published on {record.upload_time} with sha256 {record.sha256}; this "
+        f"file has {hashlib.sha256(second.read_bytes()).hexdigest()}")
+    assert (root / record.path).read_bytes() == first.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("breakage", "message"),
+    [
+        ("not-a-zip", "refusing to publish demo_ext-1.0.0-cp311-cp311-linux_x86_64.whl: it is not "
+         "a valid wheel: not a readable zip file: File is not a zip file"),
+        ("tampered", "refusing to publish demo_ext-1.0.0-cp311-cp311-linux_x86_64.whl: it is not "
+         "a valid wheel: RECORD hash of demo_ext/__init__.py does not match its content"),
+        ("dotdot", "refusing to publish demo_ext-1.0.0-cp311-cp311-linux_x86_64.whl: it is not a "
+         "valid wheel: unsafe member path: ../evil.py"),
+        ("renamed", "refusing to publish demo_ext-1.0.0-cp311-cp311-linux_x86_64.whl: it is not "
+         "a valid wheel: METADATA Name 'other-pkg' does not match the filename"),
+    ],
+)
+def test_invalid_wheel_is_refused_and_nothing_is_written(wheels: Path, root: Path,
+                                                         breakage: str, message: str) -> None:
+    wheel = wheels / "demo_ext-1.0.0-cp311-cp311-linux_x86_64.whl"
+    if breakage == "not-a-zip":
+        wheel.write_text("hello")
+    elif breakage == "renamed":
+        make_wheel(wheels, "other-pkg", "1.0.0").rename(wheel)
+    else:
+        source = make_wheel(wheels, "demo-ext", "1.0.0")
+        with zipfile.ZipFile(source) as zin:
+            items = {n: zin.read(n) for n in zin.namelist()}
+        if breakage == "tampered":
+            items["demo_ext/__init__.py"] = b"import os; os.system('evil')\n"
+        else:
+            items["../evil.py"] = b"x"
+        with zipfile.ZipFile(wheel, "w") as zout:
+            for name, data in items.items():
+                zout.writestr(name, data)
+    with pytest.raises(PublishError) as caught:
+        publish(wheel, root, channel=CHANNEL)
+    assert caught.value.message == message
+    assert not (root / "ledger.jsonl").exists()
+    assert not (root / "files").exists()
+
+
+def test_wheel_without_provenance_needs_a_channel(wheels: Path, root: Path) -> None:
+    wheel = make_wheel(wheels, "demo-ext", "1.0.0")
+    with pytest.raises(PublishError) as caught:
+        publish(wheel, root)
+    assert caught.value.message == (f"{wheel.name} has no wheelsmith provenance, so its channel "
+                                    "is unknown")
+    assert caught.value.hint == "pass --channel, e.g. --channel cu130-torch2.14"
+
+
+def test_same_bytes_can_be_listed_in_two_channels(wheels: Path, root: Path) -> None:
+    wheel = make_wheel(wheels, "fla-core", "0.6.0", tags="py3-none-any")
+    publish(wheel, root, channel="cu130-torch2.14")
+    publish(wheel, root, channel="cu130-torch2.13")
+    for channel in ("cu130-torch2.14", "cu130-torch2.13"):
+        page = json.loads((root / channel / "simple" / "fla-core" / "index.json").read_text())
+        assert [f["filename"] for f in page["files"]] == [wheel.name]
+    assert len(list((root / "files").glob("*/*/*.whl"))) == 1
+
+
+def test_yank_marks_pages_and_can_be_undone(wheels: Path, root: Path) -> None:
+    wheel = make_wheel(wheels, "demo-ext", "1.0.0")
+    publish(wheel, root, channel=CHANNEL)
+    yank(root, wheel.name, "wrong results on sm_103")
+    page = root / CHANNEL / "simple" / "demo-ext"
+    assert json.loads((page / "index.json").read_text())["files"][0]["yanked"] == (
+        "wrong results on sm_103")
+    assert 'data-yanked="wrong results on sm_103"' in (page / "index.html").read_text()
+    yank(root, wheel.name, None)
+    assert json.loads((page / "index.json").read_text())["files"][0]["yanked"] is False
+    assert (root / ledger.read(root).by_filename[wheel.name].path).is_file()
+
+
+def test_publishing_touches_only_that_projects_pages(wheels: Path, root: Path) -> None:
+    for name in ("alpha", "beta", "gamma"):
+        publish(make_wheel(wheels, name, "1.0.0"), root, channel=CHANNEL)
+    others = [root / CHANNEL / "simple" / n / f for n in ("alpha", "gamma")
+              for f in ("index.html", "index.json")]
+    before = {p: p.stat().st_mtime_ns for p in others}
+    publish(make_wheel(wheels, "beta", "1.1.0"), root, channel=CHANNEL)
+    assert {p: p.stat().st_mtime_ns for p in others} == before
+
+
+def test_check_reports_drift_and_rebuild_fixes_pages_only(wheels: Path, root: Path) -> None:
+    wheel = make_wheel(wheels, "demo-ext", "1.0.0")
+    publish(wheel, root, channel=CHANNEL)
+    record = ledger.read(root).by_filename[wheel.name]
+    page = root / CHANNEL / "simple" / "demo-ext" / "index.html"
+    page.write_text("<html>edited by hand</html>")
+    (root / record.path).write_bytes(b"corrupted")
+    report = index.check(root)
+    assert report.problems == [
+        f"{record.path}: size 9, the ledger says {record.size}",
+        f"{record.path}: sha256 differs from the ledger (the file was altered)",
+        f"page {CHANNEL}/simple/demo-ext/index.html differs from the ledger (run `wheelsmith "
+        "index rebuild`)"]
+    index.rebuild(root)
+    assert index.check(root).problems == [f"{record.path}: size 9, the ledger says {record.size}",
+                                          f"{record.path}: sha256 differs from the ledger (the "
+                                          "file was altered)"]
+
+
+def test_cli_publish_conflict_and_check_exit_codes(tmp_path: Path, wheels: Path,
+                                                   root: Path) -> None:
+    wheel = make_wheel(wheels, "demo-ext", "1.0.0")
+    ok = wheelsmith("publish", str(wheel), "--index", str(root), "--channel", CHANNEL,
+                    cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout == f"published: {wheel.name} -> {root}/{CHANNEL}/simple/demo-ext/\n"
+    rebuilt = tmp_path / "rebuilt"
+    rebuilt.mkdir()
+    other = make_wheel(rebuilt, "demo-ext", "1.0.0", files={"demo_ext/__init__.py": b"x=3\n"})
+    conflict = wheelsmith("publish", str(other), "--index", str(root), "--channel", CHANNEL,
+                          cwd=tmp_path)
+    assert conflict.returncode == 13
+    assert conflict.stderr.startswith(f"error: {wheel.name} was published on ")
+    assert wheelsmith("index", "check", "--index", str(root), cwd=tmp_path).returncode == 0
+    (root / ledger.read(root).by_filename[wheel.name].path).write_bytes(b"x")
+    drift = wheelsmith("index", "check", "--index", str(root), cwd=tmp_path)
+    assert drift.returncode == 14
+    assert drift.stderr.startswith(f"error: 2 problem(s) in {root}")
+
+
+def test_there_is_no_delete_command(tmp_path: Path) -> None:
+    result = wheelsmith("delete", "x.whl", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "No such command 'delete'" in result.stderr
