@@ -93,6 +93,11 @@ def test_second_build_is_up_to_date_and_rebuild_replaces(project: Path,
     assert (third["up_to_date"], third["wheel"]) == (False, first["wheel"])
     assert sorted(p.name for p in (project / "wheelhouse").iterdir()) == [
         Path(str(first["wheel"])).name]
+    published = build_json(project, "tiny-ext", "--publish", "--index", "idx")
+    assert published["published"] == {
+        "filename": Path(str(first["wheel"])).name, "channel": "cu130-torch2.14",
+        "status": "published", "page": "cu130-torch2.14/simple/tiny-ext/"}
+    assert wheelsmith("index", "check", "--index", "idx", cwd=project).returncode == 0
 
 
 def test_package_that_ignores_the_arch_list_fails_and_writes_nothing(

@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import wheelsmith
 from tests.wheels import make_wheel
 from wheelsmith import index, ledger
+from wheelsmith import publish as publish_module
 from wheelsmith.errors import FileConflictError, PublishError
 from wheelsmith.publish import publish, yank
 
@@ -194,3 +195,30 @@ def test_there_is_no_delete_command(tmp_path: Path) -> None:
     result = wheelsmith("delete", "x.whl", cwd=tmp_path)
     assert result.returncode == 2
     assert "No such command 'delete'" in result.stderr
+
+
+def test_interrupted_publish_is_finished_by_the_next_writer(wheels: Path, root: Path) -> None:
+    publish(make_wheel(wheels, "demo-ext", "1.0.0"), root, channel=CHANNEL)
+    second = make_wheel(wheels, "demo-ext", "1.1.0")
+    candidate = publish_module._inspect(second, CHANNEL)
+    publish_module._store(root, candidate)  # a publisher killed right after its commit point:
+    (root / index.JOURNAL).write_text(json.dumps([[CHANNEL, "demo-ext"]]))
+    ledger.append(root, ledger.publish_entry(candidate.record))  # ledger written, pages not
+    page = root / CHANNEL / "simple" / "demo-ext" / "index.json"
+    assert second.name not in page.read_text()
+    report = index.check(root)
+    assert report.problems == []
+    assert report.notes == ["recovered: regenerated the pages of an interrupted write: "
+                            "[['cu130-torch2.14', 'demo-ext']]"]
+    assert second.name in page.read_text()
+    assert not (root / index.JOURNAL).exists()
+
+
+def test_torn_ledger_line_is_cut_by_the_next_writer(wheels: Path, root: Path) -> None:
+    publish(make_wheel(wheels, "demo-ext", "1.0.0"), root, channel=CHANNEL)
+    with (root / "ledger.jsonl").open("a") as handle:
+        handle.write('{"action":"publish","chan')  # a writer died mid-line
+    assert len(ledger.read(root).by_filename) == 1
+    publish(make_wheel(wheels, "demo-ext", "1.1.0"), root, channel=CHANNEL)
+    lines = (root / "ledger.jsonl").read_text().splitlines()
+    assert [json.loads(line)["version"] for line in lines] == ["1.0.0", "1.1.0"]

@@ -206,12 +206,14 @@ def _published_json(published: publish.Published | None) -> dict[str, str] | Non
 def publish_command(wheels: tuple[Path, ...], index_dir: Path, channel: str | None,
                     as_json: bool) -> None:
     """Publish WHEELS to the local index. Identical bytes again: no-op; other bytes: refused."""
-    results = [publish.publish(wheel, index_dir, channel=channel) for wheel in wheels]
+    results = []
+    for wheel in wheels:  # each is complete (ledger + pages) when its line is printed
+        result = publish.publish(wheel, index_dir, channel=channel)
+        results.append(result)
+        if not as_json:
+            click.echo(f"{result.status}: {result.filename} -> {index_dir}/{result.page}")
     if as_json:
         _emit_json({"ok": True, "published": [_published_json(r) for r in results]})
-        return
-    for result in results:
-        click.echo(f"{result.status}: {result.filename} -> {index_dir}/{result.page}")
 
 
 @main.command("yank")

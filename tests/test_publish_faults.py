@@ -1,0 +1,95 @@
+"""Faults: concurrent publishers and publishers killed with SIGKILL at random moments.
+
+After every run, what a reader sees is consistent (every page lists only complete files with
+the right sha256), `index check` passes, and every publish that reported success is present.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.wheels import make_wheel
+from wheelsmith import ledger
+from wheelsmith.files import sha256_file
+
+CHANNEL = "cu130-torch2.14"
+ENV = dict(os.environ, PYTHONUNBUFFERED="1")
+
+
+def publisher(root: Path, wheels: list[Path]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "wheelsmith", "publish", "--index", str(root),
+                             "--channel", CHANNEL, *map(str, wheels)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
+
+
+def check(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wheelsmith", "index", "check", "--index",
+                           str(root)], capture_output=True, text=True, check=False)
+
+
+def assert_reader_view_consistent(root: Path) -> None:
+    """Without any recovery: every file a page lists is complete and has its sha256."""
+    for page in root.glob("*/simple/*/index.json"):
+        for entry in json.loads(page.read_text())["files"]:
+            path = (page.parent / entry["url"].replace("%2B", "+")).resolve()
+            assert path.is_file(), f"{page} lists a missing file {entry['filename']}"
+            assert sha256_file(path) == entry["hashes"]["sha256"], entry["filename"]
+
+
+def make_batch(directory: Path, project: str, count: int) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    return [make_wheel(directory, project, f"1.{n}.0", tags="py3-none-any",
+                       files={f"{project.replace('-', '_')}/__init__.py": os.urandom(20_000)})
+            for n in range(count)]
+
+
+def test_eight_concurrent_publishers(tmp_path: Path) -> None:
+    root = tmp_path / "index"
+    shared = make_batch(tmp_path / "shared", "common", 1)
+    batches = [make_batch(tmp_path / f"w{i}", f"project-{i}", 5) + shared for i in range(8)]
+    procs = [publisher(root, batch) for batch in batches]
+    outputs = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * 8, outputs
+    state = ledger.read(root)
+    assert len(state.by_filename) == 8 * 5 + 1
+    lines = (root / "ledger.jsonl").read_text().splitlines()
+    assert len(lines) == 41  # the shared wheel is in the ledger once; seven were no-ops
+    statuses = [line.split(":")[0] for out, _ in outputs for line in out.splitlines()]
+    assert statuses.count("published") == 41
+    assert statuses.count("already published") == 7
+    assert_reader_view_consistent(root)
+    result = check(root)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok: 41 file(s) match the ledger; every page is current\n"
+
+
+def test_publishers_killed_at_random_points_leave_a_consistent_index(tmp_path: Path) -> None:
+    root = tmp_path / "index"
+    rng = random.Random(20261130)
+    wheels = make_batch(tmp_path / "wheels", "demo-ext", 120)
+    reported: set[str] = set()
+    killed_mid_run = 0
+    for run in range(30):
+        batch = wheels[run * 4:run * 4 + 4]
+        proc = publisher(root, batch)
+        time.sleep(rng.uniform(0.1, 0.9))
+        proc.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=30)
+        killed_mid_run += proc.returncode == -signal.SIGKILL
+        reported |= set(re.findall(r"^published: (\S+)", out, re.MULTILINE))
+        assert_reader_view_consistent(root)
+        result = check(root)
+        assert result.returncode == 0, f"run {run}: {result.stderr}"
+        present = set(ledger.read(root).by_filename)
+        assert reported <= present, f"run {run}: reported but missing: {reported - present}"
+        assert not list(root.rglob(".tmp-*"))
+    assert killed_mid_run >= 10  # many runs really were killed, not finished
+    assert reported  # and some publishes completed before their kill
