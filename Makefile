@@ -45,6 +45,7 @@ test-gpu: $(BIN)/.installed
 	$(BIN)/pytest -m gpu
 
 bench: $(BIN)/.installed
+	$(BIN)/python bench/index_publish.py
 	$(BIN)/python bench/build_speed.py
 
 schema: $(BIN)/.installed

@@ -71,7 +71,8 @@ def main() -> None:
             up_s, up_size = upstream_build(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    rows = [("wheelsmith --arch 12.0", ws_s, ws_size), ("upstream (hard-coded list)", up_s, up_size)]
+    rows = [("wheelsmith --arch 12.0", ws_s, ws_size),
+            ("upstream (hard-coded list)", up_s, up_size)]
     print(f"{'build':<28} {'wall':>10} {'wheel MB':>10}")
     for name, seconds, size in rows:
         print(f"{name:<28} {seconds:>9.0f}s {size / 1e6:>10.1f}")

@@ -202,16 +202,15 @@ def test_interrupted_publish_is_finished_by_the_next_writer(wheels: Path, root: 
     second = make_wheel(wheels, "demo-ext", "1.1.0")
     candidate = publish_module._inspect(second, CHANNEL)
     publish_module._store(root, candidate)  # a publisher killed right after its commit point:
-    (root / index.JOURNAL).write_text(json.dumps([[CHANNEL, "demo-ext"]]))
     ledger.append(root, ledger.publish_entry(candidate.record))  # ledger written, pages not
     page = root / CHANNEL / "simple" / "demo-ext" / "index.json"
     assert second.name not in page.read_text()
     report = index.check(root)
     assert report.problems == []
-    assert report.notes == ["recovered: regenerated the pages of an interrupted write: "
-                            "[['cu130-torch2.14', 'demo-ext']]"]
+    assert report.notes == ["recovered: regenerated pages the last writer did not finish: "
+                            "[('cu130-torch2.14', 'demo-ext')]"]
     assert second.name in page.read_text()
-    assert not (root / index.JOURNAL).exists()
+    assert index.check(root).notes == []
 
 
 def test_torn_ledger_line_is_cut_by_the_next_writer(wheels: Path, root: Path) -> None:
@@ -222,3 +221,14 @@ def test_torn_ledger_line_is_cut_by_the_next_writer(wheels: Path, root: Path) ->
     publish(make_wheel(wheels, "demo-ext", "1.1.0"), root, channel=CHANNEL)
     lines = (root / "ledger.jsonl").read_text().splitlines()
     assert [json.loads(line)["version"] for line in lines] == ["1.0.0", "1.1.0"]
+
+
+def test_filtered_ledger_read_sees_exactly_one_projects_lines(wheels: Path, root: Path) -> None:
+    for name, version in [("alpha", "1.0.0"), ("alpha-beta", "1.0.0"), ("alpha", "1.1.0")]:
+        publish(make_wheel(wheels, name, version), root, channel=CHANNEL)
+    yank(root, "alpha-1.1.0-cp311-cp311-linux_x86_64.whl", "broken")
+    full = ledger.read(root)
+    only = ledger.read(root, project="alpha")
+    assert only.channels == {CHANNEL: {"alpha": full.channels[CHANNEL]["alpha"]}}
+    assert only.channels[CHANNEL]["alpha"].yanked == {
+        "alpha-1.1.0-cp311-cp311-linux_x86_64.whl": "broken"}

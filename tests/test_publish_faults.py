@@ -90,6 +90,6 @@ def test_publishers_killed_at_random_points_leave_a_consistent_index(tmp_path: P
         assert result.returncode == 0, f"run {run}: {result.stderr}"
         present = set(ledger.read(root).by_filename)
         assert reported <= present, f"run {run}: reported but missing: {reported - present}"
-        assert not list(root.rglob(".tmp-*"))
+        assert not list((root / ".tmp").iterdir())
     assert killed_mid_run >= 10  # many runs really were killed, not finished
     assert reported  # and some publishes completed before their kill

@@ -46,16 +46,23 @@ def temp_file_in(directory: Path, suffix: str = "") -> Iterator[Path]:
         path.unlink(missing_ok=True)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that readers see either the old or the new file, never half."""
-    with temp_file_in(path.parent) as tmp:
+def atomic_write_bytes(path: Path, data: bytes, tmp_dir: Path | None = None, *,
+                       durable: bool = True) -> None:
+    """Replace `path` with `data` so that readers see either the old or the new file, never half.
+
+    The temp file lives in `tmp_dir` (same filesystem) or next to `path`. The data is always
+    fsynced before the rename; `durable=False` skips the directory fsync after it, for files
+    that can be regenerated (after a power loss the old version may come back, never a torn one).
+    """
+    with temp_file_in(tmp_dir or path.parent) as tmp:
         with tmp.open("wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         tmp.chmod(0o644)
         tmp.replace(path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -78,14 +85,15 @@ def place_no_clobber(tmp: Path, final: Path) -> bool:
     return True
 
 
-def store_no_clobber(final: Path, write: Callable[[Path], object]) -> bool:
+def store_no_clobber(final: Path, write: Callable[[Path], object],
+                     tmp_dir: Path | None = None) -> bool:
     """Create `final` via a temp file that `write` fills, fsynced, without ever overwriting.
 
     Returns False (and writes nothing) when `final` already exists.
     """
     if final.exists():
         return False
-    with temp_file_in(final.parent) as tmp:
+    with temp_file_in(tmp_dir or final.parent) as tmp:
         write(tmp)
         with tmp.open("rb") as handle:
             os.fsync(handle.fileno())

@@ -1,38 +1,61 @@
-"""The index on disk: one lock, a journal for interrupted writers, pages, check and rebuild.
+"""The index on disk: one lock, recovery from interrupted writers, pages, check and rebuild.
 
-Every writer (publish, yank, rebuild) holds `.publish.lock` and, on taking it, first finishes
-whatever an interrupted writer left: a journal names the pages that writer was about to
-regenerate, so they are regenerated from the ledger (pages are pure functions of it), a torn
-ledger line is cut, and stray temp files go. Files are never rewritten or removed.
+Every writer (publish, yank, rebuild) holds `.publish.lock`. The ledger is the commit point;
+pages are regenerated after it. A watermark (`.pages-at`, the ledger size the pages were last
+brought up to) tells the next lock holder whether a writer died in between: if the ledger is
+longer, the pages of the projects in the lines past the watermark are regenerated (pages are
+pure functions of the ledger). A torn ledger line is cut and stray temp files go. Files are
+never rewritten or removed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelsmith import ledger, pages
-from wheelsmith.files import atomic_write_bytes, exclusive_lock, sha256_file
+from wheelsmith.files import atomic_write_bytes, exclusive_lock, sha256_file, temp_file_in
 from wheelsmith.ledger import IndexState
 
 log = logging.getLogger(__name__)
 
 LOCK = ".publish.lock"
-JOURNAL = ".journal.json"
-TMP_PREFIX = ".tmp-"
+WATERMARK = ".pages-at"
+TMP_DIR = ".tmp"  # every writer's temp files, so recovery need not walk the tree
+
+
+def tmp_dir(root: Path) -> Path:
+    path = root / TMP_DIR
+    path.mkdir(exist_ok=True)
+    return path
 
 
 @contextlib.contextmanager
-def locked(root: Path) -> Iterator[IndexState]:
-    """Hold the publish lock, recover from any interrupted writer, yield the ledger state."""
+def locked(root: Path, **only: str) -> Iterator[IndexState]:
+    """Hold the publish lock, recover from any interrupted writer, yield the ledger state
+    (only the lines about `project=`/`filename=` when given: O(1) work per publish)."""
     root.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(root / LOCK):
         recover(root)
-        yield ledger.read(root)
+        yield ledger.read(root, **only)
+
+
+def pages_done(root: Path) -> None:
+    """Record that the pages reflect the whole ledger (a hint: no fsync; if it is lost, the
+    next writer regenerates a little more than needed)."""
+    with temp_file_in(tmp_dir(root)) as tmp:
+        tmp.write_text(str(ledger.size(root)))
+        tmp.replace(root / WATERMARK)
+
+
+def _watermark(root: Path) -> int:
+    try:
+        return int((root / WATERMARK).read_text())
+    except (OSError, ValueError):
+        return 0
 
 
 def recover(root: Path) -> list[str]:
@@ -40,36 +63,32 @@ def recover(root: Path) -> list[str]:
     done = []
     if ledger.repair_torn_tail(root):
         done.append("cut a torn last ledger line")
-    journal = root / JOURNAL
-    if journal.is_file():
-        targets = json.loads(journal.read_text() or "[]")
+    mark, size = _watermark(root), ledger.size(root)
+    if mark != size:
+        targets = ledger.touched_since(root, mark if mark < size else 0)
         state = ledger.read(root)
         for channel, project in targets:
             write_pages(root, state, channel, project)
-        journal.unlink()
-        done.append(f"regenerated the pages of an interrupted write: {targets}")
-    for stray in root.rglob(f"{TMP_PREFIX}*"):
+        pages_done(root)
+        if targets:
+            done.append(f"regenerated pages the last writer did not finish: {targets}")
+    for stray in sorted((root / TMP_DIR).glob("*")):
         stray.unlink(missing_ok=True)
-        done.append(f"removed {stray.relative_to(root)}")
+        done.append(f"removed the partial file {stray.relative_to(root)}")
     for line in done:
         log.warning("index recovery: %s", line)
     return done
 
 
-@contextlib.contextmanager
-def journal(root: Path, targets: list[tuple[str, str]]) -> Iterator[None]:
-    """Record the pages about to change; removed once they have been written."""
-    atomic_write_bytes(root / JOURNAL, json.dumps(targets).encode())
-    yield
-    (root / JOURNAL).unlink()
-
-
-def write_pages(root: Path, state: IndexState, channel: str, project: str) -> None:
-    """Regenerate one project's pages, its channel's list and the root page."""
+def write_pages(root: Path, state: IndexState, channel: str, project: str, *,
+                lists: bool = True) -> None:
+    """Regenerate one project's pages and, with `lists`, its channel's list and the root page
+    (which need the whole ledger in `state`; a project's pages need only its own lines)."""
     wanted = pages.project_pages(state, channel, project) if project in state.channels.get(
         channel, {}) else {}
-    wanted.update(pages.channel_pages(state, channel))
-    wanted[Path("index.html")] = pages.root_html(sorted(state.channels))
+    if lists:
+        wanted.update(pages.channel_pages(state, channel))
+        wanted[Path("index.html")] = pages.root_html(sorted(state.channels))
     _write_changed(root, wanted)
 
 
@@ -79,7 +98,7 @@ def _write_changed(root: Path, wanted: dict[Path, bytes]) -> None:
         if target.is_file() and target.read_bytes() == data:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(target, data)
+        atomic_write_bytes(target, data, tmp_dir(root), durable=False)  # pages are derived
 
 
 def rebuild(root: Path) -> int:
@@ -87,6 +106,7 @@ def rebuild(root: Path) -> int:
     with locked(root) as state:
         wanted = pages.all_pages(state)
         _write_changed(root, wanted)
+        pages_done(root)
         return len(wanted)
 
 

@@ -63,26 +63,54 @@ class IndexState:
     def project(self, channel: str, project: str) -> ProjectState:
         return self.channels.setdefault(channel, {}).setdefault(project, ProjectState())
 
+    def add(self, record: FileRecord) -> None:
+        self.project(record.channel, record.project).files[record.filename] = record
+        self.by_filename[record.filename] = record
 
-def read(root: Path) -> IndexState:
+
+def read(root: Path, *, project: str | None = None, filename: str | None = None
+         ) -> IndexState:
+    """Fold the ledger. With `project`/`filename`, only the lines that mention them are parsed
+    (located by substring search, so a publish does not parse the whole ledger)."""
     state = IndexState()
     path = root / LEDGER
     if not path.is_file():
         return state
-    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-        if line.endswith("\n"):
+    text = path.read_text(encoding="utf-8")
+    needles = [n for n in (_needle("project", project), _needle("filename", filename)) if n]
+    for line in _lines_with(text, needles) if needles else text.splitlines(keepends=True):
+        if line.endswith("\n"):  # a line without one was torn by a dying writer
             _apply(state, json.loads(line))
     return state
+
+
+def _lines_with(text: str, needles: list[str]) -> list[str]:
+    starts: set[int] = set()
+    for needle in needles:
+        position = text.find(needle)
+        while position != -1:
+            starts.add(text.rfind("\n", 0, position) + 1)
+            position = text.find(needle, position + len(needle))
+    lines = []
+    for start in sorted(starts):
+        end = text.find("\n", start)
+        lines.append(text[start:] if end == -1 else text[start:end + 1])
+    return lines
+
+
+def _needle(key: str, value: str | None) -> str | None:
+    """The exact text `append` writes for key=value (sorted keys, compact separators)."""
+    return None if value is None else json.dumps({key: value}, separators=(",", ":"))[1:-1]
 
 
 def _apply(state: IndexState, entry: dict[str, Any]) -> None:
     action = entry.pop("action")
     if action == "publish":
-        record = FileRecord(**entry)
-        state.project(record.channel, record.project).files[record.filename] = record
-        state.by_filename[record.filename] = record
+        state.add(FileRecord(**entry))
         return
-    record = state.by_filename[entry["filename"]]
+    record = state.by_filename.get(entry["filename"])
+    if record is None:
+        return  # a yank of a file outside a filtered read
     yanked = state.project(record.channel, record.project).yanked
     if action == "yank":
         yanked[record.filename] = entry["reason"]
@@ -104,6 +132,32 @@ def repair_torn_tail(root: Path) -> bool:
     return True
 
 
+def size(root: Path) -> int:
+    path = root / LEDGER
+    return path.stat().st_size if path.is_file() else 0
+
+
+def touched_since(root: Path, offset: int) -> list[tuple[str, str]]:
+    """(channel, project) pairs whose pages the ledger lines after byte `offset` change."""
+    path = root / LEDGER
+    if not path.is_file():
+        return []
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        tail = handle.read().decode()
+    state = read(root)
+    touched: dict[tuple[str, str], None] = {}
+    for line in tail.splitlines():
+        entry = json.loads(line)
+        record = state.by_filename.get(entry["filename"])
+        if record is None:
+            continue
+        for channel, projects in state.channels.items():
+            if record.filename in projects.get(record.project, ProjectState()).files:
+                touched[(channel, record.project)] = None
+    return list(touched)
+
+
 def append(root: Path, entry: dict[str, Any]) -> None:
     """Append one line durably. Caller holds the publish lock."""
     line = (json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n").encode()
@@ -119,10 +173,11 @@ def publish_entry(record: FileRecord) -> dict[str, Any]:
     return {"action": "publish", **asdict(record)}
 
 
-def yank_entry(filename: str, reason: str | None) -> dict[str, Any]:
+def yank_entry(record: FileRecord, reason: str | None) -> dict[str, Any]:
+    entry = {"filename": record.filename, "project": record.project, "time": now()}
     if reason is None:
-        return {"action": "unyank", "filename": filename, "time": now()}
-    return {"action": "yank", "filename": filename, "reason": reason, "time": now()}
+        return {"action": "unyank", **entry}
+    return {"action": "yank", "reason": reason, **entry}
 
 
 def normalize(name: str) -> str:

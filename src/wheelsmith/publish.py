@@ -4,8 +4,9 @@ Order of one publish, under the index lock:
   1. check the wheel (valid zip, RECORD hashes, METADATA = filename, safe members)
   2. refuse a filename already published with other bytes (its own exit code)
   3. store the file and its `.metadata` sidecar (content-addressed, link(2): never clobbers)
-  4. journal the pages about to change, append the ledger line (the commit point)
-  5. regenerate that project's pages and the channel list (temp file + rename), drop the journal
+  4. append the ledger line, fsynced (the commit point)
+  5. regenerate that project's pages (and the channel list for a new project) by temp file +
+     rename, then move the pages watermark (see index.py) up to the ledger's end
 Publishing identical bytes again is a no-op.
 """
 
@@ -81,14 +82,18 @@ def _inspect(wheel: Path, channel: str | None) -> _Candidate:
 def publish(wheel: Path, root: Path, *, channel: str | None = None) -> Published:
     candidate = _inspect(wheel, channel)
     record = candidate.record
-    with index.locked(root) as state:
-        status = _decide(state, record)
+    with index.locked(root, project=record.project, filename=record.filename) as known:
+        status = _decide(known, record)
         if status == "already published":
             return Published(record.filename, record.channel, record.project, status)
+        new_project = record.project not in known.channels.get(record.channel, {})
         _store(root, candidate)
-        with index.journal(root, [(record.channel, record.project)]):
-            ledger.append(root, ledger.publish_entry(record))
-            index.write_pages(root, ledger.read(root), record.channel, record.project)
+        ledger.append(root, ledger.publish_entry(record))  # the commit point
+        known.add(record)
+        # a new project changes the channel's list, which needs the whole ledger
+        state = ledger.read(root) if new_project else known
+        index.write_pages(root, state, record.channel, record.project, lists=new_project)
+        index.pages_done(root)
     log.info("published %s to %s", record.filename, record.channel)
     return Published(record.filename, record.channel, record.project, "published")
 
@@ -128,23 +133,25 @@ def _store(root: Path, candidate: _Candidate) -> None:
     (its name contains its sha256), which `index check` verifies."""
     target = root / candidate.record.path
     target.parent.mkdir(parents=True, exist_ok=True)
-    store_no_clobber(target, lambda tmp: shutil.copyfile(candidate.wheel, tmp))
+    scratch = index.tmp_dir(root)
+    store_no_clobber(target, lambda tmp: shutil.copyfile(candidate.wheel, tmp), scratch)
     store_no_clobber(target.with_name(target.name + ".metadata"),
-                     lambda tmp: tmp.write_bytes(candidate.metadata))
+                     lambda tmp: tmp.write_bytes(candidate.metadata), scratch)
 
 
 def yank(root: Path, filename: str, reason: str | None) -> FileRecord:
     """Mark a file yanked (reason given) or not yanked (None) in every channel listing it."""
-    with index.locked(root) as state:
-        record = state.by_filename.get(filename)
+    with index.locked(root, filename=filename) as found:
+        record = found.by_filename.get(filename)
         if record is None:
             raise PublishError(f"{filename} is not in the index at {root}",
                                hint="yank takes a published file name, e.g. from the page")
+        state = ledger.read(root, project=record.project)
         channels = [(c, record.project) for c, projects in state.channels.items()
                     if record.project in projects and filename in projects[record.project].files]
-        with index.journal(root, channels):
-            ledger.append(root, ledger.yank_entry(filename, reason))
-            updated = ledger.read(root)
-            for channel, project in channels:
-                index.write_pages(root, updated, channel, project)
+        ledger.append(root, ledger.yank_entry(record, reason))
+        state = ledger.read(root, project=record.project)
+        for channel, project in channels:
+            index.write_pages(root, state, channel, project, lists=False)
+        index.pages_done(root)
     return record
