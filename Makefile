@@ -6,7 +6,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 WS := $(BIN)/wheelsmith
-DEMO_WHEEL = $(firstword $(wildcard wheelhouse/causal_conv1d-1.7.0+cu.13.0.torch.2.14.sm.120-*.whl))
 
 .PHONY: demo test lint typecheck unit test-gpu bench schema clean
 
@@ -21,13 +20,8 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 demo: $(BIN)/.installed
-	$(WS) build causal-conv1d --arch 12.0
-	$(WS) verify $(DEMO_WHEEL) --arch 12.0
-	rm -rf build/demo-venv
-	$(PYTHON) -m venv build/demo-venv
-	build/demo-venv/bin/python -m pip install --quiet $(DEMO_WHEEL)
-	cd build && demo-venv/bin/python -W ignore -c 'import causal_conv1d, causal_conv1d_cuda; \
-	  print("imported causal_conv1d", causal_conv1d.__version__, "from", causal_conv1d_cuda.__file__)'
+	mkdir -p build
+	WHEELSMITH=$(WS) PYTHON=$(PYTHON) scripts/demo.sh
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests bench
