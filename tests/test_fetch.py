@@ -129,6 +129,17 @@ def test_download_is_cached_by_content(tmp_path: Path, http_dir: Served) -> None
     assert http_dir.requests == ["/demo-1.0.0.tar.gz"]
 
 
+def test_corrupt_cache_entry_is_downloaded_again(tmp_path: Path, http_dir: Served) -> None:
+    sha = make_sdist(http_dir.root / "demo-1.0.0.tar.gz", {"setup.py": "print(1)\n"})
+    source = UrlSource(url=f"{http_dir.url}/demo-1.0.0.tar.gz", sha256=sha)
+    cache = tmp_path / "cache"
+    fetch(source, tmp_path / "a", cache)
+    cached_path(cache, sha).write_bytes(b"bit rot")
+    root = fetch(source, tmp_path / "b", cache)
+    assert (root / "setup.py").read_text() == "print(1)\n"
+    assert http_dir.requests == ["/demo-1.0.0.tar.gz", "/demo-1.0.0.tar.gz"]
+
+
 def test_pypi_source_is_found_by_sha256_on_a_simple_index(
     tmp_path: Path, http_dir: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:

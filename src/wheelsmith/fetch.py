@@ -27,7 +27,7 @@ from packaging.utils import canonicalize_name
 
 from wheelsmith import cmd
 from wheelsmith.errors import SourceError
-from wheelsmith.files import place_no_clobber, temp_file_in
+from wheelsmith.files import place_no_clobber, sha256_file, temp_file_in
 from wheelsmith.recipe import GitSource, LocalSource, PypiSource, Source, UrlSource
 
 log = logging.getLogger(__name__)
@@ -64,8 +64,11 @@ def download(source: PypiSource | UrlSource, cache: Path) -> Path:
     """The verified file for `source`, from the cache or downloaded into it."""
     target = cached_path(cache, source.sha256)
     if target.is_file():
-        log.info("using cached %s", target)
-        return target
+        if sha256_file(target) == source.sha256:
+            log.info("using cached %s", target)
+            return target
+        log.warning("cached %s is corrupt (sha256 differs); downloading it again", target)
+        target.unlink()
     if isinstance(source, PypiSource):
         url, name = pypi_sdist_url(source)
     else:
