@@ -14,7 +14,8 @@ from typing import Any
 import click
 
 from wheelsmith import __version__, console, index, locations, pipeline, publish
-from wheelsmith.errors import IndexDriftError, RecipeError, WheelsmithError
+from wheelsmith.arch import ArchParseError, ArchSet
+from wheelsmith.errors import IndexDriftError, RecipeError, UsageError, WheelsmithError
 from wheelsmith.recipe import load_recipe, recipe_files, schema_json
 
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -36,6 +37,28 @@ class Main(click.Group):
             click.echo("\ninterrupted: nothing was written to the output; partial work is in "
                        "the work directory", err=True)
             ctx.exit(INTERRUPTED)
+
+
+def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """`--env KEY=VALUE` values; a value without '=' is an error naming it."""
+    pairs = []
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--env: '{value}' is not KEY=VALUE",
+                             hint="e.g. --env NVCC_APPEND_FLAGS=--split-compile=0")
+        pairs.append((key, text))
+    return tuple(sorted(pairs))
+
+
+def parse_archs(values: tuple[str, ...]) -> ArchSet | None:
+    """`--arch` values to an ArchSet (None when none were given); errors name the value."""
+    if not values:
+        return None
+    try:
+        return ArchSet.parse(values)
+    except ArchParseError as exc:
+        raise UsageError(f"--arch: {exc.message}", hint=exc.hint) from exc
 
 
 def _emit_json(data: Any) -> None:
@@ -96,9 +119,9 @@ def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Pa
     """Build RECIPE into a wheel that provably carries device code for --arch."""
     name, _, version = recipe.partition("==")
     request = pipeline.BuildRequest(
-        recipe=name, version=version or None, archs=pipeline.parse_archs(archs),
+        recipe=name, version=version or None, archs=parse_archs(archs),
         toolchain=toolchain, python=python, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
-        env=pipeline.parse_env(env), rebuild=rebuild, keep_work=keep_work)
+        env=parse_env(env), rebuild=rebuild, keep_work=keep_work)
     with console.TerminalReporter() as reporter:
         result = pipeline.build(request, reporter)
         published = publish.publish(result.wheel, index_dir) if publish_to else None
@@ -128,7 +151,7 @@ def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:
 def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[str, ...],
            as_json: bool) -> None:
     """Check that each WHEEL carries SASS for exactly --arch (and PTX iff +PTX)."""
-    requested = pipeline.parse_archs(archs)
+    requested = parse_archs(archs)
     if requested is None:
         raise click.UsageError("--arch is required, e.g. --arch 12.0")
     results = []

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from wheelsmith import __version__, buildenv, locations
-from wheelsmith.arch import ArchParseError, ArchSet
+from wheelsmith.arch import ArchSet
 from wheelsmith.compile import compile_wheel
-from wheelsmith.errors import OutputError, UsageError
+from wheelsmith.errors import OutputError
 from wheelsmith.fetch import fetch
 from wheelsmith.files import place_no_clobber, sha256_file
 from wheelsmith.inventory import DeviceCode, wheel_inventory
@@ -260,25 +260,3 @@ def _write_output(plan: BuildPlan, raw: Path, request: BuildRequest,
                               hint="pass --rebuild to replace it")
     WheelName.parse(final.name)  # the stamped name must stay a valid wheel filename
     return final
-
-
-def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    """`--env KEY=VALUE` values; a value without '=' is an error naming it."""
-    pairs = []
-    for value in values:
-        key, sep, text = value.partition("=")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"--env: '{value}' is not KEY=VALUE",
-                             hint="e.g. --env NVCC_APPEND_FLAGS=--split-compile=0")
-        pairs.append((key, text))
-    return tuple(sorted(pairs))
-
-
-def parse_archs(values: tuple[str, ...]) -> ArchSet | None:
-    """`--arch` values to an ArchSet (None when none were given); errors name the value."""
-    if not values:
-        return None
-    try:
-        return ArchSet.parse(values)
-    except ArchParseError as exc:
-        raise UsageError(f"--arch: {exc.message}", hint=exc.hint) from exc

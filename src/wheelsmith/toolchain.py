@@ -16,7 +16,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,19 +194,8 @@ def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
 
 
 def _create_venv(profile: Profile, python: Path, root: Path) -> None:
-    if root.exists():
-        log.info("removing the incomplete toolchain venv %s", root)
-        shutil.rmtree(root)
     log.info("creating the %s toolchain venv in %s (once; about 2 minutes)", profile.name, root)
-    log_path = root.parent / f"{root.name}.log"
-    try:
-        with log_path.open("w") as log_file:
-            _install(profile, python, root, log_file, log_path)
-    except WheelsmithError as exc:
-        shutil.rmtree(root, ignore_errors=True)
-        raise ToolchainError(f"could not create the {profile.name} toolchain: {exc.message}",
-                             hint=f"pins live in {profile.file}", tail=exc.tail,
-                             log_file=log_path) from exc
+    install_pinned(python, root, profile.requirements + profile.tools, profile)
     info = probe_python(root / "bin" / "python")
     cuda_home = Path(info["purelib"]) / profile.cuda_home
     _link_cuda_libs(cuda_home)
@@ -217,16 +205,32 @@ def _create_venv(profile: Profile, python: Path, root: Path) -> None:
     atomic_write_text(root / MARKER, json.dumps(info, indent=2) + "\n")
 
 
-def _install(profile: Profile, python: Path, root: Path, log_file: Any, log_path: Path) -> None:
-    common = {"log_file": log_file, "log_path": log_path}
-    cmd.run([python, "-m", "venv", root], what="python -m venv", **common)
-    requirements = root / "requirements.txt"
-    requirements.write_text("\n".join(profile.requirements + profile.tools) + "\n")
+def install_pinned(python: Path, root: Path, pins: tuple[str, ...], profile: Profile) -> None:
+    """A fresh venv at `root` with exactly `pins` (no dependency resolution, then `pip check`);
+    removed again if anything fails. The log goes next to it."""
+    if root.exists():
+        log.info("removing the incomplete venv %s", root)
+        shutil.rmtree(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    log_path = root.parent / f"{root.name}.log"
     venv_python = root / "bin" / "python"
-    cmd.run([venv_python, "-m", "pip", "install", "--no-input", "--no-deps", "-r", requirements],
-            what="pip install of the toolchain pins", **common)
-    cmd.run([venv_python, "-m", "pip", "check"], what="pip check (are all dependencies pinned?)",
-            **common)
+    requirements = root.parent / f"{root.name}.requirements.txt"
+    requirements.write_text("\n".join(pins) + "\n")
+    steps: list[tuple[list[str | Path], str]] = [
+        ([python, "-m", "venv", root], "python -m venv"),
+        ([venv_python, "-m", "pip", "install", "--no-input", "--no-deps", "-r", requirements],
+         "pip install of the pinned packages"),
+        ([venv_python, "-m", "pip", "check"], "pip check (are all dependencies pinned?)"),
+    ]
+    try:
+        with log_path.open("w") as log_file:
+            for argv, what in steps:
+                cmd.run(argv, what=what, log_file=log_file, log_path=log_path)
+    except WheelsmithError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        raise ToolchainError(f"could not create {root.name}: {exc.message}",
+                             hint=f"pins live in {profile.file}", tail=exc.tail,
+                             log_file=log_path) from exc
 
 
 def _link_cuda_libs(cuda_home: Path) -> None:
@@ -251,11 +255,8 @@ def ensure_tools(profile: Profile, python: Path, cache: Path) -> Path:
     with exclusive_lock(root.parent / f"{key}.lock"):
         marker = root / MARKER
         if not marker.is_file():
-            shutil.rmtree(root, ignore_errors=True)
             log.info("installing %s into %s (once)", ", ".join(profile.tools), root)
-            cmd.run([python, "-m", "venv", root], what="python -m venv")
-            cmd.run([root / "bin" / "python", "-m", "pip", "install", "--no-input",
-                     *profile.tools], what="pip install of the verify tools")
+            install_pinned(python, root, profile.tools, profile)
             atomic_write_text(marker, json.dumps({"tools": profile.tools}) + "\n")
     found = _find_cuobjdump(root)
     if found is None:
@@ -356,6 +357,3 @@ def _torch_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
         return [f"torch {toolchain.torch_version} refuses the arch list: {info['arch_error']}"]
     return []
 
-
-def current_python() -> Path:
-    return Path(sys.executable)

@@ -1,0 +1,43 @@
+"""Toolchain venvs from pinned profiles: created for real, refused clearly when pins are bad."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DEFAULT_PROFILE
+from wheelsmith import cmd
+from wheelsmith.errors import RecipeError, ToolchainError
+from wheelsmith.toolchain import ensure_tools, load_profile
+
+pytestmark = pytest.mark.toolchain
+
+
+def test_tools_venv_gives_a_working_cuobjdump(tmp_path: Path) -> None:
+    cuobjdump = ensure_tools(load_profile(DEFAULT_PROFILE), Path(sys.executable), tmp_path)
+    version = cmd.run([cuobjdump, "--version"], stream=False).stdout
+    assert "cuobjdump" in version
+    assert ensure_tools(load_profile(DEFAULT_PROFILE), Path(sys.executable), tmp_path) == cuobjdump
+
+
+def test_unresolvable_pin_fails_clearly_and_leaves_nothing(tmp_path: Path) -> None:
+    profile = replace(load_profile(DEFAULT_PROFILE), tools=("nvidia-cuda-cuobjdump==0.0.0",))
+    with pytest.raises(ToolchainError) as caught:
+        ensure_tools(profile, Path(sys.executable), tmp_path)
+    assert caught.value.message.startswith("could not create ")
+    assert caught.value.message.endswith(": pip install of the pinned packages failed with "
+                                         "exit code 1")
+    assert any("nvidia-cuda-cuobjdump==0.0.0" in line for line in caught.value.tail)
+    assert [p.name for p in (tmp_path / "tools").iterdir() if p.is_dir()] == []
+
+
+def test_profile_with_a_loose_pin_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "cu130-torch2.14.yaml"
+    bad.write_text(DEFAULT_PROFILE.read_text().replace("ninja==1.13.2", "ninja>=1.11"))
+    with pytest.raises(RecipeError) as caught:
+        load_profile(bad)
+    assert [p.render() for p in caught.value.problems] == [
+        f"{bad}:45:5: 'requirements[32]' must be an exact pin, NAME==VERSION; got 'ninja>=1.11'"]
