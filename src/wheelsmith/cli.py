@@ -14,8 +14,14 @@ from typing import Any
 import click
 
 from wheelsmith import __version__, console, index, locations, pipeline, publish
-from wheelsmith.arch import ArchParseError, ArchSet
-from wheelsmith.errors import IndexDriftError, RecipeError, UsageError, WheelsmithError
+from wheelsmith.arch import Arch, ArchParseError, ArchSet
+from wheelsmith.errors import (
+    DoctorError,
+    IndexDriftError,
+    RecipeError,
+    UsageError,
+    WheelsmithError,
+)
 from wheelsmith.recipe import load_recipe, recipe_files, schema_json
 
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -313,3 +319,44 @@ def serve_command(index_dir: Path, host: str, port: int) -> None:
 def _verbosity() -> int:
     ctx = click.get_current_context().find_root()
     return int(ctx.params.get("verbose", 0))
+
+
+@main.command()
+@click.option("--arch", "arch_value", metavar="X.Y",
+              help="Check for this compute capability (default: the GPU's).")
+@click.option("--index", "index_url", default="http://127.0.0.1:8080", show_default=True,
+              help="Base URL of the wheelsmith index used in the suggested fixes.")
+@click.option("--python", "python", type=click.Path(path_type=Path), default=sys.executable,
+              show_default="this Python", help="The Python environment to examine.")
+@json_option
+def doctor(arch_value: str | None, index_url: str, python: Path, as_json: bool) -> None:
+    """Is this environment on the fast path? Checks every CUDA-extension package's kernels
+    for the GPU's arch and whether fla, causal_conv1d, mamba_ssm and flash_attn import."""
+    from wheelsmith import doctor as checkup  # noqa: PLC0415 - only this command needs it
+
+    info = checkup.probe(python)
+    if arch_value:
+        arch, source = _single_arch(arch_value), "--arch"
+    elif info.get("gpu"):
+        major, minor = info["gpu"]["capability"]
+        arch, source = _single_arch(f"{major}.{minor}"), "gpu"
+    else:
+        raise UsageError("no GPU is visible to this Python's torch, so there is no arch to "
+                         "check", hint="pass the arch of the GPU you will run on, e.g. --arch 12.0")
+    cuobjdump = pipeline.cuobjdump_for(None, Path(sys.executable))
+    report = checkup.examine(info, arch, source, cuobjdump, index_url)
+    if as_json:
+        _emit_json(report.as_dict())
+    else:
+        console.render_doctor(report)
+    if not report.healthy:
+        raise DoctorError(f"not on the fast path for {arch.sm}: {len(report.problems)} "
+                          "problem(s)", findings=report.problems,
+                          hint="\n".join(["to fix:", *report.fixes]) if report.fixes else None)
+
+
+def _single_arch(value: str) -> Arch:
+    archs = parse_archs((value,))
+    if archs is None or len(archs.archs) != 1:
+        raise UsageError(f"--arch: give one arch for doctor, got '{value}'")
+    return archs.archs[0]

@@ -11,9 +11,12 @@ import os
 import sys
 import threading
 import time
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from wheelsmith.errors import WheelsmithError
+
+if TYPE_CHECKING:
+    from wheelsmith.doctor import Report
 
 BAR_WIDTH = 28
 TICK_S = 1.0
@@ -135,6 +138,29 @@ def render_error(error: WheelsmithError, stream: IO[str] | None = None) -> None:
         out.write(f"{tip}: {hint_lines[0]}\n")
         for line in hint_lines[1:]:
             out.write(f"      {line}\n")
+    out.flush()
+
+
+def render_doctor(report: Report, stream: IO[str] | None = None) -> None:
+    out = stream or sys.stdout
+    gpu = report.gpu or "none visible"
+    out.write(f"python   {report.python}\n")
+    out.write(f"torch    {report.torch or '-'} (CUDA {report.torch_cuda or '-'})\n")
+    out.write(f"GPU      {gpu}; checking kernels for {report.arch.sm} "
+              f"(from {report.arch_source})\n\n")
+    width = max([len(p.name) for p in report.packages] + [16])
+    out.write(f"{'package':<{width}}  {'version':<40}  kernels for {report.arch.sm}\n")
+    labels = {"sass": "SASS (native)", "ptx": "PTX only (JIT at start)", "none": "NONE"}
+    for package in report.packages:
+        out.write(f"{package.name:<{width}}  {package.version:<40}  {labels[package.status]}\n")
+    if not report.packages:
+        out.write("(no CUDA-extension packages installed)\n")
+    out.write("\nfast path: " + ", ".join(
+        f"{module} {'ok' if state['ok'] else 'MISSING'}"
+        for module, state in report.fast_path.items()) + "\n")
+    if report.healthy:
+        out.write(f"\nhealthy: every extension has native kernels for {report.arch.sm} and "
+                  "the fast path imports\n")
     out.flush()
 
 

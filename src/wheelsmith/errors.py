@@ -150,3 +150,9 @@ class IndexDriftError(VerifyError):
     """`index check` found files or pages that disagree with the ledger."""
 
     exit_code = 14
+
+
+class DoctorError(VerifyError):
+    """`doctor` found a missing kernel, a PTX-only fallback or a fast-path module that fails."""
+
+    exit_code = 15

@@ -1,0 +1,153 @@
+"""Is this Python environment on the fast path for this GPU?
+
+A probe run by the examined Python reports torch, the GPU and every installed CUDA-extension
+package (those that depend on torch and ship shared objects) plus whether the fast-path
+modules import. wheelsmith then reads each shared object's device code with the same
+inventory function the build gate uses and classifies it for the target arch:
+
+  sass  a cubin that runs on it (same major, same or lower minor: sm_120 runs on sm_121)
+  ptx   only PTX the driver must JIT-compile at start (slow to load; a fallback)
+  none  nothing usable: the kernels cannot launch ("no kernel image is available")
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wheelsmith import cmd
+from wheelsmith.arch import Arch
+from wheelsmith.errors import ToolchainError
+from wheelsmith.inventory import DeviceCode, read_device_code
+
+PROBE = Path(__file__).parent / "resources" / "doctor_probe.py"
+_SM_RE = re.compile(r"^sm_(\d+)(\d)([af]?)$")
+RANK = {"sass": 2, "ptx": 1, "none": 0}
+
+
+def coverage(code: DeviceCode, target: Arch) -> str:
+    """How well one shared object's device code serves `target`."""
+    for name in code.sass:
+        match = _SM_RE.match(name)
+        if match and int(match[1]) == target.major and int(match[2]) <= target.minor and (
+                not match[3] or (int(match[2]) == target.minor and match[3] == target.suffix)):
+            return "sass"
+    for name in code.ptx:
+        match = _SM_RE.match(name)
+        if match and (int(match[1]), int(match[2])) <= (target.major, target.minor):
+            return "ptx"
+    return "none"
+
+
+@dataclass(frozen=True, slots=True)
+class PackageReport:
+    name: str
+    version: str
+    status: str  # sass | ptx | none
+    # (path, status, sass, ptx) for each shared object that carries device code
+    objects: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...]
+
+
+@dataclass(slots=True)
+class Report:
+    python: str
+    torch: str | None
+    torch_cuda: str | None
+    gpu: str | None
+    arch: Arch
+    arch_source: str  # "gpu" | "--arch"
+    packages: list[PackageReport] = field(default_factory=list)
+    fast_path: dict[str, dict[str, Any]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    fixes: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy, "python": self.python, "torch": self.torch,
+            "torch_cuda": self.torch_cuda, "gpu": self.gpu, "arch": str(self.arch),
+            "arch_source": self.arch_source,
+            "packages": [{"name": p.name, "version": p.version, "status": p.status,
+                          "shared_objects": [{"path": o[0], "status": o[1], "sass": list(o[2]),
+                                              "ptx": list(o[3])} for o in p.objects]}
+                         for p in self.packages],
+            "fast_path": self.fast_path, "problems": self.problems, "fixes": self.fixes,
+        }
+
+
+def probe(python: Path) -> dict[str, Any]:
+    result = cmd.run([python, PROBE], stream=False, what=f"the environment probe in {python}",
+                     error=ToolchainError)
+    for line in result.stdout.splitlines():
+        if line.startswith("WHEELSMITH-DOCTOR "):
+            data: dict[str, Any] = json.loads(line.removeprefix("WHEELSMITH-DOCTOR "))
+            return data
+    raise ToolchainError(f"{python} did not answer the environment probe")
+
+
+def channel_of(torch: str | None, cuda: str | None) -> str | None:
+    match = re.match(r"(\d+)\.(\d+)", torch or "")
+    cuda_match = re.match(r"(\d+)\.(\d+)", cuda or "")
+    if not match or not cuda_match:
+        return None
+    return f"cu{cuda_match[1]}{cuda_match[2]}-torch{match[1]}.{match[2]}"
+
+
+def examine(info: dict[str, Any], arch: Arch, arch_source: str, cuobjdump: Path,
+            index_url: str) -> Report:
+    gpu = info.get("gpu")
+    report = Report(python=info["python"], torch=info.get("torch"),
+                    torch_cuda=info.get("torch_cuda"),
+                    gpu=f"{gpu['name']} (sm_{gpu['capability'][0]}{gpu['capability'][1]})"
+                    if gpu else None, arch=arch, arch_source=arch_source,
+                    fast_path=info.get("fast_path", {}))
+    for package in info.get("packages", []):
+        report.packages.append(_package(package, arch, cuobjdump))
+    _judge(report, info, index_url)
+    return report
+
+
+def _package(package: dict[str, Any], arch: Arch, cuobjdump: Path) -> PackageReport:
+    objects = []
+    for path in package["shared_objects"]:
+        code = read_device_code(Path(path), cuobjdump, Path(path).name)
+        if code.empty:
+            continue  # a host-only helper library
+        objects.append((code.path, coverage(code, arch), tuple(sorted(code.sass)),
+                        tuple(sorted(code.ptx))))
+    status = min((o[1] for o in objects), key=RANK.__getitem__, default="none")
+    return PackageReport(package["name"], package["version"], status, tuple(objects))
+
+
+def _judge(report: Report, info: dict[str, Any], index_url: str) -> None:
+    if report.torch is None:
+        report.problems.append(f"torch does not import: {info.get('torch_error', 'missing')}")
+        return
+    if not report.torch_cuda:
+        report.problems.append(f"torch {report.torch} is a CPU-only build: no CUDA kernel runs")
+        return
+    channel = channel_of(report.torch, report.torch_cuda)
+    base = f"{index_url.rstrip('/')}/{channel}/simple/"
+    to_install: dict[str, None] = {}
+    for package in report.packages:
+        if package.status == "ptx":
+            report.problems.append(f"{package.name} {package.version} has only PTX for "
+                                   f"{report.arch.sm}: the driver JIT-compiles it at start")
+            to_install[package.name] = None
+        elif package.status == "none":
+            report.problems.append(f"{package.name} {package.version} has no kernel for "
+                                   f"{report.arch.sm}: its ops fail or the model falls back")
+            to_install[package.name] = None
+    for module, state in report.fast_path.items():
+        if not state["ok"]:
+            report.problems.append(f"fast path: `import {module}` fails ({state['error']}): "
+                                   "models fall back to slow PyTorch code")
+            to_install[state["dist"]] = None
+    report.fixes += [f"pip install --index-url {base} --no-deps --force-reinstall {name}"
+                     for name in to_install]

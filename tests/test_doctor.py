@@ -1,0 +1,110 @@
+"""`wheelsmith doctor`: kernels per installed extension for an arch, and the fast path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, wheelsmith
+from wheelsmith.arch import parse_arch
+from wheelsmith.doctor import coverage, examine
+from wheelsmith.inventory import DeviceCode
+from wheelsmith.toolchain import Toolchain
+
+
+def code(sass: set[str], ptx: set[str] | frozenset[str] = frozenset()) -> DeviceCode:
+    return DeviceCode("x.so", frozenset(sass), frozenset(ptx))
+
+
+@pytest.mark.parametrize(
+    ("sass", "ptx", "target", "expected"),
+    [
+        ({"sm_120"}, set(), "12.0", "sass"),
+        ({"sm_120"}, set(), "12.1", "sass"),   # an sm_120 cubin runs on sm_121
+        ({"sm_100"}, set(), "10.3", "sass"),   # and an sm_100 cubin on sm_103
+        ({"sm_121"}, set(), "12.0", "none"),   # never downwards
+        ({"sm_90"}, set(), "12.0", "none"),    # never across majors
+        ({"sm_90"}, {"sm_90"}, "12.0", "ptx"),  # PTX JIT-compiles upwards
+        ({"sm_120"}, {"sm_120"}, "10.0", "none"),  # but not downwards
+        ({"sm_90a"}, set(), "9.0", "none"),    # an arch-specific cubin serves only 9.0a
+        ({"sm_90a"}, set(), "9.0a", "sass"),
+        (set(), set(), "12.0", "none"),
+    ],
+)
+def test_coverage_follows_cuda_compatibility(sass: set[str], ptx: set[str], target: str,
+                                             expected: str) -> None:
+    assert coverage(code(sass, ptx), parse_arch(target)) == expected
+
+
+def probe_info(packages: list[dict[str, object]], *, fast: bool) -> dict[str, object]:
+    modules = {"fla": "flash-linear-attention fla-core", "causal_conv1d": "causal-conv1d",
+               "mamba_ssm": "mamba-ssm", "flash_attn": "flash-attn"}
+    return {"python": "/venv/bin/python", "torch": "2.14.1+cu130", "torch_cuda": "13.0",
+            "gpu": None, "packages": packages,
+            "fast_path": {m: {"dist": d, "ok": fast, "error": None if fast else
+                              f"ModuleNotFoundError: No module named '{m}'"}
+                          for m, d in modules.items()}}
+
+
+@pytest.mark.toolchain
+def test_doctor_reads_real_kernels_and_names_the_fix(project: Path, toolchain: Toolchain,
+                                                      tmp_path: Path) -> None:
+    recipe = (FIXTURES / "tiny-ext.recipe.yaml").read_text()
+    (project / "recipes" / "tiny-ext.yaml").write_text(
+        recipe.replace("PATH", str(FIXTURES / "tiny-ext")))
+    built = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--json", cwd=project, check=True)
+    wheel = json.loads(built.stdout)["wheel"]
+    site = tmp_path / "site"
+    subprocess.run([str(toolchain.python), "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-index", "--target", str(site), wheel], check=True)
+    env = dict(os.environ, PYTHONPATH=str(site))
+
+    def doctor(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "wheelsmith", "doctor", "--python",
+                               str(toolchain.python), *args], capture_output=True, text=True,
+                              env=env, cwd=project, check=False)
+
+    on_120 = doctor("--arch", "12.0", "--json")
+    report = json.loads(on_120.stdout)
+    assert on_120.returncode == 15  # the other fast-path packages are missing
+    assert [(p["name"], p["status"]) for p in report["packages"]] == [("tiny-ext", "sass")]
+    assert report["problems"] == [
+        "fast path: `import fla` fails (ModuleNotFoundError: No module named 'fla'): models "
+        "fall back to slow PyTorch code",
+        "fast path: `import causal_conv1d` fails (ModuleNotFoundError: No module named "
+        "'causal_conv1d'): models fall back to slow PyTorch code",
+        "fast path: `import mamba_ssm` fails (ModuleNotFoundError: No module named "
+        "'mamba_ssm'): models fall back to slow PyTorch code",
+        "fast path: `import flash_attn` fails (ModuleNotFoundError: No module named "
+        "'flash_attn'): models fall back to slow PyTorch code"]
+    assert report["fixes"][0] == ("pip install --index-url http://127.0.0.1:8080/cu130-torch2.14/"
+                                  "simple/ --no-deps --force-reinstall flash-linear-attention "
+                                  "fla-core")
+
+    on_90 = doctor("--arch", "9.0", "--index", "http://wheels.internal")
+    assert on_90.returncode == 15
+    assert "tiny-ext          0.1.0+cu.13.0.torch.2.14.sm.120" in on_90.stdout
+    assert "  tiny-ext 0.1.0+cu.13.0.torch.2.14.sm.120 has no kernel for sm_90: its ops fail or " \
+           "the model falls back" in on_90.stderr
+    assert ("pip install --index-url http://wheels.internal/cu130-torch2.14/simple/ --no-deps "
+            "--force-reinstall tiny-ext") in on_90.stderr
+
+    shared = next(site.glob("tiny_ext/_C*.so"))
+    info = probe_info([{"name": "tiny-ext", "version": "0.1.0", "shared_objects": [str(shared)]}],
+                      fast=True)
+    assert toolchain.cuobjdump is not None
+    healthy = examine(info, parse_arch("12.0"), "--arch", toolchain.cuobjdump, "http://x")
+    assert (healthy.healthy, healthy.problems, healthy.fixes) == (True, [], [])
+
+
+def test_doctor_without_gpu_or_arch_asks_for_one(tmp_path: Path) -> None:
+    result = wheelsmith("doctor", cwd=tmp_path)
+    assert result.returncode == 4
+    assert result.stderr == ("error: no GPU is visible to this Python's torch, so there is no "
+                             "arch to check\nhint: pass the arch of the GPU you will run on, e.g. "
+                             "--arch 12.0\n")
