@@ -156,3 +156,9 @@ class DoctorError(VerifyError):
     """`doctor` found a missing kernel, a PTX-only fallback or a fast-path module that fails."""
 
     exit_code = 15
+
+
+class KnownBadError(WheelsmithError):
+    """The combination is in the known-bad table with action `refuse`."""
+
+    exit_code = 16

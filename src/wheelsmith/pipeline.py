@@ -20,16 +20,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from wheelsmith import __version__, buildenv, locations
+from wheelsmith import __version__, buildenv, knownbad, locations
 from wheelsmith.arch import ArchSet
 from wheelsmith.compile import compile_wheel
-from wheelsmith.errors import OutputError
+from wheelsmith.errors import KnownBadError, OutputError
 from wheelsmith.fetch import fetch
 from wheelsmith.files import place_no_clobber, sha256_file
 from wheelsmith.inventory import DeviceCode, wheel_inventory
 from wheelsmith.patch import apply_all
 from wheelsmith.plan import BuildPlan
-from wheelsmith.recipe import Recipe, find_recipe, load_recipe
+from wheelsmith.recipe import Recipe, Release, find_recipe, load_recipe
 from wheelsmith.smoke import smoke_test
 from wheelsmith.stamp import read_provenance, stamp
 from wheelsmith.toolchain import (
@@ -109,6 +109,7 @@ def build(request: BuildRequest, reporter: Reporter | None = None) -> BuildResul
     report.stage("toolchain", request.toolchain or "default profile")
     toolchain = resolve_toolchain(request.toolchain, request.python)
     preflight(toolchain, archs, recipe.arch.min_cuda)
+    _check_known_bad(recipe, release, toolchain, archs, report)
     plan = BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
                      extra_env=request.env)
     existing = _up_to_date(plan, request.out_dir.resolve(), rebuild=request.rebuild)
@@ -117,6 +118,23 @@ def build(request: BuildRequest, reporter: Reporter | None = None) -> BuildResul
         return BuildResult(wheel=existing, provenance=read_provenance(existing) or {},
                            up_to_date=True, log=None)
     return _build_plan(plan, request, report)
+
+
+def _check_known_bad(recipe: Recipe, release: Release, toolchain: Toolchain, archs: ArchSet,
+                     report: Reporter) -> None:
+    rules = knownbad.load(locations.project_root() / knownbad.FILE)
+    found = knownbad.matching(rules, recipe.name, release.version, nvcc=toolchain.nvcc_version,
+                              torch=toolchain.torch_version, archs=archs)
+    refused = [r for r in found if r.action == "refuse"]
+    for rule in found:
+        if rule.action == "warn":
+            log.warning("known issue: %s", rule.describe())
+            report.stage("warning", rule.describe())
+    if refused:
+        raise KnownBadError(
+            f"refusing to build {recipe.name} {release.version} for {archs} with nvcc "
+            f"{toolchain.nvcc_version}: " + " ".join(r.describe() for r in refused),
+            hint=f"the rule is in {knownbad.FILE}; choose other archs or another version")
 
 
 def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> BuildResult:
