@@ -60,6 +60,7 @@ def test_builds_exactly_sm_120(project: Path, toolchain: Toolchain) -> None:
         {"path": "tiny_ext/_C.cpython-311-x86_64-linux-gnu.so", "sass": ["sm_120"], "ptx": []}]
     assert provenance["toolchain"]["channel"] == "cu130-torch2.14"
     assert provenance["smoke"][0] == "imported tiny_ext"
+    assert [c["sass"] for c in provenance["prebuild_check"]] == [["sm_120"]]
 
     ok = wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=project)
     assert ok.returncode == 0, ok.stderr
@@ -100,18 +101,47 @@ def test_second_build_is_up_to_date_and_rebuild_replaces(project: Path,
     assert wheelsmith("index", "check", "--index", "idx", cwd=project).returncode == 0
 
 
-def test_package_that_ignores_the_arch_list_fails_and_writes_nothing(
+HARD_CODED = ('"nvcc": ["-O2"]', '"nvcc": ["-O2", "-gencode", "arch=compute_90,code=sm_90"]')
+
+
+def test_package_that_ignores_the_arch_list_is_stopped_before_compiling(
     project: Path, toolchain: Toolchain
 ) -> None:
-    hard_coded = '"nvcc": ["-O2", "-gencode", "arch=compute_90,code=sm_90"]'
-    add_variant(project, "ignores-arch", ('"nvcc": ["-O2"]', hard_coded))
+    add_variant(project, "ignores-arch", HARD_CODED)
     result = wheelsmith("build", "ignores-arch", "--arch", "12.0", cwd=project)
+    assert result.returncode == 10
+    first = error_lines(result.stderr)[0]
+    assert first.startswith("error: pre-build check: ")
+    assert first.endswith("/build.ninja compiles SASS sm_90 and PTX -, but SASS sm_120 and PTX "
+                          "- were requested; stopping before compiling")
+    assert "compile [" not in result.stderr  # ninja never started a compile step
+    assert "hint: a package that ignores the arch list" in result.stderr
+    assert not any((project / "wheelhouse").glob("*.whl"))
+
+
+def test_without_ninja_the_cubin_check_still_catches_it(project: Path,
+                                                        toolchain: Toolchain) -> None:
+    source = add_variant(project, "ignores-arch-no-ninja", HARD_CODED)
+    setup = source / "setup.py"
+    without_ninja = '{"build_ext": BuildExtension.with_options(use_ninja=False)}'
+    setup.write_text(setup.read_text().replace('{"build_ext": BuildExtension}', without_ninja))
+    result = wheelsmith("build", "ignores-arch-no-ninja", "--arch", "12.0", cwd=project)
     assert result.returncode == 10
     assert error_lines(result.stderr)[1:3] == [
         "  tiny_ext/_C.cpython-311-x86_64-linux-gnu.so: missing SASS for sm_120",
         "  tiny_ext/_C.cpython-311-x86_64-linux-gnu.so: SASS for sm_90 was not requested"]
-    assert "hint: a package that ignores the arch list" in result.stderr
     assert not any((project / "wheelhouse").glob("*.whl"))
+
+
+def test_configure_only_reports_the_targets_and_builds_nothing(project: Path,
+                                                               toolchain: Toolchain) -> None:
+    add_variant(project, "tiny-ext")
+    result = wheelsmith("build", "tiny-ext", "--arch", "9.0;12.0+PTX", "--configure-only",
+                        "--json", cwd=project)
+    assert result.returncode == 0, result.stderr
+    configured = json.loads(result.stdout)["configured"]
+    assert [(c["sass"], c["ptx"]) for c in configured] == [(["sm_120", "sm_90"], ["sm_120"])]
+    assert not (project / "wheelhouse").exists()
 
 
 def test_wheel_without_device_code_fails(project: Path, toolchain: Toolchain) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from wheelsmith import prebuild
 from wheelsmith.plan import BuildPlan
 
 PASS_THROUGH = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "TERM")
@@ -76,16 +77,33 @@ def choose_parallelism(cores: int, available_gb: float, per_job_gb: float, n_arc
     return Parallelism(chosen, threads, cores, available_gb)
 
 
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """Where the pre-build check's `ninja` lives and where it reports (see prebuild.py)."""
+
+    bin_dir: Path
+    report: Path
+    configure_only: bool = False
+
+
 def build_env(
     plan: BuildPlan,
     parallelism: Parallelism,
     *,
     source_date_epoch: int,
     base: Mapping[str, str],
+    guard: Guard | None = None,
 ) -> dict[str, str]:
     toolchain = plan.toolchain
     env = {k: base[k] for k in PASS_THROUGH if k in base}
     path = [str(p) for p in toolchain.bin_dirs] + [base.get("PATH", "/usr/bin:/bin")]
+    if guard is not None:
+        path.insert(0, str(guard.bin_dir))
+        env[prebuild.EXPECT_SASS] = ",".join(sorted(plan.archs.sass))
+        env[prebuild.EXPECT_PTX] = ",".join(sorted(plan.archs.ptx))
+        env[prebuild.REPORT] = str(guard.report)
+        if guard.configure_only:
+            env[prebuild.CONFIGURE_ONLY] = "1"
     env.update(
         PATH=os.pathsep.join(path),
         CUDA_HOME=str(toolchain.cuda_home),

@@ -115,21 +115,30 @@ def main(verbose: int) -> None:
 @click.option("--rebuild", is_flag=True, help="Build even if an identical build is in --out, "
               "and replace it.")
 @click.option("--keep-work", is_flag=True, help="Keep the patched source after success.")
+@click.option("--configure-only", is_flag=True,
+              help="Stop once the build files are generated and show the arch targets they "
+                   "hold (for packages too big to compile here).")
 @click.option("--publish", "publish_to", is_flag=True,
               help="Publish the verified wheel to --index afterwards.")
 @index_option
 @json_option
 def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Path,
           out_dir: Path, work_dir: Path, jobs: int | None, env: tuple[str, ...], rebuild: bool,
-          keep_work: bool, publish_to: bool, index_dir: Path, as_json: bool) -> None:
+          keep_work: bool, configure_only: bool, publish_to: bool, index_dir: Path,
+          as_json: bool) -> None:
     """Build RECIPE into a wheel that provably carries device code for --arch."""
     name, _, version = recipe.partition("==")
+    if configure_only and publish_to:
+        raise click.UsageError("--configure-only builds no wheel, so there is nothing to publish")
     request = pipeline.BuildRequest(
         recipe=name, version=version or None, archs=parse_archs(archs),
         toolchain=toolchain, python=python, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
-        env=parse_env(env), rebuild=rebuild, keep_work=keep_work)
+        env=parse_env(env), configure_only=configure_only, rebuild=rebuild, keep_work=keep_work)
     with console.TerminalReporter() as reporter:
         result = pipeline.build(request, reporter)
+        if result.wheel is None:
+            _report_configured(result, as_json)
+            return
         published = publish.publish(result.wheel, index_dir) if publish_to else None
         if published is not None:
             reporter.stage("publish", f"{published.status}: {index_dir}/{published.page}")
@@ -141,6 +150,16 @@ def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Pa
     click.echo(str(result.wheel))
     for item in result.provenance.get("device_code", []):
         _echo_device_code(item, err=True)
+
+
+def _report_configured(result: pipeline.BuildResult, as_json: bool) -> None:
+    if as_json:
+        _emit_json({"ok": True, "wheel": None, "log": str(result.log),
+                    "configured": list(result.configured)})
+        return
+    for item in result.configured:
+        click.echo(f"{item['build_ninja']}: SASS {', '.join(item['sass']) or '-'}; "
+                   f"PTX {', '.join(item['ptx']) or '-'}")
 
 
 def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:

@@ -9,6 +9,7 @@ and makes sure nothing half-built reaches the output directory.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -20,10 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from wheelsmith import __version__, buildenv, knownbad, locations
+from wheelsmith import __version__, buildenv, knownbad, locations, prebuild
 from wheelsmith.arch import ArchSet
 from wheelsmith.compile import compile_wheel
-from wheelsmith.errors import KnownBadError, OutputError
+from wheelsmith.errors import CompileError, KnownBadError, OutputError, UsageError, VerifyError
 from wheelsmith.fetch import fetch
 from wheelsmith.files import place_no_clobber, sha256_file
 from wheelsmith.inventory import DeviceCode, wheel_inventory
@@ -43,7 +44,7 @@ from wheelsmith.toolchain import (
     system_cuobjdump,
     system_toolchain,
 )
-from wheelsmith.verify import check, verify_wheel
+from wheelsmith.verify import IGNORES_ARCH_HINT, check, verify_wheel
 from wheelsmith.wheelfile import WheelName
 
 log = logging.getLogger(__name__)
@@ -76,16 +77,18 @@ class BuildRequest:
     work_dir: Path = Path("build/wheelsmith")
     jobs: int | None = None
     env: tuple[tuple[str, str], ...] = ()
+    configure_only: bool = False
     rebuild: bool = False
     keep_work: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BuildResult:
-    wheel: Path
+    wheel: Path | None  # None after --configure-only
     provenance: dict[str, Any]
     up_to_date: bool
     log: Path | None
+    configured: tuple[dict[str, Any], ...] = ()  # what each build.ninja targets
 
 
 def resolve_recipe(name: str) -> Recipe:
@@ -112,7 +115,8 @@ def build(request: BuildRequest, reporter: Reporter | None = None) -> BuildResul
     _check_known_bad(recipe, release, toolchain, archs, report)
     plan = BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
                      extra_env=request.env)
-    existing = _up_to_date(plan, request.out_dir.resolve(), rebuild=request.rebuild)
+    existing = None if request.configure_only else _up_to_date(
+        plan, request.out_dir.resolve(), rebuild=request.rebuild)
     if existing is not None:
         report.stage("up to date", existing.name)
         return BuildResult(wheel=existing, provenance=read_provenance(existing) or {},
@@ -154,10 +158,21 @@ def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> Bui
     cores, available = buildenv.machine_size()
     parallelism = buildenv.choose_parallelism(cores, available, plan.recipe.memory_per_job_gb,
                                               len(plan.archs.archs), request.jobs)
-    env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ)
+    guard = _install_guard(plan.toolchain, work, configure_only=request.configure_only)
+    env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ,
+                             guard=guard)
     report.stage("compile", f"{what} for {plan.archs}; {parallelism.describe()}")
-    raw = compile_wheel(what=what, toolchain=plan.toolchain, source=source, env=env,
-                        dist=work / "dist", log_path=log_path, on_progress=report.progress)
+    try:
+        raw = compile_wheel(what=what, toolchain=plan.toolchain, source=source, env=env,
+                            dist=work / "dist", log_path=log_path, on_progress=report.progress)
+    except CompileError as exc:
+        configured = _prebuild_outcome(guard, log_path, exc)
+        report.stage("configured", "; ".join(
+            f"{Path(c['build_ninja']).parent.name}: SASS {', '.join(c['sass'])}"
+            for c in configured))
+        return BuildResult(wheel=None, provenance={}, up_to_date=False, log=log_path,
+                           configured=configured)
+    prebuild_records = _read_guard_report(guard)
 
     report.stage("verify", f"device code of {raw.name}")
     cuobjdump = cuobjdump_for(plan.toolchain, request.python)
@@ -171,12 +186,54 @@ def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> Bui
     seconds = round(time.monotonic() - started, 1)
     provenance = _provenance(plan, inventory, parallelism=parallelism, seconds=seconds,
                              raw_name=raw.name, smoke_output=smoke_output)
+    provenance["prebuild_check"] = list(prebuild_records) or "not run (the build used no ninja)"
     report.stage("stamp", plan.local_label())
     wheel = _write_output(plan, raw, request, provenance, epoch)
     if not request.keep_work:
         shutil.rmtree(work / "src", ignore_errors=True)
         shutil.rmtree(work / "smoke", ignore_errors=True)
     return BuildResult(wheel=wheel, provenance=provenance, up_to_date=False, log=log_path)
+
+
+def _install_guard(toolchain: Toolchain, work: Path, *, configure_only: bool
+                   ) -> buildenv.Guard | None:
+    """Put the pre-build check's `ninja` in front of the real one (prebuild.py)."""
+    search = os.pathsep.join([*map(str, toolchain.bin_dirs), os.environ.get("PATH", "")])
+    real = shutil.which("ninja", path=search)
+    if real is None:
+        if configure_only:
+            raise UsageError("--configure-only needs ninja in the toolchain")
+        return None
+    bin_dir = work / "guard"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    wrapper = bin_dir / "ninja"
+    wrapper.write_text(prebuild.wrapper_script(sys.executable, real))
+    wrapper.chmod(0o755)
+    report = work / "prebuild.jsonl"
+    report.unlink(missing_ok=True)
+    return buildenv.Guard(bin_dir, report, configure_only)
+
+
+def _read_guard_report(guard: buildenv.Guard | None) -> tuple[dict[str, Any], ...]:
+    if guard is None or not guard.report.is_file():
+        return ()
+    return tuple(json.loads(line) for line in guard.report.read_text().splitlines() if line)
+
+
+def _prebuild_outcome(guard: buildenv.Guard | None, log_path: Path,
+                      exc: CompileError) -> tuple[dict[str, Any], ...]:
+    """A build the pre-build check stopped: a mismatch becomes a VerifyError; a
+    configure-only stop is a result; anything else re-raises the compile error."""
+    text = log_path.read_text(errors="replace")
+    mismatch = next((line for line in text.splitlines()
+                     if "wheelsmith pre-build check:" in line), None)
+    if mismatch is not None:
+        raise VerifyError(mismatch.strip().removeprefix("wheelsmith "), hint=IGNORES_ARCH_HINT,
+                          log_file=log_path) from exc
+    configured = _read_guard_report(guard)
+    if guard is not None and guard.configure_only and "wheelsmith configure-only:" in text:
+        return configured
+    raise exc
 
 
 def cuobjdump_for(toolchain: Toolchain | None, python: Path) -> Path:

@@ -1,0 +1,119 @@
+"""The pre-build check: did the requested archs reach the generated build files?
+
+torch's BuildExtension writes a `build.ninja` and runs `ninja` in that directory. The build
+environment puts a small `ninja` first on PATH that runs this module: it reads the
+`-gencode`/`-arch` targets of the CUDA rules from `build.ninja`, records them, and stops the
+build (exit 86) when they differ from the request — before hours of compiling, where the
+post-build cubin check would only catch it afterwards. With WHEELSMITH_CONFIGURE_ONLY it
+always stops after recording (exit 87): a configure-only build for packages too big to
+compile in CI. Otherwise it hands over to the real ninja.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MISMATCH = 86
+CONFIGURED = 87
+REAL_NINJA = "WHEELSMITH_REAL_NINJA"
+EXPECT_SASS = "WHEELSMITH_EXPECT_SASS"
+EXPECT_PTX = "WHEELSMITH_EXPECT_PTX"
+REPORT = "WHEELSMITH_PREBUILD_REPORT"
+CONFIGURE_ONLY = "WHEELSMITH_CONFIGURE_ONLY"
+
+_CODE_RE = re.compile(r"arch=compute_(\w+?),code=(\[[^\]]*\]|[\w,]+)")
+_ARCH_RE = re.compile(r"(?:^|\s)-arch[= ]sm_(\d+[af]?)(?=\s|$)")
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    sass: frozenset[str]
+    ptx: frozenset[str]
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {"sass": sorted(self.sass), "ptx": sorted(self.ptx)}
+
+
+def gencode_targets(ninja_text: str) -> Targets:
+    """SASS and PTX targets (named `sm_XX` for both, as cuobjdump does) of a build.ninja."""
+    sass: set[str] = set()
+    ptx: set[str] = set()
+    for match in _CODE_RE.finditer(ninja_text):
+        for code in match[2].strip("[]").split(","):
+            kind, _, number = code.strip().partition("_")
+            if kind == "sm":
+                sass.add(f"sm_{number}")
+            elif kind == "compute":
+                ptx.add(f"sm_{number}")
+    for match in _ARCH_RE.finditer(ninja_text):  # -arch=sm_90: SASS and PTX for 90
+        sass.add(f"sm_{match[1]}")
+        ptx.add(f"sm_{match[1]}")
+    return Targets(frozenset(sass), frozenset(ptx))
+
+
+def _ninja_file(argv: list[str]) -> Path:
+    directory, name = Path(), "build.ninja"
+    for flag, value in zip(argv, [*argv[1:], ""], strict=False):
+        if flag == "-C":
+            directory = Path(value)
+        elif flag == "-f":
+            name = value
+    return directory / name
+
+
+def _expected(var: str) -> frozenset[str]:
+    return frozenset(v for v in os.environ.get(var, "").split(",") if v)
+
+
+def check(argv: list[str]) -> int | None:
+    """Exit code to stop with, or None to hand over to the real ninja."""
+    ninja_file = _ninja_file(argv)
+    if "--version" in argv or not ninja_file.is_file():
+        return None
+    text = ninja_file.read_text(errors="replace")
+    if "rule cuda_compile" not in text:
+        return None  # no CUDA sources in this extension
+    found = gencode_targets(text)
+    wanted = Targets(_expected(EXPECT_SASS), _expected(EXPECT_PTX))
+    if os.environ.get(REPORT):
+        with Path(os.environ[REPORT]).open("a") as report:
+            report.write(json.dumps({"build_ninja": str(ninja_file.resolve()),
+                                     **found.as_dict()}) + "\n")
+    if found != wanted:
+        sys.stderr.write(
+            f"wheelsmith pre-build check: {ninja_file.resolve()} compiles SASS "
+            f"{', '.join(sorted(found.sass)) or '-'} and PTX {', '.join(sorted(found.ptx)) or '-'}"
+            f", but SASS {', '.join(sorted(wanted.sass)) or '-'} and PTX "
+            f"{', '.join(sorted(wanted.ptx)) or '-'} were requested; stopping before compiling\n")
+        return MISMATCH
+    if os.environ.get(CONFIGURE_ONLY):
+        sys.stderr.write(f"wheelsmith configure-only: {ninja_file.resolve()} targets "
+                         f"{', '.join(sorted(found.sass))}; stopping before compiling\n")
+        return CONFIGURED
+    return None
+
+
+def wrapper_script(python: str, real_ninja: str) -> str:
+    """The `ninja` put first on the build's PATH."""
+    return (f"#!/bin/sh\n# wheelsmith pre-build check, then the real ninja\n"
+            f"{REAL_NINJA}={shlex.quote(real_ninja)} exec {shlex.quote(python)} -m "
+            f"wheelsmith.prebuild \"$@\"\n")
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    code = check(argv)
+    if code is not None:
+        sys.exit(code)
+    real = os.environ[REAL_NINJA]
+    os.execv(real, [real, *argv])  # noqa: S606 - hand over to the real ninja
+
+
+if __name__ == "__main__":
+    main()
