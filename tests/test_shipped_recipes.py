@@ -1,5 +1,5 @@
 """Every shipped recipe version: its real source (from PyPI) fetches, verifies and takes its
-patches exactly; a patched setup.py still parses and honours TORCH_CUDA_ARCH_LIST."""
+patches exactly; a patched setup.py still parses and reads the recipe's arch knob."""
 
 from __future__ import annotations
 
@@ -27,5 +27,7 @@ def test_real_source_takes_its_patches(tmp_path: Path, recipe: Recipe, release: 
     if setup.is_file():
         text = setup.read_text()
         ast.parse(text)
-        if "-gencode" in text or '"arch=compute_' in text:  # a hard-coded arch list
+        if recipe.arch.env != "TORCH_CUDA_ARCH_LIST":  # the package's own knob must exist
+            assert recipe.arch.env in text
+        elif "-gencode" in text or '"arch=compute_' in text:  # a hard-coded arch list
             assert 'if not os.environ.get("TORCH_CUDA_ARCH_LIST"):' in text

@@ -109,6 +109,13 @@ def build(request: BuildRequest, reporter: Reporter | None = None) -> BuildResul
     recipe = resolve_recipe(request.recipe)
     release = recipe.release(request.version)
     archs = request.archs or recipe.arch.default
+    unsupported = recipe.arch.unsupported(archs)
+    if unsupported:
+        supported = str(recipe.arch.supported).replace(";", ", ")
+        raise UsageError(f"{recipe.name} cannot be built for {', '.join(unsupported)}: its "
+                         f"{recipe.arch.env} knob only knows {supported}",
+                         hint="pick archs from that list (an sm_120 cubin also runs on sm_121, "
+                              "an sm_100 cubin on sm_103)")
     report.stage("toolchain", request.toolchain or "default profile")
     toolchain = resolve_toolchain(request.toolchain, request.python)
     preflight(toolchain, archs, recipe.arch.min_cuda)

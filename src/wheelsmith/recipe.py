@@ -54,6 +54,9 @@ RECIPE_SCHEMA: dict[str, Any] = {
                            "description": "torch: '9.0;12.0+PTX'; numbers: '90;120'"},
                 "default": {"type": "array", "minItems": 1, "items": {"type": "string"},
                             "description": "archs built when --arch is not given"},
+                "supported": {"type": "array", "minItems": 1, "items": {"type": "string"},
+                              "description": "the only archs the package's knob understands "
+                              "(e.g. flash-attn: 8.0, 9.0, 10.0, 12.0); others are refused"},
                 "min_cuda": {"type": "object", "description": "minimum nvcc CUDA per arch, "
                              "where the package needs more than nvcc itself",
                              "patternProperties": {".*": {"type": "string"}}},
@@ -167,9 +170,17 @@ class ArchPolicy:
     format: Literal["torch", "numbers"]
     default: ArchSet
     min_cuda: tuple[tuple[str, Version], ...]
+    supported: ArchSet | None = None  # None: whatever torch and nvcc accept
 
     def render(self, archs: ArchSet) -> str:
         return archs.torch_arch_list() if self.format == "torch" else archs.numbers_list()
+
+    def unsupported(self, archs: ArchSet) -> list[str]:
+        """Requested archs (with +PTX where asked) the package cannot be told to build."""
+        if self.supported is None:
+            return []
+        allowed = {str(a) for a in self.supported.archs}
+        return [str(a) for a in archs.archs if str(a) not in allowed]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -244,6 +255,8 @@ def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
             format=arch.get("format", "torch"),
             default=_arch_set(doc, arch.get("default", ["12.0"]), ("arch", "default")),
             min_cuda=_min_cuda(doc, arch.get("min_cuda", {})),
+            supported=_arch_set(doc, arch["supported"], ("arch", "supported"))
+            if "supported" in arch else None,
         ),
         env=tuple(sorted(build.get("env", {}).items())),
         memory_per_job_gb=float(build.get("memory_per_job_gb", 3.0)),
