@@ -44,7 +44,7 @@ from wheelsmith.toolchain import (
     system_cuobjdump,
     system_toolchain,
 )
-from wheelsmith.verify import IGNORES_ARCH_HINT, check, verify_wheel
+from wheelsmith.verify import IGNORES_ARCH_HINT, check, check_pure, verify_wheel
 from wheelsmith.wheelfile import WheelName
 
 log = logging.getLogger(__name__)
@@ -108,14 +108,7 @@ def build(request: BuildRequest, reporter: Reporter | None = None) -> BuildResul
     report = reporter or QuietReporter()
     recipe = resolve_recipe(request.recipe)
     release = recipe.release(request.version)
-    archs = request.archs or recipe.arch.default
-    unsupported = recipe.arch.unsupported(archs)
-    if unsupported:
-        supported = str(recipe.arch.supported).replace(";", ", ")
-        raise UsageError(f"{recipe.name} cannot be built for {', '.join(unsupported)}: its "
-                         f"{recipe.arch.env} knob only knows {supported}",
-                         hint="pick archs from that list (an sm_120 cubin also runs on sm_121, "
-                              "an sm_100 cubin on sm_103)")
+    archs = _archs_for(recipe, request.archs)
     report.stage("toolchain", request.toolchain or "default profile")
     toolchain = resolve_toolchain(request.toolchain, request.python)
     preflight(toolchain, archs, recipe.arch.min_cuda)
@@ -129,6 +122,25 @@ def build(request: BuildRequest, reporter: Reporter | None = None) -> BuildResul
         return BuildResult(wheel=existing, provenance=read_provenance(existing) or {},
                            up_to_date=True, log=None)
     return _build_plan(plan, request, report)
+
+
+def _archs_for(recipe: Recipe, requested: ArchSet | None) -> ArchSet:
+    """The archs to build: none for pure recipes, else --arch (default: the recipe's), which
+    must be ones the package's knob can express."""
+    if recipe.kind == "pure":
+        if requested is not None:
+            raise UsageError(f"{recipe.name} is pure Python: it has no device code, so --arch "
+                             "does not apply", hint="leave out --arch")
+        return ArchSet(())
+    archs = requested or recipe.arch.default
+    unsupported = recipe.arch.unsupported(archs)
+    if unsupported:
+        supported = str(recipe.arch.supported).replace(";", ", ")
+        raise UsageError(f"{recipe.name} cannot be built for {', '.join(unsupported)}: its "
+                         f"{recipe.arch.env} knob only knows {supported}",
+                         hint="pick archs from that list (an sm_120 cubin also runs on sm_121, "
+                              "an sm_100 cubin on sm_103)")
+    return archs
 
 
 def _check_known_bad(recipe: Recipe, release: Release, toolchain: Toolchain, archs: ArchSet,
@@ -184,7 +196,10 @@ def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> Bui
     report.stage("verify", f"device code of {raw.name}")
     cuobjdump = cuobjdump_for(plan.toolchain, request.python)
     inventory = wheel_inventory(raw, cuobjdump)
-    check(raw.name, inventory, plan.archs, plan.recipe.host_only)
+    if plan.recipe.kind == "pure":
+        check_pure(raw.name, inventory)
+    else:
+        check(raw.name, inventory, plan.archs, plan.recipe.host_only)
     report.stage("smoke", "import against torch " + str(plan.toolchain.torch_version))
     smoke_output = smoke_test(raw, toolchain=plan.toolchain, imports=plan.recipe.smoke_imports,
                               gpu_code=plan.recipe.smoke_gpu, archs=plan.archs,

@@ -43,12 +43,20 @@ class BuildPlan:
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def local_label(self) -> str:
-        """`cu.13.0.torch.2.14.sm.120`: numeric dotted segments, so versions sort right."""
+        """`cu.13.0.torch.2.14.sm.120`: numeric dotted segments, so versions sort right.
+
+        Pure-Python wheels get `pure`: no toolchain in them, but a name of their own, so they
+        never share a filename (with other bytes) with the upstream wheel on PyPI."""
+        if self.recipe.kind == "pure":
+            return "pure"
         cuda, torch = self.toolchain.torch_cuda, self.toolchain.torch_version
         toolchain = f"cu.{cuda.major}.{cuda.minor}.torch.{torch.major}.{torch.minor}"
         return f"{toolchain}.{self.archs.label()}"
 
-    def torch_requirement(self) -> str:
+    def torch_requirement(self) -> str | None:
+        """`torch==2.14.*` for extensions (their ABI is that torch's); None for pure wheels."""
+        if self.recipe.kind == "pure":
+            return None
         torch = self.toolchain.torch_version
         return f"torch=={torch.major}.{torch.minor}.*"
 

@@ -41,6 +41,9 @@ RECIPE_SCHEMA: dict[str, Any] = {
     "required": ["package", "versions"],
     "properties": {
         "package": {"type": "string", "description": "the distribution name on PyPI"},
+        "kind": {"type": "string", "enum": ["extension", "pure"],
+                 "description": "extension (default): CUDA code, verified per arch; pure: a "
+                 "pure-Python wheel with no device code, labelled +pure"},
         "summary": {"type": "string", "description": "one line shown by `wheelsmith recipes`"},
         "homepage": {"type": "string"},
         "arch": {
@@ -194,6 +197,7 @@ class Release:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Recipe:
     name: str
+    kind: Literal["extension", "pure"]
     file: Path
     summary: str
     homepage: str
@@ -247,6 +251,7 @@ def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
     _check_unique_versions(doc, releases)
     return Recipe(
         name=canonicalize_name(name),
+        kind=data.get("kind", "extension"),
         file=path,
         summary=data.get("summary", ""),
         homepage=data.get("homepage", ""),
@@ -425,6 +430,7 @@ def canonical(recipe: Recipe, release: Release) -> dict[str, Any]:
     """Everything about (recipe, release) that changes the built wheel, as plain data."""
     return {
         "package": recipe.name,
+        "kind": recipe.kind,
         "version": release.version,
         "source": _source_data(release.source),
         "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],

@@ -32,14 +32,16 @@ def stamped_name(raw: Path, label: str) -> WheelName:
     return WheelName(name.name, Version(f"{name.version.public}+{label}"), name.build, name.tags)
 
 
-def edit_metadata(text: str, *, version: Version, torch_requirement: str) -> str:
-    """Set Version and replace any torch requirement with `torch_requirement`."""
+def edit_metadata(text: str, *, version: Version, torch_requirement: str | None) -> str:
+    """Set Version and replace any torch requirement with `torch_requirement` (if given)."""
     head, sep, body = text.partition("\n\n")
     lines = []
     for line in head.splitlines():
-        if line.startswith("Requires-Dist:") and _is_torch(line):
+        if torch_requirement and line.startswith("Requires-Dist:") and _is_torch(line):
             continue
         lines.append(f"Version: {version}" if line.startswith("Version:") else line)
+    if torch_requirement is None:
+        return "\n".join(lines) + (sep + body if sep else "\n")
     last_requires = max((i for i, line in enumerate(lines) if line.startswith("Requires-Dist:")),
                         default=len(lines) - 1)
     lines.insert(last_requires + 1, f"Requires-Dist: {torch_requirement}")
@@ -53,7 +55,7 @@ def _is_torch(line: str) -> bool:
         return bool(re.match(r"Requires-Dist:\s*torch\b", line))
 
 
-def stamp(raw: Path, out_dir: Path, *, label: str, torch_requirement: str,
+def stamp(raw: Path, out_dir: Path, *, label: str, torch_requirement: str | None,
           provenance: dict[str, Any], epoch: int) -> Path:
     """Write the stamped wheel into `out_dir` (a scratch directory) and return its path."""
     name = stamped_name(raw, label)

@@ -52,6 +52,14 @@ def findings(inventory: list[DeviceCode], archs: ArchSet,
     return problems
 
 
+def check_pure(label: str, inventory: list[DeviceCode]) -> None:
+    """A pure recipe's wheel must not ship compiled code at all."""
+    if inventory:
+        raise VerifyError(f"{label} comes from a pure recipe but contains shared objects",
+                          findings=[d.path for d in inventory],
+                          hint="set the recipe's kind to extension, or find what built them")
+
+
 def check(label: str, inventory: list[DeviceCode], archs: ArchSet,
           host_only: tuple[str, ...] = ()) -> None:
     problems = findings(inventory, archs, host_only)
