@@ -77,16 +77,13 @@ def test_doctor_reads_real_kernels_and_names_the_fix(project: Path, toolchain: T
         "fast path: `import fla` fails (ModuleNotFoundError: No module named 'fla'): models "
         "fall back to slow PyTorch code",
         "fast path: `import causal_conv1d` fails (ModuleNotFoundError: No module named "
-        "'causal_conv1d'): models fall back to slow PyTorch code",
-        "fast path: `import mamba_ssm` fails (ModuleNotFoundError: No module named "
-        "'mamba_ssm'): models fall back to slow PyTorch code",
-        "fast path: `import flash_attn` fails (ModuleNotFoundError: No module named "
-        "'flash_attn'): models fall back to slow PyTorch code"]
+        "'causal_conv1d'): models fall back to slow PyTorch code"]
+    assert report["fast_path"]["mamba_ssm"]["needed"] is False
     assert report["fixes"][0] == ("pip install --index-url http://127.0.0.1:8080/cu130-torch2.14/"
                                   "simple/ --no-deps --force-reinstall flash-linear-attention "
                                   "fla-core")
 
-    on_90 = doctor("--arch", "9.0", "--index", "http://wheels.internal")
+    on_90 = doctor("--arch", "9.0", "--index", "http://wheels.internal", "--need", "mamba_ssm")
     assert on_90.returncode == 15
     assert "tiny-ext          0.1.0+cu.13.0.torch.2.14.sm.120" in on_90.stdout
     assert "  tiny-ext 0.1.0+cu.13.0.torch.2.14.sm.120 has no kernel for sm_90: its ops fail or " \
@@ -98,7 +95,8 @@ def test_doctor_reads_real_kernels_and_names_the_fix(project: Path, toolchain: T
     info = probe_info([{"name": "tiny-ext", "version": "0.1.0", "shared_objects": [str(shared)]}],
                       fast=True)
     assert toolchain.cuobjdump is not None
-    healthy = examine(info, parse_arch("12.0"), "--arch", toolchain.cuobjdump, "http://x")
+    healthy = examine(info, parse_arch("12.0"), "--arch", toolchain.cuobjdump,
+                      index_url="http://x")
     assert (healthy.healthy, healthy.problems, healthy.fixes) == (True, [], [])
 
 

@@ -347,8 +347,13 @@ def _verbosity() -> int:
               help="Base URL of the wheelsmith index used in the suggested fixes.")
 @click.option("--python", "python", type=click.Path(path_type=Path), default=sys.executable,
               show_default="this Python", help="The Python environment to examine.")
+@click.option("--need", "need", multiple=True,
+              type=click.Choice(["fla", "causal_conv1d", "mamba_ssm", "flash_attn"]),
+              help="Fast-path modules your models need (repeatable). Default: fla and "
+                   "causal_conv1d (GatedDeltaNet hybrids); add mamba_ssm for Mamba models.")
 @json_option
-def doctor(arch_value: str | None, index_url: str, python: Path, as_json: bool) -> None:
+def doctor(arch_value: str | None, index_url: str, python: Path, need: tuple[str, ...],
+           as_json: bool) -> None:
     """Is this environment on the fast path? Checks every CUDA-extension package's kernels
     for the GPU's arch and whether fla, causal_conv1d, mamba_ssm and flash_attn import."""
     from wheelsmith import doctor as checkup  # noqa: PLC0415 - only this command needs it
@@ -363,7 +368,8 @@ def doctor(arch_value: str | None, index_url: str, python: Path, as_json: bool) 
         raise UsageError("no GPU is visible to this Python's torch, so there is no arch to "
                          "check", hint="pass the arch of the GPU you will run on, e.g. --arch 12.0")
     cuobjdump = pipeline.cuobjdump_for(None, Path(sys.executable))
-    report = checkup.examine(info, arch, source, cuobjdump, index_url)
+    report = checkup.examine(info, arch, source, cuobjdump, index_url=index_url,
+                             need=need or checkup.DEFAULT_NEED)
     if as_json:
         _emit_json(report.as_dict())
     else:

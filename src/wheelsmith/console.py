@@ -156,7 +156,7 @@ def render_doctor(report: Report, stream: IO[str] | None = None) -> None:
     if not report.packages:
         out.write("(no CUDA-extension packages installed)\n")
     out.write("\nfast path: " + ", ".join(
-        f"{module} {'ok' if state['ok'] else 'MISSING'}"
+        f"{module} {'ok' if state['ok'] else 'MISSING' if state['needed'] else 'not installed'}"
         for module, state in report.fast_path.items()) + "\n")
     if report.healthy:
         out.write(f"\nhealthy: every extension has native kernels for {report.arch.sm} and "

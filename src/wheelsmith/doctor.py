@@ -99,14 +99,19 @@ def channel_of(torch: str | None, cuda: str | None) -> str | None:
     return f"cu{cuda_match[1]}{cuda_match[2]}-torch{match[1]}.{match[2]}"
 
 
-def examine(info: dict[str, Any], arch: Arch, arch_source: str, cuobjdump: Path,
-            index_url: str) -> Report:
+FAST_PATH_MODULES = ("fla", "causal_conv1d", "mamba_ssm", "flash_attn")
+DEFAULT_NEED = ("fla", "causal_conv1d")  # GatedDeltaNet hybrids (Qwen3.5/3.6): fla + conv1d
+
+
+def examine(info: dict[str, Any], arch: Arch, arch_source: str, cuobjdump: Path, *,
+            index_url: str, need: tuple[str, ...] = DEFAULT_NEED) -> Report:
     gpu = info.get("gpu")
     report = Report(python=info["python"], torch=info.get("torch"),
                     torch_cuda=info.get("torch_cuda"),
                     gpu=f"{gpu['name']} (sm_{gpu['capability'][0]}{gpu['capability'][1]})"
                     if gpu else None, arch=arch, arch_source=arch_source,
-                    fast_path=info.get("fast_path", {}))
+                    fast_path={m: {**state, "needed": m in need}
+                               for m, state in info.get("fast_path", {}).items()})
     for package in info.get("packages", []):
         report.packages.append(_package(package, arch, cuobjdump))
     _judge(report, info, index_url)
@@ -145,7 +150,7 @@ def _judge(report: Report, info: dict[str, Any], index_url: str) -> None:
                                    f"{report.arch.sm}: its ops fail or the model falls back")
             to_install[package.name] = None
     for module, state in report.fast_path.items():
-        if not state["ok"]:
+        if state["needed"] and not state["ok"]:
             report.problems.append(f"fast path: `import {module}` fails ({state['error']}): "
                                    "models fall back to slow PyTorch code")
             to_install[state["dist"]] = None
