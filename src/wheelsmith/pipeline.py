@@ -180,7 +180,8 @@ def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> Bui
     guard = _install_guard(plan.toolchain, work, configure_only=request.configure_only)
     env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ,
                              guard=guard)
-    report.stage("compile", f"{what} for {plan.archs}; {parallelism.describe()}")
+    target = "pure Python" if plan.recipe.kind == "pure" else str(plan.archs)
+    report.stage("compile", f"{what} for {target}; {parallelism.describe()}")
     try:
         raw = compile_wheel(what=what, toolchain=plan.toolchain, source=source, env=env,
                             dist=work / "dist", log_path=log_path, on_progress=report.progress)

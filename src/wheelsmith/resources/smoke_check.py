@@ -9,12 +9,12 @@ import warnings
 
 warnings.simplefilter("ignore")
 spec = json.loads(sys.argv[1])
+import torch  # noqa: E402 - load libtorch first, as the package's own __init__ would
+
 for module in spec["imports"]:
     importlib.import_module(module)
     print("imported", module)
 if spec["gpu"]:
-    import torch
-
     if not torch.cuda.is_available():
         print("gpu op: skipped (no GPU)")
     else:
