@@ -193,6 +193,10 @@ def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> Bui
         return BuildResult(wheel=None, provenance={}, up_to_date=False, log=log_path,
                            configured=configured)
     prebuild_records = _read_guard_report(guard)
+    if request.configure_only:  # no CUDA rule stopped it (e.g. a pure package): keep nothing
+        report.stage("configured", "the build had no CUDA compile step; no wheel is kept")
+        return BuildResult(wheel=None, provenance={}, up_to_date=False, log=log_path,
+                           configured=prebuild_records)
 
     report.stage("verify", f"device code of {raw.name}")
     cuobjdump = cuobjdump_for(plan.toolchain, request.python)
