@@ -371,9 +371,11 @@ def doctor(arch_value: str | None, index_url: str, python: Path, need: tuple[str
     report = checkup.examine(info, arch, source, cuobjdump, index_url=index_url,
                              need=need or checkup.DEFAULT_NEED)
     if as_json:
-        _emit_json(report.as_dict())
-    else:
-        console.render_doctor(report)
+        _emit_json(report.as_dict())  # the report says healthy: false and why
+        if not report.healthy:
+            click.get_current_context().exit(DoctorError.exit_code)
+        return
+    console.render_doctor(report)
     if not report.healthy:
         raise DoctorError(f"not on the fast path for {arch.sm}: {len(report.problems)} "
                           "problem(s)", findings=report.problems,
