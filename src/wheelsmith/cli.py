@@ -18,6 +18,7 @@ from wheelsmith.arch import Arch, ArchParseError, ArchSet
 from wheelsmith.errors import (
     DoctorError,
     IndexDriftError,
+    NightlyError,
     RecipeError,
     UsageError,
     WheelsmithError,
@@ -387,3 +388,72 @@ def _single_arch(value: str) -> Arch:
     if archs is None or len(archs.archs) != 1:
         raise UsageError(f"--arch: give one arch for doctor, got '{value}'")
     return archs.archs[0]
+
+
+matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_type=Path),
+                             help="The matrix file (default: matrix.yaml next to recipes/).")
+
+
+def _cells(matrix_file: Path | None) -> list[Any]:
+    from wheelsmith import matrix  # noqa: PLC0415
+    from wheelsmith.toolchain import default_profile_name  # noqa: PLC0415
+
+    root = locations.project_root()
+    return matrix.load(matrix_file or root / "matrix.yaml", root / "recipes",
+                       default_toolchain=default_profile_name(root / "toolchains"),
+                       default_python=f"{sys.version_info[0]}.{sys.version_info[1]}")
+
+
+@main.command("matrix")
+@matrix_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]),
+              default="table", show_default=True)
+@click.option("--shards", type=click.IntRange(min=1), default=4, show_default=True,
+              help="With --format github: how many runners to split the cells over.")
+def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
+    """Expand the build matrix into cells (recipe x version x toolchain x archs x Python)."""
+    from wheelsmith import matrix  # noqa: PLC0415
+
+    cells = _cells(matrix_file)
+    if fmt == "json":
+        _emit_json([c.as_dict() for c in cells])
+    elif fmt == "github":
+        click.echo(matrix.github_matrix(cells, shards))
+    else:
+        for cell in cells:
+            click.echo(cell.id)
+
+
+@main.command("nightly")
+@matrix_option
+@click.option("--shard", help="Build only shard I/N of the cells (0-based), e.g. 0/4.")
+@click.option("--report", "report_dir", type=click.Path(path_type=Path),
+              default=Path("build/nightly"), show_default=True,
+              help="Where nightly.json, nightly.md and junit.xml go.")
+@click.option("--publish/--no-publish", default=True, show_default=True,
+              help="Publish each wheel that passed to --index.")
+@index_option
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("wheelhouse"),
+              show_default=True)
+@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
+              show_default=True)
+@click.option("--jobs", type=click.IntRange(min=1))
+def nightly_command(matrix_file: Path | None, shard: str | None, report_dir: Path,
+                    publish: bool, index_dir: Path, out_dir: Path, work_dir: Path,
+                    jobs: int | None) -> None:
+    """Build every cell that is missing or changed; one failure never stops the others."""
+    from wheelsmith import matrix, nightly, report  # noqa: PLC0415
+
+    cells = matrix.shard(_cells(matrix_file), shard)
+    settings = nightly.Settings(out_dir=out_dir, work_dir=work_dir, index_dir=index_dir,
+                                publish=publish, jobs=jobs)
+    with console.TerminalReporter() as reporter:
+        results = nightly.run(cells, settings, reporter)
+    written = report.write(report_dir, results, shard=shard)
+    counts = report.summary(results)
+    click.echo(f"{counts['built']} built, {counts['skipped']} skipped, {counts['failed']} "
+               f"failed; reports: {', '.join(str(p) for p in written)}")
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise NightlyError(f"{len(failed)} of {len(results)} cell(s) failed",
+                           findings=[f"{r.cell.id}: {r.reason}" for r in failed])

@@ -162,3 +162,9 @@ class KnownBadError(WheelsmithError):
     """The combination is in the known-bad table with action `refuse`."""
 
     exit_code = 16
+
+
+class NightlyError(VerifyError):
+    """At least one nightly cell failed (the others ran; the report says which and why)."""
+
+    exit_code = 17

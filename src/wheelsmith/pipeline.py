@@ -104,8 +104,9 @@ def resolve_toolchain(name: str | None, python: Path) -> Toolchain:
     return ensure_profile(profile, python, locations.cache_dir())
 
 
-def build(request: BuildRequest, reporter: Reporter | None = None) -> BuildResult:
-    report = reporter or QuietReporter()
+def prepare(request: BuildRequest, report: Reporter) -> BuildPlan:
+    """Everything before fetching: recipe, archs, toolchain, pre-flight, known-bad, the plan
+    and its content key. Cheap once the toolchain exists (nightly uses it to skip cells)."""
     recipe = resolve_recipe(request.recipe)
     release = recipe.release(request.version)
     archs = _archs_for(recipe, request.archs)
@@ -113,8 +114,14 @@ def build(request: BuildRequest, reporter: Reporter | None = None) -> BuildResul
     toolchain = resolve_toolchain(request.toolchain, request.python)
     preflight(toolchain, archs, recipe.arch.min_cuda)
     _check_known_bad(recipe, release, toolchain, archs, report)
-    plan = BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
+    return BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
                      extra_env=request.env)
+
+
+def build(request: BuildRequest, reporter: Reporter | None = None,
+          plan: BuildPlan | None = None) -> BuildResult:
+    report = reporter or QuietReporter()
+    plan = plan or prepare(request, report)
     existing = None if request.configure_only else _up_to_date(
         plan, request.out_dir.resolve(), rebuild=request.rebuild)
     if existing is not None:

@@ -1,0 +1,170 @@
+"""The nightly build matrix: recipes x versions x toolchain profiles x arch sets x Pythons.
+
+`matrix.yaml` is validated like a recipe (every problem at once, file:line:col). Expanding
+it gives cells in a stable order; a shard `I/N` takes every N-th cell starting at I, so
+several CI runners split the work without talking to each other.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wheelsmith import document
+from wheelsmith.arch import ArchParseError, ArchSet
+from wheelsmith.document import Document, KeyPath
+from wheelsmith.errors import UsageError
+from wheelsmith.recipe import Recipe, find_recipe, load_recipe
+
+STRINGS = {"type": "array", "items": {"type": "string"}, "minItems": 1}
+MATRIX_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["packages"],
+    "properties": {
+        "toolchains": {**STRINGS, "description": "toolchain profiles (default: the newest)"},
+        "pythons": {**STRINGS, "description": "Python versions, e.g. '3.11' (default: the "
+                    "Python running wheelsmith)"},
+        "packages": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["recipe"],
+                "properties": {
+                    "recipe": {"type": "string"},
+                    "versions": {**STRINGS, "description": "default: the newest in the recipe"},
+                    "archs": {**STRINGS, "description": "arch sets, one cell each, e.g. "
+                              "'9.0;12.0' (default: the recipe's; not for pure recipes)"},
+                },
+            },
+        },
+        "exclude": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {key: {"type": "string"} for key in
+                               ("recipe", "version", "toolchain", "archs", "python")},
+            },
+        },
+    },
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cell:
+    recipe: str
+    version: str
+    toolchain: str
+    archs: str  # "" for pure recipes
+    python: str
+
+    @property
+    def id(self) -> str:
+        archs = self.archs.replace(";", "-").replace("+", "") or "pure"
+        return f"{self.recipe}-{self.version}-{self.toolchain}-{archs}-py{self.python}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"id": self.id, "recipe": self.recipe, "version": self.version,
+                "toolchain": self.toolchain, "archs": self.archs, "python": self.python}
+
+
+def load(path: Path, recipes_dir: Path, *, default_toolchain: str,
+         default_python: str) -> list[Cell]:
+    """Validate `matrix.yaml` and expand it into cells (stable order, excludes applied)."""
+    doc = document.load(path)
+    data = document.validate(doc, MATRIX_SCHEMA)
+    data = data if isinstance(data, dict) else {}
+    toolchains = [t for t in data.get("toolchains", [default_toolchain]) if t]
+    pythons = [p for p in data.get("pythons", [default_python]) if p]
+    cells: list[Cell] = []
+    for index, entry in enumerate(data.get("packages", [])):
+        if entry is not None and "recipe" in entry:
+            cells += _expand(doc, recipes_dir, ("packages", index), entry,
+                             toolchains=toolchains, pythons=pythons)
+    excludes = [e for e in data.get("exclude", []) if e]
+    doc.raise_if_problems()
+    kept = [c for c in cells if not any(_excluded(c, e) for e in excludes)]
+    return sorted(set(kept), key=lambda c: c.id)
+
+
+def _expand(doc: Document, recipes_dir: Path, path: KeyPath, entry: dict[str, Any], *,
+            toolchains: list[str], pythons: list[str]) -> list[Cell]:
+    try:
+        recipe = load_recipe(find_recipe(recipes_dir, entry["recipe"]))
+    except UsageError as exc:
+        doc.at_value((*path, "recipe"), exc.message, exc.hint)
+        return []
+    versions = _versions(doc, recipe, path, entry.get("versions"))
+    arch_sets = _arch_sets(doc, recipe, path, entry.get("archs"))
+    if len(arch_sets) > 1:
+        doc.at_key((*path, "archs"), f"{recipe.name} has {len(arch_sets)} arch sets, but a "
+                   "channel holds one arch set per version (pip picks by label, not by GPU)",
+                   hint="list one set that covers every GPU you serve, e.g. '9.0;10.0;12.0+PTX'")
+    return [Cell(recipe=recipe.name, version=v, toolchain=t, archs=a, python=p)
+            for v in versions for a in arch_sets for t in toolchains for p in pythons]
+
+
+def _versions(doc: Document, recipe: Recipe, path: KeyPath, wanted: list[str] | None
+              ) -> list[str]:
+    if not wanted:
+        return [recipe.latest.version]
+    known = {r.version for r in recipe.releases}
+    for position, version in enumerate(wanted):
+        if version not in known:
+            doc.at_value((*path, "versions", position),
+                         f"recipe {recipe.name} has no version {version}",
+                         f"versions in {recipe.file.name}: {', '.join(sorted(known))}")
+    return [v for v in wanted if v in known]
+
+
+def _arch_sets(doc: Document, recipe: Recipe, path: KeyPath, wanted: list[str] | None
+               ) -> list[str]:
+    if recipe.kind == "pure":
+        if wanted:
+            doc.at_key((*path, "archs"), f"{recipe.name} is pure Python: archs do not apply")
+        return [""]
+    result = []
+    for position, value in enumerate(wanted or [str(recipe.arch.default)]):
+        try:
+            archs = ArchSet.parse([value])
+        except ArchParseError as exc:
+            doc.at_value((*path, "archs", position), exc.message, exc.hint)
+            continue
+        if recipe.arch.unsupported(archs):
+            doc.at_value((*path, "archs", position), f"{recipe.name} cannot be built for "
+                         f"{', '.join(recipe.arch.unsupported(archs))}",
+                         f"its knob only knows {recipe.arch.supported}")
+            continue
+        result.append(str(archs))
+    return result
+
+
+def _excluded(cell: Cell, rule: dict[str, str]) -> bool:
+    values = cell.as_dict()
+    return all(values.get(key) == value for key, value in rule.items())
+
+
+def shard(cells: list[Cell], spec: str | None) -> list[Cell]:
+    """`I/N`: every N-th cell starting at I (0-based)."""
+    if not spec:
+        return cells
+    try:
+        index, count = (int(part) for part in spec.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard: '{spec}' is not I/N", hint="e.g. --shard 0/4") from None
+    if count < 1 or not 0 <= index < count:
+        raise UsageError(f"--shard: '{spec}' needs 0 <= I < N")
+    return cells[index::count]
+
+
+def github_matrix(cells: list[Cell], shards: int) -> str:
+    """The `strategy.matrix` JSON a GitHub Actions plan job emits: one entry per shard."""
+    count = max(1, min(shards, len(cells)))
+    include = [{"shard": f"{i}/{count}", "cells": [c.id for c in cells[i::count]]}
+               for i in range(count)]
+    return json.dumps({"include": include}, separators=(",", ":"))

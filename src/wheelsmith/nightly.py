@@ -1,0 +1,123 @@
+"""Nightly: build every matrix cell that is missing or changed, never letting one failure stop
+the rest, and publish only what passed.
+
+A cell is skipped when its content key (plan.py) is already in the index ledger, or already in
+the output directory: running nightly twice in a row builds nothing the second time. Each
+cell's outcome (built, skipped, failed with the error class and message) goes into the report
+(report.py). Downloads are retried with backoff inside fetch.py; other failures are final for
+the night.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wheelsmith import ledger, pipeline, publish
+from wheelsmith.arch import ArchSet
+from wheelsmith.errors import UsageError, WheelsmithError
+from wheelsmith.matrix import Cell
+from wheelsmith.stamp import read_provenance
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class CellResult:
+    cell: Cell
+    status: str  # built | skipped | failed
+    reason: str = ""
+    seconds: float = 0.0
+    wheel: str | None = None
+    size: int | None = None
+    archs_found: list[str] = field(default_factory=list)
+    key: str | None = None
+    published: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    out_dir: Path
+    work_dir: Path
+    index_dir: Path
+    publish: bool
+    jobs: int | None = None
+
+
+def python_for(version: str) -> Path:
+    """The interpreter for a matrix Python version: this one if it matches, else pythonX.Y."""
+    if version == f"{sys.version_info[0]}.{sys.version_info[1]}":
+        return Path(sys.executable)
+    found = shutil.which(f"python{version}")
+    if found is None:
+        raise UsageError(f"python{version} is not installed on this runner",
+                         hint="install it, or exclude the cell on this runner")
+    return Path(found)
+
+
+def known_keys(settings: Settings) -> set[str]:
+    """Content keys already built: in the index ledger, or as wheels in the output dir."""
+    keys = {r.key for r in ledger.read(settings.index_dir).by_filename.values() if r.key}
+    if settings.out_dir.is_dir():
+        for wheel in settings.out_dir.glob("*.whl"):
+            key = (read_provenance(wheel) or {}).get("key")
+            if key:
+                keys.add(key)
+    return keys
+
+
+def request_for(cell: Cell, settings: Settings) -> pipeline.BuildRequest:
+    return pipeline.BuildRequest(
+        recipe=cell.recipe, version=cell.version,
+        archs=ArchSet.parse([cell.archs]) if cell.archs else None,
+        toolchain=cell.toolchain, python=python_for(cell.python),
+        out_dir=settings.out_dir, work_dir=settings.work_dir, jobs=settings.jobs)
+
+
+def run_cell(cell: Cell, settings: Settings, keys: set[str],
+             reporter: pipeline.Reporter) -> CellResult:
+    started = time.monotonic()
+    try:
+        request = request_for(cell, settings)
+        plan = pipeline.prepare(request, reporter)
+        if plan.key in keys:
+            return CellResult(cell, "skipped", "already built (content key in the index or "
+                              "output)", key=plan.key)
+        result = pipeline.build(request, reporter, plan=plan)
+        assert result.wheel is not None
+        outcome = _built(cell, result, time.monotonic() - started)
+        if settings.publish:
+            outcome.published = publish.publish(result.wheel, settings.index_dir).status
+        keys.add(plan.key)
+        return outcome
+    except WheelsmithError as error:
+        log.warning("cell %s failed: %s", cell.id, error.message)
+        reason = f"{type(error).__name__} (exit {error.exit_code}): {error.message}"
+        if error.hint:
+            reason += f" (hint: {error.hint.splitlines()[0]})"
+        return CellResult(cell, "failed", reason, time.monotonic() - started)
+
+
+def _built(cell: Cell, result: pipeline.BuildResult, seconds: float) -> CellResult:
+    assert result.wheel is not None
+    found = sorted({sm for d in result.provenance.get("device_code", []) for sm in d["sass"]})
+    return CellResult(cell, "built", "", round(seconds, 1), wheel=result.wheel.name,
+                      size=result.wheel.stat().st_size, archs_found=found,
+                      key=result.provenance.get("key"))
+
+
+def run(cells: Iterable[Cell], settings: Settings,
+        reporter: pipeline.Reporter | None = None) -> list[CellResult]:
+    report = reporter or pipeline.QuietReporter()
+    keys = known_keys(settings)
+    results = []
+    for cell in cells:
+        report.stage("cell", cell.id)
+        results.append(run_cell(cell, settings, keys, report))
+        report.stage(results[-1].status, results[-1].reason or results[-1].wheel or cell.id)
+    return results

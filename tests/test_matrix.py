@@ -1,0 +1,83 @@
+"""matrix.yaml: expansion, excludes, shards, the GitHub matrix, and errors with positions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from wheelsmith.errors import RecipeError, UsageError
+from wheelsmith.matrix import Cell, github_matrix, load, shard
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    return path
+
+
+def expand(tmp_path: Path, text: str) -> list[Cell]:
+    return load(write(tmp_path, text), REPO / "recipes", default_toolchain="cu130-torch2.14",
+                default_python="3.11")
+
+
+def test_cells_are_the_product_minus_excludes(tmp_path: Path) -> None:
+    cells = expand(tmp_path, """
+pythons: ["3.11", "3.12"]
+packages:
+  - recipe: causal-conv1d
+    versions: ["1.7.0", "1.6.1"]
+    archs: ["9.0;12.0"]
+  - recipe: fla-core
+exclude:
+  - recipe: causal-conv1d
+    version: "1.6.1"
+    python: "3.12"
+""")
+    assert [c.id for c in cells] == [
+        "causal-conv1d-1.6.1-cu130-torch2.14-9.0-12.0-py3.11",
+        "causal-conv1d-1.7.0-cu130-torch2.14-9.0-12.0-py3.11",
+        "causal-conv1d-1.7.0-cu130-torch2.14-9.0-12.0-py3.12",
+        "fla-core-0.6.0-cu130-torch2.14-pure-py3.11",
+        "fla-core-0.6.0-cu130-torch2.14-pure-py3.12"]
+
+
+def test_shards_split_the_cells_without_overlap(tmp_path: Path) -> None:
+    cells = expand(tmp_path, "packages:\n  - recipe: causal-conv1d\n    versions: ['1.7.0', "
+                             "'1.6.1']\n  - recipe: fla-core\n  - recipe: mamba-ssm\n")
+    parts = [shard(cells, f"{i}/3") for i in range(3)]
+    assert sorted(c.id for part in parts for c in part) == sorted(c.id for c in cells)
+    assert all(parts)
+    include = json.loads(github_matrix(cells, 3))["include"]
+    assert [entry["shard"] for entry in include] == ["0/3", "1/3", "2/3"]
+    with pytest.raises(UsageError, match=r"--shard: '3/3' needs 0 <= I < N"):
+        shard(cells, "3/3")
+
+
+def test_bad_matrix_reports_every_problem_with_positions(tmp_path: Path) -> None:
+    path = write(tmp_path, """packages:
+  - recipe: causal-conv1d
+    versions: ["9.9"]
+    archs: ["12.0f", "12.0", "9.0;12.0"]
+  - recipe: no-such-thing
+  - recipe: fla-core
+    archs: ["12.0"]
+  - recipe: flash-attn
+    archs: ["12.1"]
+exclude:
+  - recipe: fla-core
+    arch: "12.0"
+""")
+    with pytest.raises(RecipeError) as caught:
+        load(path, REPO / "recipes", default_toolchain="cu130-torch2.14", default_python="3.11")
+    assert [p.render().split(": ", 1)[1].split("\n")[0] for p in caught.value.problems] == [
+        "recipe causal-conv1d has no version 9.9",
+        "causal-conv1d has 2 arch sets, but a channel holds one arch set per version (pip picks "
+        "by label, not by GPU)",
+        "'12.0f': the family suffix 'f' is not accepted by torch's TORCH_CUDA_ARCH_LIST",
+        "no recipe named 'no-such-thing' in recipes",  # shown relative to the working dir
+        "fla-core is pure Python: archs do not apply",
+        "flash-attn cannot be built for 12.1",
+        "unknown key 'arch' in 'exclude[0]'"]
