@@ -79,9 +79,8 @@ def choose_parallelism(cores: int, available_gb: float, per_job_gb: float, n_arc
 
 @dataclass(frozen=True, slots=True)
 class Guard:
-    """Where the pre-build check's `ninja` lives and where it reports (see prebuild.py)."""
+    """Where the pre-build check (the `ninja` launcher, prebuild.py) reports."""
 
-    bin_dir: Path
     report: Path
     configure_only: bool = False
 
@@ -93,12 +92,17 @@ def build_env(
     source_date_epoch: int,
     base: Mapping[str, str],
     guard: Guard | None = None,
+    compile_cache: Mapping[str, str] | None = None,
+    launchers: Path | None = None,
 ) -> dict[str, str]:
+    """`launchers` is a directory put first on PATH: the pre-build check's `ninja` and the
+    compile cache's `c++` live there."""
     toolchain = plan.toolchain
     env = {k: base[k] for k in PASS_THROUGH if k in base}
     path = [str(p) for p in toolchain.bin_dirs] + [base.get("PATH", "/usr/bin:/bin")]
+    if launchers is not None:
+        path.insert(0, str(launchers))
     if guard is not None:
-        path.insert(0, str(guard.bin_dir))
         env[prebuild.EXPECT_SASS] = ",".join(sorted(plan.archs.sass))
         env[prebuild.EXPECT_PTX] = ",".join(sorted(plan.archs.ptx))
         env[prebuild.REPORT] = str(guard.report)
@@ -123,6 +127,7 @@ def build_env(
                 "all_proxy"):
         env[var] = DEAD_PROXY
     env["no_proxy"] = env["NO_PROXY"] = ""
+    env.update(compile_cache or {})
     env[plan.recipe.arch.env] = plan.recipe.arch.render(plan.archs)
     env.update(dict(plan.recipe.env))
     env.update(dict(plan.release.env))

@@ -116,6 +116,11 @@ def main(verbose: int) -> None:
 @click.option("--rebuild", is_flag=True, help="Build even if an identical build is in --out, "
               "and replace it.")
 @click.option("--keep-work", is_flag=True, help="Keep the patched source after success.")
+@click.option("--compile-cache", metavar="off|DIR|URL",
+              help="ccache for nvcc and c++: a directory, a shared remote "
+                   "(redis://host:port, redis+unix:///socket, http(s)://...), or off. Default: "
+                   "$WHEELSMITH_COMPILE_CACHE, else ~/.cache/wheelsmith/ccache if ccache is "
+                   "installed.")
 @click.option("--configure-only", is_flag=True,
               help="Stop once the build files are generated and show the arch targets they "
                    "hold (for packages too big to compile here).")
@@ -125,8 +130,8 @@ def main(verbose: int) -> None:
 @json_option
 def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Path,
           out_dir: Path, work_dir: Path, jobs: int | None, env: tuple[str, ...], rebuild: bool,
-          keep_work: bool, configure_only: bool, publish_to: bool, index_dir: Path,
-          as_json: bool) -> None:
+          keep_work: bool, compile_cache: str | None, configure_only: bool, publish_to: bool,
+          index_dir: Path, as_json: bool) -> None:
     """Build RECIPE into a wheel that provably carries device code for --arch."""
     name, _, version = recipe.partition("==")
     if configure_only and publish_to:
@@ -134,7 +139,8 @@ def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Pa
     request = pipeline.BuildRequest(
         recipe=name, version=version or None, archs=parse_archs(archs),
         toolchain=toolchain, python=python, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
-        env=parse_env(env), configure_only=configure_only, rebuild=rebuild, keep_work=keep_work)
+        env=parse_env(env), configure_only=configure_only, compile_cache=compile_cache,
+        rebuild=rebuild, keep_work=keep_work)
     with console.TerminalReporter() as reporter:
         result = pipeline.build(request, reporter)
         if result.wheel is None:
@@ -438,15 +444,17 @@ def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
               show_default=True)
 @click.option("--jobs", type=click.IntRange(min=1))
+@click.option("--compile-cache", metavar="off|DIR|URL",
+              help="As for build: share compiled objects between runners (redis://...).")
 def nightly_command(matrix_file: Path | None, shard: str | None, report_dir: Path,
                     publish: bool, index_dir: Path, out_dir: Path, work_dir: Path,
-                    jobs: int | None) -> None:
+                    jobs: int | None, compile_cache: str | None) -> None:
     """Build every cell that is missing or changed; one failure never stops the others."""
     from wheelsmith import matrix, nightly, report  # noqa: PLC0415
 
     cells = matrix.shard(_cells(matrix_file), shard)
     settings = nightly.Settings(out_dir=out_dir, work_dir=work_dir, index_dir=index_dir,
-                                publish=publish, jobs=jobs)
+                                publish=publish, jobs=jobs, compile_cache=compile_cache)
     with console.TerminalReporter() as reporter:
         results = nightly.run(cells, settings, reporter)
     written = report.write(report_dir, results, shard=shard)

@@ -76,12 +76,18 @@ def compile_wheel(
     dist: Path,
     log_path: Path,
     on_progress: ProgressCallback | None = None,
+    isolate_network: bool = True,
 ) -> Path:
-    """Build `source` into exactly one wheel in the empty directory `dist`."""
+    """Build `source` into exactly one wheel in the empty directory `dist`.
+
+    `isolate_network=False` (a TCP compile cache must be reachable) keeps the host network;
+    the package's own setup still only sees proxies that lead nowhere.
+    """
     if dist.exists():
         shutil.rmtree(dist)
     dist.mkdir(parents=True)
-    argv = [*offline_prefix(), str(toolchain.python), "-m", "pip", "wheel", "-v",
+    prefix = offline_prefix() if isolate_network else ()
+    argv = [*prefix, str(toolchain.python), "-m", "pip", "wheel", "-v",
             "--no-build-isolation", "--no-deps", "--no-index", "--wheel-dir", str(dist),
             str(source)]
     try:

@@ -47,6 +47,7 @@ class Settings:
     index_dir: Path
     publish: bool
     jobs: int | None = None
+    compile_cache: str | None = None
 
 
 def python_for(version: str) -> Path:
@@ -76,7 +77,8 @@ def request_for(cell: Cell, settings: Settings) -> pipeline.BuildRequest:
         recipe=cell.recipe, version=cell.version,
         archs=ArchSet.parse([cell.archs]) if cell.archs else None,
         toolchain=cell.toolchain, python=python_for(cell.python),
-        out_dir=settings.out_dir, work_dir=settings.work_dir, jobs=settings.jobs)
+        out_dir=settings.out_dir, work_dir=settings.work_dir, jobs=settings.jobs,
+        compile_cache=settings.compile_cache)
 
 
 def run_cell(cell: Cell, settings: Settings, keys: set[str],

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from wheelsmith import __version__, buildenv, knownbad, locations, prebuild
+from wheelsmith import __version__, buildenv, compilecache, knownbad, locations, prebuild
 from wheelsmith.arch import ArchSet
 from wheelsmith.compile import compile_wheel
 from wheelsmith.errors import CompileError, KnownBadError, OutputError, UsageError, VerifyError
@@ -78,6 +78,7 @@ class BuildRequest:
     jobs: int | None = None
     env: tuple[tuple[str, str], ...] = ()
     configure_only: bool = False
+    compile_cache: str | None = None  # None: $WHEELSMITH_COMPILE_CACHE or the local default
     rebuild: bool = False
     keep_work: bool = False
 
@@ -167,11 +168,25 @@ def _check_known_bad(recipe: Recipe, release: Release, toolchain: Toolchain, arc
             hint=f"the rule is in {knownbad.FILE}; choose other archs or another version")
 
 
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    """How one compile runs: environment, parallelism, pre-build guard, compile cache."""
+
+    env: dict[str, str]
+    parallelism: buildenv.Parallelism
+    guard: buildenv.Guard | None
+    cache: compilecache.CompileCache | None
+
+    def describe(self) -> str:
+        cached = f"cache: {self.cache.describe()}" if self.cache else "no compile cache"
+        return f"{self.parallelism.describe()}; {cached}"
+
+
 def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> BuildResult:
     started = time.monotonic()
     work = request.work_dir.resolve() / plan.slug()
     work.mkdir(parents=True, exist_ok=True)
-    log_path = work / "build.log"
+    log_path = log_path_of(work)
     log_path.write_text(f"wheelsmith {__version__}: {plan.slug()}\n")
     what = f"{plan.recipe.name} {plan.release.version}"
 
@@ -181,46 +196,26 @@ def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> Bui
     report.stage("patch", f"{len(plan.release.patches)} patch(es)")
     apply_all(plan.release.patches, source)
 
-    cores, available = buildenv.machine_size()
-    parallelism = buildenv.choose_parallelism(cores, available, plan.recipe.memory_per_job_gb,
-                                              len(plan.archs.archs), request.jobs)
-    guard = _install_guard(plan.toolchain, work, configure_only=request.configure_only)
-    env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ,
-                             guard=guard)
+    setup = _compile_setup(plan, request, work, epoch)
     target = "pure Python" if plan.recipe.kind == "pure" else str(plan.archs)
-    report.stage("compile", f"{what} for {target}; {parallelism.describe()}")
+    report.stage("compile", f"{what} for {target}; {setup.describe()}")
     try:
-        raw = compile_wheel(what=what, toolchain=plan.toolchain, source=source, env=env,
-                            dist=work / "dist", log_path=log_path, on_progress=report.progress)
+        raw = compile_wheel(what=what, toolchain=plan.toolchain, source=source, env=setup.env,
+                            dist=work / "dist", log_path=log_path, on_progress=report.progress,
+                            isolate_network=not (setup.cache and setup.cache.needs_network))
     except CompileError as exc:
-        configured = _prebuild_outcome(guard, log_path, exc)
-        report.stage("configured", "; ".join(
-            f"{Path(c['build_ninja']).parent.name}: SASS {', '.join(c['sass'])}"
-            for c in configured))
-        return BuildResult(wheel=None, provenance={}, up_to_date=False, log=log_path,
-                           configured=configured)
-    prebuild_records = _read_guard_report(guard)
+        return _configured(_prebuild_outcome(setup.guard, log_path, exc), log_path, report)
     if request.configure_only:  # no CUDA rule stopped it (e.g. a pure package): keep nothing
-        report.stage("configured", "the build had no CUDA compile step; no wheel is kept")
-        return BuildResult(wheel=None, provenance={}, up_to_date=False, log=log_path,
-                           configured=prebuild_records)
+        return _configured(_read_guard_report(setup.guard), log_path, report)
 
-    report.stage("verify", f"device code of {raw.name}")
-    cuobjdump = cuobjdump_for(plan.toolchain, request.python)
-    inventory = wheel_inventory(raw, cuobjdump)
-    if plan.recipe.kind == "pure":
-        check_pure(raw.name, inventory)
-    else:
-        check(raw.name, inventory, plan.archs, plan.recipe.host_only)
-    report.stage("smoke", "import against torch " + str(plan.toolchain.torch_version))
-    smoke_output = smoke_test(raw, toolchain=plan.toolchain, imports=plan.recipe.smoke_imports,
-                              gpu_code=plan.recipe.smoke_gpu, archs=plan.archs,
-                              scratch=work / "smoke", log_path=log_path)
-
-    seconds = round(time.monotonic() - started, 1)
-    provenance = _provenance(plan, inventory, parallelism=parallelism, seconds=seconds,
-                             raw_name=raw.name, smoke_output=smoke_output)
-    provenance["prebuild_check"] = list(prebuild_records) or "not run (the build used no ninja)"
+    inventory, smoke_output = _check_wheel(plan, raw, request, work, report)
+    provenance = _provenance(plan, inventory, parallelism=setup.parallelism,
+                             seconds=round(time.monotonic() - started, 1), raw_name=raw.name,
+                             smoke_output=smoke_output)
+    provenance["prebuild_check"] = (list(_read_guard_report(setup.guard))
+                                    or "not run (the build used no ninja)")
+    provenance["compile_cache"] = ({"backend": setup.cache.describe(),
+                                    **compilecache.stats(work)} if setup.cache else None)
     report.stage("stamp", plan.local_label())
     wheel = _write_output(plan, raw, request, provenance, epoch)
     if not request.keep_work:
@@ -229,7 +224,56 @@ def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> Bui
     return BuildResult(wheel=wheel, provenance=provenance, up_to_date=False, log=log_path)
 
 
-def _install_guard(toolchain: Toolchain, work: Path, *, configure_only: bool
+def _compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int) -> _Setup:
+    cores, available = buildenv.machine_size()
+    parallelism = buildenv.choose_parallelism(cores, available, plan.recipe.memory_per_job_gb,
+                                              len(plan.archs.archs), request.jobs)
+    launchers = work / "launchers"
+    shutil.rmtree(launchers, ignore_errors=True)
+    guard = _install_guard(plan.toolchain, work, launchers, configure_only=request.configure_only)
+    cache = compilecache.resolve(request.compile_cache, locations.cache_dir())
+    cache_env = None
+    if cache is not None:
+        (work / "ccache-stats.log").unlink(missing_ok=True)
+        for name, script in cache.launchers().items():
+            write_launcher(launchers / name, script)
+        cache_env = cache.env(plan.toolchain, work)
+    env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ,
+                             guard=guard, compile_cache=cache_env, launchers=launchers)
+    return _Setup(env, parallelism, guard, cache)
+
+
+def _configured(records: tuple[dict[str, Any], ...], log_path: Path,
+                report: Reporter) -> BuildResult:
+    """The result of a build that stopped after generating its build files."""
+    report.stage("configured", "; ".join(
+        f"{Path(c['build_ninja']).parent.name}: SASS {', '.join(c['sass'])}" for c in records)
+        or "the build had no CUDA compile step; no wheel is kept")
+    return BuildResult(wheel=None, provenance={}, up_to_date=False, log=log_path,
+                       configured=records)
+
+
+def _check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
+                 report: Reporter) -> tuple[list[DeviceCode], str]:
+    """The device-code gate, then the smoke test; returns the inventory and the smoke output."""
+    report.stage("verify", f"device code of {raw.name}")
+    inventory = wheel_inventory(raw, cuobjdump_for(plan.toolchain, request.python))
+    if plan.recipe.kind == "pure":
+        check_pure(raw.name, inventory)
+    else:
+        check(raw.name, inventory, plan.archs, plan.recipe.host_only)
+    report.stage("smoke", "import against torch " + str(plan.toolchain.torch_version))
+    smoke_output = smoke_test(raw, toolchain=plan.toolchain, imports=plan.recipe.smoke_imports,
+                              gpu_code=plan.recipe.smoke_gpu, archs=plan.archs,
+                              scratch=work / "smoke", log_path=log_path_of(work))
+    return inventory, smoke_output
+
+
+def log_path_of(work: Path) -> Path:
+    return work / "build.log"
+
+
+def _install_guard(toolchain: Toolchain, work: Path, launchers: Path, *, configure_only: bool
                    ) -> buildenv.Guard | None:
     """Put the pre-build check's `ninja` in front of the real one (prebuild.py)."""
     search = os.pathsep.join([*map(str, toolchain.bin_dirs), os.environ.get("PATH", "")])
@@ -238,14 +282,16 @@ def _install_guard(toolchain: Toolchain, work: Path, *, configure_only: bool
         if configure_only:
             raise UsageError("--configure-only needs ninja in the toolchain")
         return None
-    bin_dir = work / "guard"
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    wrapper = bin_dir / "ninja"
-    wrapper.write_text(prebuild.wrapper_script(sys.executable, real))
-    wrapper.chmod(0o755)
+    write_launcher(launchers / "ninja", prebuild.wrapper_script(sys.executable, real))
     report = work / "prebuild.jsonl"
     report.unlink(missing_ok=True)
-    return buildenv.Guard(bin_dir, report, configure_only)
+    return buildenv.Guard(report, configure_only)
+
+
+def write_launcher(path: Path, script: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(script)
+    path.chmod(0o755)
 
 
 def _read_guard_report(guard: buildenv.Guard | None) -> tuple[dict[str, Any], ...]:

@@ -268,15 +268,22 @@ def ensure_tools(profile: Profile, python: Path, cache: Path) -> Path:
 # --- system toolchain ------------------------------------------------------------------------
 
 
+def _is_toolkit(home: Path) -> bool:
+    return (home / "bin" / "nvcc").is_file() and (home / "include" / "cuda_runtime.h").is_file()
+
+
 def system_cuda_home() -> Path:
-    """CUDA_HOME, CUDA_PATH, the real path of `nvcc` on PATH, then /usr/local/cuda."""
+    """CUDA_HOME or CUDA_PATH when set; else the toolkit around `nvcc` on PATH, then
+    /usr/local/cuda. A guess must look like a toolkit (bin/nvcc and include/cuda_runtime.h):
+    `/usr/local/bin/nvcc` is often a link or a wrapper script, and `/usr/local` is no toolkit
+    (the trap torch's own guess falls into)."""
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             return Path(os.environ[var])
     nvcc = shutil.which("nvcc")
-    if nvcc is not None:
-        return Path(nvcc).resolve().parent.parent  # resolve: a /usr/local/bin link is a trap
-    return Path("/usr/local/cuda")
+    guesses = [Path(nvcc).resolve().parent.parent] if nvcc else []
+    guesses.append(Path("/usr/local/cuda"))
+    return next((g for g in guesses if _is_toolkit(g)), guesses[0])
 
 
 def system_cuobjdump() -> Path | None:
