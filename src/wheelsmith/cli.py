@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from packaging.version import Version
 
 from wheelsmith import __version__, console, index, locations, pipeline, publish
 from wheelsmith.arch import Arch, ArchParseError, ArchSet
@@ -465,3 +466,34 @@ def nightly_command(matrix_file: Path | None, shard: str | None, report_dir: Pat
     if failed:
         raise NightlyError(f"{len(failed)} of {len(results)} cell(s) failed",
                            findings=[f"{r.cell.id}: {r.reason}" for r in failed])
+
+
+@main.command("outdated")
+@json_option
+def outdated_command(as_json: bool) -> None:
+    """Recipes whose package has newer releases, and torch releases newer than every profile."""
+    from wheelsmith import outdated  # noqa: PLC0415
+    from wheelsmith.toolchain import load_profile  # noqa: PLC0415
+
+    root = locations.project_root()
+    rows: list[dict[str, Any]] = []
+    for file in recipe_files(root / "recipes"):
+        recipe = load_recipe(file, _display(file))
+        found = outdated.newer_than(recipe.name, Version(recipe.latest.version))
+        if found:
+            rows.append({"kind": "recipe", "name": recipe.name, "current": found.current,
+                         "newer": list(found.newer)})
+    newest_torch = max(load_profile(p).torch for p in sorted((root / "toolchains").glob("*.yaml")))
+    torch = outdated.newer_than("torch", newest_torch)
+    if torch:
+        rows.append({"kind": "toolchain", "name": "torch", "current": torch.current,
+                     "newer": list(torch.newer)})
+    if as_json:
+        _emit_json(rows)
+        return
+    if not rows:
+        click.echo("everything is current")
+    for row in rows:
+        what = "recipe" if row["kind"] == "recipe" else "toolchain profile"
+        click.echo(f"{row['name']:<24} {row['current']:<10} -> {', '.join(row['newer'])}  "
+                   f"(add a {what} version)")

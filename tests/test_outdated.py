@@ -1,0 +1,42 @@
+"""`wheelsmith outdated` against a real HTTP simple index on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO, Served
+from wheelsmith.recipe import load_recipe, recipe_files
+
+
+def page(served: Served, project: str, files: list[dict[str, object]]) -> None:
+    directory = served.root / "simple" / project
+    directory.mkdir(parents=True)
+    (directory / "index.html").write_text(json.dumps({"files": files}))
+
+
+def sdist(name: str, version: str, *, yanked: bool = False) -> dict[str, object]:
+    return {"filename": f"{name.replace('-', '_')}-{version}.tar.gz", "url": "x",
+            "hashes": {"sha256": "0" * 64}, "yanked": yanked}
+
+
+def test_lists_newer_releases_and_torch(http_dir: Served) -> None:
+    for file in recipe_files(REPO / "recipes"):
+        recipe = load_recipe(file)
+        files = [sdist(recipe.name, r.version) for r in recipe.releases]
+        if recipe.name == "causal-conv1d":
+            files += [sdist(recipe.name, "1.8.0"), sdist(recipe.name, "1.9.0", yanked=True),
+                      sdist(recipe.name, "2.0.0rc1")]
+        page(http_dir, recipe.name, files)
+    page(http_dir, "torch", [{"filename": f"torch-{v}-cp311-cp311-manylinux_2_28_x86_64.whl",
+                              "url": "x", "hashes": {}} for v in ("2.13.0", "2.14.1", "2.15.0")])
+    env = dict(os.environ, WHEELSMITH_INDEX_URL=f"{http_dir.url}/simple")
+    result = subprocess.run([sys.executable, "-m", "wheelsmith", "outdated", "--json"],
+                            cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [
+        {"kind": "recipe", "name": "causal-conv1d", "current": "1.7.0", "newer": ["1.8.0"]},
+        {"kind": "toolchain", "name": "torch", "current": "2.14.1", "newer": ["2.15.0"]}]
