@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from tests.conftest import REPO, Served
 from wheelsmith.recipe import load_recipe, recipe_files
