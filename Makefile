@@ -40,6 +40,7 @@ test-gpu: $(BIN)/.installed
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/index_publish.py
+	$(BIN)/python bench/nightly_cache.py
 	$(BIN)/python bench/build_speed.py
 
 schema: $(BIN)/.installed

@@ -347,6 +347,8 @@ def preflight(toolchain: Toolchain, archs: ArchSet,
 
 
 def _nvcc_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
+    if not archs.archs:
+        return []
     try:
         result = cmd.run([toolchain.nvcc, "--list-gpu-code"], stream=False, what="nvcc")
     except CommandError:
@@ -357,10 +359,20 @@ def _nvcc_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
 
 
 def _torch_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
-    env = dict(os.environ, TORCH_CUDA_ARCH_LIST=archs.torch_arch_list(),
-               CUDA_HOME=str(toolchain.cuda_home))
-    info = probe_python(toolchain.python, env=env)
-    if "arch_error" in info:
-        return [f"torch {toolchain.torch_version} refuses the arch list: {info['arch_error']}"]
-    return []
+    """Ask the toolchain's torch whether it accepts the arch list. Importing torch takes
+    seconds, so a profile venv remembers the answers (they cannot change for its pins)."""
+    if not archs.archs:
+        return []
+    memo = (toolchain.python.parent.parent / "wheelsmith-arch-checks.json"
+            if toolchain.name != SYSTEM else None)
+    known: dict[str, list[str]] = json.loads(memo.read_text()) if memo and memo.is_file() else {}
+    wanted = archs.torch_arch_list()
+    if wanted not in known:
+        env = dict(os.environ, TORCH_CUDA_ARCH_LIST=wanted, CUDA_HOME=str(toolchain.cuda_home))
+        info = probe_python(toolchain.python, env=env)
+        known[wanted] = ([f"torch {toolchain.torch_version} refuses the arch list: "
+                          f"{info['arch_error']}"] if "arch_error" in info else [])
+        if memo is not None:
+            atomic_write_text(memo, json.dumps(known, indent=1, sort_keys=True) + "\n")
+    return known[wanted]
 
