@@ -1,0 +1,97 @@
+"""The command line: a thin layer over `pipeline` and friends.
+
+Every WheelsmithError is turned into a message and its exit code here, in one place
+(`Main.invoke`); domain code never imports click. The commands live in one module per area
+(build.py, index.py, doctor.py, nightly.py); this module holds the group and shared options.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from wheelsmith import __version__, console
+from wheelsmith.arch import ArchParseError, ArchSet
+from wheelsmith.errors import UsageError, WheelsmithError
+
+INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+class Main(click.Group):
+    """Catches WheelsmithError once, renders it, and exits with its code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except WheelsmithError as error:
+            as_json = ctx.meta.get("wheelsmith.json", False)
+            if as_json:
+                click.echo(json.dumps(console.error_json(error), indent=2))
+            console.render_error(error)
+            ctx.exit(error.exit_code)
+        except KeyboardInterrupt:
+            click.echo("\ninterrupted: nothing was written to the output; partial work is in "
+                       "the work directory", err=True)
+            ctx.exit(INTERRUPTED)
+
+
+def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """`--env KEY=VALUE` values; a value without '=' is an error naming it."""
+    pairs = []
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--env: '{value}' is not KEY=VALUE",
+                             hint="e.g. --env NVCC_APPEND_FLAGS=--split-compile=0")
+        pairs.append((key, text))
+    return tuple(sorted(pairs))
+
+
+def parse_archs(values: tuple[str, ...]) -> ArchSet | None:
+    """`--arch` values to an ArchSet (None when none were given); errors name the value."""
+    if not values:
+        return None
+    try:
+        return ArchSet.parse(values)
+    except ArchParseError as exc:
+        raise UsageError(f"--arch: {exc.message}", hint=exc.hint) from exc
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _json_flag(ctx: click.Context, _: click.Parameter, value: bool) -> bool:
+    ctx.meta["wheelsmith.json"] = value
+    return value
+
+
+json_option = click.option("--json", "as_json", is_flag=True, callback=_json_flag,
+                           is_eager=True, help="Print a machine-readable result on stdout.")
+index_option = click.option("--index", "index_dir", type=click.Path(path_type=Path),
+                            default=Path("index"), show_default=True,
+                            help="The local index directory.")
+arch_option = click.option(
+    "--arch", "archs", multiple=True, metavar="ARCHS",
+    help="Compute capability to build/check, e.g. 12.0; repeat or use '9.0;12.0'; "
+         "'+PTX' adds PTX. Default: the recipe's.")
+
+
+@click.group(cls=Main)
+@click.version_option(__version__, prog_name="wheelsmith")
+@click.option("-v", "--verbose", count=True, help="-v: commands and details; -vv: all output.")
+def main(verbose: int) -> None:
+    """Build verified CUDA-extension wheels for Blackwell (sm_120, sm_100) and Hopper."""
+    console.setup_logging(verbose)
+
+
+
+
+def display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,166 @@
+"""`build`, `verify`, `recipes`, `check-recipes`, `schema`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from wheelsmith import console, locations, pipeline, publish
+from wheelsmith.cli._common import (
+    arch_option,
+    display,
+    emit_json,
+    index_option,
+    json_option,
+    main,
+    parse_archs,
+    parse_env,
+)
+from wheelsmith.cli.index import published_json
+from wheelsmith.errors import RecipeError
+from wheelsmith.recipe import load_recipe, recipe_files, schema_json
+
+
+@main.command()
+@click.argument("recipe", metavar="RECIPE[==VERSION]")
+@arch_option
+@click.option("--toolchain", metavar="PROFILE|system",
+              help="Toolchain profile from toolchains/ (default: the newest), or 'system' for "
+                   "the current Python's torch and an installed CUDA.")
+@click.option("--python", "python", type=click.Path(path_type=Path), default=sys.executable,
+              show_default="this Python", help="Python the wheel is built for.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("wheelhouse"),
+              show_default=True, help="Where the finished wheel goes.")
+@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
+              show_default=True, help="Sources, logs and scratch files.")
+@click.option("--jobs", type=click.IntRange(min=1), help="MAX_JOBS (default: from cores and "
+              "free memory).")
+@click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
+              help="Extra variable for the package's build (part of the content key), e.g. "
+                   "NVCC_APPEND_FLAGS=--split-compile=0.")
+@click.option("--rebuild", is_flag=True, help="Build even if an identical build is in --out, "
+              "and replace it.")
+@click.option("--keep-work", is_flag=True, help="Keep the patched source after success.")
+@click.option("--compile-cache", metavar="off|DIR|URL",
+              help="ccache for nvcc and c++: a directory, a shared remote "
+                   "(redis://host:port, redis+unix:///socket, http(s)://...), or off. Default: "
+                   "$WHEELSMITH_COMPILE_CACHE, else ~/.cache/wheelsmith/ccache if ccache is "
+                   "installed.")
+@click.option("--configure-only", is_flag=True,
+              help="Stop once the build files are generated and show the arch targets they "
+                   "hold (for packages too big to compile here).")
+@click.option("--publish", "publish_to", is_flag=True,
+              help="Publish the verified wheel to --index afterwards.")
+@index_option
+@json_option
+def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Path,
+          out_dir: Path, work_dir: Path, jobs: int | None, env: tuple[str, ...], rebuild: bool,
+          keep_work: bool, compile_cache: str | None, configure_only: bool, publish_to: bool,
+          index_dir: Path, as_json: bool) -> None:
+    """Build RECIPE into a wheel that provably carries device code for --arch."""
+    name, _, version = recipe.partition("==")
+    if configure_only and publish_to:
+        raise click.UsageError("--configure-only builds no wheel, so there is nothing to publish")
+    request = pipeline.BuildRequest(
+        recipe=name, version=version or None, archs=parse_archs(archs),
+        toolchain=toolchain, python=python, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
+        env=parse_env(env), configure_only=configure_only, compile_cache=compile_cache,
+        rebuild=rebuild, keep_work=keep_work)
+    with console.TerminalReporter() as reporter:
+        result = pipeline.build(request, reporter)
+        if result.wheel is None:
+            _report_configured(result, as_json)
+            return
+        published = publish.publish(result.wheel, index_dir) if publish_to else None
+        if published is not None:
+            reporter.stage("publish", f"{published.status}: {index_dir}/{published.page}")
+    if as_json:
+        emit_json({"ok": True, "wheel": str(result.wheel), "up_to_date": result.up_to_date,
+                    "log": str(result.log) if result.log else None,
+                    "published": published_json(published), "provenance": result.provenance})
+        return
+    click.echo(str(result.wheel))
+    for item in result.provenance.get("device_code", []):
+        _echo_device_code(item, err=True)
+
+
+def _report_configured(result: pipeline.BuildResult, as_json: bool) -> None:
+    if as_json:
+        emit_json({"ok": True, "wheel": None, "log": str(result.log),
+                    "configured": list(result.configured)})
+        return
+    for item in result.configured:
+        click.echo(f"{item['build_ninja']}: SASS {', '.join(item['sass']) or '-'}; "
+                   f"PTX {', '.join(item['ptx']) or '-'}")
+
+
+def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:
+    click.echo(f"  {item['path']}: SASS {', '.join(item['sass']) or '-'}; "
+               f"PTX {', '.join(item['ptx']) or '-'}", err=err)
+
+
+@main.command()
+@click.argument("wheels", nargs=-1, required=True, type=click.Path(path_type=Path))
+@arch_option
+@click.option("--host-only", multiple=True, metavar="GLOB",
+              help="Shared objects allowed to carry no device code.")
+@json_option
+def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[str, ...],
+           as_json: bool) -> None:
+    """Check that each WHEEL carries SASS for exactly --arch (and PTX iff +PTX)."""
+    requested = parse_archs(archs)
+    if requested is None:
+        raise click.UsageError("--arch is required, e.g. --arch 12.0")
+    results = []
+    for wheel in wheels:
+        inventory = pipeline.verify(wheel, requested, python=Path(sys.executable),
+                                    host_only=host_only)
+        results.append({"wheel": str(wheel), "device_code": [d.as_dict() for d in inventory]})
+        if not as_json:
+            click.echo(f"ok: {wheel.name} carries exactly {requested}")
+            for item in inventory:
+                _echo_device_code(item.as_dict(), err=False)
+    if as_json:
+        emit_json({"ok": True, "archs": str(requested), "wheels": results})
+
+
+@main.command("recipes")
+@json_option
+def list_recipes(as_json: bool) -> None:
+    """List the recipes and their versions."""
+    rows = []
+    for file in recipe_files(locations.project_root() / "recipes"):
+        recipe = load_recipe(file, display(file))
+        rows.append({"name": recipe.name, "versions": [r.version for r in recipe.releases],
+                     "default_archs": str(recipe.arch.default), "summary": recipe.summary})
+    if as_json:
+        emit_json(rows)
+        return
+    for row in rows:
+        click.echo(f"{row['name']:<24} {', '.join(row['versions']):<24} "
+                   f"archs {row['default_archs']:<10} {row['summary']}")
+
+
+@main.command("check-recipes")
+@click.argument("files", nargs=-1, type=click.Path(path_type=Path))
+def check_recipes(files: tuple[Path, ...]) -> None:
+    """Validate recipes (default: all of recipes/) and report every problem."""
+    targets = list(files) or list(recipe_files(locations.project_root() / "recipes"))
+    problems = []
+    for file in targets:
+        try:
+            load_recipe(file, display(file))
+        except RecipeError as error:
+            problems += error.problems
+    if problems:
+        raise RecipeError(problems, hint="the schema is printed by `wheelsmith schema`")
+    click.echo(f"ok: {len(targets)} recipe(s) valid")
+
+
+@main.command()
+def schema() -> None:
+    """Print the recipe JSON Schema (also in recipes/recipe.schema.json, for editors)."""
+    click.echo(schema_json(), nl=False)

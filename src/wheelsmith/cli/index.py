@@ -1,0 +1,113 @@
+"""`publish`, `yank`, `index check`, `index rebuild`, `serve`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from wheelsmith import console, index, publish
+from wheelsmith.cli._common import emit_json, index_option, json_option, main
+from wheelsmith.errors import IndexDriftError
+from wheelsmith.serve import make_server
+
+
+def published_json(published: publish.Published | None) -> dict[str, str] | None:
+    if published is None:
+        return None
+    return {"filename": published.filename, "channel": published.channel,
+            "status": published.status, "page": published.page}
+
+
+@main.command("publish")
+@click.argument("wheels", nargs=-1, required=True, type=click.Path(path_type=Path))
+@index_option
+@click.option("--channel", help="Channel to publish into (default: the toolchain channel in "
+              "the wheel's provenance, e.g. cu130-torch2.14).")
+@json_option
+def publish_command(wheels: tuple[Path, ...], index_dir: Path, channel: str | None,
+                    as_json: bool) -> None:
+    """Publish WHEELS to the local index. Identical bytes again: no-op; other bytes: refused."""
+    results = []
+    for wheel in wheels:  # each is complete (ledger + pages) when its line is printed
+        result = publish.publish(wheel, index_dir, channel=channel)
+        results.append(result)
+        if not as_json:
+            click.echo(f"{result.status}: {result.filename} -> {index_dir}/{result.page}")
+    if as_json:
+        emit_json({"ok": True, "published": [published_json(r) for r in results]})
+
+
+@main.command("yank")
+@click.argument("filename")
+@index_option
+@click.option("--reason", help="Why (shown by pip and uv). Required unless --undo.")
+@click.option("--undo", is_flag=True, help="Rescind an earlier yank.")
+def yank_command(filename: str, index_dir: Path, reason: str | None, undo: bool) -> None:
+    """Yank FILENAME: installers skip it unless it is pinned exactly. Nothing is deleted."""
+    if not undo and not reason:
+        raise click.UsageError("--reason is required, e.g. --reason 'wrong results on sm_103'")
+    record = publish.yank(index_dir, Path(filename).name, None if undo else reason)
+    click.echo(f"{'unyanked' if undo else 'yanked'}: {record.filename}")
+
+
+@main.group("index")
+def index_group() -> None:
+    """Maintain the local index: verify it, regenerate its pages."""
+
+
+@index_group.command("check")
+@index_option
+@json_option
+def index_check(index_dir: Path, as_json: bool) -> None:
+    """Re-verify every file against the ledger and every page against the ledger."""
+    report = index.check(index_dir)
+    if as_json:
+        emit_json({"ok": not report.problems, "files": report.files,
+                    "problems": report.problems, "notes": report.notes})
+    else:
+        for note in report.notes:
+            click.echo(f"note: {note}", err=True)
+    if report.problems:
+        raise IndexDriftError(f"{len(report.problems)} problem(s) in {index_dir}",
+                              findings=report.problems,
+                              hint="pages: `wheelsmith index rebuild`; files: restore them "
+                                   "from a backup (the ledger has their sha256)")
+    if not as_json:
+        click.echo(f"ok: {report.files} file(s) match the ledger; every page is current")
+
+
+@index_group.command("rebuild")
+@index_option
+def index_rebuild(index_dir: Path) -> None:
+    """Regenerate every page from the ledger (files are never touched)."""
+    count = index.rebuild(index_dir)
+    click.echo(f"ok: {count} page(s) regenerated from {index_dir}/ledger.jsonl")
+
+
+@main.command("serve")
+@index_option
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+def serve_command(index_dir: Path, host: str, port: int) -> None:
+    """Serve the index read-only over HTTP (HTML/JSON negotiation, .metadata, no PyPI)."""
+
+    if not (index_dir / "ledger.jsonl").is_file():
+        raise IndexDriftError(f"{index_dir} is not a wheelsmith index (no ledger.jsonl)",
+                              hint="publish a wheel first, or pass --index")
+    server = make_server(index_dir, host, port)
+    console.setup_logging(max(1, _verbosity()))
+    bound = f"http://{host}:{server.server_address[1]}"
+    channels = sorted(p.parent.name for p in index_dir.glob("*/simple/index.html"))
+    click.echo(f"serving {index_dir} at {bound}/ (Ctrl-C stops)", err=True)
+    for channel in channels:
+        click.echo(f"  pip install --index-url {bound}/{channel}/simple/ PACKAGE", err=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+
+def _verbosity() -> int:
+    ctx = click.get_current_context().find_root()
+    return int(ctx.params.get("verbose", 0))

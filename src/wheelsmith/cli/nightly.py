@@ -1,0 +1,110 @@
+"""`matrix`, `nightly`, `outdated`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from packaging.version import Version
+
+from wheelsmith import console, locations, matrix, nightly, outdated, report
+from wheelsmith.cli._common import display, emit_json, index_option, json_option, main
+from wheelsmith.errors import NightlyError
+from wheelsmith.recipe import load_recipe, recipe_files
+from wheelsmith.toolchain import default_profile_name, load_profile
+
+matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_type=Path),
+                             help="The matrix file (default: matrix.yaml next to recipes/).")
+
+
+def _cells(matrix_file: Path | None) -> list[matrix.Cell]:
+    root = locations.project_root()
+    return matrix.load(matrix_file or root / "matrix.yaml", root / "recipes",
+                       default_toolchain=default_profile_name(root / "toolchains"),
+                       default_python=f"{sys.version_info[0]}.{sys.version_info[1]}")
+
+
+@main.command("matrix")
+@matrix_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]),
+              default="table", show_default=True)
+@click.option("--shards", type=click.IntRange(min=1), default=4, show_default=True,
+              help="With --format github: how many runners to split the cells over.")
+def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
+    """Expand the build matrix into cells (recipe x version x toolchain x archs x Python)."""
+
+    cells = _cells(matrix_file)
+    if fmt == "json":
+        emit_json([c.as_dict() for c in cells])
+    elif fmt == "github":
+        click.echo(matrix.github_matrix(cells, shards))
+    else:
+        for cell in cells:
+            click.echo(cell.id)
+
+
+@main.command("nightly")
+@matrix_option
+@click.option("--shard", help="Build only shard I/N of the cells (0-based), e.g. 0/4.")
+@click.option("--report", "report_dir", type=click.Path(path_type=Path),
+              default=Path("build/nightly"), show_default=True,
+              help="Where nightly.json, nightly.md and junit.xml go.")
+@click.option("--publish/--no-publish", default=True, show_default=True,
+              help="Publish each wheel that passed to --index.")
+@index_option
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("wheelhouse"),
+              show_default=True)
+@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
+              show_default=True)
+@click.option("--jobs", type=click.IntRange(min=1))
+@click.option("--compile-cache", metavar="off|DIR|URL",
+              help="As for build: share compiled objects between runners (redis://...).")
+def nightly_command(matrix_file: Path | None, shard: str | None, report_dir: Path,
+                    publish: bool, index_dir: Path, out_dir: Path, work_dir: Path,
+                    jobs: int | None, compile_cache: str | None) -> None:
+    """Build every cell that is missing or changed; one failure never stops the others."""
+
+    cells = matrix.shard(_cells(matrix_file), shard)
+    settings = nightly.Settings(out_dir=out_dir, work_dir=work_dir, index_dir=index_dir,
+                                publish=publish, jobs=jobs, compile_cache=compile_cache)
+    with console.TerminalReporter() as reporter:
+        results = nightly.run(cells, settings, reporter)
+    written = report.write(report_dir, results, shard=shard)
+    counts = report.summary(results)
+    click.echo(f"{counts['built']} built, {counts['skipped']} skipped, {counts['failed']} "
+               f"failed; reports: {', '.join(str(p) for p in written)}")
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise NightlyError(f"{len(failed)} of {len(results)} cell(s) failed",
+                           findings=[f"{r.cell.id}: {r.reason}" for r in failed])
+
+
+@main.command("outdated")
+@json_option
+def outdated_command(as_json: bool) -> None:
+    """Recipes whose package has newer releases, and torch releases newer than every profile."""
+
+    root = locations.project_root()
+    rows: list[dict[str, Any]] = []
+    for file in recipe_files(root / "recipes"):
+        recipe = load_recipe(file, display(file))
+        found = outdated.newer_than(recipe.name, Version(recipe.latest.version))
+        if found:
+            rows.append({"kind": "recipe", "name": recipe.name, "current": found.current,
+                         "newer": list(found.newer)})
+    newest_torch = max(load_profile(p).torch for p in sorted((root / "toolchains").glob("*.yaml")))
+    torch = outdated.newer_than("torch", newest_torch)
+    if torch:
+        rows.append({"kind": "toolchain", "name": "torch", "current": torch.current,
+                     "newer": list(torch.newer)})
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("everything is current")
+    for row in rows:
+        what = "recipe" if row["kind"] == "recipe" else "toolchain profile"
+        click.echo(f"{row['name']:<24} {row['current']:<10} -> {', '.join(row['newer'])}  "
+                   f"(add a {what} version)")
