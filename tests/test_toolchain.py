@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEFAULT_PROFILE
+from tests.conftest import DEFAULT_PROFILE, REPO, wheelsmith
 from wheelsmith import cmd
 from wheelsmith.errors import RecipeError, ToolchainError
 from wheelsmith.toolchain import ensure_tools, load_profile
@@ -41,3 +41,11 @@ def test_profile_with_a_loose_pin_is_refused(tmp_path: Path) -> None:
         load_profile(bad)
     assert [p.render() for p in caught.value.problems] == [
         f"{bad}:45:5: 'requirements[32]' must be an exact pin, NAME==VERSION; got 'ninja>=1.11'"]
+
+
+def test_toolchain_requirements_lists_every_pin() -> None:
+    result = wheelsmith("toolchain", "requirements", "cu130-torch2.14", cwd=REPO, check=True)
+    pins = result.stdout.split()
+    assert pins == list(load_profile(DEFAULT_PROFILE).requirements
+                        + load_profile(DEFAULT_PROFILE).tools)
+    assert all("==" in pin for pin in pins)

@@ -170,10 +170,14 @@ def _find_cuobjdump(root: Path) -> Path | None:
 # --- profile venvs ---------------------------------------------------------------------------
 
 
+def venv_root(profile: Profile, python_version: str, cache: Path) -> Path:
+    return cache / "toolchains" / f"{profile.name}-py{python_version}-{profile.key(python_version)}"
+
+
 def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
     """The venv for (profile, python), created on first use and reused after that."""
     version = probe_python(python)["python"]
-    root = cache / "toolchains" / f"{profile.name}-py{version}-{profile.key(version)}"
+    root = venv_root(profile, version, cache)
     with exclusive_lock(root.parent / f"{root.name}.lock"):
         marker = root / MARKER
         if not marker.is_file():

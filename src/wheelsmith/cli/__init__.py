@@ -1,6 +1,6 @@
 """The `wheelsmith` command: the group and its commands (one module per area)."""
 
-from wheelsmith.cli import build, doctor, index, nightly  # noqa: F401 - registers the commands
+from wheelsmith.cli import build, doctor, index, nightly, toolchain  # noqa: F401 - registers
 from wheelsmith.cli._common import main
 
 __all__ = ["main"]
