@@ -46,6 +46,6 @@ def test_profile_with_a_loose_pin_is_refused(tmp_path: Path) -> None:
 def test_toolchain_requirements_lists_every_pin() -> None:
     result = wheelsmith("toolchain", "requirements", "cu130-torch2.14", cwd=REPO, check=True)
     pins = result.stdout.split()
-    assert pins == list(load_profile(DEFAULT_PROFILE).requirements
-                        + load_profile(DEFAULT_PROFILE).tools)
+    profile = load_profile(DEFAULT_PROFILE)
+    assert pins == list(dict.fromkeys(profile.requirements + profile.tools))
     assert all("==" in pin for pin in pins)

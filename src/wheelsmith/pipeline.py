@@ -21,7 +21,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from wheelsmith import __version__, buildenv, compilecache, knownbad, locations, prebuild
+from wheelsmith import (
+    __version__,
+    buildenv,
+    compilecache,
+    knownbad,
+    locations,
+    manylinux,
+    prebuild,
+)
 from wheelsmith.arch import ArchSet
 from wheelsmith.compile import compile_wheel
 from wheelsmith.errors import CompileError, KnownBadError, OutputError, UsageError, VerifyError
@@ -48,6 +56,8 @@ from wheelsmith.verify import IGNORES_ARCH_HINT, check, check_pure, verify_wheel
 from wheelsmith.wheelfile import WheelName
 
 log = logging.getLogger(__name__)
+
+RUNNER_INFO = "WHEELSMITH_RUNNER_INFO"  # set by a container runner: engine, image id, digest
 
 
 class Reporter(Protocol):
@@ -208,12 +218,14 @@ def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> Bui
     if request.configure_only:  # no CUDA rule stopped it (e.g. a pure package): keep nothing
         return _configured(_read_guard_report(setup.guard), log_path, report)
 
-    inventory, smoke_output = _check_wheel(plan, raw, request, work, report)
+    inventory, smoke_output, platform = _check_wheel(plan, raw, request, work, report)
     provenance = _provenance(plan, inventory, parallelism=setup.parallelism,
                              seconds=round(time.monotonic() - started, 1), raw_name=raw.name,
                              smoke_output=smoke_output)
     provenance["prebuild_check"] = (list(_read_guard_report(setup.guard))
                                     or "not run (the build used no ninja)")
+    provenance["platform"] = platform
+    provenance["runner"] = json.loads(os.environ.get(RUNNER_INFO, '{"engine": "host"}'))
     provenance["compile_cache"] = ({"backend": setup.cache.describe(),
                                     **compilecache.stats(work)} if setup.cache else None)
     report.stage("stamp", plan.local_label())
@@ -254,19 +266,22 @@ def _configured(records: tuple[dict[str, Any], ...], log_path: Path,
 
 
 def _check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
-                 report: Reporter) -> tuple[list[DeviceCode], str]:
-    """The device-code gate, then the smoke test; returns the inventory and the smoke output."""
+                 report: Reporter) -> tuple[list[DeviceCode], str, dict[str, Any]]:
+    """The device-code gate, the platform report, then the smoke test."""
     report.stage("verify", f"device code of {raw.name}")
     inventory = wheel_inventory(raw, cuobjdump_for(plan.toolchain, request.python))
     if plan.recipe.kind == "pure":
         check_pure(raw.name, inventory)
     else:
         check(raw.name, inventory, plan.archs, plan.recipe.host_only)
+    auditwheel = auditwheel_for(plan.toolchain, request.python)
+    platform = manylinux.report(raw, auditwheel) if auditwheel else {
+        "error": "auditwheel is not in the toolchain: add it to the profile's tools"}
     report.stage("smoke", "import against torch " + str(plan.toolchain.torch_version))
     smoke_output = smoke_test(raw, toolchain=plan.toolchain, imports=plan.recipe.smoke_imports,
                               gpu_code=plan.recipe.smoke_gpu, archs=plan.archs,
                               scratch=work / "smoke", log_path=log_path_of(work))
-    return inventory, smoke_output
+    return inventory, smoke_output, platform
 
 
 def log_path_of(work: Path) -> Path:
@@ -331,6 +346,21 @@ def cuobjdump_for(toolchain: Toolchain | None, python: Path) -> Path:
     toolchains = locations.project_root() / "toolchains"
     profile = find_profile(toolchains, default_profile_name(toolchains))
     return ensure_tools(profile, python, locations.cache_dir())
+
+
+def auditwheel_for(toolchain: Toolchain | None, python: Path) -> Path | None:
+    """The profile's auditwheel: in the toolchain venv, else in the tools venv."""
+    if toolchain is not None and toolchain.name != SYSTEM:
+        candidate = toolchain.python.parent / "auditwheel"
+        if candidate.is_file():
+            return candidate
+    toolchains = locations.project_root() / "toolchains"
+    profile = find_profile(toolchains, default_profile_name(toolchains))
+    cuobjdump = ensure_tools(profile, python, locations.cache_dir())
+    for parent in cuobjdump.parents:  # the tools venv holding this cuobjdump
+        if (parent / "bin" / "auditwheel").is_file():
+            return parent / "bin" / "auditwheel"
+    return None
 
 
 def verify(wheel: Path, archs: ArchSet, *, python: Path, host_only: tuple[str, ...] = ()

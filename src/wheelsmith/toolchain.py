@@ -219,7 +219,7 @@ def install_pinned(python: Path, root: Path, pins: tuple[str, ...], profile: Pro
     log_path = root.parent / f"{root.name}.log"
     venv_python = root / "bin" / "python"
     requirements = root.parent / f"{root.name}.requirements.txt"
-    requirements.write_text("\n".join(pins) + "\n")
+    requirements.write_text("\n".join(dict.fromkeys(pins)) + "\n")  # a pin may be listed twice
     steps: list[tuple[list[str | Path], str]] = [
         ([python, "-m", "venv", root], "python -m venv"),
         ([venv_python, "-m", "pip", "install", "--no-input", "--no-deps", "-r", requirements],
@@ -253,7 +253,8 @@ def _link_cuda_libs(cuda_home: Path) -> None:
 
 
 def ensure_tools(profile: Profile, python: Path, cache: Path) -> Path:
-    """A small venv with only the profile's tools (cuobjdump), for verifying without torch."""
+    """A small venv with only the profile's tools (cuobjdump, auditwheel), for checking wheels
+    without torch. Returns its cuobjdump; auditwheel is in the same venv's bin/."""
     key = hashlib.sha256("\n".join(profile.tools).encode()).hexdigest()[:16]
     root = cache / "tools" / key
     with exclusive_lock(root.parent / f"{key}.lock"):

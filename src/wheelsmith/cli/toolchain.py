@@ -64,4 +64,4 @@ def toolchain_requirements(profile: str | None) -> None:
     """Print the profile's exact pins, one per line (a requirements file)."""
     directory = locations.project_root() / "toolchains"
     chosen = find_profile(directory, profile or default_profile_name(directory))
-    click.echo("\n".join(chosen.requirements + chosen.tools))
+    click.echo("\n".join(dict.fromkeys(chosen.requirements + chosen.tools)))

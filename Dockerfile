@@ -1,0 +1,50 @@
+# wheelsmith build image: a Debian base + the pinned toolchain of one profile + wheelsmith.
+#
+# Build it with `wheelsmith image build` (podman or docker), which passes:
+#   BASE     the base image, pinned by digest in images.lock (refresh with
+#            scripts/update-base-image.sh); on machines without a registry, a local base made
+#            by scripts/make-base-image.sh (debootstrap + `podman import`)
+#   PROFILE  the toolchain profile (toolchains/<PROFILE>.yaml): the same file the host runner
+#            installs, so no pin is written twice; PROFILE_KEY is its hash, kept as a label
+# Networks that re-sign TLS: the build mounts the host's CA bundle at /host-ca.crt (never
+# baked into the image) and pip uses it. A pip mirror directory can be mounted at /mirror.
+ARG BASE
+FROM ${BASE}
+
+ARG PROFILE=cu130-torch2.14
+ARG PROFILE_KEY=unknown
+ARG BASE_ID=unknown
+LABEL dev.wheelsmith.profile="${PROFILE}" \
+      dev.wheelsmith.profile-key="${PROFILE_KEY}" \
+      dev.wheelsmith.base="${BASE_ID}"
+
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    WHEELSMITH_HOME=/opt/wheelsmith/home \
+    WHEELSMITH_CACHE=/opt/wheelsmith/cache
+
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-venv g++ ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+
+# A non-root user for the builds themselves.
+RUN useradd --create-home --uid 1000 builder
+
+COPY pyproject.toml README.md /opt/wheelsmith/src/
+COPY src /opt/wheelsmith/src/src
+COPY toolchains /opt/wheelsmith/home/toolchains
+RUN mkdir -p /opt/wheelsmith/home/recipes
+
+# wheelsmith itself, then the profile's toolchain venv (torch + nvcc from PyPI, exact pins).
+RUN set -e; \
+    if [ -s /host-ca.crt ]; then export PIP_CERT=/host-ca.crt; fi; \
+    if [ -d /mirror ]; then export PIP_FIND_LINKS=/mirror; fi; \
+    python3 -m venv /opt/wheelsmith/venv; \
+    /opt/wheelsmith/venv/bin/pip install --quiet /opt/wheelsmith/src; \
+    ln -s /opt/wheelsmith/venv/bin/wheelsmith /usr/local/bin/wheelsmith; \
+    wheelsmith toolchain ensure "${PROFILE}"; \
+    chmod -R a+rX /opt/wheelsmith
+
+USER builder
+WORKDIR /work
