@@ -90,7 +90,7 @@ def run_cell(cell: Cell, settings: Settings, keys: set[str],
         if plan.key in keys:
             return CellResult(cell, "skipped", "already built (content key in the index or "
                               "output)", key=plan.key)
-        result = pipeline.build(request, reporter, plan=plan)
+        result = pipeline.build(request, reporter, plan=plan)  # nightly builds on the host
         assert result.wheel is not None
         outcome = _built(cell, result, time.monotonic() - started)
         if settings.publish:

@@ -89,6 +89,9 @@ class BuildRequest:
     env: tuple[tuple[str, str], ...] = ()
     configure_only: bool = False
     compile_cache: str | None = None  # None: $WHEELSMITH_COMPILE_CACHE or the local default
+    runner: str = "host"  # host | podman | docker | auto
+    keep_container: bool = False
+    prepared_source: Path | None = None  # a tree already fetched and patched (inside a container)
     rebuild: bool = False
     keep_work: bool = False
 
@@ -120,20 +123,21 @@ def prepare(request: BuildRequest, report: Reporter) -> BuildPlan:
     and its content key. Cheap once the toolchain exists (nightly uses it to skip cells)."""
     recipe = resolve_recipe(request.recipe)
     release = recipe.release(request.version)
-    archs = _archs_for(recipe, request.archs)
+    archs = archs_for(recipe, request.archs)
     report.stage("toolchain", request.toolchain or "default profile")
     toolchain = resolve_toolchain(request.toolchain, request.python)
     preflight(toolchain, archs, recipe.arch.min_cuda)
-    _check_known_bad(recipe, release, toolchain, archs, report)
+    check_known_bad(recipe, release, toolchain, archs, report)
     return BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
                      extra_env=request.env)
 
 
 def build(request: BuildRequest, reporter: Reporter | None = None,
           plan: BuildPlan | None = None) -> BuildResult:
+    """The host runner (runner.py chooses between it and a container)."""
     report = reporter or QuietReporter()
     plan = plan or prepare(request, report)
-    existing = None if request.configure_only else _up_to_date(
+    existing = None if request.configure_only else up_to_date(
         plan, request.out_dir.resolve(), rebuild=request.rebuild)
     if existing is not None:
         report.stage("up to date", existing.name)
@@ -142,7 +146,7 @@ def build(request: BuildRequest, reporter: Reporter | None = None,
     return _build_plan(plan, request, report)
 
 
-def _archs_for(recipe: Recipe, requested: ArchSet | None) -> ArchSet:
+def archs_for(recipe: Recipe, requested: ArchSet | None) -> ArchSet:
     """The archs to build: none for pure recipes, else --arch (default: the recipe's), which
     must be ones the package's knob can express."""
     if recipe.kind == "pure":
@@ -161,7 +165,7 @@ def _archs_for(recipe: Recipe, requested: ArchSet | None) -> ArchSet:
     return archs
 
 
-def _check_known_bad(recipe: Recipe, release: Release, toolchain: Toolchain, archs: ArchSet,
+def check_known_bad(recipe: Recipe, release: Release, toolchain: Toolchain, archs: ArchSet,
                      report: Reporter) -> None:
     rules = knownbad.load(locations.project_root() / knownbad.FILE)
     found = knownbad.matching(rules, recipe.name, release.version, nvcc=toolchain.nvcc_version,
@@ -200,11 +204,11 @@ def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> Bui
     log_path.write_text(f"wheelsmith {__version__}: {plan.slug()}\n")
     what = f"{plan.recipe.name} {plan.release.version}"
 
-    report.stage("fetch", f"{what} ({type(plan.release.source).__name__})")
-    source = fetch(plan.release.source, work / "src", locations.cache_dir())
+    if request.prepared_source is not None:  # fetched and patched outside (container runs)
+        source = request.prepared_source.resolve()
+    else:
+        source = fetch_and_patch(plan, work, report)
     epoch = _source_epoch(source)
-    report.stage("patch", f"{len(plan.release.patches)} patch(es)")
-    apply_all(plan.release.patches, source)
 
     setup = _compile_setup(plan, request, work, epoch)
     target = "pure Python" if plan.recipe.kind == "pure" else str(plan.archs)
@@ -234,6 +238,15 @@ def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> Bui
         shutil.rmtree(work / "src", ignore_errors=True)
         shutil.rmtree(work / "smoke", ignore_errors=True)
     return BuildResult(wheel=wheel, provenance=provenance, up_to_date=False, log=log_path)
+
+
+def fetch_and_patch(plan: BuildPlan, work: Path, report: Reporter) -> Path:
+    what = f"{plan.recipe.name} {plan.release.version}"
+    report.stage("fetch", f"{what} ({type(plan.release.source).__name__})")
+    source = fetch(plan.release.source, work / "src", locations.cache_dir())
+    report.stage("patch", f"{len(plan.release.patches)} patch(es)")
+    apply_all(plan.release.patches, source)
+    return source
 
 
 def _compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int) -> _Setup:
@@ -385,7 +398,7 @@ def _expected_prefix(plan: BuildPlan) -> str:
     return f"{dist}-{plan.release.version}+{plan.local_label()}-"
 
 
-def _up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
+def up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
     """A wheel in `out_dir` built from exactly this plan, if any; refuse silent overwrites."""
     if not out_dir.is_dir():
         return None
@@ -436,12 +449,17 @@ def _write_output(plan: BuildPlan, raw: Path, request: BuildRequest,
         stamped = stamp(raw, Path(scratch), label=plan.local_label(),
                         torch_requirement=plan.torch_requirement(), provenance=provenance,
                         epoch=epoch)
-        final = out_dir / stamped.name
-        if request.rebuild and final.exists():
-            log.info("replacing %s (--rebuild)", final)
-            stamped.replace(final)
-        elif not place_no_clobber(stamped, final):
-            raise OutputError(f"{final} appeared while building; not overwriting it",
-                              hint="pass --rebuild to replace it")
+        return place(stamped, out_dir, rebuild=request.rebuild)
+
+
+def place(finished: Path, out_dir: Path, *, rebuild: bool) -> Path:
+    """Move a finished wheel (on the same filesystem) into `out_dir`, never over another."""
+    final = out_dir / finished.name
     WheelName.parse(final.name)  # the stamped name must stay a valid wheel filename
+    if rebuild and final.exists():
+        log.info("replacing %s (--rebuild)", final)
+        finished.replace(final)
+    elif not place_no_clobber(finished, final):
+        raise OutputError(f"{final} appeared while building; not overwriting it",
+                          hint="pass --rebuild to replace it")
     return final

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from wheelsmith import console, locations, pipeline, publish
+from wheelsmith import runner as runner_module
 from wheelsmith.cli._common import (
     arch_option,
     display,
@@ -49,6 +50,13 @@ from wheelsmith.recipe import load_recipe, recipe_files, schema_json
                    "(redis://host:port, redis+unix:///socket, http(s)://...), or off. Default: "
                    "$WHEELSMITH_COMPILE_CACHE, else ~/.cache/wheelsmith/ccache if ccache is "
                    "installed.")
+@click.option("--runner", type=click.Choice(["host", "podman", "docker", "auto"]),
+              default="host", show_default=True,
+              help="Where to compile: here, or inside the pinned image of the toolchain "
+                   "(auto: a working engine, else here).")
+@click.option("--keep-container", is_flag=True, help="Keep the build container (debugging).")
+@click.option("--prepared-source", type=click.Path(path_type=Path), hidden=True,
+              help="A tree already fetched and patched (what the container runner passes in).")
 @click.option("--configure-only", is_flag=True,
               help="Stop once the build files are generated and show the arch targets they "
                    "hold (for packages too big to compile here).")
@@ -58,7 +66,8 @@ from wheelsmith.recipe import load_recipe, recipe_files, schema_json
 @json_option
 def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Path,
           out_dir: Path, work_dir: Path, jobs: int | None, env: tuple[str, ...], rebuild: bool,
-          keep_work: bool, compile_cache: str | None, configure_only: bool, publish_to: bool,
+          keep_work: bool, compile_cache: str | None, runner: str, keep_container: bool,
+          prepared_source: Path | None, configure_only: bool, publish_to: bool,
           index_dir: Path, as_json: bool) -> None:
     """Build RECIPE into a wheel that provably carries device code for --arch."""
     name, _, version = recipe.partition("==")
@@ -68,9 +77,10 @@ def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Pa
         recipe=name, version=version or None, archs=parse_archs(archs),
         toolchain=toolchain, python=python, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
         env=parse_env(env), configure_only=configure_only, compile_cache=compile_cache,
+        runner=runner, keep_container=keep_container, prepared_source=prepared_source,
         rebuild=rebuild, keep_work=keep_work)
     with console.TerminalReporter() as reporter:
-        result = pipeline.build(request, reporter)
+        result = runner_module.build(request, reporter)
         if result.wheel is None:
             _report_configured(result, as_json)
             return

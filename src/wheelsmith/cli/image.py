@@ -1,0 +1,97 @@
+"""`image build`, `image show`: the pinned build image of a toolchain profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import yaml
+
+from wheelsmith import container, locations
+from wheelsmith.cli._common import emit_json, json_option, main
+from wheelsmith.errors import UsageError
+from wheelsmith.toolchain import Profile, default_profile_name, find_profile
+
+engine_option = click.option("--engine", type=click.Choice(["podman", "docker", "auto"]),
+                             default="auto", show_default=True)
+toolchain_option = click.option("--toolchain", metavar="PROFILE",
+                                help="Toolchain profile (default: the newest).")
+
+
+def _engine(choice: str) -> container.Engine:
+    engine = container.detect(choice)
+    if engine is None:
+        raise UsageError("no container engine works here (podman info / docker info failed)",
+                         hint="install podman (Debian: apt install podman runc), or build with "
+                              "--runner host")
+    return engine
+
+
+def _profile(name: str | None) -> Profile:
+    toolchains = locations.project_root() / "toolchains"
+    return find_profile(toolchains, name or default_profile_name(toolchains))
+
+
+def _pinned_base() -> str:
+    lock = locations.project_root() / "images.lock"
+    pinned = (yaml.safe_load(lock.read_text()) or {}).get("debian-bookworm") if lock.is_file() \
+        else None
+    if not pinned:
+        raise UsageError("images.lock pins no base image yet (no registry was reachable when "
+                         "it was written)",
+                         hint="pass --base IMAGE, e.g. the local one from "
+                              "scripts/make-base-image.sh, or run scripts/update-base-image.sh")
+    return str(pinned)
+
+
+@main.group("image")
+def image_group() -> None:
+    """The pinned build image (Dockerfile) of a toolchain profile."""
+
+
+@image_group.command("build")
+@toolchain_option
+@engine_option
+@click.option("--base", help="Base image (default: the digest pinned in images.lock).")
+@click.option("--pip-mirror", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="A directory of wheels mounted as a pip find-links mirror (podman).")
+def image_build(toolchain: str | None, engine: str, base: str | None,
+                pip_mirror: Path | None) -> None:
+    """Build the image for a toolchain profile (tagged with the hash of its pins)."""
+    chosen = _engine(engine)
+    profile = _profile(toolchain)
+    log_path = locations.cache_dir() / f"image-{profile.name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log_file:
+        ref = container.build_image(chosen, profile, project=locations.project_root(),
+                                    base=base or _pinned_base(), mirror=pip_mirror,
+                                    log_file=log_file, log_path=log_path)
+    click.echo(ref)
+
+
+@image_group.command("show")
+@toolchain_option
+@engine_option
+@json_option
+def image_show(toolchain: str | None, engine: str, as_json: bool) -> None:
+    """The image of a toolchain profile: ID, digest, labels, and whether it is current."""
+    chosen = _engine(engine)
+    profile = _profile(toolchain)
+    ref = container.image_ref(profile)
+    info = container.inspect(chosen, ref)
+    labels = container.labels_of(info) if info else {}
+    pins = list(dict.fromkeys(profile.requirements + profile.tools))
+    data = {"image": ref, "exists": info is not None,
+            "id": info.get("Id") if info else None,
+            "digest": info.get("Digest") if info else None,
+            "profile": labels.get(container.LABEL_PROFILE),
+            "profile_key": labels.get(container.LABEL_KEY),
+            "base": labels.get(container.LABEL_BASE),
+            "current": labels.get(container.LABEL_KEY) == profile.key(container.IMAGE_PYTHON),
+            "pins": pins}
+    if as_json:
+        emit_json(data)
+        return
+    for key in ("image", "exists", "id", "digest", "profile", "profile_key", "base", "current"):
+        click.echo(f"{key:<12} {data[key]}")
+    click.echo(f"pins         {len(pins)} (wheelsmith toolchain requirements {profile.name})")

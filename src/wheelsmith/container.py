@@ -1,0 +1,202 @@
+"""Build inside a pinned container (podman or docker): images and the container runner.
+
+The image is the Dockerfile at the top level, built per toolchain profile: it holds the same
+pinned toolchain venv the host runner makes (from the same profile file) and wheelsmith itself.
+Its tag and its `dev.wheelsmith.profile-key` label carry the profile's hash, so an image whose
+pins changed is stale and refused, never silently used.
+
+A container build: the host fetches and patches the source; the container runs wheelsmith's
+own build on that tree with `--network=none`, the project read-only, and only the source, an
+output directory and the compile cache mounted; no host credentials or environment pass in. The
+container is always removed (`--keep-container` keeps it for debugging), also when the build
+is interrupted. The host then verifies the wheel again with its own cuobjdump.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from packaging.version import Version
+
+from wheelsmith import cmd
+from wheelsmith.errors import CommandError, CompileError, ToolchainError, UsageError
+from wheelsmith.toolchain import Profile, Toolchain
+
+log = logging.getLogger(__name__)
+
+IMAGE_PYTHON = "3.11"  # Debian bookworm's python3, which the Dockerfile uses
+LABEL_PROFILE = "dev.wheelsmith.profile"
+LABEL_KEY = "dev.wheelsmith.profile-key"
+LABEL_BASE = "dev.wheelsmith.base"
+ENGINES = ("podman", "docker")
+NPROC_CEILING = 32768  # conmon's own limit: asking for more fails with EPERM
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    name: str
+    exe: str
+
+    def common(self) -> list[str]:
+        """Options every `run`/`build` gets. podman: runc (crun fails on hybrid cgroups) and
+        this process's own limits (raising them is what fails without CAP_SYS_RESOURCE)."""
+        if self.name != "podman":
+            return []
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        nproc = NPROC_CEILING if nproc in (resource.RLIM_INFINITY, -1) else min(nproc,
+                                                                               NPROC_CEILING)
+        runtime = ["--runtime", "runc"] if shutil.which("runc") else []
+        return [*runtime, "--ulimit", f"nofile={soft}:{hard}", "--ulimit",
+                f"nproc={nproc}:{nproc}"]
+
+
+def detect(choice: str) -> Engine | None:
+    """`host`: None. `podman`/`docker`: that engine, which must answer. `auto`: the first that
+    answers, else None (the host runner)."""
+    if choice == "host":
+        return None
+    for name in ENGINES if choice == "auto" else (choice,):
+        exe = shutil.which(name)
+        if exe is None:
+            reason = "not installed"
+        else:
+            answer = cmd.run([exe, "info"], stream=False, ok_returncodes=range(256), what=name)
+            if answer.returncode == 0:
+                return Engine(name, exe)
+            reason = (answer.stderr.strip().splitlines() or ["no answer"])[-1]
+        if choice != "auto":
+            raise UsageError(f"--runner {name}: the {name} engine does not work here: {reason}",
+                             hint="use --runner host, or --runner auto to pick what works")
+        log.info("%s is not usable: %s", name, reason)
+    return None
+
+
+def image_ref(profile: Profile) -> str:
+    return f"localhost/wheelsmith:{profile.name}-{profile.key(IMAGE_PYTHON)[:12]}"
+
+
+def inspect(engine: Engine, ref: str) -> dict[str, Any] | None:
+    result = cmd.run([engine.exe, "image", "inspect", ref], stream=False,
+                     ok_returncodes=range(256), what=f"{engine.name} image inspect")
+    if result.returncode != 0:
+        return None
+    data = json.loads(result.stdout)
+    info: dict[str, Any] = data[0] if isinstance(data, list) else data
+    return info
+
+
+def labels_of(info: dict[str, Any]) -> dict[str, str]:
+    config = info.get("Config") or {}
+    found: dict[str, str] = config.get("Labels") or info.get("Labels") or {}
+    return found
+
+
+def require_image(engine: Engine, profile: Profile) -> tuple[str, dict[str, Any]]:
+    """The image for `profile`, refused with the command that makes it if missing or stale."""
+    ref = image_ref(profile)
+    info = inspect(engine, ref)
+    build = f"wheelsmith image build --toolchain {profile.name} --engine {engine.name}"
+    if info is None:
+        raise ToolchainError(f"no {engine.name} image {ref} for the {profile.name} toolchain",
+                             hint=f"build it: {build}")
+    key = labels_of(info).get(LABEL_KEY)
+    if key != profile.key(IMAGE_PYTHON):
+        raise ToolchainError(f"{ref} is stale: it was built for pins {key}, the profile now has "
+                             f"{profile.key(IMAGE_PYTHON)}", hint=f"rebuild it: {build}")
+    return ref, info
+
+
+def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
+                mirror: Path | None, log_file: IO[str], log_path: Path) -> str:
+    """Build the Dockerfile for `profile` on `base`; returns the image reference."""
+    base_info = inspect(engine, base)
+    if base_info is None and engine.name == "podman" and base.startswith("localhost/"):
+        raise ToolchainError(f"base image {base} does not exist",
+                             hint="make it with scripts/make-base-image.sh (debootstrap)")
+    ref = image_ref(profile)
+    argv: list[str | Path] = [
+        engine.exe, "build", *engine.common(), "--file", project / "Dockerfile", "--tag", ref,
+        "--build-arg", f"BASE={base}", "--build-arg", f"PROFILE={profile.name}",
+        "--build-arg", f"PROFILE_KEY={profile.key(IMAGE_PYTHON)}",
+        "--build-arg", f"BASE_ID={(base_info or {}).get('Id', base)}"]
+    ca = Path("/etc/ssl/certs/ca-certificates.crt")
+    if engine.name == "podman":  # build-time mounts: the CA hook and an optional pip mirror
+        if ca.is_file():
+            argv += ["--volume", f"{ca}:/host-ca.crt:ro"]
+        if mirror is not None:
+            argv += ["--volume", f"{mirror.resolve()}:/mirror:ro"]
+    elif mirror is not None:
+        raise UsageError("--pip-mirror needs podman (docker build cannot mount volumes)")
+    cmd.run([*argv, project], log_file=log_file, log_path=log_path, error=ToolchainError,
+            what=f"{engine.name} build of the {profile.name} image")
+    return ref
+
+
+def toolchain_in(engine: Engine, image: str, profile: Profile) -> Toolchain:
+    """The image's toolchain (paths inside the container): what the content key needs."""
+    result = cmd.run([engine.exe, "run", "--rm", *engine.common(), "--network=none", image,
+                      "wheelsmith", "toolchain", "ensure", profile.name], stream=False,
+                     error=ToolchainError, what="the toolchain probe in the image")
+    info = json.loads(result.stdout)
+    return Toolchain(name=profile.name, python=Path(info["python_path"]),
+                     python_version=info["python"], cuda_home=Path(info["cuda_home"]),
+                     torch_version=Version(info["torch"]), torch_cuda=Version(info["torch_cuda"]),
+                     nvcc_version=Version(info["nvcc"]), cuobjdump=None,
+                     pins=tuple(info["pins"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Mounts:
+    project: Path
+    source: Path
+    out: Path
+    work: Path
+    ccache: Path | None
+
+
+@contextmanager
+def running(engine: Engine, *, keep: bool) -> Iterator[str]:
+    """A container name that is removed afterwards, whatever happens (unless `keep`)."""
+    name = f"wheelsmith-{uuid.uuid4().hex[:12]}"
+    try:
+        yield name
+    finally:
+        if keep:
+            log.warning("kept container %s (--keep-container); remove it with: %s rm %s",
+                        name, engine.name, name)
+        else:
+            cmd.run([engine.exe, "rm", "--force", "--ignore", name], stream=False,
+                    ok_returncodes=range(256), what=f"{engine.name} rm")
+
+
+def run_build(engine: Engine, image: str, mounts: Mounts, args: list[str], *,
+              env: dict[str, str], keep: bool, log_file: IO[str], log_path: Path,
+              on_line: Callable[[str], None]) -> None:
+    """Run `wheelsmith build ARGS` inside the image on the prepared tree, offline."""
+    volumes = [f"{mounts.project}:/project:ro", f"{mounts.source}:/work/src",
+               f"{mounts.out}:/work/out", f"{mounts.work}:/work/build"]
+    if mounts.ccache is not None:
+        volumes.append(f"{mounts.ccache}:/work/ccache")
+    argv = [engine.exe, "run", *([] if keep else ["--rm"]), *engine.common(),
+            "--network=none", "--env", "WHEELSMITH_HOME=/project"]
+    for key, value in env.items():
+        argv += ["--env", f"{key}={value}"]
+    for volume in volumes:
+        argv += ["--volume", volume]
+    with running(engine, keep=keep) as name:
+        try:
+            cmd.run([*argv, "--name", name, image, "wheelsmith", "-vv", "build", *args],
+                    log_file=log_file, log_path=log_path, on_line=on_line, error=CompileError,
+                    what=f"the build in the {engine.name} container")
+        except CommandError as exc:  # the engine itself failed (not the package's build)
+            raise ToolchainError(exc.message, tail=exc.tail, log_file=log_path) from exc

@@ -1,0 +1,144 @@
+"""Where a build runs: on the host (pipeline.build) or inside a pinned container.
+
+The container runner does what only the host can (resolve the image and its toolchain,
+compute the plan and content key, fetch and patch the source) and hands the prepared tree to
+the same wheelsmith build inside the image, offline. The wheel it writes is checked again on
+the host before it is placed into the output directory.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from wheelsmith import compilecache, container, locations, pipeline
+from wheelsmith.compile import progress_parser
+from wheelsmith.errors import CompileError, UsageError
+from wheelsmith.plan import BuildPlan
+from wheelsmith.stamp import read_provenance
+from wheelsmith.toolchain import SYSTEM, default_profile_name, find_profile
+from wheelsmith.verify import check_pure, verify_wheel
+
+
+def build(request: pipeline.BuildRequest,
+          reporter: pipeline.Reporter | None = None) -> pipeline.BuildResult:
+    report = reporter or pipeline.QuietReporter()
+    engine = container.detect(request.runner)
+    if engine is None:
+        if request.runner == "auto":
+            report.stage("runner", "host (no container engine works here)")
+        return pipeline.build(request, report)
+    report.stage("runner", f"{engine.name} ({engine.exe})")
+    return container_build(engine, request, report)
+
+
+def container_build(engine: container.Engine, request: pipeline.BuildRequest,
+                    report: pipeline.Reporter) -> pipeline.BuildResult:
+    if request.toolchain == SYSTEM or request.configure_only:
+        raise UsageError("a container build uses the image's pinned toolchain and builds a "
+                         "wheel", hint="drop --toolchain system / --configure-only, or use "
+                                       "--runner host")
+    toolchains = locations.project_root() / "toolchains"
+    profile = find_profile(toolchains, request.toolchain or default_profile_name(toolchains))
+    image, info = container.require_image(engine, profile)
+    report.stage("image", f"{image} ({str(info.get('Id', '?'))[:12]})")
+    toolchain = container.toolchain_in(engine, image, profile)
+    recipe = pipeline.resolve_recipe(request.recipe)
+    release = recipe.release(request.version)
+    archs = pipeline.archs_for(recipe, request.archs)
+    pipeline.check_known_bad(recipe, release, toolchain, archs, report)
+    plan = BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
+                     extra_env=request.env)
+    existing = pipeline.up_to_date(plan, request.out_dir.resolve(), rebuild=request.rebuild)
+    if existing is not None:
+        report.stage("up to date", existing.name)
+        return pipeline.BuildResult(wheel=existing, provenance=read_provenance(existing) or {},
+                                    up_to_date=True, log=None)
+    return _run(engine, image, info, plan=plan, request=request, report=report)
+
+
+def _writable_dir(path: Path) -> Path:
+    """A fresh directory the image's non-root builder may write to."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    path.chmod(0o777)
+    return path
+
+
+def _run(engine: container.Engine, image: str, info: dict[str, object], *, plan: BuildPlan,
+         request: pipeline.BuildRequest, report: pipeline.Reporter) -> pipeline.BuildResult:
+    work = request.work_dir.resolve() / plan.slug()
+    work.mkdir(parents=True, exist_ok=True)
+    log_path = pipeline.log_path_of(work)
+    log_path.write_text(f"wheelsmith container build: {plan.slug()} in {image}\n")
+    source = pipeline.fetch_and_patch(plan, work, report)
+    for path in [source, *source.rglob("*")]:  # the builder in the image writes build/ here
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | 0o777 if path.is_dir() else
+                       path.stat().st_mode | 0o666)
+    out = _writable_dir(work / "container-out")
+    cache = compilecache.resolve(request.compile_cache, locations.cache_dir())
+    if cache is not None and cache.needs_network:
+        raise UsageError("container builds run with --network=none, so a TCP compile cache "
+                         "cannot be reached", hint="use a local cache, or --runner host")
+    ccache = None
+    if cache is not None:
+        ccache = cache.local.parent / "ccache-container"
+        ccache.mkdir(parents=True, exist_ok=True)
+        ccache.chmod(0o777)
+    mounts = container.Mounts(project=locations.project_root(), source=source, out=out,
+                              work=_writable_dir(work / "container-work"), ccache=ccache)
+    runner_info = {"engine": engine.name, "image": image, "image_id": info.get("Id"),
+                   "digest": info.get("Digest")}
+    target = str(plan.archs) if plan.archs.archs else "pure Python"
+    report.stage("compile", f"{plan.recipe.name} {plan.release.version} for {target} in "
+                            f"{engine.name}, --network=none")
+    with log_path.open("a", encoding="utf-8") as log_file:
+        container.run_build(engine, image, mounts, _inner_args(plan, request, ccache),
+                            env={pipeline.RUNNER_INFO: json.dumps(runner_info)},
+                            keep=request.keep_container, log_file=log_file, log_path=log_path,
+                            on_line=progress_parser(report.progress))
+    return _check_and_place(plan, request, out, log_path, report)
+
+
+def _inner_args(plan: BuildPlan, request: pipeline.BuildRequest,
+                ccache: Path | None) -> list[str]:
+    args = [f"{plan.recipe.name}=={plan.release.version}", "--toolchain", plan.toolchain.name,
+            "--prepared-source", "/work/src", "--out", "/work/out", "--work-dir",
+            "/work/build", "--rebuild", "--compile-cache",
+            "/work/ccache" if ccache is not None else "off"]
+    if plan.archs.archs:
+        args += ["--arch", str(plan.archs)]
+    if request.jobs is not None:
+        args += ["--jobs", str(request.jobs)]
+    for key, value in request.env:
+        args += ["--env", f"{key}={value}"]
+    return args
+
+
+def _check_and_place(plan: BuildPlan, request: pipeline.BuildRequest, out: Path,
+                     log_path: Path, report: pipeline.Reporter) -> pipeline.BuildResult:
+    wheels = sorted(out.glob("*.whl"))
+    if len(wheels) != 1:
+        raise CompileError(f"the container build left {len(wheels)} wheels, expected one",
+                           log_file=log_path)
+    report.stage("verify", f"again on the host: {wheels[0].name}")
+    cuobjdump = pipeline.cuobjdump_for(None, Path(sys.executable))
+    if plan.recipe.kind == "pure":
+        check_pure(wheels[0].name, [])
+    else:
+        verify_wheel(wheels[0], plan.archs, cuobjdump, plan.recipe.host_only)
+    out_dir = request.out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staged = out_dir / f".tmp-{wheels[0].name}"
+    shutil.copyfile(wheels[0], staged)
+    try:
+        final = pipeline.place(staged, out_dir, rebuild=request.rebuild)
+    finally:
+        staged.unlink(missing_ok=True)
+    if not request.keep_work:
+        shutil.rmtree(out.parent / "src", ignore_errors=True)
+    return pipeline.BuildResult(wheel=final, provenance=read_provenance(final) or {},
+                                up_to_date=False, log=log_path)
