@@ -25,23 +25,26 @@ ENV DEBIAN_FRONTEND=noninteractive \
     WHEELSMITH_CACHE=/opt/wheelsmith/cache
 
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv g++ ca-certificates \
+ && apt-get install -y --no-install-recommends python3 python3-venv python3-dev g++ ccache ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 
 # A non-root user for the builds themselves.
 RUN useradd --create-home --uid 1000 builder
 
-COPY pyproject.toml README.md /opt/wheelsmith/src/
-COPY src /opt/wheelsmith/src/src
+# The toolchain venv depends only on the profile file, so this layer is rebuilt only when
+# the pins change; wheelsmith's own code is bind-mounted for the build (buildah/BuildKit
+# `RUN --mount`) and, at run time, the host mounts its current code over it.
 COPY toolchains /opt/wheelsmith/home/toolchains
-RUN mkdir -p /opt/wheelsmith/home/recipes
-
-# wheelsmith itself, then the profile's toolchain venv (torch + nvcc from PyPI, exact pins).
-RUN set -e; \
+RUN --mount=type=bind,source=.,target=/mnt/wheelsmith-context,ro \
+    set -e; \
     if [ -s /host-ca.crt ]; then export PIP_CERT=/host-ca.crt; fi; \
     if [ -d /mirror ]; then export PIP_FIND_LINKS=/mirror; fi; \
+    mkdir -p /opt/wheelsmith/home/recipes /tmp/wheelsmith-src; \
+    cp -r /mnt/wheelsmith-context/pyproject.toml /mnt/wheelsmith-context/README.md \
+          /mnt/wheelsmith-context/src /tmp/wheelsmith-src/; \
     python3 -m venv /opt/wheelsmith/venv; \
-    /opt/wheelsmith/venv/bin/pip install --quiet /opt/wheelsmith/src; \
+    /opt/wheelsmith/venv/bin/pip install --quiet /tmp/wheelsmith-src; \
+    rm -rf /tmp/wheelsmith-src; \
     ln -s /opt/wheelsmith/venv/bin/wheelsmith /usr/local/bin/wheelsmith; \
     wheelsmith toolchain ensure "${PROFILE}"; \
     chmod -R a+rX /opt/wheelsmith

@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from packaging.version import Version
 
+import wheelsmith
 from wheelsmith import cmd
 from wheelsmith.errors import CommandError, CompileError, ToolchainError, UsageError
 from wheelsmith.toolchain import Profile, Toolchain
@@ -124,6 +125,7 @@ def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
         raise ToolchainError(f"base image {base} does not exist",
                              hint="make it with scripts/make-base-image.sh (debootstrap)")
     ref = image_ref(profile)
+    previous = (inspect(engine, ref) or {}).get("Id")
     argv: list[str | Path] = [
         engine.exe, "build", *engine.common(), "--file", project / "Dockerfile", "--tag", ref,
         "--build-arg", f"BASE={base}", "--build-arg", f"PROFILE={profile.name}",
@@ -139,6 +141,10 @@ def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
         raise UsageError("--pip-mirror needs podman (docker build cannot mount volumes)")
     cmd.run([*argv, project], log_file=log_file, log_path=log_path, error=ToolchainError,
             what=f"{engine.name} build of the {profile.name} image")
+    if previous and previous != (inspect(engine, ref) or {}).get("Id"):
+        # the tag moved: drop the image it left behind unless something still uses it
+        cmd.run([engine.exe, "rmi", previous], stream=False, ok_returncodes=range(256),
+                what=f"{engine.name} rmi")
     return ref
 
 
@@ -179,23 +185,34 @@ def running(engine: Engine, *, keep: bool) -> Iterator[str]:
                     ok_returncodes=range(256), what=f"{engine.name} rm")
 
 
-def run_build(engine: Engine, image: str, mounts: Mounts, args: list[str], *,
-              env: dict[str, str], keep: bool, log_file: IO[str], log_path: Path,
-              on_line: Callable[[str], None]) -> None:
-    """Run `wheelsmith build ARGS` inside the image on the prepared tree, offline."""
-    volumes = [f"{mounts.project}:/project:ro", f"{mounts.source}:/work/src",
+def run_argv(engine: Engine, image: str, mounts: Mounts, args: list[str], *,
+             env: dict[str, str], keep: bool, name: str) -> list[str]:
+    """The `run` command line: offline, only these mounts, only these variables."""
+    # The host's own wheelsmith code runs inside (the image supplies its dependencies and the
+    # toolchain), so host and container never run different versions of the build.
+    volumes = [f"{Path(wheelsmith.__file__).parent}:/opt/wheelsmith/current/wheelsmith:ro",
+               f"{mounts.project}:/project:ro", f"{mounts.source}:/work/src",
                f"{mounts.out}:/work/out", f"{mounts.work}:/work/build"]
     if mounts.ccache is not None:
         volumes.append(f"{mounts.ccache}:/work/ccache")
-    argv = [engine.exe, "run", *([] if keep else ["--rm"]), *engine.common(),
-            "--network=none", "--env", "WHEELSMITH_HOME=/project"]
+    argv = [engine.exe, "run", *([] if keep else ["--rm"]), "--name", name, *engine.common(),
+            "--network=none", "--env", "WHEELSMITH_HOME=/project",
+            "--env", "PYTHONPATH=/opt/wheelsmith/current"]
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]
     for volume in volumes:
         argv += ["--volume", volume]
+    return [*argv, image, "/opt/wheelsmith/venv/bin/python", "-m", "wheelsmith", "-vv", "build",
+            *args]
+
+
+def run_build(engine: Engine, image: str, mounts: Mounts, args: list[str], *,
+              env: dict[str, str], keep: bool, log_file: IO[str], log_path: Path,
+              on_line: Callable[[str], None]) -> None:
+    """Run `wheelsmith build ARGS` inside the image on the prepared tree, offline."""
     with running(engine, keep=keep) as name:
         try:
-            cmd.run([*argv, "--name", name, image, "wheelsmith", "-vv", "build", *args],
+            cmd.run(run_argv(engine, image, mounts, args, env=env, keep=keep, name=name),
                     log_file=log_file, log_path=log_path, on_line=on_line, error=CompileError,
                     what=f"the build in the {engine.name} container")
         except CommandError as exc:  # the engine itself failed (not the package's build)

@@ -44,6 +44,9 @@ def fetch(source: Source, dest: Path, cache: Path) -> Path:
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     if isinstance(source, LocalSource):
+        if not source.path.is_dir():
+            raise SourceError(f"source directory does not exist: {source.path}",
+                              hint="a path source is relative to the recipe file")
         root = dest / source.path.name
         shutil.copytree(source.path, root, ignore=IGNORED_IN_LOCAL, symlinks=True)
         return root

@@ -343,10 +343,9 @@ def _source(doc: Document, recipe: Path, data: dict[str, Any], version: str,
         return UrlSource(url=data["url"], sha256=data.get("sha256", ""))
     if kind == "git":
         return GitSource(url=data["git"], commit=data.get("commit", ""))
-    local = (recipe.resolve().parent / data["path"]).resolve()
-    if not local.is_dir():
-        doc.at_value((*path, "path"), f"source directory does not exist: {local}")
-    return LocalSource(path=local)
+    # its existence is checked when it is fetched: a recipe stays valid on machines (or in a
+    # container) where the directory is not, as long as nothing is fetched from it there
+    return LocalSource(path=(recipe.resolve().parent / data["path"]).resolve())
 
 
 def _patches(doc: Document, recipe: Path, package: str, version: str, *,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from wheelsmith import compilecache, container, locations, pipeline
@@ -132,12 +133,10 @@ def _check_and_place(plan: BuildPlan, request: pipeline.BuildRequest, out: Path,
         verify_wheel(wheels[0], plan.archs, cuobjdump, plan.recipe.host_only)
     out_dir = request.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    staged = out_dir / f".tmp-{wheels[0].name}"
-    shutil.copyfile(wheels[0], staged)
-    try:
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".tmp-") as scratch:
+        staged = Path(scratch) / wheels[0].name  # same filesystem as the output: link works
+        shutil.copyfile(wheels[0], staged)
         final = pipeline.place(staged, out_dir, rebuild=request.rebuild)
-    finally:
-        staged.unlink(missing_ok=True)
     if not request.keep_work:
         shutil.rmtree(out.parent / "src", ignore_errors=True)
     return pipeline.BuildResult(wheel=final, provenance=read_provenance(final) or {},

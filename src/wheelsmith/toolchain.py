@@ -10,6 +10,7 @@ versions and passes a pre-flight check before anything is compiled.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -178,11 +179,12 @@ def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
     """The venv for (profile, python), created on first use and reused after that."""
     version = probe_python(python)["python"]
     root = venv_root(profile, version, cache)
-    with exclusive_lock(root.parent / f"{root.name}.lock"):
-        marker = root / MARKER
-        if not marker.is_file():
-            _create_venv(profile, python, root)
-        info = json.loads(marker.read_text())
+    marker = root / MARKER
+    if not marker.is_file():  # the marker is written last: with it, the venv is complete
+        with exclusive_lock(root.parent / f"{root.name}.lock"):
+            if not marker.is_file():
+                _create_venv(profile, python, root)
+    info = json.loads(marker.read_text())
     venv_python = root / "bin" / "python"
     return Toolchain(
         name=profile.name,
@@ -378,6 +380,7 @@ def _torch_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
         known[wanted] = ([f"torch {toolchain.torch_version} refuses the arch list: "
                           f"{info['arch_error']}"] if "arch_error" in info else [])
         if memo is not None:
-            atomic_write_text(memo, json.dumps(known, indent=1, sort_keys=True) + "\n")
+            with contextlib.suppress(OSError):  # a read-only toolchain (an image) just re-asks
+                atomic_write_text(memo, json.dumps(known, indent=1, sort_keys=True) + "\n")
     return known[wanted]
 

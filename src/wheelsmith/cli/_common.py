@@ -8,6 +8,7 @@ Every WheelsmithError is turned into a message and its exit code here, in one pl
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,11 @@ arch_option = click.option(
 def main(verbose: int) -> None:
     """Build verified CUDA-extension wheels for Blackwell (sm_120, sm_100) and Hopper."""
     console.setup_logging(verbose)
+    signal.signal(signal.SIGTERM, _terminated)  # clean up (containers, temp files) as on Ctrl-C
+
+
+def _terminated(*_: object) -> None:
+    raise KeyboardInterrupt
 
 
 

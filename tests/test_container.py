@@ -1,0 +1,169 @@
+"""Builds inside the pinned image with real podman (Debian's podman + runc, a base image made
+by debootstrap, no registry): offline, verified again on the host, never leaving a container
+or a half-built wheel behind. Needs root, podman, runc and debootstrap (.ci/run installs them);
+skipped with the reason otherwise."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, REPO, wheelsmith
+from wheelsmith import container
+from wheelsmith.container import Engine, Mounts, run_argv
+
+BASE = "localhost/wheelsmith-base:bookworm"
+MIRROR = Path("/opt/pypi-more/files")  # this workplace's local PyPI files (torch, nvidia-*)
+
+
+def podman_problem() -> str | None:
+    if os.geteuid() != 0:
+        return "the base image needs debootstrap as root"
+    for tool in ("podman", "runc", "debootstrap"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (apt install podman runc debootstrap)"
+    if container.detect("auto") is None:
+        return "podman does not answer `podman info` here"
+    return None
+
+
+PROBLEM = podman_problem()
+needs_podman = pytest.mark.skipif(PROBLEM is not None, reason=f"no podman build: {PROBLEM}")
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The real image of the default profile, built once (minutes the first time)."""
+    subprocess.run([str(REPO / "scripts" / "make-base-image.sh"), BASE], check=True,
+                   capture_output=True)
+    mirror = ["--pip-mirror", str(MIRROR)] if MIRROR.is_dir() else []
+    result = wheelsmith("image", "build", "--engine", "podman", "--base", BASE, *mirror,
+                        cwd=REPO, check=True)
+    return result.stdout.strip()
+
+
+@pytest.fixture
+def tiny_project(tmp_path: Path) -> Path:
+    home = tmp_path / "project"
+    (home / "recipes").mkdir(parents=True)
+    shutil.copytree(REPO / "toolchains", home / "toolchains")
+    source = tmp_path / "tiny-ext"
+    shutil.copytree(FIXTURES / "tiny-ext", source)
+    recipe = (FIXTURES / "tiny-ext.recipe.yaml").read_text().replace("PATH", str(source))
+    (home / "recipes" / "tiny-ext.yaml").write_text(recipe)
+    return home
+
+
+def run_in(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, WHEELSMITH_HOME=str(home))
+    return subprocess.run([sys.executable, "-m", "wheelsmith", *args], cwd=home, env=env,
+                          capture_output=True, text=True, check=False)
+
+
+def leftover_containers() -> list[str]:
+    names = subprocess.run(["podman", "ps", "--all", "--format", "{{.Names}}"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    return [n for n in names if n.startswith("wheelsmith-")]
+
+
+@needs_podman
+@pytest.mark.container
+def test_tiny_extension_builds_in_the_image_offline(image: str, tiny_project: Path) -> None:
+    result = run_in(tiny_project, "build", "tiny-ext", "--arch", "12.0", "--runner", "podman",
+                    "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    provenance = data["provenance"]
+    assert provenance["runner"]["engine"] == "podman"
+    assert provenance["runner"]["image"] == image
+    assert provenance["runner"]["image_id"]
+    assert provenance["device_code"][0]["sass"] == ["sm_120"]
+    assert provenance["smoke"][0] == "imported tiny_ext"
+    assert provenance["platform"]["glibc_floor"]  # recorded from auditwheel in the image
+    assert "verify: again on the host" in result.stderr
+    wheel = Path(data["wheel"])
+    assert wheel.parent == tiny_project / "wheelhouse"
+    assert wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=REPO).returncode == 0
+    assert leftover_containers() == []
+
+
+@needs_podman
+@pytest.mark.container
+def test_changed_pins_refuse_the_old_image(image: str, tiny_project: Path) -> None:
+    profile = tiny_project / "toolchains" / "cu130-torch2.14.yaml"
+    profile.write_text(profile.read_text().replace("ninja==1.13.2", "ninja==1.13.1"))
+    result = run_in(tiny_project, "build", "tiny-ext", "--runner", "podman")
+    assert result.returncode == 7
+    assert "error: no podman image localhost/wheelsmith:cu130-torch2.14-" in result.stderr
+    assert "hint: build it: wheelsmith image build --toolchain cu130-torch2.14 --engine podman" \
+           in result.stderr
+
+
+@needs_podman
+@pytest.mark.container
+def test_interrupted_build_leaves_no_container_and_no_wheel(image: str,
+                                                            tiny_project: Path) -> None:
+    setup = next(tiny_project.parent.glob("tiny-ext/setup.py"))
+    setup.write_text("import time\ntime.sleep(120)\n" + setup.read_text())
+    env = dict(os.environ, WHEELSMITH_HOME=str(tiny_project))
+    proc = subprocess.Popen([sys.executable, "-m", "wheelsmith", "build", "tiny-ext", "--runner",
+                             "podman"], cwd=tiny_project, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not leftover_containers():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the build container never started"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted: nothing was written to the output" in err
+    assert leftover_containers() == []
+    assert not list((tiny_project / "wheelhouse").glob("*.whl")) if (
+        tiny_project / "wheelhouse").exists() else True
+
+
+@pytest.mark.parametrize("engine", [Engine("podman", "podman"), Engine("docker", "docker")],
+                         ids=["podman", "docker"])
+def test_run_command_is_offline_with_only_the_named_mounts(engine: Engine, tmp_path: Path) -> None:
+    mounts = Mounts(project=tmp_path / "p", source=tmp_path / "s", out=tmp_path / "o",
+                    work=tmp_path / "w", ccache=None)
+    argv = run_argv(engine, "img", mounts, ["tiny-ext"], env={"K": "V"}, keep=False, name="n")
+    assert argv[:4] == [engine.exe, "run", "--rm", "--name"]
+    assert "--network=none" in argv
+    volumes = [argv[i + 1] for i, word in enumerate(argv) if word == "--volume"]
+    assert [v.split(":")[1] for v in volumes] == [
+        "/opt/wheelsmith/current/wheelsmith", "/project", "/work/src", "/work/out", "/work/build"]
+    env = [argv[i + 1] for i, word in enumerate(argv) if word == "--env"]
+    assert env == ["WHEELSMITH_HOME=/project", "PYTHONPATH=/opt/wheelsmith/current", "K=V"]
+    assert ("--runtime" in argv) == (engine.name == "podman" and shutil.which("runc") is not None)
+
+
+def docker_problem() -> str | None:
+    if shutil.which("docker") is None:
+        return "the docker CLI is not installed"
+    answer = subprocess.run(["docker", "info"], capture_output=True, text=True, check=False)
+    if answer.returncode != 0:
+        return "no Docker engine: `docker info` failed: " + (
+            answer.stderr.strip().splitlines() or ["?"])[-1]
+    return None
+
+
+@pytest.mark.skipif(docker_problem() is not None, reason=str(docker_problem()))
+@pytest.mark.container
+def test_docker_runs_the_same_command(tmp_path: Path) -> None:
+    mounts = Mounts(project=REPO, source=tmp_path, out=tmp_path, work=tmp_path, ccache=None)
+    argv = run_argv(Engine("docker", "docker"), "debian:bookworm-slim", mounts, [],
+                    env={}, keep=False, name="wheelsmith-docker-probe")
+    image_at = argv.index("debian:bookworm-slim")
+    result = subprocess.run([*argv[:image_at + 1], "true"], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stderr
