@@ -22,6 +22,7 @@ import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -127,16 +128,22 @@ def index_url() -> str:
     return "https://pypi.org/simple"
 
 
-def pypi_sdist_url(source: PypiSource) -> tuple[str, str]:
-    """Find the sdist of (project, version) with the pinned sha256 on the simple index."""
-    page = f"{index_url()}/{canonicalize_name(source.project)}/"
+def simple_page(project: str) -> tuple[str, dict[str, Any]]:
+    """A project's PEP 691 page on the simple index: (its URL, its JSON)."""
+    page = f"{index_url()}/{canonicalize_name(project)}/"
     request = urllib.request.Request(page, headers={"Accept": SIMPLE_JSON})  # noqa: S310
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310
-            data = json.load(response)
+            data: dict[str, Any] = json.load(response)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise SourceError(f"cannot read the index page {page}: {exc}",
                           hint="set WHEELSMITH_INDEX_URL to a PEP 691 (JSON) simple index") from exc
+    return page, data
+
+
+def pypi_sdist_url(source: PypiSource) -> tuple[str, str]:
+    """Find the sdist of (project, version) with the pinned sha256 on the simple index."""
+    page, data = simple_page(source.project)
     prefix = re.sub(r"[-_.]+", "_", source.project).lower() + f"-{source.version}."
     candidates = [f for f in data.get("files", [])
                   if f["filename"].lower().startswith(prefix)

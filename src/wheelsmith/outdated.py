@@ -6,9 +6,6 @@ $PIP_INDEX_URL, else PyPI). Yanked files and pre-releases are ignored.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 
 from packaging.utils import (
@@ -20,8 +17,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from wheelsmith.errors import SourceError
-from wheelsmith.fetch import SIMPLE_JSON, TIMEOUT_S, index_url
+from wheelsmith.fetch import simple_page
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,14 +33,7 @@ class Newer:
 
 def releases(project: str) -> list[Version]:
     """Final, non-yanked release versions of `project` on the index, ascending."""
-    page = f"{index_url()}/{canonicalize_name(project)}/"
-    request = urllib.request.Request(page, headers={"Accept": SIMPLE_JSON})  # noqa: S310
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310
-            data = json.load(response)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise SourceError(f"cannot read the index page {page}: {exc}",
-                          hint="set WHEELSMITH_INDEX_URL to a PEP 691 (JSON) simple index") from exc
+    _, data = simple_page(project)
     found = set()
     for file in data.get("files", []):
         if file.get("yanked"):
