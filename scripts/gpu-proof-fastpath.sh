@@ -9,11 +9,18 @@
 #   4. `wheelsmith doctor` must say healthy; after installing a wheel built for 12.0 only
 #      (the tiny fixture), it must say unhealthy.
 # The causal-conv1d chain runs while mamba-ssm compiles. Usage: [ARCHS] [RESULTS_DIR]
+# One device command may run 10 minutes, so the work can be split across two calls:
+#   WORK=DIR STAGE=mamba   builds mamba-ssm only (wheel kept in DIR, a path that survives
+#                          between calls on a warm machine); a later call with the same WORK
+#                          skips every build whose wheel is already there.
 set -uo pipefail
 archs=${1:-"9.0;12.0"}
 results=$(realpath -m "${2:-gpu-proof-fastpath}")
 repo=$(cd "$(dirname "$0")/.." && pwd)
-work=$(mktemp -d)
+work=$(realpath -m "${WORK:-$(mktemp -d)}")
+stage=${STAGE:-all}
+mkdir -p "$work"
+built() { compgen -G "$1/*.whl" > /dev/null; }
 mkdir -p "$results"
 export PYTHONPATH="$repo/src" PYTHONUNBUFFERED=1
 ws() { python3 -m wheelsmith "$@"; }
@@ -24,9 +31,12 @@ install() { python3 -m pip install -q --no-deps --index-url "$url/$(ls "$index" 
 start=$(date +%s)
 
 causal_chain() {
-  ws build causal-conv1d --arch "$archs" "${common[@]}" --out "$work/wh-causal" \
-    --work-dir "$work/b-causal" --keep-work --publish --index "$index" --json \
-    > "$results/causal.json" 2> "$results/causal.log" || return 1
+  if ! built "$work/wh-causal"; then
+    ws build causal-conv1d --arch "$archs" "${common[@]}" --out "$work/wh-causal" \
+      --work-dir "$work/b-causal" --keep-work --json \
+      > "$results/causal.json" 2> "$results/causal.log" || return 1
+  fi
+  ws publish "$work"/wh-causal/*.whl --index "$index" || return 1
   ws serve --index "$index" --port 8765 2> "$results/serve.log" &
   sleep 2
   install causal-conv1d && echo "installed causal-conv1d from the index"
@@ -35,16 +45,18 @@ causal_chain() {
     "$work/upstream-tests/test_causal_conv1d.py" 2>&1 | tail -n 1 > "$results/upstream-tests.txt")
   echo "causal chain done at $(( $(date +%s) - start )) s"
 }
-causal_chain > "$results/causal-chain.txt" 2>&1 &
-chain=$!
-for pure in fla-core flash-linear-attention; do
-  ws build "$pure" --toolchain system --out "$work/wh-pure" --work-dir "$work/b-$pure" \
-    2>> "$results/pure.log" &
-done
-ws build mamba-ssm --arch "$archs" "${common[@]}" --out "$work/wh-mamba" \
+if [ "$stage" != mamba ]; then
+  causal_chain > "$results/causal-chain.txt" 2>&1 &
+  for pure in fla-core flash-linear-attention; do
+    built "$work/wh-pure" || ws build "$pure" --toolchain system --out "$work/wh-pure" \
+      --work-dir "$work/b-$pure" 2>> "$results/pure.log" &
+  done
+fi
+built "$work/wh-mamba" || ws build mamba-ssm --arch "$archs" "${common[@]}" --out "$work/wh-mamba" \
   --work-dir "$work/b-mamba" --json > "$results/mamba.json" 2> "$results/mamba.log" \
   || { tail -30 "$results/mamba.log"; exit 1; }
-echo "mamba built at $(( $(date +%s) - start )) s" | tee "$results/timing.txt"
+echo "mamba built at $(( $(date +%s) - start )) s" | tee -a "$results/timing.txt"
+[ "$stage" = mamba ] && exit 0
 wait
 cat "$results/causal-chain.txt" "$results/upstream-tests.txt"
 ws publish "$work"/wh-mamba/*.whl "$work"/wh-pure/*.whl --index "$index" | tee "$results/publish.txt"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _ctypes as ctypes_extension
 import json
 import os
 import subprocess
@@ -92,12 +93,15 @@ def test_doctor_reads_real_kernels_and_names_the_fix(project: Path, toolchain: T
             "--force-reinstall tiny-ext") in on_90.stderr
 
     shared = next(site.glob("tiny_ext/_C*.so"))
-    info = probe_info([{"name": "tiny-ext", "version": "0.1.0", "shared_objects": [str(shared)]}],
+    host_only = ctypes_extension.__file__  # a real shared object with no device code at all
+    info = probe_info([{"name": "tiny-ext", "version": "0.1.0", "shared_objects": [str(shared)]},
+                       {"name": "safetensors", "version": "0.8.0", "shared_objects": [host_only]}],
                       fast=True)
     assert toolchain.cuobjdump is not None
     healthy = examine(info, parse_arch("12.0"), "--arch", toolchain.cuobjdump,
                       index_url="http://x")
     assert (healthy.healthy, healthy.problems, healthy.fixes) == (True, [], [])
+    assert [p.name for p in healthy.packages] == ["tiny-ext"]  # not a CUDA extension: not judged
 
 
 def test_doctor_without_gpu_or_arch_asks_for_one(tmp_path: Path) -> None:

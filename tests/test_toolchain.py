@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from tests.conftest import DEFAULT_PROFILE, REPO, wheelsmith
 from wheelsmith import cmd
 from wheelsmith.errors import RecipeError, ToolchainError
+from wheelsmith.pipeline import auditwheel_for
 from wheelsmith.toolchain import ensure_tools, load_profile
 
 pytestmark = pytest.mark.toolchain
@@ -49,3 +51,17 @@ def test_toolchain_requirements_lists_every_pin() -> None:
     profile = load_profile(DEFAULT_PROFILE)
     assert pins == list(dict.fromkeys(profile.requirements + profile.tools))
     assert all("==" in pin for pin in pins)
+
+
+def test_platform_check_is_skipped_not_guessed_when_auditwheel_cannot_be_had(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """An offline machine building with its system CUDA (the H200 runs) has no auditwheel on
+    PATH and cannot install the tools venv: the build goes on, the platform tag unchecked."""
+    monkeypatch.setenv("WHEELSMITH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    for key, value in {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/",
+                       "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"}.items():
+        monkeypatch.setenv(key, value)
+    assert auditwheel_for(None, Path(sys.executable)) is None
+    assert "the platform tag is not checked: no auditwheel (could not create" in caplog.text
+    assert not list((tmp_path / "cache" / "tools").glob("*/bin"))  # nothing half-made kept

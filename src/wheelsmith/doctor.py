@@ -113,12 +113,16 @@ def examine(info: dict[str, Any], arch: Arch, arch_source: str, cuobjdump: Path,
                     fast_path={m: {**state, "needed": m in need}
                                for m, state in info.get("fast_path", {}).items()})
     for package in info.get("packages", []):
-        report.packages.append(_package(package, arch, cuobjdump))
+        examined = _package(package, arch, cuobjdump)
+        if examined is not None:
+            report.packages.append(examined)
     _judge(report, info, index_url)
     return report
 
 
-def _package(package: dict[str, Any], arch: Arch, cuobjdump: Path) -> PackageReport:
+def _package(package: dict[str, Any], arch: Arch, cuobjdump: Path) -> PackageReport | None:
+    """None for a package whose shared objects carry no device code at all (safetensors'
+    Rust library, numpy): it is not a CUDA extension, so no arch can be missing from it."""
     objects = []
     for path in package["shared_objects"]:
         code = read_device_code(Path(path), cuobjdump, Path(path).name)
@@ -126,7 +130,9 @@ def _package(package: dict[str, Any], arch: Arch, cuobjdump: Path) -> PackageRep
             continue  # a host-only helper library
         objects.append((code.path, coverage(code, arch), tuple(sorted(code.sass)),
                         tuple(sorted(code.ptx))))
-    status = min((o[1] for o in objects), key=RANK.__getitem__, default="none")
+    if not objects:
+        return None
+    status = min((o[1] for o in objects), key=RANK.__getitem__)
     return PackageReport(package["name"], package["version"], status, tuple(objects))
 
 

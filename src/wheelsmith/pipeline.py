@@ -32,7 +32,14 @@ from wheelsmith import (
 )
 from wheelsmith.arch import ArchSet
 from wheelsmith.compile import compile_wheel
-from wheelsmith.errors import CompileError, KnownBadError, OutputError, UsageError, VerifyError
+from wheelsmith.errors import (
+    CompileError,
+    KnownBadError,
+    OutputError,
+    ToolchainError,
+    UsageError,
+    VerifyError,
+)
 from wheelsmith.fetch import fetch
 from wheelsmith.files import place_no_clobber, sha256_file
 from wheelsmith.inventory import DeviceCode, wheel_inventory
@@ -289,7 +296,7 @@ def _check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
         check(raw.name, inventory, plan.archs, plan.recipe.host_only)
     auditwheel = auditwheel_for(plan.toolchain, request.python)
     platform = manylinux.report(raw, auditwheel) if auditwheel else {
-        "error": "auditwheel is not in the toolchain: add it to the profile's tools"}
+        "error": "auditwheel is not available: add it to the profile's tools, or put it on PATH"}
     report.stage("smoke", "import against torch " + str(plan.toolchain.torch_version))
     smoke_output = smoke_test(raw, toolchain=plan.toolchain, imports=plan.recipe.smoke_imports,
                               gpu_code=plan.recipe.smoke_gpu, archs=plan.archs,
@@ -362,14 +369,23 @@ def cuobjdump_for(toolchain: Toolchain | None, python: Path) -> Path:
 
 
 def auditwheel_for(toolchain: Toolchain | None, python: Path) -> Path | None:
-    """The profile's auditwheel: in the toolchain venv, else in the tools venv."""
+    """The profile's auditwheel: in the toolchain venv, else on PATH, else in the tools venv
+    (installed on first use). None when none can be had (an offline machine building with a
+    system toolchain): the platform check is then recorded as not done, never guessed."""
     if toolchain is not None and toolchain.name != SYSTEM:
         candidate = toolchain.python.parent / "auditwheel"
         if candidate.is_file():
             return candidate
+    on_path = shutil.which("auditwheel")
+    if on_path is not None:
+        return Path(on_path)
     toolchains = locations.project_root() / "toolchains"
     profile = find_profile(toolchains, default_profile_name(toolchains))
-    cuobjdump = ensure_tools(profile, python, locations.cache_dir())
+    try:
+        cuobjdump = ensure_tools(profile, python, locations.cache_dir())
+    except ToolchainError as exc:
+        log.warning("the platform tag is not checked: no auditwheel (%s)", exc)
+        return None
     for parent in cuobjdump.parents:  # the tools venv holding this cuobjdump
         if (parent / "bin" / "auditwheel").is_file():
             return parent / "bin" / "auditwheel"

@@ -37,7 +37,9 @@ for dist in metadata.distributions():
     name = normalize(dist.metadata["Name"] or "")
     if not name or NOT_EXTENSIONS.match(name):
         continue
-    needs_torch = any(re.match(r"torch\b", r) for r in dist.requires or [])
+    # torch itself, not an optional extra (safetensors: `torch; extra == "torch"`)
+    needs_torch = any(re.match(r"torch\b", r) and "extra" not in r.partition(";")[2]
+                      for r in dist.requires or [])
     shared = [str(dist.locate_file(f)) for f in dist.files or []
               if f.name.endswith(".so") or ".so." in f.name]
     if shared and (needs_torch or name in fast_dists):
