@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
+import re
 import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,3 +84,30 @@ def wheelsmith(*args: str, cwd: Path, check: bool = False) -> subprocess.Complet
         raise AssertionError(f"wheelsmith {' '.join(args)} failed ({result.returncode}):\n"
                              f"{result.stdout}\n{result.stderr}")
     return result
+
+
+@dataclass
+class Server:
+    url: str
+    log: Path
+
+    def requests(self) -> list[str]:
+        """Request paths in order, from the server's own log (one line per request)."""
+        return re.findall(r'"GET (\S+) HTTP', self.log.read_text())
+
+
+@contextlib.contextmanager
+def serve(root: Path, log: Path) -> Iterator[Server]:
+    with log.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "wheelsmith", "serve", "--index",
+                                 str(root), "--port", "0"], stderr=sink, stdout=sink)
+    try:
+        deadline = time.monotonic() + 20
+        while not (match := re.search(r"at (http://127\.0\.0\.1:\d+)/", log.read_text())):
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.05)
+        yield Server(match[1], log)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, wheelsmith
+from tests.conftest import FIXTURES, serve, wheelsmith
 from wheelsmith.arch import parse_arch
-from wheelsmith.doctor import coverage, examine
+from wheelsmith.doctor import coverage, examine, serves
 from wheelsmith.inventory import DeviceCode
 from wheelsmith.toolchain import Toolchain
 
@@ -70,7 +70,8 @@ def test_doctor_reads_real_kernels_and_names_the_fix(project: Path, toolchain: T
                                str(toolchain.python), *args], capture_output=True, text=True,
                               env=env, cwd=project, check=False)
 
-    on_120 = doctor("--arch", "12.0", "--json")
+    dead = "http://127.0.0.1:9"  # nothing listens: the pip line is given, marked unchecked
+    on_120 = doctor("--arch", "12.0", "--json", "--index", dead)
     report = json.loads(on_120.stdout)
     assert on_120.returncode == 15  # the other fast-path packages are missing
     assert [(p["name"], p["status"]) for p in report["packages"]] == [("tiny-ext", "sass")]
@@ -80,17 +81,31 @@ def test_doctor_reads_real_kernels_and_names_the_fix(project: Path, toolchain: T
         "fast path: `import causal_conv1d` fails (ModuleNotFoundError: No module named "
         "'causal_conv1d'): models fall back to slow PyTorch code"]
     assert report["fast_path"]["mamba_ssm"]["needed"] is False
-    assert report["fixes"][0] == ("pip install --index-url http://127.0.0.1:8080/cu130-torch2.14/"
-                                  "simple/ --no-deps --force-reinstall flash-linear-attention "
-                                  "fla-core")
+    assert report["fixes"] == [
+        "pip install --index-url http://127.0.0.1:9/cu130-torch2.14/simple/ --no-deps "
+        "--force-reinstall flash-linear-attention fla-core causal-conv1d   # not checked: the "
+        "index could not be read"]
 
-    on_90 = doctor("--arch", "9.0", "--index", "http://wheels.internal", "--need", "mamba_ssm")
+    index = tmp_path / "index"
+    wheelsmith("publish", wheel, "--index", str(index), cwd=project, check=True)
+    with serve(index, tmp_path / "serve.log") as server:
+        on_90 = doctor("--arch", "9.0", "--index", server.url, "--need", "mamba_ssm")
+        on_121 = doctor("--arch", "12.1", "--index", server.url, "--need", "mamba_ssm", "--json")
     assert on_90.returncode == 15
     assert "tiny-ext          0.1.0+cu.13.0.torch.2.14.sm.120" in on_90.stdout
-    assert "  tiny-ext 0.1.0+cu.13.0.torch.2.14.sm.120 has no kernel for sm_90: its ops fail or " \
-           "the model falls back" in on_90.stderr
-    assert ("pip install --index-url http://wheels.internal/cu130-torch2.14/simple/ --no-deps "
-            "--force-reinstall tiny-ext") in on_90.stderr
+    assert on_90.stderr.endswith(
+        "  tiny-ext 0.1.0+cu.13.0.torch.2.14.sm.120 has no kernel for sm_90: its ops fail or the "
+        "model falls back\n"
+        "  fast path: `import mamba_ssm` fails (ModuleNotFoundError: No module named 'mamba_ssm'): "
+        "models fall back to slow PyTorch code\n"
+        "hint: to fix:\n"
+        "      wheelsmith build tiny-ext --arch 9.0 --publish   # the index has no tiny-ext wheel "
+        "with sm_90 kernels\n"
+        "      wheelsmith build mamba-ssm --arch 9.0 --publish   # the index has no mamba-ssm "
+        "wheel with sm_90 kernels\n")
+    assert json.loads(on_121.stdout)["fixes"] == [  # an sm_120 cubin runs on sm_121
+        "wheelsmith build mamba-ssm --arch 12.1 --publish   # the index has no mamba-ssm wheel "
+        "with sm_121 kernels"]
 
     shared = next(site.glob("tiny_ext/_C*.so"))
     host_only = ctypes_extension.__file__  # a real shared object with no device code at all
@@ -110,3 +125,21 @@ def test_doctor_without_gpu_or_arch_asks_for_one(tmp_path: Path) -> None:
     assert result.stderr == ("error: no GPU is visible to this Python's torch, so there is no "
                              "arch to check\nhint: pass the arch of the GPU you will run on, e.g. "
                              "--arch 12.0\n")
+
+
+@pytest.mark.parametrize(
+    ("filename", "arch", "expected"),
+    [
+        ("x-1.0+cu.13.0.torch.2.14.sm.90.120-cp311-cp311-linux_x86_64.whl", "9.0", True),
+        ("x-1.0+cu.13.0.torch.2.14.sm.90.120-cp311-cp311-linux_x86_64.whl", "12.1", True),
+        ("x-1.0+cu.13.0.torch.2.14.sm.90.120-cp311-cp311-linux_x86_64.whl", "10.0", False),
+        ("x-1.0+cu.13.0.torch.2.14.sm.90.ptx.90-cp311-cp311-linux_x86_64.whl", "12.0", False),
+        ("x-1.0+cu.13.0.torch.2.14.sm.90a-cp311-cp311-linux_x86_64.whl", "9.0", False),
+        ("x-1.0+cu.13.0.torch.2.14.sm.90a-cp311-cp311-linux_x86_64.whl", "9.0a", True),
+        ("fla_core-0.6.0+pure-py3-none-any.whl", "12.0", True),
+        ("x-1.0-cp311-cp311-linux_x86_64.whl", "12.0", True),  # not ours: cannot tell
+    ],
+)
+def test_index_wheel_serves_an_arch_by_the_arch_set_in_its_label(filename: str, arch: str,
+                                                                   expected: bool) -> None:
+    assert serves(filename, parse_arch(arch)) is expected

@@ -5,21 +5,17 @@ is tested (`torch` here is a stand-in named like the real one, as in research/in
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import serve
 from tests.wheels import make_wheel
 from wheelsmith import ledger
 from wheelsmith.publish import publish, yank
@@ -29,33 +25,6 @@ UV = Path(sys.executable).with_name("uv")
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
 CLEAN_ENV.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1",
                  UV_NO_CONFIG="1", PIP_NO_INPUT="1")
-
-
-@dataclass
-class Server:
-    url: str
-    log: Path
-
-    def requests(self) -> list[str]:
-        """Request paths in order, from the server's own log (one line per request)."""
-        return re.findall(r'"GET (\S+) HTTP', self.log.read_text())
-
-
-@contextlib.contextmanager
-def serve(root: Path, log: Path) -> Iterator[Server]:
-    with log.open("w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "wheelsmith", "serve", "--index",
-                                 str(root), "--port", "0"], stderr=sink, stdout=sink)
-    try:
-        deadline = time.monotonic() + 20
-        while not (match := re.search(r"at (http://127\.0\.0\.1:\d+)/", log.read_text())):
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.05)
-        yield Server(match[1], log)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture

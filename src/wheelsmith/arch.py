@@ -180,6 +180,18 @@ class ArchSet:
             parts += ["ptx", *ptx]
         return ".".join(parts)
 
+    @staticmethod
+    def label_device_code(local: str) -> tuple[frozenset[str], frozenset[str]] | None:
+        """The inverse of `label()` inside a local version (`cu.13.0.torch.2.14.sm.90.120`):
+        the (SASS, PTX) `sm_XX` names it promises, or None when it names no arch set."""
+        parts = local.lower().split(".")
+        if "sm" not in parts:
+            return None
+        start = parts.index("sm") + 1
+        end = parts.index("ptx") if "ptx" in parts[start:] else len(parts)
+        return (frozenset(f"sm_{code}" for code in parts[start:end]),
+                frozenset(f"sm_{code}" for code in parts[end + 1:]))
+
     def toolkit_problems(self, cuda: Version) -> list[str]:
         """Archs the given CUDA toolkit cannot compile, each as a sentence."""
         problems = []

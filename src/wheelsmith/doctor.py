@@ -8,20 +8,31 @@ inventory function the build gate uses and classifies it for the target arch:
   sass  a cubin that runs on it (same major, same or lower minor: sm_120 runs on sm_121)
   ptx   only PTX the driver must JIT-compile at start (slow to load; a fallback)
   none  nothing usable: the kernels cannot launch ("no kernel image is available")
+
+Each gap gets a fix: `pip install` from the index's channel when the index has a wheel with
+native kernels for the arch (read from the arch set in its local label), else the
+`wheelsmith build` that makes one. An index that cannot be read leaves the pip line unchecked,
+and the report says so.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from wheelsmith import cmd
-from wheelsmith.arch import Arch
-from wheelsmith.errors import ToolchainError
+from wheelsmith.arch import Arch, ArchSet
+from wheelsmith.errors import SourceError, ToolchainError
+from wheelsmith.fetch import simple_page
 from wheelsmith.inventory import DeviceCode, read_device_code
+from wheelsmith.wheelfile import WheelName
+
+log = logging.getLogger(__name__)
+INDEX_TIMEOUT_S = 5
 
 PROBE = Path(__file__).parent / "resources" / "doctor_probe.py"
 _SM_RE = re.compile(r"^sm_(\d+)(\d)([af]?)$")
@@ -160,5 +171,47 @@ def _judge(report: Report, info: dict[str, Any], index_url: str) -> None:
             report.problems.append(f"fast path: `import {module}` fails ({state['error']}): "
                                    "models fall back to slow PyTorch code")
             to_install[state["dist"]] = None
-    report.fixes += [f"pip install --index-url {base} --no-deps --force-reinstall {name}"
-                     for name in to_install]
+    _fixes(report, base, list(to_install))
+
+
+def _fixes(report: Report, base: str, names: list[str]) -> None:
+    """A pip line for what the index has for this arch, a build line for what it lacks."""
+    offered: list[str] = []
+    readable = True
+    for name in (name for entry in names for name in entry.split()):
+        offers = index_offers(name, base, report.arch) if readable else None
+        readable = offers is not None
+        if offers is False:
+            report.fixes.append(f"wheelsmith build {name} --arch {report.arch} --publish   "
+                                f"# the index has no {name} wheel with {report.arch.sm} kernels")
+        else:
+            offered.append(name)
+    if offered:
+        unchecked = "" if readable else "   # not checked: the index could not be read"
+        report.fixes.insert(0, f"pip install --index-url {base} --no-deps --force-reinstall "
+                               f"{' '.join(offered)}{unchecked}")
+
+
+def index_offers(project: str, base: str, arch: Arch) -> bool | None:
+    """Whether the channel at `base` has a wheel of `project` with native kernels for `arch`
+    (or a pure one); None when the index cannot be read (the fix is then left unchecked)."""
+    try:
+        _, page = simple_page(project, base, timeout=INDEX_TIMEOUT_S, missing_ok=True)
+    except SourceError as exc:
+        log.info("the fix is not checked against the index: %s", exc)
+        return None
+    if page is None:
+        return False
+    return any(serves(file["filename"], arch) for file in page.get("files", [])
+               if file["filename"].endswith(".whl") and not file.get("yanked"))
+
+
+def serves(filename: str, arch: Arch) -> bool:
+    """Whether a wheel runs natively on `arch`, judged from the arch set in its label; a
+    pure wheel does, and so is assumed of a wheel wheelsmith did not stamp."""
+    local = WheelName.parse(filename).version.local
+    code = ArchSet.label_device_code(local) if local else None
+    if code is None:
+        return True
+    sass, ptx = code
+    return coverage(DeviceCode(filename, sass, ptx), arch) == "sass"

@@ -21,8 +21,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+from http import HTTPStatus
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal, overload
 
 from packaging.utils import canonicalize_name
 
@@ -128,17 +129,33 @@ def index_url() -> str:
     return "https://pypi.org/simple"
 
 
-def simple_page(project: str) -> tuple[str, dict[str, Any]]:
-    """A project's PEP 691 page on the simple index: (its URL, its JSON)."""
-    page = f"{index_url()}/{canonicalize_name(project)}/"
+@overload
+def simple_page(project: str, base: str | None = None, *, timeout: float = TIMEOUT_S,
+                missing_ok: Literal[False] = False) -> tuple[str, dict[str, Any]]: ...
+@overload
+def simple_page(project: str, base: str | None = None, *, timeout: float = TIMEOUT_S,
+                missing_ok: Literal[True]) -> tuple[str, dict[str, Any] | None]: ...
+def simple_page(project: str, base: str | None = None, *, timeout: float = TIMEOUT_S,
+                missing_ok: bool = False) -> tuple[str, dict[str, Any] | None]:
+    """A project's PEP 691 page on a simple index (default: `index_url()`): (its URL, its
+    JSON). With `missing_ok`, a project the index does not have (404) gives None."""
+    page = f"{(base or index_url()).rstrip('/')}/{canonicalize_name(project)}/"
     request = urllib.request.Request(page, headers={"Accept": SIMPLE_JSON})  # noqa: S310
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
             data: dict[str, Any] = json.load(response)
+    except urllib.error.HTTPError as exc:
+        if missing_ok and exc.code == HTTPStatus.NOT_FOUND:
+            return page, None
+        raise _unreadable(page, exc) from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise SourceError(f"cannot read the index page {page}: {exc}",
-                          hint="set WHEELSMITH_INDEX_URL to a PEP 691 (JSON) simple index") from exc
+        raise _unreadable(page, exc) from exc
     return page, data
+
+
+def _unreadable(page: str, exc: Exception) -> SourceError:
+    return SourceError(f"cannot read the index page {page}: {exc}",
+                       hint="set WHEELSMITH_INDEX_URL to a PEP 691 (JSON) simple index")
 
 
 def pypi_sdist_url(source: PypiSource) -> tuple[str, str]:
