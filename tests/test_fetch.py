@@ -202,3 +202,34 @@ def test_local_source_is_copied_without_build_leftovers(tmp_path: Path) -> None:
     assert not (root / "build").exists()
     (root / "setup.py").write_text("patched\n")
     assert (src / "setup.py").read_text() == "x\n"
+
+
+def test_git_tag_must_name_the_pinned_commit_and_a_moved_tag_is_refused(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    (repo / "setup.py").write_text("version = 1\n")
+    git("add", ".", cwd=repo)
+    git("commit", "-qm", "v1", cwd=repo)
+    git("tag", "v1.0", cwd=repo)
+    first = git("rev-parse", "HEAD", cwd=repo)
+    (repo / "setup.py").write_text("version = 2\n")
+    git("commit", "-qam", "v2", cwd=repo)
+    second = git("rev-parse", "HEAD", cwd=repo)
+    cache = tmp_path / "cache"
+
+    root = fetch(GitSource(url=str(repo), commit=first, tag="v1.0"), tmp_path / "w1", cache)
+    assert (root / "setup.py").read_text() == "version = 1\n"
+
+    git("tag", "-f", "v1.0", cwd=repo)  # moved upstream after the mirror was made
+    with pytest.raises(SourceError) as moved:
+        fetch(GitSource(url=str(repo), commit=first, tag="v1.0"), tmp_path / "w2", cache)
+    assert moved.value.message == (f"tag v1.0 of {repo} is commit {second}, but the recipe pins "
+                                   f"{first}")
+    assert moved.value.hint == ("the tag was moved upstream: review the new commit before you "
+                                "pin it (its patches may no longer apply)")
+    assert not (tmp_path / "w2" / "src").exists()  # nothing checked out
+
+    with pytest.raises(SourceError) as missing:
+        fetch(GitSource(url=str(repo), commit=first, tag="v9"), tmp_path / "w3", cache)
+    assert missing.value.message == f"tag v9 is not in {repo}"

@@ -244,6 +244,8 @@ def checkout(source: GitSource, dest: Path, cache: Path) -> Path:
     if not _has_commit(mirror, source.commit):
         raise SourceError(f"commit {source.commit} is not in {source.url}",
                           hint="check the commit in the recipe (a full 40-digit hash)")
+    if source.tag is not None:
+        _check_tag(mirror, source)
     root = dest / "src"
     _git("clone", "--quiet", "--no-checkout", str(mirror), str(root))
     _git("-C", str(root), "checkout", "--quiet", "--detach", source.commit)
@@ -256,6 +258,32 @@ def checkout(source: GitSource, dest: Path, cache: Path) -> Path:
 
 def _git(*args: str) -> None:
     cmd.run(["git", *args], stream=False, error=SourceError, what="git")
+
+
+def _check_tag(mirror: Path, source: GitSource) -> None:
+    """The recipe's tag must name its pinned commit upstream, now: the mirror is refreshed
+    first (tags move); offline, the cached mirror's tag is checked, with a warning."""
+    try:
+        _git("-C", str(mirror), "fetch", "--quiet", "--prune", "--force", "origin",
+             "+refs/tags/*:refs/tags/*")
+    except SourceError as exc:
+        log.warning("cannot refresh %s (%s): checking tag %s in the cached mirror",
+                    source.url, exc.message, source.tag)
+    tagged = _tag_commit(mirror, str(source.tag))
+    if tagged is None:
+        raise SourceError(f"tag {source.tag} is not in {source.url}",
+                          hint="check the tag in the recipe, or drop `tag` and keep the commit")
+    if tagged != source.commit:
+        raise SourceError(f"tag {source.tag} of {source.url} is commit {tagged}, but the recipe "
+                          f"pins {source.commit}",
+                          hint="the tag was moved upstream: review the new commit before you "
+                               "pin it (its patches may no longer apply)")
+
+
+def _tag_commit(repo: Path, tag: str) -> str | None:
+    result = cmd.run(["git", "-C", repo, "rev-parse", "--verify", "--quiet",
+                      f"refs/tags/{tag}^{{commit}}"], stream=False, ok_returncodes=(0, 1, 128))
+    return result.stdout.strip() if result.returncode == 0 else None
 
 
 def _has_commit(repo: Path, commit: str) -> bool:

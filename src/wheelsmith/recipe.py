@@ -109,6 +109,8 @@ RECIPE_SCHEMA: dict[str, Any] = {
                             "sha256": SHA256,
                             "commit": {"type": "string", "pattern": "^[0-9a-f]{40}$",
                                        "x-message": "must be a full 40-digit commit hash"},
+                            "tag": {"type": "string", "description": "the tag that must "
+                                    "name `commit` (checked at fetch: a moved tag is an error)"},
                         },
                     },
                     "patches": {
@@ -150,6 +152,7 @@ class UrlSource:
 class GitSource:
     url: str
     commit: str
+    tag: str | None = None  # must name `commit` when given
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -334,7 +337,7 @@ def _source(doc: Document, recipe: Path, data: dict[str, Any], version: str,
                            f"path (found {found})")
         return LocalSource(path=Path())
     kind = kinds[0]
-    for extra, applies in (("sha256", ("pypi", "url")), ("commit", ("git",))):
+    for extra, applies in (("sha256", ("pypi", "url")), ("commit", ("git",)), ("tag", ("git",))):
         if extra in data and kind not in applies:
             doc.at_key((*path, extra), f"'{extra}' does not apply to a {kind} source")
     if kind == "pypi":
@@ -342,7 +345,7 @@ def _source(doc: Document, recipe: Path, data: dict[str, Any], version: str,
     if kind == "url":
         return UrlSource(url=data["url"], sha256=data.get("sha256", ""))
     if kind == "git":
-        return GitSource(url=data["git"], commit=data.get("commit", ""))
+        return GitSource(url=data["git"], commit=data.get("commit", ""), tag=data.get("tag"))
     # its existence is checked when it is fetched: a recipe stays valid on machines (or in a
     # container) where the directory is not, as long as nothing is fetched from it there
     return LocalSource(path=(recipe.resolve().parent / data["path"]).resolve())
@@ -444,5 +447,6 @@ def _source_data(source: Source) -> dict[str, str]:
     if isinstance(source, UrlSource):
         return {"url": source.url, "sha256": source.sha256}
     if isinstance(source, GitSource):
-        return {"git": source.url, "commit": source.commit}
+        return {"git": source.url, "commit": source.commit,
+                **({"tag": source.tag} if source.tag else {})}
     return {"path": str(source.path)}
