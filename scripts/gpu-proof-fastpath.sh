@@ -5,7 +5,8 @@
 #      compares its selective scan with a reference on the GPU during the build);
 #   2. publish them to a wheelsmith index, serve it on 127.0.0.1 and pip-install from it;
 #   3. run upstream causal-conv1d tests against the installed wheel with CUDA_DISABLE_PTX_JIT=1
-#      (mamba-ssm's sdist ships no op tests);
+#      (mamba-ssm's sdist ships no op tests: MAMBA_TESTS=PATH runs a copy of upstream's
+#      tests/ops/test_selective_scan.py from the mamba repository, too);
 #   4. `wheelsmith doctor` must say healthy; after installing a wheel built for 12.0 only
 #      (the tiny fixture), it must say unhealthy.
 # The causal-conv1d chain runs while mamba-ssm compiles. Usage: [ARCHS] [RESULTS_DIR]
@@ -61,6 +62,10 @@ wait
 cat "$results/causal-chain.txt" "$results/upstream-tests.txt"
 ws publish "$work"/wh-mamba/*.whl "$work"/wh-pure/*.whl --index "$index" | tee "$results/publish.txt"
 install mamba-ssm fla-core flash-linear-attention && echo "installed the rest from the index"
+if [ -n "${MAMBA_TESTS:-}" ]; then  # upstream's tests/ops/test_selective_scan.py (not in the sdist)
+  (cd "$work" && CUDA_DISABLE_PTX_JIT=1 python3 -m pytest -q -p no:cacheprovider "$MAMBA_TESTS" \
+    2>&1 | tail -n 1 | tee "$results/upstream-mamba-tests.txt")
+fi
 grep -c '\.metadata HTTP' "$results/serve.log" | sed 's/^/.metadata requests: /'
 
 ws doctor --need fla --need causal_conv1d --need mamba_ssm --index "$url" \
