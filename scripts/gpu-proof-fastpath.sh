@@ -15,6 +15,8 @@
 #                          between calls on a warm machine); a later call with the same WORK
 #                          skips every build whose wheel is already there.
 set -uo pipefail
+# The machine's Python needs ninja (wheelsmith refuses a CUDA build without it); offline:
+#   python3 -m pip install --no-index --find-links DIR ninja auditwheel
 archs=${1:-"9.0;12.0"}
 results=$(realpath -m "${2:-gpu-proof-fastpath}")
 repo=$(cd "$(dirname "$0")/.." && pwd)

@@ -6,6 +6,8 @@
 # Usage: scripts/gpu-proof.sh [ARCHS] [RESULTS_DIR]    (default "9.0;12.0", ./gpu-proof)
 # Needs: python3 with torch (CUDA build), nvcc matching torch's CUDA major, pytest, einops.
 set -euo pipefail
+# The machine's Python needs ninja (wheelsmith refuses a CUDA build without it); offline:
+#   python3 -m pip install --no-index --find-links DIR ninja auditwheel
 archs=${1:-"9.0;12.0"}
 results=$(realpath -m "${2:-gpu-proof}")
 repo=$(cd "$(dirname "$0")/.." && pwd)

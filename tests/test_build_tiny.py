@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -220,3 +221,28 @@ def test_system_toolchain_builds_with_an_installed_cuda(project: Path, toolchain
     assert isinstance(provenance, dict)
     assert provenance["toolchain"]["name"] == "system"
     assert provenance["device_code"][0]["sass"] == ["sm_120"]
+
+
+def test_cuda_build_without_ninja_is_refused_before_compiling(
+        project: Path, toolchain: Toolchain, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch environment without ninja (the H200 machine's) would compile one file at a
+    time, MAX_JOBS unused, and leave no build.ninja for the pre-build check."""
+    env = tmp_path / "torch-env"  # torch importable, no ninja anywhere on its PATH
+    subprocess.run([str(toolchain.python), "-m", "venv", "--without-pip", str(env)], check=True)
+    site = next(toolchain.python.parent.parent.glob("lib/python3*/site-packages"))
+    (next(env.glob("lib/python3*/site-packages")) / "toolchain.pth").write_text(f"{site}\n")
+    (tmp_path / "empty-bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setenv("CUDA_HOME", str(toolchain.cuda_home))
+    add_variant(project, "tiny-ext")
+    python = env / "bin" / "python"
+    result = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--toolchain", "system",
+                        "--python", str(python), cwd=project)
+    assert result.returncode == 7
+    assert error_lines(result.stderr) == [
+        f"error: ninja is not installed for {python}: torch would compile one file at a time "
+        "(its slow fallback) and the pre-build arch check could not run",
+        f"hint: install it into that environment: {python} -m pip install ninja"]
+    assert "compile [" not in result.stderr
+    assert not any((project / "wheelhouse").glob("*.whl"))

@@ -262,7 +262,7 @@ def _compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: in
                                               len(plan.archs.archs), request.jobs)
     launchers = work / "launchers"
     shutil.rmtree(launchers, ignore_errors=True)
-    guard = _install_guard(plan.toolchain, work, launchers, configure_only=request.configure_only)
+    guard = _install_guard(plan, work, launchers, configure_only=request.configure_only)
     cache = compilecache.resolve(request.compile_cache, locations.cache_dir())
     cache_env = None
     if cache is not None:
@@ -308,15 +308,21 @@ def log_path_of(work: Path) -> Path:
     return work / "build.log"
 
 
-def _install_guard(toolchain: Toolchain, work: Path, launchers: Path, *, configure_only: bool
+def _install_guard(plan: BuildPlan, work: Path, launchers: Path, *, configure_only: bool
                    ) -> buildenv.Guard | None:
-    """Put the pre-build check's `ninja` in front of the real one (prebuild.py)."""
+    """Put the pre-build check's `ninja` in front of the real one (prebuild.py). A CUDA
+    build without ninja is refused: torch would fall back to compiling one file at a time,
+    MAX_JOBS unused, and no build.ninja would exist for the pre-build arch check."""
+    toolchain = plan.toolchain
     search = os.pathsep.join([*map(str, toolchain.bin_dirs), os.environ.get("PATH", "")])
     real = shutil.which("ninja", path=search)
     if real is None:
-        if configure_only:
-            raise UsageError("--configure-only needs ninja in the toolchain")
-        return None
+        if plan.recipe.kind == "pure" and not configure_only:
+            return None
+        raise ToolchainError(
+            f"ninja is not installed for {toolchain.python}: torch would compile one file at a "
+            "time (its slow fallback) and the pre-build arch check could not run",
+            hint=f"install it into that environment: {toolchain.python} -m pip install ninja")
     write_launcher(launchers / "ninja", prebuild.wrapper_script(sys.executable, real))
     report = work / "prebuild.jsonl"
     report.unlink(missing_ok=True)
