@@ -18,7 +18,8 @@ from wheelsmith.errors import DoctorError, UsageError
 @click.option("--arch", "arch_value", metavar="X.Y",
               help="Check for this compute capability (default: the GPU's).")
 @click.option("--index", "index_url", default="http://127.0.0.1:8080", show_default=True,
-              help="Base URL of the wheelsmith index used in the suggested fixes.")
+              help="Base URL of the wheelsmith index the fixes install from; each fix is checked "
+                   "against it (what it lacks gets a `wheelsmith build` line).")
 @click.option("--python", "python", type=click.Path(path_type=Path), default=sys.executable,
               show_default="this Python", help="The Python environment to examine.")
 @click.option("--need", "need", multiple=True,
