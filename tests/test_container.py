@@ -93,6 +93,9 @@ def test_tiny_extension_builds_in_the_image_offline(image: str, tiny_project: Pa
     assert wheel.parent == tiny_project / "wheelhouse"
     assert wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=REPO).returncode == 0
     assert leftover_containers() == []
+    again = run_in(tiny_project, "build", "tiny-ext", "--arch", "12.0", "--runner", "podman",
+                   "--json")  # host and image compute the same content key
+    assert json.loads(again.stdout)["up_to_date"] is True, again.stderr
 
 
 @needs_podman

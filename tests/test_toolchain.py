@@ -19,10 +19,11 @@ pytestmark = pytest.mark.toolchain
 
 
 def test_tools_venv_gives_a_working_cuobjdump(tmp_path: Path) -> None:
-    cuobjdump = ensure_tools(load_profile(DEFAULT_PROFILE), Path(sys.executable), tmp_path)
-    version = cmd.run([cuobjdump, "--version"], stream=False).stdout
+    tools = ensure_tools(load_profile(DEFAULT_PROFILE), Path(sys.executable), tmp_path)
+    version = cmd.run([tools.cuobjdump, "--version"], stream=False).stdout
     assert "cuobjdump" in version
-    assert ensure_tools(load_profile(DEFAULT_PROFILE), Path(sys.executable), tmp_path) == cuobjdump
+    assert ensure_tools(load_profile(DEFAULT_PROFILE), Path(sys.executable), tmp_path) == tools
+    assert tools.auditwheel is not None  # the platform report's tool, from the same venv
 
 
 def test_unresolvable_pin_fails_clearly_and_leaves_nothing(tmp_path: Path) -> None:

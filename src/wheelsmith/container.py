@@ -39,6 +39,7 @@ LABEL_PROFILE = "dev.wheelsmith.profile"
 LABEL_KEY = "dev.wheelsmith.profile-key"
 LABEL_BASE = "dev.wheelsmith.base"
 ENGINES = ("podman", "docker")
+CODE_IN_IMAGE = "/opt/wheelsmith/current"  # where the host's wheelsmith package is mounted
 NPROC_CEILING = 32768  # conmon's own limit: asking for more fails with EPERM
 
 
@@ -148,11 +149,23 @@ def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
     return ref
 
 
+def _current_code() -> list[str]:
+    """Run the host's own wheelsmith code inside (the image supplies its dependencies and the
+    toolchain), so host and container never compute plans or keys with different code."""
+    return ["--volume", f"{Path(wheelsmith.__file__).parent}:{CODE_IN_IMAGE}/wheelsmith:ro",
+            "--env", f"PYTHONPATH={CODE_IN_IMAGE}"]
+
+
+def _wheelsmith_in_image(image: str, *args: str) -> list[str]:
+    return [image, "/opt/wheelsmith/venv/bin/python", "-m", "wheelsmith", *args]
+
+
 def toolchain_in(engine: Engine, image: str, profile: Profile) -> Toolchain:
     """The image's toolchain (paths inside the container): what the content key needs."""
-    result = cmd.run([engine.exe, "run", "--rm", *engine.common(), "--network=none", image,
-                      "wheelsmith", "toolchain", "ensure", profile.name], stream=False,
-                     error=ToolchainError, what="the toolchain probe in the image")
+    result = cmd.run([engine.exe, "run", "--rm", *engine.common(), "--network=none",
+                      *_current_code(),
+                      *_wheelsmith_in_image(image, "toolchain", "ensure", profile.name)],
+                     stream=False, error=ToolchainError, what="the toolchain probe in the image")
     info = json.loads(result.stdout)
     return Toolchain(name=profile.name, python=Path(info["python_path"]),
                      python_version=info["python"], cuda_home=Path(info["cuda_home"]),
@@ -188,22 +201,17 @@ def running(engine: Engine, *, keep: bool) -> Iterator[str]:
 def run_argv(engine: Engine, image: str, mounts: Mounts, args: list[str], *,
              env: dict[str, str], keep: bool, name: str) -> list[str]:
     """The `run` command line: offline, only these mounts, only these variables."""
-    # The host's own wheelsmith code runs inside (the image supplies its dependencies and the
-    # toolchain), so host and container never run different versions of the build.
-    volumes = [f"{Path(wheelsmith.__file__).parent}:/opt/wheelsmith/current/wheelsmith:ro",
-               f"{mounts.project}:/project:ro", f"{mounts.source}:/work/src",
+    volumes = [f"{mounts.project}:/project:ro", f"{mounts.source}:/work/src",
                f"{mounts.out}:/work/out", f"{mounts.work}:/work/build"]
     if mounts.ccache is not None:
         volumes.append(f"{mounts.ccache}:/work/ccache")
     argv = [engine.exe, "run", *([] if keep else ["--rm"]), "--name", name, *engine.common(),
-            "--network=none", "--env", "WHEELSMITH_HOME=/project",
-            "--env", "PYTHONPATH=/opt/wheelsmith/current"]
+            "--network=none", "--env", "WHEELSMITH_HOME=/project", *_current_code()]
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]
     for volume in volumes:
         argv += ["--volume", volume]
-    return [*argv, image, "/opt/wheelsmith/venv/bin/python", "-m", "wheelsmith", "-vv", "build",
-            *args]
+    return [*argv, *_wheelsmith_in_image(image, "-vv", "build", *args)]
 
 
 def run_build(engine: Engine, image: str, mounts: Mounts, args: list[str], *,

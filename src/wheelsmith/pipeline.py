@@ -50,7 +50,9 @@ from wheelsmith.smoke import smoke_test
 from wheelsmith.stamp import read_provenance, stamp
 from wheelsmith.toolchain import (
     SYSTEM,
+    Profile,
     Toolchain,
+    Tools,
     default_profile_name,
     ensure_profile,
     ensure_tools,
@@ -117,12 +119,16 @@ def resolve_recipe(name: str) -> Recipe:
     return load_recipe(find_recipe(root / "recipes", name))
 
 
+def profile_named(name: str | None) -> Profile:
+    """A profile from this project's toolchains/ (None: the newest)."""
+    toolchains = locations.project_root() / "toolchains"
+    return find_profile(toolchains, name or default_profile_name(toolchains))
+
+
 def resolve_toolchain(name: str | None, python: Path) -> Toolchain:
     if name == SYSTEM:
         return system_toolchain(python)
-    toolchains = locations.project_root() / "toolchains"
-    profile = find_profile(toolchains, name or default_profile_name(toolchains))
-    return ensure_profile(profile, python, locations.cache_dir())
+    return ensure_profile(profile_named(name), python, locations.cache_dir())
 
 
 def prepare(request: BuildRequest, report: Reporter) -> BuildPlan:
@@ -369,9 +375,7 @@ def cuobjdump_for(toolchain: Toolchain | None, python: Path) -> Path:
     installed = system_cuobjdump()
     if installed is not None:
         return installed
-    toolchains = locations.project_root() / "toolchains"
-    profile = find_profile(toolchains, default_profile_name(toolchains))
-    return ensure_tools(profile, python, locations.cache_dir())
+    return _default_tools(python).cuobjdump
 
 
 def auditwheel_for(toolchain: Toolchain | None, python: Path) -> Path | None:
@@ -385,17 +389,16 @@ def auditwheel_for(toolchain: Toolchain | None, python: Path) -> Path | None:
     on_path = shutil.which("auditwheel")
     if on_path is not None:
         return Path(on_path)
-    toolchains = locations.project_root() / "toolchains"
-    profile = find_profile(toolchains, default_profile_name(toolchains))
     try:
-        cuobjdump = ensure_tools(profile, python, locations.cache_dir())
+        return _default_tools(python).auditwheel
     except ToolchainError as exc:
         log.warning("the platform tag is not checked: no auditwheel (%s)", exc)
         return None
-    for parent in cuobjdump.parents:  # the tools venv holding this cuobjdump
-        if (parent / "bin" / "auditwheel").is_file():
-            return parent / "bin" / "auditwheel"
-    return None
+
+
+def _default_tools(python: Path) -> Tools:
+    """The default profile's tools venv (cuobjdump, auditwheel), installed on first use."""
+    return ensure_tools(profile_named(None), python, locations.cache_dir())
 
 
 def verify(wheel: Path, archs: ArchSet, *, python: Path, host_only: tuple[str, ...] = ()

@@ -19,7 +19,7 @@ from wheelsmith.compile import progress_parser
 from wheelsmith.errors import CompileError, UsageError
 from wheelsmith.plan import BuildPlan
 from wheelsmith.stamp import read_provenance
-from wheelsmith.toolchain import SYSTEM, default_profile_name, find_profile
+from wheelsmith.toolchain import SYSTEM
 from wheelsmith.verify import check_pure, verify_wheel
 
 
@@ -41,8 +41,7 @@ def container_build(engine: container.Engine, request: pipeline.BuildRequest,
         raise UsageError("a container build uses the image's pinned toolchain and builds a "
                          "wheel", hint="drop --toolchain system / --configure-only, or use "
                                        "--runner host")
-    toolchains = locations.project_root() / "toolchains"
-    profile = find_profile(toolchains, request.toolchain or default_profile_name(toolchains))
+    profile = pipeline.profile_named(request.toolchain)
     image, info = container.require_image(engine, profile)
     report.stage("image", f"{image} ({str(info.get('Id', '?'))[:12]})")
     toolchain = container.toolchain_in(engine, image, profile)

@@ -61,6 +61,11 @@ class Profile:
     requirements: tuple[str, ...]
     tools: tuple[str, ...]
 
+    @property
+    def pins(self) -> tuple[str, ...]:
+        """Every pin of the venv, once each (a tool may also be a requirement)."""
+        return tuple(dict.fromkeys(self.requirements + self.tools))
+
     def key(self, python_version: str) -> str:
         """Hash of everything that ends up in the venv: names the venv, image and channel."""
         data = {"requirements": self.requirements, "tools": self.tools,
@@ -195,13 +200,13 @@ def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
         torch_cuda=Version(info["torch_cuda"]),
         nvcc_version=Version(info["nvcc"]),
         cuobjdump=_find_cuobjdump(Path(info["purelib"]) / "nvidia"),
-        pins=profile.requirements + profile.tools,
+        pins=profile.pins,
     )
 
 
 def _create_venv(profile: Profile, python: Path, root: Path) -> None:
     log.info("creating the %s toolchain venv in %s (once; about 2 minutes)", profile.name, root)
-    install_pinned(python, root, profile.requirements + profile.tools, profile)
+    install_pinned(python, root, profile.pins, profile)
     info = probe_python(root / "bin" / "python")
     cuda_home = Path(info["purelib"]) / profile.cuda_home
     _link_cuda_libs(cuda_home)
@@ -221,7 +226,7 @@ def install_pinned(python: Path, root: Path, pins: tuple[str, ...], profile: Pro
     log_path = root.parent / f"{root.name}.log"
     venv_python = root / "bin" / "python"
     requirements = root.parent / f"{root.name}.requirements.txt"
-    requirements.write_text("\n".join(dict.fromkeys(pins)) + "\n")  # a pin may be listed twice
+    requirements.write_text("\n".join(pins) + "\n")
     steps: list[tuple[list[str | Path], str]] = [
         ([python, "-m", "venv", root], "python -m venv"),
         ([venv_python, "-m", "pip", "install", "--no-input", "--no-deps", "-r", requirements],
@@ -254,9 +259,17 @@ def _link_cuda_libs(cuda_home: Path) -> None:
         unversioned.symlink_to(versioned[0].name)
 
 
-def ensure_tools(profile: Profile, python: Path, cache: Path) -> Path:
+@dataclass(frozen=True, slots=True)
+class Tools:
+    """The wheel-checking tools of a profile's small tools venv."""
+
+    cuobjdump: Path
+    auditwheel: Path | None
+
+
+def ensure_tools(profile: Profile, python: Path, cache: Path) -> Tools:
     """A small venv with only the profile's tools (cuobjdump, auditwheel), for checking wheels
-    without torch. Returns its cuobjdump; auditwheel is in the same venv's bin/."""
+    without torch."""
     key = hashlib.sha256("\n".join(profile.tools).encode()).hexdigest()[:16]
     root = cache / "tools" / key
     with exclusive_lock(root.parent / f"{key}.lock"):
@@ -269,7 +282,8 @@ def ensure_tools(profile: Profile, python: Path, cache: Path) -> Path:
     if found is None:
         raise ToolchainError(f"cuobjdump is missing from {root}",
                              hint=f"the tools of {profile.file} must include nvidia-cuda-cuobjdump")
-    return found
+    auditwheel = root / "bin" / "auditwheel"
+    return Tools(found, auditwheel if auditwheel.is_file() else None)
 
 
 # --- system toolchain ------------------------------------------------------------------------

@@ -7,10 +7,9 @@ from pathlib import Path
 import click
 import yaml
 
-from wheelsmith import container, locations
+from wheelsmith import container, locations, pipeline
 from wheelsmith.cli._common import emit_json, json_option, main
 from wheelsmith.errors import UsageError
-from wheelsmith.toolchain import Profile, default_profile_name, find_profile
 
 engine_option = click.option("--engine", type=click.Choice(["podman", "docker", "auto"]),
                              default="auto", show_default=True)
@@ -25,11 +24,6 @@ def _engine(choice: str) -> container.Engine:
                          hint="install podman (Debian: apt install podman runc), or build with "
                               "--runner host")
     return engine
-
-
-def _profile(name: str | None) -> Profile:
-    toolchains = locations.project_root() / "toolchains"
-    return find_profile(toolchains, name or default_profile_name(toolchains))
 
 
 def _pinned_base() -> str:
@@ -59,7 +53,7 @@ def image_build(toolchain: str | None, engine: str, base: str | None,
                 pip_mirror: Path | None) -> None:
     """Build the image for a toolchain profile (tagged with the hash of its pins)."""
     chosen = _engine(engine)
-    profile = _profile(toolchain)
+    profile = pipeline.profile_named(toolchain)
     log_path = locations.cache_dir() / f"image-{profile.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log_file:
@@ -76,11 +70,11 @@ def image_build(toolchain: str | None, engine: str, base: str | None,
 def image_show(toolchain: str | None, engine: str, as_json: bool) -> None:
     """The image of a toolchain profile: ID, digest, labels, and whether it is current."""
     chosen = _engine(engine)
-    profile = _profile(toolchain)
+    profile = pipeline.profile_named(toolchain)
     ref = container.image_ref(profile)
     info = container.inspect(chosen, ref)
     labels = container.labels_of(info) if info else {}
-    pins = list(dict.fromkeys(profile.requirements + profile.tools))
+    pins = list(profile.pins)
     data = {"image": ref, "exists": info is not None,
             "id": info.get("Id") if info else None,
             "digest": info.get("Digest") if info else None,

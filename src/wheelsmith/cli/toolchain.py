@@ -13,7 +13,6 @@ from wheelsmith.cli._common import emit_json, json_option, main
 from wheelsmith.toolchain import (
     MARKER,
     default_profile_name,
-    find_profile,
     load_profile,
     venv_root,
 )
@@ -62,6 +61,4 @@ def toolchain_ensure(profile: str | None, python: Path) -> None:
 @click.argument("profile", required=False)
 def toolchain_requirements(profile: str | None) -> None:
     """Print the profile's exact pins, one per line (a requirements file)."""
-    directory = locations.project_root() / "toolchains"
-    chosen = find_profile(directory, profile or default_profile_name(directory))
-    click.echo("\n".join(dict.fromkeys(chosen.requirements + chosen.tools)))
+    click.echo("\n".join(pipeline.profile_named(profile).pins))
