@@ -131,15 +131,18 @@ def resolve_toolchain(name: str | None, python: Path) -> Toolchain:
     return ensure_profile(profile_named(name), python, locations.cache_dir())
 
 
-def prepare(request: BuildRequest, report: Reporter) -> BuildPlan:
+def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None = None
+            ) -> BuildPlan:
     """Everything before fetching: recipe, archs, toolchain, pre-flight, known-bad, the plan
-    and its content key. Cheap once the toolchain exists (nightly uses it to skip cells)."""
+    and its content key. Cheap once the toolchain exists (nightly uses it to skip cells).
+    `toolchain`: one resolved elsewhere (a container image's; its pre-flight runs in there)."""
     recipe = resolve_recipe(request.recipe)
     release = recipe.release(request.version)
     archs = archs_for(recipe, request.archs)
-    report.stage("toolchain", request.toolchain or "default profile")
-    toolchain = resolve_toolchain(request.toolchain, request.python)
-    preflight(toolchain, archs, recipe.arch.min_cuda)
+    if toolchain is None:
+        report.stage("toolchain", request.toolchain or "default profile")
+        toolchain = resolve_toolchain(request.toolchain, request.python)
+        preflight(toolchain, archs, recipe.arch.min_cuda)
     check_known_bad(recipe, release, toolchain, archs, report)
     return BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
                      extra_env=request.env)
@@ -150,13 +153,19 @@ def build(request: BuildRequest, reporter: Reporter | None = None,
     """The host runner (runner.py chooses between it and a container)."""
     report = reporter or QuietReporter()
     plan = plan or prepare(request, report)
-    existing = None if request.configure_only else up_to_date(
+    return already_built(plan, request, report) or _build_plan(plan, request, report)
+
+
+def already_built(plan: BuildPlan, request: BuildRequest, report: Reporter
+                  ) -> BuildResult | None:
+    """The result for a wheel of exactly this plan already in --out (any runner)."""
+    existing = None if request.configure_only else _up_to_date(
         plan, request.out_dir.resolve(), rebuild=request.rebuild)
-    if existing is not None:
-        report.stage("up to date", existing.name)
-        return BuildResult(wheel=existing, provenance=read_provenance(existing) or {},
-                           up_to_date=True, log=None)
-    return _build_plan(plan, request, report)
+    if existing is None:
+        return None
+    report.stage("up to date", existing.name)
+    return BuildResult(wheel=existing, provenance=read_provenance(existing) or {},
+                       up_to_date=True, log=None)
 
 
 def archs_for(recipe: Recipe, requested: ArchSet | None) -> ArchSet:
@@ -295,11 +304,7 @@ def _check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
                  report: Reporter) -> tuple[list[DeviceCode], str, dict[str, Any]]:
     """The device-code gate, the platform report, then the smoke test."""
     report.stage("verify", f"device code of {raw.name}")
-    inventory = wheel_inventory(raw, cuobjdump_for(plan.toolchain, request.python))
-    if plan.recipe.kind == "pure":
-        check_pure(raw.name, inventory)
-    else:
-        check(raw.name, inventory, plan.archs, plan.recipe.host_only)
+    inventory = check_device_code(plan, raw, cuobjdump_for(plan.toolchain, request.python))
     auditwheel = auditwheel_for(plan.toolchain, request.python)
     platform = manylinux.report(raw, auditwheel) if auditwheel else {
         "error": "auditwheel is not available: add it to the profile's tools, or put it on PATH"}
@@ -308,6 +313,17 @@ def _check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
                               gpu_code=plan.recipe.smoke_gpu, archs=plan.archs,
                               scratch=work / "smoke", log_path=log_path_of(work))
     return inventory, smoke_output, platform
+
+
+def check_device_code(plan: BuildPlan, wheel: Path, cuobjdump: Path) -> list[DeviceCode]:
+    """The device-code gate of a plan's wheel: exactly the requested archs, or none at all
+    for a pure recipe. Used where the wheel is built and again on the host after a container."""
+    inventory = wheel_inventory(wheel, cuobjdump)
+    if plan.recipe.kind == "pure":
+        check_pure(wheel.name, inventory)
+    else:
+        check(wheel.name, inventory, plan.archs, plan.recipe.host_only)
+    return inventory
 
 
 def log_path_of(work: Path) -> Path:
@@ -423,7 +439,7 @@ def _expected_prefix(plan: BuildPlan) -> str:
     return f"{dist}-{plan.release.version}+{plan.local_label()}-"
 
 
-def up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
+def _up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
     """A wheel in `out_dir` built from exactly this plan, if any; refuse silent overwrites."""
     if not out_dir.is_dir():
         return None

@@ -14,13 +14,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from wheelsmith import compilecache, container, locations, pipeline
+from wheelsmith import compilecache, container, locations, pipeline, wheelfile
 from wheelsmith.compile import progress_parser
-from wheelsmith.errors import CompileError, UsageError
+from wheelsmith.errors import CompileError, UsageError, VerifyError
 from wheelsmith.plan import BuildPlan
 from wheelsmith.stamp import read_provenance
 from wheelsmith.toolchain import SYSTEM
-from wheelsmith.verify import check_pure, verify_wheel
 
 
 def build(request: pipeline.BuildRequest,
@@ -44,19 +43,10 @@ def container_build(engine: container.Engine, request: pipeline.BuildRequest,
     profile = pipeline.profile_named(request.toolchain)
     image, info = container.require_image(engine, profile)
     report.stage("image", f"{image} ({str(info.get('Id', '?'))[:12]})")
-    toolchain = container.toolchain_in(engine, image, profile)
-    recipe = pipeline.resolve_recipe(request.recipe)
-    release = recipe.release(request.version)
-    archs = pipeline.archs_for(recipe, request.archs)
-    pipeline.check_known_bad(recipe, release, toolchain, archs, report)
-    plan = BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
-                     extra_env=request.env)
-    existing = pipeline.up_to_date(plan, request.out_dir.resolve(), rebuild=request.rebuild)
-    if existing is not None:
-        report.stage("up to date", existing.name)
-        return pipeline.BuildResult(wheel=existing, provenance=read_provenance(existing) or {},
-                                    up_to_date=True, log=None)
-    return _run(engine, image, info, plan=plan, request=request, report=report)
+    plan = pipeline.prepare(request, report, toolchain=container.toolchain_in(engine, image,
+                                                                              profile))
+    return pipeline.already_built(plan, request, report) or _run(
+        engine, image, info, plan=plan, request=request, report=report)
 
 
 def _writable_dir(path: Path) -> Path:
@@ -125,11 +115,11 @@ def _check_and_place(plan: BuildPlan, request: pipeline.BuildRequest, out: Path,
         raise CompileError(f"the container build left {len(wheels)} wheels, expected one",
                            log_file=log_path)
     report.stage("verify", f"again on the host: {wheels[0].name}")
-    cuobjdump = pipeline.cuobjdump_for(None, Path(sys.executable))
-    if plan.recipe.kind == "pure":
-        check_pure(wheels[0].name, [])
-    else:
-        verify_wheel(wheels[0], plan.archs, cuobjdump, plan.recipe.host_only)
+    broken = wheelfile.check(wheels[0])
+    if broken:
+        raise VerifyError(f"the container wrote {wheels[0].name}, which is not a valid wheel",
+                          findings=broken, log_file=log_path)
+    pipeline.check_device_code(plan, wheels[0], pipeline.cuobjdump_for(None, Path(sys.executable)))
     out_dir = request.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".tmp-") as scratch:
