@@ -172,16 +172,23 @@ def git(*args: str, cwd: Path) -> str:
                           text=True).stdout.strip()
 
 
-def test_git_source_is_checked_out_at_the_pinned_commit(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
+def repo_with_two_commits(repo: Path) -> tuple[str, str]:
+    """A local repository whose setup.py says version 1, then 2; tag v1.0 on the first."""
     repo.mkdir()
     git("init", "-q", "-b", "main", cwd=repo)
     (repo / "setup.py").write_text("version = 1\n")
     git("add", ".", cwd=repo)
     git("commit", "-qm", "v1", cwd=repo)
-    pinned = git("rev-parse", "HEAD", cwd=repo)
+    git("tag", "v1.0", cwd=repo)
+    first = git("rev-parse", "HEAD", cwd=repo)
     (repo / "setup.py").write_text("version = 2\n")
     git("commit", "-qam", "v2", cwd=repo)
+    return first, git("rev-parse", "HEAD", cwd=repo)
+
+
+def test_git_source_is_checked_out_at_the_pinned_commit(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    pinned, _ = repo_with_two_commits(repo)
 
     root = fetch(GitSource(url=str(repo), commit=pinned), tmp_path / "work", tmp_path / "cache")
     assert (root / "setup.py").read_text() == "version = 1\n"
@@ -206,16 +213,7 @@ def test_local_source_is_copied_without_build_leftovers(tmp_path: Path) -> None:
 
 def test_git_tag_must_name_the_pinned_commit_and_a_moved_tag_is_refused(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    repo.mkdir()
-    git("init", "-q", "-b", "main", cwd=repo)
-    (repo / "setup.py").write_text("version = 1\n")
-    git("add", ".", cwd=repo)
-    git("commit", "-qm", "v1", cwd=repo)
-    git("tag", "v1.0", cwd=repo)
-    first = git("rev-parse", "HEAD", cwd=repo)
-    (repo / "setup.py").write_text("version = 2\n")
-    git("commit", "-qam", "v2", cwd=repo)
-    second = git("rev-parse", "HEAD", cwd=repo)
+    first, second = repo_with_two_commits(repo)
     cache = tmp_path / "cache"
 
     root = fetch(GitSource(url=str(repo), commit=first, tag="v1.0"), tmp_path / "w1", cache)
