@@ -6,6 +6,8 @@
 #            by scripts/make-base-image.sh (debootstrap + `podman import`)
 #   PROFILE  the toolchain profile (toolchains/<PROFILE>.yaml): the same file the host runner
 #            installs, so no pin is written twice; PROFILE_KEY is its hash, kept as a label
+#   PYTHON   the Python the image builds for: the base's python3 must be it (bookworm 3.11,
+#            trixie 3.13); the build fails otherwise
 # Networks that re-sign TLS: the build mounts the host's CA bundle at /host-ca.crt (never
 # baked into the image) and pip uses it. A pip mirror directory can be mounted at /mirror.
 ARG BASE
@@ -13,8 +15,10 @@ FROM ${BASE}
 
 ARG PROFILE=cu130-torch2.14
 ARG PROFILE_KEY=unknown
+ARG PYTHON=3.11
 ARG BASE_ID=unknown
 LABEL dev.wheelsmith.profile="${PROFILE}" \
+      dev.wheelsmith.python="${PYTHON}" \
       dev.wheelsmith.profile-key="${PROFILE_KEY}" \
       dev.wheelsmith.base="${BASE_ID}"
 
@@ -26,7 +30,10 @@ ENV DEBIAN_FRONTEND=noninteractive \
 
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv python3-dev g++ ccache ca-certificates \
- && rm -rf /var/lib/apt/lists/*
+ && rm -rf /var/lib/apt/lists/* \
+ && found=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
+ && if [ "$found" != "${PYTHON}" ]; then \
+      echo "the base's python3 is $found, not ${PYTHON}: use the base for ${PYTHON}" >&2; exit 1; fi
 
 # A non-root user for the builds themselves.
 RUN useradd --create-home --uid 1000 builder

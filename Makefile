@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 WS := $(BIN)/wheelsmith
 
-.PHONY: demo test lint typecheck unit test-gpu bench schema clean
+.PHONY: demo test lint typecheck unit test-slow test-gpu bench schema clean
 
 $(BIN)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "wheelsmith needs Python >= 3.10")'
@@ -30,10 +30,13 @@ typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
 test: lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not slow"
 
 unit: $(BIN)/.installed
-	$(BIN)/pytest -m "not toolchain and not slow"
+	$(BIN)/pytest -m "not toolchain and not build and not slow"
+
+test-slow: $(BIN)/.installed
+	$(BIN)/pytest -m slow
 
 test-gpu: $(BIN)/.installed
 	$(BIN)/pytest -m gpu

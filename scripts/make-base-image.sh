@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# A Debian bookworm base image without a registry: debootstrap a minimal root file system and
-# import it into podman (research/builds.md 10.2: ~35 s, ~205 MB). Prints the image reference.
-# Usage: scripts/make-base-image.sh [IMAGE] [MIRROR]     (needs root, debootstrap, podman)
+# A Debian base image without a registry: debootstrap a minimal root file system and import it
+# into podman (research/builds.md 10.2: ~35 s, ~205 MB). Prints the image reference.
+# Usage: scripts/make-base-image.sh [IMAGE] [SUITE] [MIRROR]     (needs root, debootstrap, podman)
+#   SUITE   bookworm (python3 3.11, the default) or trixie (python3 3.13)
+#   MIRROR  default: the Debian mirror this machine's apt sources use
 set -euo pipefail
-image=${1:-localhost/wheelsmith-base:bookworm}
-mirror=${2:-http://deb.debian.org/debian}
+suite=${2:-bookworm}
+image=${1:-localhost/wheelsmith-base:$suite}
+mirror=${3:-}
+if [ -z "$mirror" ]; then
+  # the first Debian archive URI in apt's sources (deb822 .sources files, then sources.list)
+  mirror=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null \
+             | awk '/^URIs:/ {print $2}' | grep -v -- '-security' | grep -m1 '/debian/\?$' || true)
+  [ -n "$mirror" ] || mirror=$(grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+             | awk '{print $2}' | grep -m1 '/debian/\?$' || true)
+  [ -n "$mirror" ] || { echo "no Debian mirror in apt's sources: pass one as MIRROR" >&2; exit 1; }
+fi
 if podman image exists "$image"; then echo "$image"; exit 0; fi
 rootfs=$(mktemp -d)
 trap 'rm -rf "$rootfs"' EXIT
-debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >&2
+debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >&2
 tar -C "$rootfs" -c . | podman import - "$image" >&2
 echo "$image"

@@ -76,6 +76,22 @@ def toolchain() -> Toolchain:
     return ensure_profile(profile, Path(sys.executable), locations.cache_dir())
 
 
+def add_variant(project: Path, name: str, edit: tuple[str, str] | None = None) -> Path:
+    """A copy of the tiny extension, optionally with its setup.py edited, plus its recipe."""
+    source = project.parent / "sources" / name
+    shutil.copytree(FIXTURES / "tiny-ext", source)
+    setup = source / "setup.py"
+    text = setup.read_text().replace('name="tiny-ext"', f'name="{name}"')
+    if edit is not None:
+        assert edit[0] in text
+        text = text.replace(*edit)
+    setup.write_text(text)
+    recipe = (FIXTURES / "tiny-ext.recipe.yaml").read_text()
+    recipe = recipe.replace("package: tiny-ext", f"package: {name}").replace("PATH", str(source))
+    (project / "recipes" / f"{name}.yaml").write_text(recipe)
+    return source
+
+
 def wheelsmith(*args: str, cwd: Path, check: bool = False) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess (real exit codes, real output)."""
     result = subprocess.run([sys.executable, "-m", "wheelsmith", *args], cwd=cwd,
@@ -111,3 +127,36 @@ def serve(root: Path, log: Path) -> Iterator[Server]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def find_python(version: str) -> Path | None:
+    """A working python`version`: on PATH, else one pyenv installed (this machine's image has
+    3.10-3.13 there); None when there is none."""
+    candidates = [shutil.which(f"python{version}"),
+                  *sorted(str(p) for p in Path.home().glob(
+                      f".pyenv/versions/{version}.*/bin/python{version}"))]
+    for candidate in filter(None, candidates):
+        probe = subprocess.run([candidate, "-c", "import sys, venv, ensurepip; "
+                                "print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, check=False)
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return Path(candidate)
+    return None
+
+
+def torch_env(python: Path, torch: str) -> Path:
+    """A user's environment: `python` with torch==`torch` from the package index (its CUDA
+    libraries included, no CUDA toolkit), made once per machine in the wheelsmith cache (it
+    is several GB) and reused. Returns its interpreter."""
+    version = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % "
+                              "sys.version_info[:2])"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    root = locations.cache_dir() / "test-envs" / f"py{version}-torch{torch}"
+    marker = root / "wheelsmith-test-env"
+    if not marker.is_file():
+        shutil.rmtree(root, ignore_errors=True)
+        subprocess.run([str(python), "-m", "venv", str(root)], check=True)
+        subprocess.run([str(root / "bin" / "python"), "-m", "pip", "install", "-q",
+                        f"torch=={torch}"], check=True)
+        marker.write_text(torch + "\n")
+    return root / "bin" / "python"

@@ -6,34 +6,17 @@ Each build takes 15-30 s on 2 cores (the first run also creates the toolchain ve
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, wheelsmith
+from tests.conftest import add_variant, wheelsmith
 from wheelsmith.toolchain import Toolchain
 
 pytestmark = pytest.mark.toolchain
 
-
-
-def add_variant(project: Path, name: str, edit: tuple[str, str] | None = None) -> Path:
-    """A copy of the tiny extension, optionally with its setup.py edited, plus its recipe."""
-    source = project.parent / "sources" / name
-    shutil.copytree(FIXTURES / "tiny-ext", source)
-    setup = source / "setup.py"
-    text = setup.read_text().replace('name="tiny-ext"', f'name="{name}"')
-    if edit is not None:
-        assert edit[0] in text
-        text = text.replace(*edit)
-    setup.write_text(text)
-    recipe = (FIXTURES / "tiny-ext.recipe.yaml").read_text()
-    recipe = recipe.replace("package: tiny-ext", f"package: {name}").replace("PATH", str(source))
-    (project / "recipes" / f"{name}.yaml").write_text(recipe)
-    return source
 
 
 def error_lines(stderr: str) -> list[str]:

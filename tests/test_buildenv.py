@@ -75,3 +75,21 @@ def test_content_key_changes_with_archs_and_toolchain() -> None:
     assert other.key != base.key
     assert base.local_label() == "cu.13.0.torch.2.14.sm.120"
     assert base.torch_requirement() == "torch==2.14.*"
+
+
+def test_two_profiles_of_one_torch_minor_never_share_a_filename_or_a_key() -> None:
+    """torch 2.11 from the cu128 root and from PyPI (CUDA 13.0), on two Pythons: four cells,
+    four labels x tags, four content keys."""
+    def cell(cuda: str, python: str) -> BuildPlan:
+        toolchain = Toolchain(**{**{f: getattr(TOOLCHAIN, f) for f in TOOLCHAIN.__slots__},
+                                 "name": f"cu{cuda.replace('.', '')}-torch2.11",
+                                 "torch_version": Version("2.11.0"), "torch_cuda": Version(cuda),
+                                 "python_version": python})
+        return BuildPlan(recipe=plan().recipe, release=plan().release, archs=plan().archs,
+                         toolchain=toolchain)
+    cells = [cell(cuda, python) for cuda in ("12.8", "13.0") for python in ("3.11", "3.12")]
+    assert [c.local_label() for c in cells] == [
+        "cu.12.8.torch.2.11.sm.120", "cu.12.8.torch.2.11.sm.120",
+        "cu.13.0.torch.2.11.sm.120", "cu.13.0.torch.2.11.sm.120"]  # + the cp311/cp312 tag
+    assert len({(c.local_label(), c.toolchain.python_version) for c in cells}) == 4
+    assert len({c.key for c in cells}) == 4

@@ -42,7 +42,7 @@ def test_patch_for_one_version_does_not_apply_to_another(tmp_path: Path) -> None
         "patches/causal-conv1d/1.7.0/0001-honour-torch-cuda-arch-list.patch: hunk #1")
 
 
-@pytest.mark.slow
+@pytest.mark.build
 def test_real_build_for_sm_120(tmp_path: Path, toolchain: Toolchain) -> None:
     """About 5-7 minutes on 2 cores: the whole point of the tool, for real."""
     result = wheelsmith("build", "causal-conv1d", "--arch", "12.0", "--json",

@@ -21,6 +21,7 @@ from wheelsmith import container
 from wheelsmith.container import Engine, Mounts, run_argv
 
 BASE = "localhost/wheelsmith-base:bookworm"
+BASE_313 = "localhost/wheelsmith-base:trixie"  # Debian trixie's python3 is 3.13
 MIRROR = Path("/opt/pypi-more/files")  # this workplace's local PyPI files (torch, nvidia-*)
 
 
@@ -47,6 +48,17 @@ def image() -> str:
     mirror = ["--pip-mirror", str(MIRROR)] if MIRROR.is_dir() else []
     result = wheelsmith("image", "build", "--engine", "podman", "--base", BASE, *mirror,
                         cwd=REPO, check=True)
+    return result.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def image_313() -> str:
+    """The default profile's image on a Python 3.13 base (torch and the CUDA compiler for
+    cp313 come from the package index: several GB the first time)."""
+    subprocess.run([str(REPO / "scripts" / "make-base-image.sh"), BASE_313, "trixie"],
+                   check=True, capture_output=True)
+    result = wheelsmith("image", "build", "--engine", "podman", "--base", BASE_313,
+                        "--python", "3.13", cwd=REPO, check=True)
     return result.stdout.strip()
 
 
@@ -96,6 +108,35 @@ def test_tiny_extension_builds_in_the_image_offline(image: str, tiny_project: Pa
     again = run_in(tiny_project, "build", "tiny-ext", "--arch", "12.0", "--runner", "podman",
                    "--json")  # host and image compute the same content key
     assert json.loads(again.stdout)["up_to_date"] is True, again.stderr
+
+
+@needs_podman
+@pytest.mark.container
+def test_a_cp313_wheel_is_built_and_imported_in_the_python_313_image(
+        image_313: str, tiny_project: Path) -> None:
+    result = run_in(tiny_project, "build", "tiny-ext", "--arch", "12.0", "--runner", "podman",
+                    "--python", "3.13", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert Path(data["wheel"]).name.startswith("tiny_ext-0.1.0+cu.13.0.torch.2.14.sm.120-"
+                                               "cp313-cp313-")
+    provenance = data["provenance"]
+    assert provenance["runner"]["image"] == image_313
+    assert provenance["toolchain"]["python"] == "3.13"
+    assert provenance["smoke"] == ["imported tiny_ext"]  # by the image's Python 3.13
+    assert leftover_containers() == []
+
+
+@needs_podman
+@pytest.mark.container
+def test_a_python_without_an_image_is_refused_by_name(tiny_project: Path) -> None:
+    result = run_in(tiny_project, "build", "tiny-ext", "--runner", "podman", "--python", "3.12")
+    assert result.returncode == 4
+    assert result.stderr.splitlines()[-2:] == [
+        "error: no build image for Python 3.12: images exist for 3.11, 3.13 (the python3 of "
+        "Debian bookworm, trixie)",
+        "hint: build on the host with that Python instead: --runner host --python "
+        "/path/to/python"]
 
 
 @needs_podman

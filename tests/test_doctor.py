@@ -45,8 +45,9 @@ def test_coverage_follows_cuda_compatibility(sass: set[str], ptx: set[str], targ
 def probe_info(packages: list[dict[str, object]], *, fast: bool) -> dict[str, object]:
     modules = {"fla": "flash-linear-attention fla-core", "causal_conv1d": "causal-conv1d",
                "mamba_ssm": "mamba-ssm", "flash_attn": "flash-attn"}
-    return {"python": "/venv/bin/python", "torch": "2.14.1+cu130", "torch_cuda": "13.0",
-            "gpu": None, "packages": packages,
+    return {"python": "3.11", "executable": "/venv/bin/python", "torch": "2.14.1",
+            "torch_full": "2.14.1+cu130", "torch_cuda": "13.0", "glibc": "2.36",
+            "machine": "x86_64", "gpu": None, "packages": packages,
             "fast_path": {m: {"dist": d, "ok": fast, "error": None if fast else
                               f"ModuleNotFoundError: No module named '{m}'"}
                           for m, d in modules.items()}}
@@ -99,13 +100,16 @@ def test_doctor_reads_real_kernels_and_names_the_fix(project: Path, toolchain: T
         "  fast path: `import mamba_ssm` fails (ModuleNotFoundError: No module named 'mamba_ssm'): "
         "models fall back to slow PyTorch code\n"
         "hint: to fix:\n"
-        "      wheelsmith build tiny-ext --arch 9.0 --publish   # the index has no tiny-ext wheel "
-        "with sm_90 kernels\n"
-        "      wheelsmith build mamba-ssm --arch 9.0 --publish   # the index has no mamba-ssm "
-        "wheel with sm_90 kernels\n")
-    assert json.loads(on_121.stdout)["fixes"] == [  # an sm_120 cubin runs on sm_121
-        "wheelsmith build mamba-ssm --arch 12.1 --publish   # the index has no mamba-ssm wheel "
-        "with sm_121 kernels"]
+        f"      wheelsmith build tiny-ext --arch 9.0 --python {toolchain.python} --publish   "
+        "# the index has no tiny-ext wheel for Python 3.11 with sm_90 kernels\n"
+        f"      wheelsmith build mamba-ssm --arch 9.0 --python {toolchain.python} --publish   "
+        "# the index has no mamba-ssm wheel for Python 3.11 with sm_90 kernels\n")
+    assert f"channel  {server.url}/cu130-torch2.14/simple/\n" in on_90.stdout
+    report_121 = json.loads(on_121.stdout)
+    assert report_121["channel"] == f"{server.url}/cu130-torch2.14/simple/"
+    assert report_121["fixes"] == [  # an sm_120 cubin runs on sm_121
+        f"wheelsmith build mamba-ssm --arch 12.1 --python {toolchain.python} --publish   # the "
+        "index has no mamba-ssm wheel for Python 3.11 with sm_121 kernels"]
 
     shared = next(site.glob("tiny_ext/_C*.so"))
     host_only = ctypes_extension.__file__  # a real shared object with no device code at all

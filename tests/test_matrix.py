@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import REPO
 from wheelsmith.errors import RecipeError, UsageError
 from wheelsmith.matrix import Cell, github_matrix, load, shard
+from wheelsmith.toolchain import load_profiles
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -40,8 +41,48 @@ exclude:
         "causal-conv1d-1.6.1-cu130-torch2.14-9.0-12.0-py3.11",
         "causal-conv1d-1.7.0-cu130-torch2.14-9.0-12.0-py3.11",
         "causal-conv1d-1.7.0-cu130-torch2.14-9.0-12.0-py3.12",
-        "fla-core-0.6.0-cu130-torch2.14-pure-py3.11",
-        "fla-core-0.6.0-cu130-torch2.14-pure-py3.12"]
+        "fla-core-0.6.0-cu130-torch2.14-pure-py3.11"]  # py3-none-any: once per channel
+
+
+def test_profiles_times_pythons_with_a_package_narrowing_them(tmp_path: Path) -> None:
+    profiles = {p.name: p for p in load_profiles(REPO / "toolchains")}
+    cells = load(write(tmp_path, """
+toolchains: [cu128-torch2.10, cu130-torch2.11]
+pythons: ["3.11", "3.12"]
+packages:
+  - recipe: causal-conv1d
+    archs: ["12.0"]
+  - recipe: mamba-ssm
+    archs: ["12.0"]
+    toolchains: [cu130-torch2.11]
+    pythons: ["3.12"]
+  - recipe: fla-core
+"""), REPO / "recipes", default_toolchain="cu130-torch2.14", default_python="3.11",
+                 profiles=profiles)
+    assert [c.id for c in cells] == [
+        "causal-conv1d-1.7.0-cu128-torch2.10-12.0-py3.11",
+        "causal-conv1d-1.7.0-cu128-torch2.10-12.0-py3.12",
+        "causal-conv1d-1.7.0-cu130-torch2.11-12.0-py3.11",
+        "causal-conv1d-1.7.0-cu130-torch2.11-12.0-py3.12",
+        "fla-core-0.6.0-cu128-torch2.10-pure-py3.11",
+        "fla-core-0.6.0-cu130-torch2.11-pure-py3.11",
+        "mamba-ssm-2.3.1-cu130-torch2.11-12.0-py3.12"]
+
+
+def test_a_python_a_profile_was_not_resolved_for_is_refused_at_its_line(tmp_path: Path) -> None:
+    profiles = {p.name: p for p in load_profiles(REPO / "toolchains")}
+    path = write(tmp_path, """toolchains: [cu132-torch2.15, cu999-torch9.9]
+pythons: ["3.10", "3.12"]
+packages:
+  - recipe: fla-core
+""")
+    with pytest.raises(RecipeError) as caught:
+        load(path, REPO / "recipes", default_toolchain="cu130-torch2.14", default_python="3.11",
+             profiles=profiles)
+    assert [p.render().split("\n")[0] for p in caught.value.problems] == [
+        f"{path}:1:31: no toolchain profile 'cu999-torch9.9'",
+        f"{path}:2:11: the cu132-torch2.15 profile was resolved for Python 3.11, 3.12, 3.13, "
+        "not 3.10"]
 
 
 def test_shards_split_the_cells_without_overlap(tmp_path: Path) -> None:

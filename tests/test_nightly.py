@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
-from tests.test_build_tiny import add_variant
+from tests.conftest import FIXTURES, add_variant
 from wheelsmith import ledger
 from wheelsmith.toolchain import Toolchain
 

@@ -31,11 +31,11 @@ def test_lists_newer_releases_and_torch(http_dir: Served) -> None:
                       sdist(recipe.name, "2.0.0rc1")]
         page(http_dir, recipe.name, files)
     page(http_dir, "torch", [{"filename": f"torch-{v}-cp311-cp311-manylinux_2_28_x86_64.whl",
-                              "url": "x", "hashes": {}} for v in ("2.13.0", "2.14.1", "2.15.0")])
+                              "url": "x", "hashes": {}} for v in ("2.14.1", "2.15.0", "2.16.0")])
     env = dict(os.environ, WHEELSMITH_INDEX_URL=f"{http_dir.url}/simple")
     result = subprocess.run([sys.executable, "-m", "wheelsmith", "outdated", "--json"],
                             cwd=REPO, env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == [
         {"kind": "recipe", "name": "causal-conv1d", "current": "1.7.0", "newer": ["1.8.0"]},
-        {"kind": "toolchain", "name": "torch", "current": "2.14.1", "newer": ["2.15.0"]}]
+        {"kind": "toolchain", "name": "torch", "current": "2.15.0", "newer": ["2.16.0"]}]

@@ -75,10 +75,14 @@ def run(
     if log_file is not None:
         log_file.write(line + "\n")
         log_file.flush()
-    if stream:
-        returncode, stdout, stderr, tail = _run_streaming(args, cwd, env, log_file, on_line)
-    else:
-        returncode, stdout, stderr, tail = _run_captured(args, cwd, env, log_file)
+    try:
+        if stream:
+            returncode, stdout, stderr, tail = _run_streaming(args, cwd, env, log_file, on_line)
+        else:
+            returncode, stdout, stderr, tail = _run_captured(args, cwd, env, log_file)
+    except OSError as exc:  # not a program (exec format error), not permitted, ...
+        raise error(f"{what or args[0]} could not start: {exc.strerror or exc}", tail=[],
+                    returncode=127, log_file=log_path) from exc
     if returncode not in ok_returncodes:
         subject = what or render(args)
         raise error(

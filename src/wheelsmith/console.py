@@ -144,10 +144,11 @@ def render_error(error: WheelsmithError, stream: IO[str] | None = None) -> None:
 def render_doctor(report: Report, stream: IO[str] | None = None) -> None:
     out = stream or sys.stdout
     gpu = report.gpu or "none visible"
-    out.write(f"python   {report.python}\n")
+    out.write(f"python   {report.python} ({report.python_version})\n")
     out.write(f"torch    {report.torch or '-'} (CUDA {report.torch_cuda or '-'})\n")
     out.write(f"GPU      {gpu}; checking kernels for {report.arch.sm} "
-              f"(from {report.arch_source})\n\n")
+              f"(from {report.arch_source})\n")
+    out.write(f"channel  {report.channel or '- (no CUDA torch)'}\n\n")
     width = max([len(p.name) for p in report.packages] + [16])
     out.write(f"{'package':<{width}}  {'version':<40}  kernels for {report.arch.sm}\n")
     labels = {"sass": "SASS (native)", "ptx": "PTX only (JIT at start)", "none": "NONE"}

@@ -34,7 +34,10 @@ from wheelsmith.toolchain import Profile, Toolchain
 
 log = logging.getLogger(__name__)
 
-IMAGE_PYTHON = "3.11"  # Debian bookworm's python3, which the Dockerfile uses
+IMAGE_PYTHON = "3.11"  # the default image's Python: Debian bookworm's python3
+# The Debian release whose python3 is each Python: the base an image for it is built on
+# (images.lock pins each by digest; scripts/make-base-image.sh makes one without a registry).
+BASES = {"3.11": "bookworm", "3.13": "trixie"}
 LABEL_PROFILE = "dev.wheelsmith.profile"
 LABEL_KEY = "dev.wheelsmith.profile-key"
 LABEL_BASE = "dev.wheelsmith.base"
@@ -83,8 +86,22 @@ def detect(choice: str) -> Engine | None:
     return None
 
 
-def image_ref(profile: Profile) -> str:
-    return f"localhost/wheelsmith:{profile.name}-{profile.key(IMAGE_PYTHON)[:12]}"
+def image_ref(profile: Profile, python: str = IMAGE_PYTHON) -> str:
+    """`localhost/wheelsmith:cu130-torch2.14-<pin hash>` (the default Python's image), or
+    `...:cu130-torch2.14-py3.13-<pin hash>`."""
+    tag = profile.name if python == IMAGE_PYTHON else f"{profile.name}-py{python}"
+    return f"localhost/wheelsmith:{tag}-{profile.key(python)[:12]}"
+
+
+def base_for(python: str) -> str:
+    """The Debian release an image for `python` is built on."""
+    if python not in BASES:
+        raise UsageError(f"no build image for Python {python}: images exist for "
+                         f"{', '.join(BASES)} (the python3 of Debian "
+                         f"{', '.join(BASES.values())})",
+                         hint="build on the host with that Python instead: --runner host "
+                              "--python /path/to/python")
+    return BASES[python]
 
 
 def inspect(engine: Engine, ref: str) -> dict[str, Any] | None:
@@ -103,34 +120,41 @@ def labels_of(info: dict[str, Any]) -> dict[str, str]:
     return found
 
 
-def require_image(engine: Engine, profile: Profile) -> tuple[str, dict[str, Any]]:
-    """The image for `profile`, refused with the command that makes it if missing or stale."""
-    ref = image_ref(profile)
+def require_image(engine: Engine, profile: Profile, python: str = IMAGE_PYTHON
+                  ) -> tuple[str, dict[str, Any]]:
+    """The image for (`profile`, `python`), refused with the command that makes it if missing
+    or stale."""
+    ref = image_ref(profile, python)
     info = inspect(engine, ref)
     build = f"wheelsmith image build --toolchain {profile.name} --engine {engine.name}"
+    if python != IMAGE_PYTHON:
+        build += f" --python {python}"
     if info is None:
         raise ToolchainError(f"no {engine.name} image {ref} for the {profile.name} toolchain",
                              hint=f"build it: {build}")
     key = labels_of(info).get(LABEL_KEY)
-    if key != profile.key(IMAGE_PYTHON):
+    if key != profile.key(python):
         raise ToolchainError(f"{ref} is stale: it was built for pins {key}, the profile now has "
-                             f"{profile.key(IMAGE_PYTHON)}", hint=f"rebuild it: {build}")
+                             f"{profile.key(python)}", hint=f"rebuild it: {build}")
     return ref, info
 
 
 def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
-                mirror: Path | None, log_file: IO[str], log_path: Path) -> str:
-    """Build the Dockerfile for `profile` on `base`; returns the image reference."""
+                mirror: Path | None, log_file: IO[str], log_path: Path,
+                python: str = IMAGE_PYTHON) -> str:
+    """Build the Dockerfile for `profile` on `base`, whose python3 must be `python`; returns
+    the image reference."""
+    profile.require_python(python)
     base_info = inspect(engine, base)
     if base_info is None and engine.name == "podman" and base.startswith("localhost/"):
         raise ToolchainError(f"base image {base} does not exist",
                              hint="make it with scripts/make-base-image.sh (debootstrap)")
-    ref = image_ref(profile)
+    ref = image_ref(profile, python)
     previous = (inspect(engine, ref) or {}).get("Id")
     argv: list[str | Path] = [
         engine.exe, "build", *engine.common(), "--file", project / "Dockerfile", "--tag", ref,
         "--build-arg", f"BASE={base}", "--build-arg", f"PROFILE={profile.name}",
-        "--build-arg", f"PROFILE_KEY={profile.key(IMAGE_PYTHON)}",
+        "--build-arg", f"PROFILE_KEY={profile.key(python)}", "--build-arg", f"PYTHON={python}",
         "--build-arg", f"BASE_ID={(base_info or {}).get('Id', base)}"]
     ca = Path("/etc/ssl/certs/ca-certificates.crt")
     if engine.name == "podman":  # build-time mounts: the CA hook and an optional pip mirror

@@ -9,32 +9,32 @@ inventory function the build gate uses and classifies it for the target arch:
   ptx   only PTX the driver must JIT-compile at start (slow to load; a fallback)
   none  nothing usable: the kernels cannot launch ("no kernel image is available")
 
-Each gap gets a fix: `pip install` from the index's channel when the index has a wheel with
-native kernels for the arch (read from the arch set in its local label), else the
-`wheelsmith build` that makes one. An index that cannot be read leaves the pip line unchecked,
+Each gap gets a fix: `pip install` from the index channel that matches the environment's torch
+and CUDA when it has a wheel this environment's pip accepts (its Python, glibc) with native
+kernels for the arch (read from the arch set in its local label), else the `wheelsmith build
+... --python ENV` that makes one. An index that cannot be read leaves the pip line unchecked,
 and the report says so.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wheelsmith import cmd
 from wheelsmith.arch import Arch, ArchSet
-from wheelsmith.errors import SourceError, ToolchainError
+from wheelsmith.errors import SourceError
 from wheelsmith.fetch import simple_page
 from wheelsmith.inventory import DeviceCode, read_device_code
+from wheelsmith.target import Target
+from wheelsmith.toolchain import probe_python
 from wheelsmith.wheelfile import WheelName
 
 log = logging.getLogger(__name__)
 INDEX_TIMEOUT_S = 5
 
-PROBE = Path(__file__).parent / "resources" / "doctor_probe.py"
 _SM_RE = re.compile(r"^sm_(\d+)(\d)([af]?)$")
 RANK = {"sass": 2, "ptx": 1, "none": 0}
 
@@ -65,6 +65,7 @@ class PackageReport:
 @dataclass(slots=True)
 class Report:
     python: str
+    python_version: str
     torch: str | None
     torch_cuda: str | None
     gpu: str | None
@@ -74,6 +75,7 @@ class Report:
     fast_path: dict[str, dict[str, Any]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     fixes: list[str] = field(default_factory=list)
+    channel: str | None = None  # the index channel URL that matches this environment
 
     @property
     def healthy(self) -> bool:
@@ -81,7 +83,8 @@ class Report:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "healthy": self.healthy, "python": self.python, "torch": self.torch,
+            "healthy": self.healthy, "python": self.python,
+            "python_version": self.python_version, "channel": self.channel, "torch": self.torch,
             "torch_cuda": self.torch_cuda, "gpu": self.gpu, "arch": str(self.arch),
             "arch_source": self.arch_source,
             "packages": [{"name": p.name, "version": p.version, "status": p.status,
@@ -93,21 +96,8 @@ class Report:
 
 
 def probe(python: Path) -> dict[str, Any]:
-    result = cmd.run([python, PROBE], stream=False, what=f"the environment probe in {python}",
-                     error=ToolchainError)
-    for line in result.stdout.splitlines():
-        if line.startswith("WHEELSMITH-DOCTOR "):
-            data: dict[str, Any] = json.loads(line.removeprefix("WHEELSMITH-DOCTOR "))
-            return data
-    raise ToolchainError(f"{python} did not answer the environment probe")
-
-
-def channel_of(torch: str | None, cuda: str | None) -> str | None:
-    match = re.match(r"(\d+)\.(\d+)", torch or "")
-    cuda_match = re.match(r"(\d+)\.(\d+)", cuda or "")
-    if not match or not cuda_match:
-        return None
-    return f"cu{cuda_match[1]}{cuda_match[2]}-torch{match[1]}.{match[2]}"
+    """The examined Python's view: the probe every stage shares, with the GPU and packages."""
+    return probe_python(python, sections=("gpu", "packages"))
 
 
 FAST_PATH_MODULES = ("fla", "causal_conv1d", "mamba_ssm", "flash_attn")
@@ -117,7 +107,8 @@ DEFAULT_NEED = ("fla", "causal_conv1d")  # GatedDeltaNet hybrids (Qwen3.5/3.6): 
 def examine(info: dict[str, Any], arch: Arch, arch_source: str, cuobjdump: Path, *,
             index_url: str, need: tuple[str, ...] = DEFAULT_NEED) -> Report:
     gpu = info.get("gpu")
-    report = Report(python=info["python"], torch=info.get("torch"),
+    report = Report(python=info["executable"], python_version=info["python"],
+                    torch=info.get("torch_full"),
                     torch_cuda=info.get("torch_cuda"),
                     gpu=f"{gpu['name']} (sm_{gpu['capability'][0]}{gpu['capability'][1]})"
                     if gpu else None, arch=arch, arch_source=arch_source,
@@ -154,8 +145,9 @@ def _judge(report: Report, info: dict[str, Any], index_url: str) -> None:
     if not report.torch_cuda:
         report.problems.append(f"torch {report.torch} is a CPU-only build: no CUDA kernel runs")
         return
-    channel = channel_of(report.torch, report.torch_cuda)
-    base = f"{index_url.rstrip('/')}/{channel}/simple/"
+    target = Target.from_probe(Path(report.python), info)
+    base = f"{index_url.rstrip('/')}/{target.channel}/simple/"
+    report.channel = base
     to_install: dict[str, None] = {}
     for package in report.packages:
         if package.status == "ptx":
@@ -171,19 +163,23 @@ def _judge(report: Report, info: dict[str, Any], index_url: str) -> None:
             report.problems.append(f"fast path: `import {module}` fails ({state['error']}): "
                                    "models fall back to slow PyTorch code")
             to_install[state["dist"]] = None
-    _fixes(report, base, list(to_install))
+    _fixes(report, target, list(to_install))
 
 
-def _fixes(report: Report, base: str, names: list[str]) -> None:
-    """A pip line for what the index has for this arch, a build line for what it lacks."""
+def _fixes(report: Report, target: Target, names: list[str]) -> None:
+    """A pip line for what the channel has for this Python and arch, a build line for what it
+    lacks."""
+    base = report.channel or ""
     offered: list[str] = []
     readable = True
     for name in (name for entry in names for name in entry.split()):
-        offers = index_offers(name, base, report.arch) if readable else None
+        offers = index_offers(name, base, report.arch, target) if readable else None
         readable = offers is not None
         if offers is False:
-            report.fixes.append(f"wheelsmith build {name} --arch {report.arch} --publish   "
-                                f"# the index has no {name} wheel with {report.arch.sm} kernels")
+            report.fixes.append(
+                f"wheelsmith build {name} --arch {report.arch} --python {report.python} "
+                f"--publish   # the index has no {name} wheel for Python {target.version} with "
+                f"{report.arch.sm} kernels")
         else:
             offered.append(name)
     if offered:
@@ -192,9 +188,10 @@ def _fixes(report: Report, base: str, names: list[str]) -> None:
                                f"{' '.join(offered)}{unchecked}")
 
 
-def index_offers(project: str, base: str, arch: Arch) -> bool | None:
-    """Whether the channel at `base` has a wheel of `project` with native kernels for `arch`
-    (or a pure one); None when the index cannot be read (the fix is then left unchecked)."""
+def index_offers(project: str, base: str, arch: Arch, target: Target) -> bool | None:
+    """Whether the channel at `base` has a wheel of `project` that `target` accepts, with
+    native kernels for `arch` (or a pure one); None when the index cannot be read (the fix is
+    then left unchecked)."""
     try:
         _, page = simple_page(project, base, timeout=INDEX_TIMEOUT_S, missing_ok=True)
     except SourceError as exc:
@@ -203,7 +200,8 @@ def index_offers(project: str, base: str, arch: Arch) -> bool | None:
     if page is None:
         return False
     return any(serves(file["filename"], arch) for file in page.get("files", [])
-               if file["filename"].endswith(".whl") and not file.get("yanked"))
+               if file["filename"].endswith(".whl") and not file.get("yanked")
+               and target.accepts(file["filename"]))
 
 
 def serves(filename: str, arch: Arch) -> bool:

@@ -103,6 +103,11 @@ class ToolchainError(WheelsmithError):
     exit_code = 7
 
 
+class MissingToolkitError(ToolchainError):
+    """A profile needs an installed CUDA toolkit (PyPI ships no nvcc for its CUDA major) and
+    none is installed here; nightly skips such cells instead of failing them."""
+
+
 class CommandError(WheelsmithError):
     """A helper command (git, cuobjdump, pip) failed; carries the tail of its output."""
 

@@ -3,6 +3,10 @@
 `matrix.yaml` is validated like a recipe (every problem at once, file:line:col). Expanding
 it gives cells in a stable order; a shard `I/N` takes every N-th cell starting at I, so
 several CI runners split the work without talking to each other.
+
+Each toolchain profile is one index channel (CUDA x torch) holding every Python; a package
+may narrow the top-level `toolchains` and `pythons`. A pure recipe's wheel (py3-none-any) is
+the same for every Python, so it is one cell per channel, built with the first Python.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.document import Document, KeyPath
 from wheelsmith.errors import UsageError
 from wheelsmith.recipe import Recipe, find_recipe, load_recipe
+from wheelsmith.toolchain import Profile
 
 STRINGS = {"type": "array", "items": {"type": "string"}, "minItems": 1}
 MATRIX_SCHEMA: dict[str, Any] = {
@@ -36,6 +41,8 @@ MATRIX_SCHEMA: dict[str, Any] = {
                 "required": ["recipe"],
                 "properties": {
                     "recipe": {"type": "string"},
+                    "toolchains": {**STRINGS, "description": "default: the top-level list"},
+                    "pythons": {**STRINGS, "description": "default: the top-level list"},
                     "versions": {**STRINGS, "description": "default: the newest in the recipe"},
                     "archs": {**STRINGS, "description": "arch sets, one cell each, e.g. "
                               "'9.0;12.0' (default: the recipe's; not for pure recipes)"},
@@ -73,9 +80,10 @@ class Cell:
                 "toolchain": self.toolchain, "archs": self.archs, "python": self.python}
 
 
-def load(path: Path, recipes_dir: Path, *, default_toolchain: str,
-         default_python: str) -> list[Cell]:
-    """Validate `matrix.yaml` and expand it into cells (stable order, excludes applied)."""
+def load(path: Path, recipes_dir: Path, *, default_toolchain: str, default_python: str,
+         profiles: dict[str, Profile] | None = None) -> list[Cell]:
+    """Validate `matrix.yaml` and expand it into cells (stable order, excludes applied).
+    With `profiles`, each toolchain must be one of them and cover each of its Pythons."""
     doc = document.load(path)
     data = document.validate(doc, MATRIX_SCHEMA)
     data = data if isinstance(data, dict) else {}
@@ -84,8 +92,14 @@ def load(path: Path, recipes_dir: Path, *, default_toolchain: str,
     cells: list[Cell] = []
     for index, entry in enumerate(data.get("packages", [])):
         if entry is not None and "recipe" in entry:
-            cells += _expand(doc, recipes_dir, ("packages", index), entry,
-                             toolchains=toolchains, pythons=pythons)
+            path_to = ("packages", index)
+            own_toolchains = [t for t in entry.get("toolchains", toolchains) if t]
+            own_pythons = [p for p in entry.get("pythons", pythons) if p]
+            if profiles is not None:
+                where = path_to if "toolchains" in entry or "pythons" in entry else ()
+                _check_axes(doc, where, profiles, own_toolchains, own_pythons)
+            cells += _expand(doc, recipes_dir, path_to, entry,
+                             toolchains=own_toolchains, pythons=own_pythons)
     excludes = [e for e in data.get("exclude", []) if e]
     doc.raise_if_problems()
     kept = [c for c in cells if not any(_excluded(c, e) for e in excludes)]
@@ -105,8 +119,26 @@ def _expand(doc: Document, recipes_dir: Path, path: KeyPath, entry: dict[str, An
         doc.at_key((*path, "archs"), f"{recipe.name} has {len(arch_sets)} arch sets, but a "
                    "channel holds one arch set per version (pip picks by label, not by GPU)",
                    hint="list one set that covers every GPU you serve, e.g. '9.0;10.0;12.0+PTX'")
+    if recipe.kind == "pure":  # py3-none-any: one wheel per channel, whatever the Python
+        pythons = pythons[:1]
     return [Cell(recipe=recipe.name, version=v, toolchain=t, archs=a, python=p)
             for v in versions for a in arch_sets for t in toolchains for p in pythons]
+
+
+def _check_axes(doc: Document, path: KeyPath, profiles: dict[str, Profile],
+                toolchains: list[str], pythons: list[str]) -> None:
+    """Every toolchain is a profile, and every profile was resolved for every Python."""
+    for position, name in enumerate(toolchains):
+        profile = profiles.get(name)
+        if profile is None:
+            doc.at_value((*path, "toolchains", position), f"no toolchain profile '{name}'",
+                         f"profiles: {', '.join(sorted(profiles))}")
+            continue
+        for index, python in enumerate(pythons):
+            if python not in profile.pythons:
+                doc.at_value((*path, "pythons", index), f"the {name} profile was resolved for "
+                             f"Python {', '.join(profile.pythons)}, not {python}",
+                             f"regenerate it with --python {python}, or exclude the cells")
 
 
 def _versions(doc: Document, recipe: Recipe, path: KeyPath, wanted: list[str] | None

@@ -11,8 +11,6 @@ the night.
 from __future__ import annotations
 
 import logging
-import shutil
-import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -20,7 +18,7 @@ from pathlib import Path
 
 from wheelsmith import ledger, pipeline, publish
 from wheelsmith.arch import ArchSet
-from wheelsmith.errors import UsageError, WheelsmithError
+from wheelsmith.errors import MissingToolkitError, WheelsmithError
 from wheelsmith.matrix import Cell
 from wheelsmith.stamp import read_provenance
 
@@ -50,17 +48,6 @@ class Settings:
     compile_cache: str | None = None
 
 
-def python_for(version: str) -> Path:
-    """The interpreter for a matrix Python version: this one if it matches, else pythonX.Y."""
-    if version == f"{sys.version_info[0]}.{sys.version_info[1]}":
-        return Path(sys.executable)
-    found = shutil.which(f"python{version}")
-    if found is None:
-        raise UsageError(f"python{version} is not installed on this runner",
-                         hint="install it, or exclude the cell on this runner")
-    return Path(found)
-
-
 def known_keys(settings: Settings) -> set[str]:
     """Content keys already built: in the index ledger, or as wheels in the output dir."""
     keys = {r.key for r in ledger.read(settings.index_dir).by_filename.values() if r.key}
@@ -76,7 +63,7 @@ def request_for(cell: Cell, settings: Settings) -> pipeline.BuildRequest:
     return pipeline.BuildRequest(
         recipe=cell.recipe, version=cell.version,
         archs=ArchSet.parse([cell.archs]) if cell.archs else None,
-        toolchain=cell.toolchain, python=python_for(cell.python),
+        toolchain=cell.toolchain, python_version=cell.python,
         out_dir=settings.out_dir, work_dir=settings.work_dir, jobs=settings.jobs,
         compile_cache=settings.compile_cache)
 
@@ -97,6 +84,8 @@ def run_cell(cell: Cell, settings: Settings, keys: set[str],
             outcome.published = publish.publish(result.wheel, settings.index_dir).status
         keys.add(plan.key)
         return outcome
+    except MissingToolkitError as error:  # a precondition of this runner, not a failure
+        return CellResult(cell, "skipped", error.message, time.monotonic() - started)
     except WheelsmithError as error:
         log.warning("cell %s failed: %s", cell.id, error.message)
         reason = f"{type(error).__name__} (exit {error.exit_code}): {error.message}"

@@ -29,6 +29,7 @@ from wheelsmith import (
     locations,
     manylinux,
     prebuild,
+    target,
 )
 from wheelsmith.arch import ArchSet
 from wheelsmith.compile import compile_wheel
@@ -48,6 +49,7 @@ from wheelsmith.plan import BuildPlan
 from wheelsmith.recipe import Recipe, Release, find_recipe, load_recipe
 from wheelsmith.smoke import smoke_test
 from wheelsmith.stamp import read_provenance, stamp
+from wheelsmith.target import interpreter_for
 from wheelsmith.toolchain import (
     SYSTEM,
     Profile,
@@ -57,6 +59,7 @@ from wheelsmith.toolchain import (
     ensure_profile,
     ensure_tools,
     find_profile,
+    load_profiles,
     preflight,
     system_cuobjdump,
     system_toolchain,
@@ -92,6 +95,10 @@ class BuildRequest:
     archs: ArchSet | None = None
     toolchain: str | None = None
     python: Path = field(default_factory=lambda: Path(sys.executable))
+    # The environment the wheel is for (`--python`): without --toolchain its torch and CUDA
+    # choose the profile; the wheel is also import-tested there.
+    target: Path | None = None
+    python_version: str | None = None  # `--python X.Y`: python3.X here, or the image's Python
     out_dir: Path = Path("wheelhouse")
     work_dir: Path = Path("build/wheelsmith")
     jobs: int | None = None
@@ -125,9 +132,21 @@ def profile_named(name: str | None) -> Profile:
     return find_profile(toolchains, name or default_profile_name(toolchains))
 
 
-def resolve_toolchain(name: str | None, python: Path) -> Toolchain:
+def resolve_toolchain(name: str | None, python: Path, report: Reporter | None = None,
+                      *, for_target: bool = False) -> Toolchain:
+    """The toolchain called `name`; without a name, the one for the target environment
+    `python` (for_target) or else the newest profile."""
     if name == SYSTEM:
         return system_toolchain(python)
+    if name is None and for_target:
+        found = target.probe(python)
+        profiles = load_profiles(locations.project_root() / "toolchains")
+        profile = target.select_profile(found, profiles)
+        torch, cuda = found.cuda_torch()
+        (report or QuietReporter()).stage(
+            "toolchain", f"{profile.name}, chosen for {python} (Python {found.version}, torch "
+                         f"{torch}, CUDA {cuda})")
+        return ensure_profile(profile, python, locations.cache_dir())
     return ensure_profile(profile_named(name), python, locations.cache_dir())
 
 
@@ -140,8 +159,12 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
     release = recipe.release(request.version)
     archs = archs_for(recipe, request.archs)
     if toolchain is None:
-        report.stage("toolchain", request.toolchain or "default profile")
-        toolchain = resolve_toolchain(request.toolchain, request.python)
+        for_target = request.target is not None
+        if request.toolchain or not for_target:
+            report.stage("toolchain", request.toolchain or "default profile")
+        python = interpreter_for(request.python_version) if request.python_version \
+            else request.python
+        toolchain = resolve_toolchain(request.toolchain, python, report, for_target=for_target)
         preflight(toolchain, archs, recipe.arch.min_cuda)
     check_known_bad(recipe, release, toolchain, archs, report)
     return BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
@@ -308,11 +331,20 @@ def _check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
     auditwheel = auditwheel_for(plan.toolchain, request.python)
     platform = manylinux.report(raw, auditwheel) if auditwheel else {
         "error": "auditwheel is not available: add it to the profile's tools, or put it on PATH"}
-    report.stage("smoke", "import against torch " + str(plan.toolchain.torch_version))
-    smoke_output = smoke_test(raw, toolchain=plan.toolchain, imports=plan.recipe.smoke_imports,
-                              gpu_code=plan.recipe.smoke_gpu, archs=plan.archs,
-                              scratch=work / "smoke", log_path=log_path_of(work))
+    toolchain = plan.toolchain
+    report.stage("smoke", "import against torch " + str(toolchain.torch_version))
+    smoke_output = _smoke(plan, raw, toolchain.python, [toolchain.python, "-m", "pip"], work)
+    if request.target is not None and request.target != toolchain.python:
+        env = target.probe(request.target)
+        report.stage("smoke", f"import in {request.target} against its torch {env.torch}")
+        smoke_output += _smoke(plan, raw, request.target, env.pip(), work)
     return inventory, smoke_output, platform
+
+
+def _smoke(plan: BuildPlan, raw: Path, python: Path, pip: list[str | Path], work: Path) -> str:
+    return smoke_test(raw, python=python, pip=pip, cuda_home=plan.toolchain.cuda_home,
+                      imports=plan.recipe.smoke_imports, gpu_code=plan.recipe.smoke_gpu,
+                      archs=plan.archs, scratch=work / "smoke", log_path=log_path_of(work))
 
 
 def check_device_code(plan: BuildPlan, wheel: Path, cuobjdump: Path) -> list[DeviceCode]:

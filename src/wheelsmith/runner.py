@@ -40,8 +40,15 @@ def container_build(engine: container.Engine, request: pipeline.BuildRequest,
         raise UsageError("a container build uses the image's pinned toolchain and builds a "
                          "wheel", hint="drop --toolchain system / --configure-only, or use "
                                        "--runner host")
+    if request.target is not None:
+        raise UsageError(f"--python {request.target} names an environment on this machine; a "
+                         "container build is for the image's Python",
+                         hint="use --runner host to build for that environment, or --python "
+                              "X.Y to pick the image's Python")
+    python = request.python_version or container.IMAGE_PYTHON
+    container.base_for(python)  # an image exists for it at all
     profile = pipeline.profile_named(request.toolchain)
-    image, info = container.require_image(engine, profile)
+    image, info = container.require_image(engine, profile, python)
     report.stage("image", f"{image} ({str(info.get('Id', '?'))[:12]})")
     plan = pipeline.prepare(request, report, toolchain=container.toolchain_in(engine, image,
                                                                               profile))

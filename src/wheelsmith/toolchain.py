@@ -1,8 +1,11 @@
 """Toolchains: the torch + CUDA compiler + build tools a package is compiled with.
 
-A *profile* (`toolchains/<name>.yaml`) pins everything; the host runner turns it into a venv,
-created once and reused, keyed by the hash of the pins and the Python version. `system` uses
-the current interpreter's torch and an installed CUDA toolkit instead.
+A *profile* (`toolchains/<name>.yaml`, written by `wheelsmith toolchain new`, see resolve.py)
+pins everything, per Python where pins differ; the host runner turns it into a venv, created
+once and reused, keyed by the hash of the pins and the Python version. Its CUDA compiler comes
+from PyPI (`cuda_home: nvidia/cu13`) or, for a CUDA major PyPI ships no nvcc for, from an
+installed toolkit (`cuda_home: installed`). `system` uses the current interpreter's torch and
+an installed CUDA toolkit instead.
 
 Either way the result is a `Toolchain`, which knows its Python, CUDA_HOME, torch and nvcc
 versions and passes a pre-flight check before anything is compiled.
@@ -21,30 +24,51 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from wheelsmith import cmd, document
 from wheelsmith.arch import ArchSet
-from wheelsmith.errors import CommandError, ToolchainError, UsageError, WheelsmithError
+from wheelsmith.document import Document
+from wheelsmith.errors import (
+    CommandError,
+    MissingToolkitError,
+    ToolchainError,
+    UsageError,
+    WheelsmithError,
+)
 from wheelsmith.files import atomic_write_text, exclusive_lock
 
 log = logging.getLogger(__name__)
 
 SYSTEM = "system"
+INSTALLED = "installed"  # cuda_home: an installed CUDA toolkit (no nvcc for it on PyPI)
 MARKER = "wheelsmith-toolchain.json"
-PIN = {"type": "string", "pattern": r"^[A-Za-z0-9._-]+(\[[a-z0-9,_-]+\])?==[A-Za-z0-9.+!-]+$",
-       "x-message": "must be an exact pin, NAME==VERSION"}
+PIN = {"type": "string",
+       "pattern": r"^[A-Za-z0-9._-]+(\[[a-z0-9,_-]+\])?===?[A-Za-z0-9.+!-]+(\s*;\s*\S.*)?$",
+       "x-message": "must be an exact pin, NAME==VERSION, optionally '; python_version == \"3.X\"'"}
+NVCC_PACKAGES = ("nvidia-cuda-nvcc", "nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc-cu11")
 
 PROFILE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["name", "torch", "cuda", "cuda_home", "requirements", "tools"],
+    "required": ["name", "torch", "cuda", "pythons", "cuda_home", "requirements", "tools"],
     "properties": {
         "name": {"type": "string", "pattern": r"^cu\d+-torch\d+\.\d+$",
                  "x-message": "must look like cu130-torch2.14"},
-        "torch": {"type": "string"},
-        "cuda": {"type": "string"},
-        "cuda_home": {"type": "string"},
+        "torch": {"type": "string", "description": "the torch version pinned in requirements"},
+        "cuda": {"type": "string", "description": "the CUDA version that torch was built with"},
+        "pythons": {"type": "array", "minItems": 1,
+                    "items": {"type": "string", "pattern": r"^3\.\d+$",
+                              "x-message": "must be a Python version like '3.12'"},
+                    "description": "the Python versions the pins were resolved for"},
+        "index": {"type": "string", "pattern": r"^(https?|file)://",
+                  "x-message": "must be a URL of a simple index",
+                  "description": "extra index torch comes from (e.g. a per-CUDA PyTorch root)"},
+        "cuda_home": {"type": "string",
+                      "description": "the nvcc wheels' toolkit relative to site-packages, or "
+                                     "'installed'"},
         "requirements": {"type": "array", "minItems": 1, "items": PIN},
         "tools": {"type": "array", "items": PIN},
     },
@@ -57,20 +81,41 @@ class Profile:
     file: Path
     torch: Version
     cuda: Version
+    pythons: tuple[str, ...]
     cuda_home: str
     requirements: tuple[str, ...]
     tools: tuple[str, ...]
+    index: str | None = None
 
     @property
     def pins(self) -> tuple[str, ...]:
         """Every pin of the venv, once each (a tool may also be a requirement)."""
         return tuple(dict.fromkeys(self.requirements + self.tools))
 
+    @property
+    def installed_compiler(self) -> bool:
+        """True when nvcc comes from an installed toolkit, not from the profile's pins."""
+        return self.cuda_home == INSTALLED
+
     def key(self, python_version: str) -> str:
         """Hash of everything that ends up in the venv: names the venv, image and channel."""
-        data = {"requirements": self.requirements, "tools": self.tools,
-                "cuda_home": self.cuda_home, "python": python_version}
+        data: dict[str, Any] = {"requirements": self.requirements, "tools": self.tools,
+                                "cuda_home": self.cuda_home, "python": python_version}
+        if self.index:
+            data["index"] = self.index
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def require_python(self, version: str) -> None:
+        if version not in self.pythons:
+            raise ToolchainError(
+                f"the {self.name} profile was resolved for Python {', '.join(self.pythons)}, "
+                f"not {version}",
+                hint=f"add it: wheelsmith toolchain new --torch {self.torch} "
+                     f"{' '.join('--python ' + p for p in (*self.pythons, version))} --force")
+
+    def pip_index_args(self) -> list[str]:
+        """pip options that make the profile's extra index (if any) visible."""
+        return ["--extra-index-url", self.index] if self.index else []
 
 
 def load_profile(path: Path) -> Profile:
@@ -88,9 +133,64 @@ def load_profile(path: Path) -> Profile:
         doc.at_value(("name",), f"profile name '{data['name']}' differs from its file name "
                      f"'{path.name}'", f"rename the file to {data['name']}.yaml")
     doc.raise_if_problems()
+    _check_pins(doc, data, versions["torch"])
+    doc.raise_if_problems()
     return Profile(name=data["name"], file=path, torch=versions["torch"], cuda=versions["cuda"],
-                   cuda_home=data["cuda_home"], requirements=tuple(data["requirements"]),
-                   tools=tuple(data["tools"]))
+                   pythons=tuple(data["pythons"]), cuda_home=data["cuda_home"],
+                   requirements=tuple(data["requirements"]), tools=tuple(data["tools"]),
+                   index=data.get("index"))
+
+
+def applies(requirement: Requirement, python: str) -> bool:
+    """Whether a pin's marker (if any) selects it on Python `python` (Linux x86_64)."""
+    if requirement.marker is None:
+        return True
+    return requirement.marker.evaluate({  # merged over this interpreter's environment
+        "python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux",
+        "platform_system": "Linux", "platform_machine": "x86_64"})
+
+
+def pinned_version(requirement: Requirement) -> str:
+    """The version of an exact pin (`==V`, or `===V`: that string and no local variant)."""
+    return str(requirement.specifier).lstrip("=")
+
+
+def _check_pins(doc: Document, data: dict[str, Any], torch: Version) -> None:
+    """A missing or conflicting pin, for each Python the profile covers."""
+    parsed: list[tuple[int, Requirement]] = []
+    for position, line in enumerate(data["requirements"]):
+        try:
+            parsed.append((position, Requirement(line)))
+        except InvalidRequirement as exc:
+            doc.at_value(("requirements", position), f"not a requirement: {exc}")
+    for python in data["pythons"]:
+        chosen: dict[str, tuple[int, str]] = {}
+        for position, req in parsed:
+            if not applies(req, python):
+                continue
+            name, version = canonicalize_name(req.name), pinned_version(req)
+            if name in chosen and chosen[name][1] != version:
+                doc.at_value(("requirements", position),
+                             f"conflicting pins for {name} on Python {python}: "
+                             f"{chosen[name][1]} (requirements[{chosen[name][0]}]) and "
+                             f"{version}", "keep one; their markers must not overlap")
+            chosen.setdefault(name, (position, version))
+        _check_required_pins(doc, data, python, {n: v for n, (_, v) in chosen.items()}, torch)
+
+
+def _check_required_pins(doc: Document, data: dict[str, Any], python: str,
+                         chosen: dict[str, str], torch: Version) -> None:
+    hint = "regenerate the profile: wheelsmith toolchain new --torch VERSION --force"
+    if "torch" not in chosen:
+        doc.at_key(("requirements",), f"no torch pin for Python {python}", hint)
+    elif Version(chosen["torch"]) != torch:
+        doc.at_value(("torch",), f"'torch' says {torch} but requirements pin torch=="
+                     f"{chosen['torch']} for Python {python}", hint)
+    if data["cuda_home"] != INSTALLED and not any(p in chosen for p in NVCC_PACKAGES):
+        doc.at_key(("requirements",), f"no CUDA compiler pin for Python {python} (cuda_home "
+                   f"is {data['cuda_home']})", "pin cuda-toolkit[nvcc,cudart,cccl] and its parts"
+                   " (" + hint.removeprefix("regenerate the profile: ") + "), or set cuda_home: "
+                   "installed")
 
 
 def find_profile(toolchains_dir: Path, name: str) -> Profile:
@@ -102,9 +202,23 @@ def find_profile(toolchains_dir: Path, name: str) -> Profile:
     return load_profile(path)
 
 
+def load_profiles(toolchains_dir: Path) -> list[Profile]:
+    return [load_profile(p) for p in sorted(toolchains_dir.glob("*.yaml"))]
+
+
+DEFAULT_FILE = "default.txt"
+
+
 def default_profile_name(toolchains_dir: Path) -> str:
-    """The newest profile (by torch version), so `--toolchain` can be left out."""
-    profiles = [load_profile(p) for p in sorted(toolchains_dir.glob("*.yaml"))]
+    """The profile a build without --toolchain (or a target environment) uses: the one named
+    in `toolchains/default.txt`, else the newest (by torch version)."""
+    chosen = toolchains_dir / DEFAULT_FILE
+    if chosen.is_file():
+        lines = [line.strip() for line in chosen.read_text().splitlines()
+                 if line.strip() and not line.startswith("#")]
+        if lines:
+            return find_profile(toolchains_dir, lines[0]).name
+    profiles = load_profiles(toolchains_dir)
     if not profiles:
         raise UsageError(f"no toolchain profiles in {toolchains_dir}")
     return max(profiles, key=lambda p: (p.torch, p.cuda)).name
@@ -149,15 +263,25 @@ class Toolchain:
 PROBE_SCRIPT = Path(__file__).parent / "resources" / "probe.py"
 
 
-def probe_python(python: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Ask an interpreter about itself and its torch (run in a subprocess: torch is not ours)."""
-    result = cmd.run([python, PROBE_SCRIPT], stream=False, env=env, error=ToolchainError,
-                     what=f"probe of {python}")
+def probe_python(python: Path, env: dict[str, str] | None = None,
+                 sections: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Ask an interpreter about itself and its torch (run in a subprocess: torch is not ours);
+    `sections`: also "gpu" and/or "packages" (the installed extensions, for doctor)."""
+    if not Path(python).exists():
+        raise ToolchainError(f"{python} does not exist", hint="give the path of a Python "
+                             "interpreter, e.g. /path/to/venv/bin/python")
+    try:
+        result = cmd.run([python, PROBE_SCRIPT, *sections], stream=False, env=env,
+                         what=f"the probe of {python}")
+    except CommandError as exc:  # not executable, not a program, not a working Python
+        raise ToolchainError(f"{python} is not a Python interpreter: {exc.message}",
+                             hint="give the path of a Python interpreter", tail=exc.tail) from exc
     for line in result.stdout.splitlines():
         if line.startswith("WHEELSMITH-PROBE "):
             data: dict[str, Any] = json.loads(line.removeprefix("WHEELSMITH-PROBE "))
             return data
-    raise ToolchainError(f"{python} did not answer the probe", hint="is it a Python interpreter?")
+    raise ToolchainError(f"{python} did not answer the probe", hint="is it a Python "
+                         "interpreter (3.8 or newer)?")
 
 
 def nvcc_version(nvcc: Path) -> Version:
@@ -181,39 +305,79 @@ def venv_root(profile: Profile, python_version: str, cache: Path) -> Path:
 
 
 def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
-    """The venv for (profile, python), created on first use and reused after that."""
+    """The toolchain of (profile, python): its venv, created on first use and reused after
+    that, and its compiler (the venv's nvcc, or an installed toolkit's, checked first)."""
+    cuda_home = installed_cuda_home(profile) if profile.installed_compiler else None
+    root = ensure_venv(profile, python, cache)
+    info = json.loads((root / MARKER).read_text())
+    if cuda_home is None:
+        cuda_home, nvcc = Path(info["cuda_home"]), Version(info["nvcc"])
+    else:
+        nvcc = nvcc_version(cuda_home / "bin" / "nvcc")
+    return Toolchain(
+        name=profile.name,
+        python=root / "bin" / "python",
+        python_version=info["python"],
+        cuda_home=cuda_home,
+        torch_version=Version(info["torch"]),
+        torch_cuda=Version(info["torch_cuda"]),
+        nvcc_version=nvcc,
+        cuobjdump=_find_cuobjdump(Path(info["purelib"]) / "nvidia"),
+        pins=profile.pins,
+    )
+
+
+def ensure_venv(profile: Profile, python: Path, cache: Path) -> Path:
+    """The profile's venv for `python` (its root), created under a lock if missing."""
     version = probe_python(python)["python"]
+    profile.require_python(version)
     root = venv_root(profile, version, cache)
     marker = root / MARKER
     if not marker.is_file():  # the marker is written last: with it, the venv is complete
         with exclusive_lock(root.parent / f"{root.name}.lock"):
             if not marker.is_file():
                 _create_venv(profile, python, root)
-    info = json.loads(marker.read_text())
-    venv_python = root / "bin" / "python"
-    return Toolchain(
-        name=profile.name,
-        python=venv_python,
-        python_version=info["python"],
-        cuda_home=Path(info["cuda_home"]),
-        torch_version=Version(info["torch"]),
-        torch_cuda=Version(info["torch_cuda"]),
-        nvcc_version=Version(info["nvcc"]),
-        cuobjdump=_find_cuobjdump(Path(info["purelib"]) / "nvidia"),
-        pins=profile.pins,
-    )
+    return root
 
 
 def _create_venv(profile: Profile, python: Path, root: Path) -> None:
     log.info("creating the %s toolchain venv in %s (once; about 2 minutes)", profile.name, root)
     install_pinned(python, root, profile.pins, profile)
     info = probe_python(root / "bin" / "python")
-    cuda_home = Path(info["purelib"]) / profile.cuda_home
-    _link_cuda_libs(cuda_home)
-    info.update(cuda_home=str(cuda_home), nvcc=str(nvcc_version(cuda_home / "bin" / "nvcc")))
     if "torch_error" in info:
         raise ToolchainError(f"torch does not import in the new toolchain: {info['torch_error']}")
+    if not profile.installed_compiler:
+        cuda_home = Path(info["purelib"]) / profile.cuda_home
+        _link_cuda_libs(cuda_home)
+        info.update(cuda_home=str(cuda_home), nvcc=str(nvcc_version(cuda_home / "bin" / "nvcc")))
     atomic_write_text(root / MARKER, json.dumps(info, indent=2) + "\n")
+
+
+def installed_cuda_home(profile: Profile) -> Path:
+    """The installed toolkit a profile without a PyPI compiler builds with: CUDA_HOME (or the
+    usual guesses), else the newest /usr/local/cuda-<major>.* of the profile's CUDA major."""
+    major = profile.cuda.major
+    guesses = [system_cuda_home(), *sorted(Path("/usr/local").glob(f"cuda-{major}.*"),
+                                           key=lambda p: _version_suffix(p.name), reverse=True)]
+    others = []
+    for home in dict.fromkeys(guesses):
+        if not _is_toolkit(home):
+            continue
+        found = nvcc_version(home / "bin" / "nvcc")
+        if found.major == major:
+            return home
+        others.append(f"CUDA {found} at {home}")
+    seen = f" (found only {', '.join(others)})" if others else ""
+    raise MissingToolkitError(
+        f"the {profile.name} profile needs an installed CUDA {major} toolkit: PyPI ships no "
+        f"CUDA {major} compiler, and none is installed here{seen}",
+        hint=f"install CUDA {profile.cuda} or a newer {major}.x (NVIDIA's cuda-nvcc-{major}-"
+             f"{profile.cuda.minor} and cuda-cudart-dev-{major}-{profile.cuda.minor} packages) "
+             "and set CUDA_HOME to it")
+
+
+def _version_suffix(name: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", name))
 
 
 def install_pinned(python: Path, root: Path, pins: tuple[str, ...], profile: Profile) -> None:
@@ -229,8 +393,8 @@ def install_pinned(python: Path, root: Path, pins: tuple[str, ...], profile: Pro
     requirements.write_text("\n".join(pins) + "\n")
     steps: list[tuple[list[str | Path], str]] = [
         ([python, "-m", "venv", root], "python -m venv"),
-        ([venv_python, "-m", "pip", "install", "--no-input", "--no-deps", "-r", requirements],
-         "pip install of the pinned packages"),
+        ([venv_python, "-m", "pip", "install", "--no-input", "--no-deps",
+          *profile.pip_index_args(), "-r", requirements], "pip install of the pinned packages"),
         ([venv_python, "-m", "pip", "check"], "pip check (are all dependencies pinned?)"),
     ]
     try:
@@ -384,7 +548,8 @@ def _torch_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
     seconds, so a profile venv remembers the answers (they cannot change for its pins)."""
     if not archs.archs:
         return []
-    memo = (toolchain.python.parent.parent / "wheelsmith-arch-checks.json"
+    probe = hashlib.sha256(PROBE_SCRIPT.read_bytes()).hexdigest()[:12]  # a new probe re-asks
+    memo = (toolchain.python.parent.parent / f"wheelsmith-arch-checks-{probe}.json"
             if toolchain.name != SYSTEM else None)
     known: dict[str, list[str]] = json.loads(memo.read_text()) if memo and memo.is_file() else {}
     wanted = archs.torch_arch_list()

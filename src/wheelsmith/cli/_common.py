@@ -8,6 +8,7 @@ Every WheelsmithError is turned into a message and its exit code here, in one pl
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,16 @@ def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
                              hint="e.g. --env NVCC_APPEND_FLAGS=--split-compile=0")
         pairs.append((key, text))
     return tuple(sorted(pairs))
+
+
+def parse_python(value: str | None) -> dict[str, Any]:
+    """`--python` as BuildRequest fields. A path names a target environment; `X.Y` only a
+    Python version (python3.X here, or the image's Python in a container build)."""
+    if value is None:
+        return {}
+    if re.fullmatch(r"3\.\d+", value):
+        return {"python_version": value}
+    return {"python": Path(value), "target": Path(value)}
 
 
 def parse_archs(values: tuple[str, ...]) -> ArchSet | None:

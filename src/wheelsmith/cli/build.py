@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from wheelsmith import console, locations, pipeline, publish
+from wheelsmith import console, install, locations, pipeline, publish, target
 from wheelsmith import runner as runner_module
 from wheelsmith.cli._common import (
     arch_option,
@@ -19,6 +19,7 @@ from wheelsmith.cli._common import (
     main,
     parse_archs,
     parse_env,
+    parse_python,
 )
 from wheelsmith.cli.index import published_json
 from wheelsmith.errors import RecipeError
@@ -31,8 +32,12 @@ from wheelsmith.recipe import load_recipe, recipe_files, schema_json
 @click.option("--toolchain", metavar="PROFILE|system",
               help="Toolchain profile from toolchains/ (default: the newest), or 'system' for "
                    "the current Python's torch and an installed CUDA.")
-@click.option("--python", "python", type=click.Path(path_type=Path), default=sys.executable,
-              show_default="this Python", help="Python the wheel is built for.")
+@click.option("--python", "python", metavar="PATH|X.Y",
+              help="The environment the wheel is for: its Python, and (without --toolchain) "
+                   "its torch and CUDA choose the profile; the wheel is import-tested there. "
+                   "X.Y: just that Python version (python3.X on PATH). Default: this Python.")
+@click.option("--install", "install_into", is_flag=True,
+              help="pip-install the verified wheel into the --python environment (--no-deps).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("wheelhouse"),
               show_default=True, help="Where the finished wheel goes.")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
@@ -64,18 +69,24 @@ from wheelsmith.recipe import load_recipe, recipe_files, schema_json
               help="Publish the verified wheel to --index afterwards.")
 @index_option
 @json_option
-def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Path,
-          out_dir: Path, work_dir: Path, jobs: int | None, env: tuple[str, ...], rebuild: bool,
+def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: str | None,
+          install_into: bool, out_dir: Path, work_dir: Path, jobs: int | None,
+          env: tuple[str, ...], rebuild: bool,
           keep_work: bool, compile_cache: str | None, runner: str, keep_container: bool,
           prepared_source: Path | None, configure_only: bool, publish_to: bool,
           index_dir: Path, as_json: bool) -> None:
     """Build RECIPE into a wheel that provably carries device code for --arch."""
     name, _, version = recipe.partition("==")
-    if configure_only and publish_to:
-        raise click.UsageError("--configure-only builds no wheel, so there is nothing to publish")
+    if configure_only and (publish_to or install_into):
+        raise click.UsageError("--configure-only builds no wheel, so there is nothing to "
+                               "publish or install")
+    chosen_python = parse_python(python)
+    target_env: Path | None = chosen_python.get("target")
+    if install_into and target_env is None:
+        raise click.UsageError("--install needs --python PATH: the environment to install into")
     request = pipeline.BuildRequest(
-        recipe=name, version=version or None, archs=parse_archs(archs),
-        toolchain=toolchain, python=python, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
+        recipe=name, version=version or None, archs=parse_archs(archs), toolchain=toolchain,
+        **chosen_python, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
         env=parse_env(env), configure_only=configure_only, compile_cache=compile_cache,
         runner=runner, keep_container=keep_container, prepared_source=prepared_source,
         rebuild=rebuild, keep_work=keep_work)
@@ -87,10 +98,18 @@ def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: Pa
         published = publish.publish(result.wheel, index_dir) if publish_to else None
         if published is not None:
             reporter.stage("publish", f"{published.status}: {index_dir}/{published.page}")
+        imported = None
+        if install_into and target_env is not None:
+            environment = target.probe(target_env)
+            reporter.stage("install", f"{result.wheel.name} into {target_env}")
+            install.install_file(environment, result.wheel)
+            imported = install.check_imports(environment, pipeline.resolve_recipe(name))
     if as_json:
         emit_json({"ok": True, "wheel": str(result.wheel), "up_to_date": result.up_to_date,
                     "log": str(result.log) if result.log else None,
-                    "published": published_json(published), "provenance": result.provenance})
+                    "published": published_json(published), "provenance": result.provenance,
+                    "installed": None if imported is None else {
+                        "python": str(target_env), "imports": list(imported)}})
         return
     click.echo(str(result.wheel))
     for item in result.provenance.get("device_code", []):

@@ -26,15 +26,24 @@ def _engine(choice: str) -> container.Engine:
     return engine
 
 
-def _pinned_base() -> str:
+python_option = click.option("--python", "python", metavar="X.Y",
+                             default=container.IMAGE_PYTHON, show_default=True,
+                             help="The image's Python: "
+                                  + ", ".join(f"{p} (Debian {r})" for p, r in
+                                              container.BASES.items()) + ".")
+
+
+def _pinned_base(python: str) -> str:
+    release = container.base_for(python)
     lock = locations.project_root() / "images.lock"
-    pinned = (yaml.safe_load(lock.read_text()) or {}).get("debian-bookworm") if lock.is_file() \
-        else None
+    pinned = (yaml.safe_load(lock.read_text()) or {}).get(f"debian-{release}") \
+        if lock.is_file() else None
     if not pinned:
-        raise UsageError("images.lock pins no base image yet (no registry was reachable when "
-                         "it was written)",
+        raise UsageError(f"images.lock pins no debian-{release} base image yet (no registry "
+                         "was reachable when it was written)",
                          hint="pass --base IMAGE, e.g. the local one from "
-                              "scripts/make-base-image.sh, or run scripts/update-base-image.sh")
+                              f"scripts/make-base-image.sh {release}, or run "
+                              "scripts/update-base-image.sh")
     return str(pinned)
 
 
@@ -49,29 +58,31 @@ def image_group() -> None:
 @click.option("--base", help="Base image (default: the digest pinned in images.lock).")
 @click.option("--pip-mirror", type=click.Path(path_type=Path, exists=True, file_okay=False),
               help="A directory of wheels mounted as a pip find-links mirror (podman).")
+@python_option
 def image_build(toolchain: str | None, engine: str, base: str | None,
-                pip_mirror: Path | None) -> None:
+                pip_mirror: Path | None, python: str) -> None:
     """Build the image for a toolchain profile (tagged with the hash of its pins)."""
     chosen = _engine(engine)
     profile = pipeline.profile_named(toolchain)
-    log_path = locations.cache_dir() / f"image-{profile.name}.log"
+    log_path = locations.cache_dir() / f"image-{profile.name}-py{python}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log_file:
         ref = container.build_image(chosen, profile, project=locations.project_root(),
-                                    base=base or _pinned_base(), mirror=pip_mirror,
-                                    log_file=log_file, log_path=log_path)
+                                    base=base or _pinned_base(python), mirror=pip_mirror,
+                                    log_file=log_file, log_path=log_path, python=python)
     click.echo(ref)
 
 
 @image_group.command("show")
 @toolchain_option
 @engine_option
+@python_option
 @json_option
-def image_show(toolchain: str | None, engine: str, as_json: bool) -> None:
+def image_show(toolchain: str | None, engine: str, python: str, as_json: bool) -> None:
     """The image of a toolchain profile: ID, digest, labels, and whether it is current."""
     chosen = _engine(engine)
     profile = pipeline.profile_named(toolchain)
-    ref = container.image_ref(profile)
+    ref = container.image_ref(profile, python)
     info = container.inspect(chosen, ref)
     labels = container.labels_of(info) if info else {}
     pins = list(profile.pins)
@@ -81,7 +92,7 @@ def image_show(toolchain: str | None, engine: str, as_json: bool) -> None:
             "profile": labels.get(container.LABEL_PROFILE),
             "profile_key": labels.get(container.LABEL_KEY),
             "base": labels.get(container.LABEL_BASE),
-            "current": labels.get(container.LABEL_KEY) == profile.key(container.IMAGE_PYTHON),
+            "current": labels.get(container.LABEL_KEY) == profile.key(python),
             "pins": pins}
     if as_json:
         emit_json(data)

@@ -13,7 +13,7 @@ from wheelsmith import console, locations, matrix, nightly, outdated, report
 from wheelsmith.cli._common import display, emit_json, index_option, json_option, main
 from wheelsmith.errors import NightlyError
 from wheelsmith.recipe import load_recipe, recipe_files
-from wheelsmith.toolchain import default_profile_name, load_profile
+from wheelsmith.toolchain import default_profile_name, load_profile, load_profiles
 
 matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_type=Path),
                              help="The matrix file (default: matrix.yaml next to recipes/).")
@@ -21,9 +21,11 @@ matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_typ
 
 def _cells(matrix_file: Path | None) -> list[matrix.Cell]:
     root = locations.project_root()
+    profiles = {p.name: p for p in load_profiles(root / "toolchains")}
     return matrix.load(matrix_file or root / "matrix.yaml", root / "recipes",
                        default_toolchain=default_profile_name(root / "toolchains"),
-                       default_python=f"{sys.version_info[0]}.{sys.version_info[1]}")
+                       default_python=f"{sys.version_info[0]}.{sys.version_info[1]}",
+                       profiles=profiles)
 
 
 @main.command("matrix")
@@ -105,6 +107,7 @@ def outdated_command(as_json: bool) -> None:
     if not rows:
         click.echo("everything is current")
     for row in rows:
-        what = "recipe" if row["kind"] == "recipe" else "toolchain profile"
+        todo = ("add a recipe version" if row["kind"] == "recipe" else
+                f"add a profile: wheelsmith toolchain new --torch {row['newer'][-1]}")
         click.echo(f"{row['name']:<24} {row['current']:<10} -> {', '.join(row['newer'])}  "
-                   f"(add a {what} version)")
+                   f"({todo})")

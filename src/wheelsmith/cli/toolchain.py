@@ -1,15 +1,18 @@
-"""`toolchain list`, `toolchain ensure`, `toolchain requirements`."""
+"""`toolchain list`, `toolchain ensure`, `toolchain requirements`, `toolchain new`."""
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import click
+from packaging.version import InvalidVersion, Version
 
-from wheelsmith import locations, pipeline
-from wheelsmith.cli._common import emit_json, json_option, main
+from wheelsmith import locations, pipeline, resolve
+from wheelsmith.cli._common import display, emit_json, json_option, main
+from wheelsmith.errors import UsageError
 from wheelsmith.toolchain import (
     MARKER,
     default_profile_name,
@@ -62,3 +65,42 @@ def toolchain_ensure(profile: str | None, python: Path) -> None:
 def toolchain_requirements(profile: str | None) -> None:
     """Print the profile's exact pins, one per line (a requirements file)."""
     click.echo("\n".join(pipeline.profile_named(profile).pins))
+
+
+@toolchain_group.command("new")
+@click.option("--torch", "torch", required=True, metavar="VERSION",
+              help="The torch release, e.g. 2.11.0 (or 2.11.0+cu128 from --index).")
+@click.option("--cuda", "cuda", metavar="X.Y",
+              help="The CUDA version torch must be built with (checked, never assumed).")
+@click.option("--index", "index", metavar="URL",
+              help="An extra simple index torch comes from (e.g. a per-CUDA PyTorch root); "
+                   "recorded in the profile.")
+@click.option("--python", "pythons", multiple=True, metavar="X.Y",
+              help="Python versions to resolve for (repeatable; default 3.10 to 3.13).")
+@click.option("--force", is_flag=True, help="Replace an existing profile of the same name.")
+@click.option("--dir", "directory", type=click.Path(path_type=Path),
+              help="Where to write it (default: the project's toolchains/).")
+def toolchain_new(torch: str, cuda: str | None, index: str | None, pythons: tuple[str, ...],
+                  force: bool, directory: Path | None) -> None:
+    """Write toolchains/<name>.yaml for a torch release: its exact closure from pip's resolver
+    (metadata only), the CUDA compiler wheels at torch's CUDA version, the build tools."""
+    request = resolve.NewProfileRequest(
+        torch=torch, cuda=_version("--cuda", cuda), index=index,
+        pythons=pythons or resolve.DEFAULT_PYTHONS,
+        toolchains_dir=directory or locations.project_root() / "toolchains", force=force)
+    with tempfile.TemporaryDirectory(prefix="wheelsmith-new-") as scratch:
+        profile = resolve.new_profile(request, Path(scratch))
+    compiler = ("an installed CUDA toolkit" if profile.installed_compiler
+                else f"nvcc from PyPI ({profile.cuda_home})")
+    click.echo(f"{display(profile.file)}: torch {profile.torch}, CUDA {profile.cuda}, Python "
+               f"{', '.join(profile.pythons)}, {len(profile.requirements)} pins; compiler: "
+               f"{compiler}")
+
+
+def _version(option: str, value: str | None) -> Version | None:
+    if value is None:
+        return None
+    try:
+        return Version(value)
+    except InvalidVersion:
+        raise UsageError(f"{option}: '{value}' is not a version", hint="e.g. 12.8") from None

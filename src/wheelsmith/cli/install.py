@@ -1,0 +1,74 @@
+"""`install`: the wheel for the user's environment, from the index or built for it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from wheelsmith import console, pipeline, target
+from wheelsmith import install as installer
+from wheelsmith.cli._common import (
+    arch_option,
+    emit_json,
+    json_option,
+    main,
+    parse_archs,
+)
+
+
+@main.command("install")
+@click.argument("recipe", metavar="RECIPE[==VERSION]")
+@click.option("--python", "python", type=click.Path(path_type=Path), required=True,
+              help="The environment to install into (its Python, torch, CUDA and GPU decide "
+                   "which wheel fits).")
+@click.option("--index", "index_url", default="http://127.0.0.1:8080", show_default=True,
+              help="Base URL of the wheelsmith index; the channel matching the environment's "
+                   "torch and CUDA is read below it.")
+@arch_option
+@click.option("--publish", "publish_to", type=click.Path(path_type=Path), is_flag=False,
+              flag_value=Path("index"), default=None, metavar="[DIR]",
+              help="When a wheel has to be built, publish it to this index directory "
+                   "(default ./index).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("wheelhouse"),
+              show_default=True, help="Where a wheel built on a miss goes.")
+@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
+              show_default=True)
+@click.option("--jobs", type=click.IntRange(min=1), help="MAX_JOBS for a build on a miss.")
+@click.option("--compile-cache", metavar="off|DIR|URL", help="As for build.")
+@click.option("--runner", type=click.Choice(["host", "podman", "docker", "auto"]),
+              default="host", show_default=True, help="Where a build on a miss runs.")
+@json_option
+def install_command(recipe: str, python: Path, index_url: str, archs: tuple[str, ...],
+                    publish_to: Path | None, out_dir: Path, work_dir: Path, jobs: int | None,
+                    compile_cache: str | None, runner: str, as_json: bool) -> None:
+    """Install RECIPE into the --python environment: the index's wheel that fits it (sha256
+    pinned), or one built for it when the index has none."""
+    name, _, version = recipe.partition("==")
+    started = time.monotonic()
+    with console.TerminalReporter() as reporter:
+        environment = target.probe(python, gpu=True)
+        reporter.stage("target", describe(environment))
+        request = installer.InstallRequest(
+            recipe=name, version=version or None, python=python, index_url=index_url,
+            archs=parse_archs(archs), publish_to=publish_to,
+            build=pipeline.BuildRequest(recipe=name, out_dir=out_dir, work_dir=work_dir,
+                                        jobs=jobs, compile_cache=compile_cache,
+                                        runner=runner))
+        done = installer.install(request, environment, reporter)
+        reporter.stage("installed", f"{done.wheel} ({done.source}); imports "
+                                    f"{', '.join(done.imports) or 'nothing'}")
+    if as_json:
+        emit_json({"ok": True, "wheel": done.wheel, "source": done.source,
+                   "channel": done.channel_url, "python": str(python),
+                   "imports": list(done.imports), "published": done.published,
+                   "seconds": round(time.monotonic() - started, 1)})
+        return
+    click.echo(done.wheel)
+
+
+def describe(environment: target.Target) -> str:
+    gpu = environment.gpu.sm if environment.gpu else "no GPU"
+    return (f"{environment.python}: Python {environment.version}, torch {environment.torch}, "
+            f"CUDA {environment.torch_cuda}, {gpu}")
