@@ -75,3 +75,9 @@ def test_content_key_changes_with_archs_and_toolchain() -> None:
     assert other.key != base.key
     assert base.local_label() == "cu.13.0.torch.2.14.sm.120"
     assert base.torch_requirement() == "torch==2.14.*"
+
+
+def test_builds_of_other_keys_never_share_a_source_tree_or_a_lock() -> None:
+    slugs = {plan(archs).slug() for archs in ("12.0", "9.0;12.0", "12.0+PTX", "10.0")}
+    assert len(slugs) == 4  # the work dir and its lock are named after the key
+    assert plan("12.0").slug() == f"causal-conv1d-1.7.0-{plan('12.0').key[:12]}"

@@ -84,7 +84,7 @@ def hold(lock: Path, *, on_busy: Callable[[Holder | None], None],
         last = read_holder(record)
         if last is not None and not procs.alive(last.ident):
             ended = procs.end_owned_by(last.ident)
-            log.warning("%s: the holder (%s) is gone; ended %d process(es) it left", lock,
+            log.info("%s: the holder (%s) is gone; ended %d process(es) it left", lock,
                         last.describe(), ended)
             on_takeover(last, ended)
         held = Held(record, Holder(ident=procs.own_ident(), pid=os.getpid(),
