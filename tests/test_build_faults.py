@@ -211,10 +211,10 @@ def test_builds_killed_anywhere_leave_no_partial_output_and_no_process(site: Sit
 
 @pytest.mark.slow
 @pytest.mark.skipif("WHEELSMITH_KILL_SOAK" not in os.environ,
-                    reason="the 200-kill soak takes about 30 minutes: set WHEELSMITH_KILL_SOAK=1")
+                    reason="the 200-kill soak takes about 25 minutes: set WHEELSMITH_KILL_SOAK=1")
 def test_two_hundred_kills_leave_no_partial_output_and_no_process(site: Site) -> None:
-    schedule = schedule_of({"fetch": 55, "patch": 55, "compile": 47, "verify": 15, "stamp": 15,
-                            "publish": 25})
+    schedule = schedule_of({"fetch": 70, "patch": 70, "compile": 40, "verify": 10, "stamp": 10,
+                            "publish": 12})
     started = time.monotonic()
     kills = run_kills(site, schedule, seed=20261202)
     print(f"\nkill soak: {kills} kills of {len(schedule)} runs in "

@@ -36,6 +36,7 @@ TAIL_LINES = 40
 SUPERVISOR = Path(__file__).parent / "resources" / "supervise.py"
 STOP_GRACE_S = 3.0  # SIGTERM to the command's tree, then SIGKILL
 STOP_WAIT_S = STOP_GRACE_S + 10.0  # then the supervisor itself is killed
+INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,25 +119,34 @@ def _started(args: list[str], cwd: Path | None, env: Mapping[str, str] | None, *
     is stopped before the exception goes on."""
     supervised = [sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()),
                   str(STOP_GRACE_S), "--", *args]
-    proc = subprocess.Popen(
-        supervised,
-        cwd=cwd,
-        env={**(env if env is not None else os.environ), procs.OWNER_ENV: procs.own_ident()},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE if capture else subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        bufsize=-1 if capture else 1,
-        start_new_session=True,
-    )
+    proc = None
+    # an interrupt must not land inside Popen, after the fork but before `proc` is known: it
+    # waits (blocked) until the supervisor is started; the supervisor unblocks for itself
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
     try:
+        try:
+            proc = subprocess.Popen(
+                supervised,
+                cwd=cwd,
+                env={**(env if env is not None else os.environ),
+                     procs.OWNER_ENV: procs.own_ident()},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE if capture else subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                bufsize=-1 if capture else 1,
+                start_new_session=True,
+            )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         yield proc
     except BaseException:
-        _stop(proc, args)
+        if proc is not None:
+            _stop(proc, args)
         raise
     finally:
-        for pipe in (proc.stdout, proc.stderr):
+        for pipe in (proc.stdout, proc.stderr) if proc is not None else ():
             if pipe is not None:
                 pipe.close()
 
