@@ -68,6 +68,40 @@ def http_dir(tmp_path: Path) -> Iterator[Served]:
     server.server_close()
 
 
+class SlowServer:
+    """One file over HTTP on 127.0.0.1, sent in 64 KiB pieces `delay` seconds apart (a
+    download that takes long enough to be overlapped or killed); counts the requests."""
+
+    def __init__(self, data: bytes, name: str, delay: float) -> None:
+        self.requests = 0
+        served = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                served.requests += 1
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # killed
+                    for start in range(0, len(data), 1 << 16):
+                        self.wfile.write(data[start:start + (1 << 16)])
+                        time.sleep(delay)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/{name}"
+
+    def __enter__(self) -> SlowServer:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 @pytest.fixture(scope="session")
 def toolchain() -> Toolchain:
     """The real pinned toolchain (torch 2.14.1 + nvcc 13.0 from PyPI), created once per

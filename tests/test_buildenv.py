@@ -93,3 +93,9 @@ def test_two_profiles_of_one_torch_minor_never_share_a_filename_or_a_key() -> No
         "cu.13.0.torch.2.11.sm.120", "cu.13.0.torch.2.11.sm.120"]  # + the cp311/cp312 tag
     assert len({(c.local_label(), c.toolchain.python_version) for c in cells}) == 4
     assert len({c.key for c in cells}) == 4
+
+
+def test_builds_of_other_keys_never_share_a_source_tree_or_a_lock() -> None:
+    slugs = {plan(archs).slug() for archs in ("12.0", "9.0;12.0", "12.0+PTX", "10.0")}
+    assert len(slugs) == 4  # the work dir and its lock are named after the key
+    assert plan("12.0").slug() == f"causal-conv1d-1.7.0-{plan('12.0').key[:12]}"

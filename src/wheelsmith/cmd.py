@@ -2,27 +2,41 @@
 
 It echoes `+ command` to the log, streams every output line to the log (and to an optional
 log file and line callback), and on failure raises with the tail of the output attached.
+
+Every command runs under a supervisor (`resources/supervise.py`) in a session of its own: it
+dies with wheelsmith, even with a SIGKILL, and takes the command's whole tree (compilers
+included) with it. When wheelsmith is interrupted (Ctrl-C, SIGTERM: KeyboardInterrupt) while a
+command runs, the command's tree is stopped before the interrupt goes on. Its environment names
+wheelsmith as its owner (procs.OWNER_ENV), for a later run to clean up after a dead one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from wheelsmith import procs
 from wheelsmith.errors import CommandError, WheelsmithError
 
 log = logging.getLogger(__name__)
 output_log = logging.getLogger("wheelsmith.output")
 
 TAIL_LINES = 40
+SUPERVISOR = Path(__file__).parent / "resources" / "supervise.py"
+STOP_GRACE_S = 3.0  # SIGTERM to the command's tree, then SIGKILL
+STOP_WAIT_S = STOP_GRACE_S + 10.0  # then the supervisor itself is killed
+INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +116,64 @@ def _emit(text: str, log_file: IO[str] | None, on_line: Callable[[str], None] | 
         on_line(text)
 
 
+@contextlib.contextmanager
+def _started(args: list[str], cwd: Path | None, env: Mapping[str, str] | None, *,
+             capture: bool) -> Iterator[subprocess.Popen[str]]:
+    """The command under its supervisor; on any exception (an interrupt included) its tree
+    is stopped before the exception goes on."""
+    supervised = [sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()),
+                  str(STOP_GRACE_S), "--", *args]
+    proc = None
+    # an interrupt must not land inside Popen, after the fork but before `proc` is known: it
+    # waits (blocked) until the supervisor is started; the supervisor unblocks for itself
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
+    try:
+        try:
+            proc = subprocess.Popen(
+                supervised,
+                cwd=cwd,
+                env={**(env if env is not None else os.environ),
+                     procs.OWNER_ENV: procs.own_ident()},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE if capture else subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                bufsize=-1 if capture else 1,
+                start_new_session=True,
+            )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        yield proc
+    except BaseException:
+        if proc is not None:
+            _stop(proc, args)
+        raise
+    finally:
+        for pipe in (proc.stdout, proc.stderr) if proc is not None else ():
+            if pipe is not None:
+                pipe.close()
+
+
+def _stop(proc: subprocess.Popen[str], args: list[str]) -> None:
+    """End a command's whole tree: the supervisor does it on SIGTERM; wait for that (a second
+    Ctrl-C does not cut it short), killing the supervisor only if it does not finish."""
+    if proc.stdout is not None:
+        proc.stdout.close()  # writers get EPIPE instead of blocking on a full pipe
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    while True:
+        try:
+            proc.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            log.warning("the supervisor of %s did not stop; killing it", render(args))
+            proc.kill()
+            proc.wait()
+        except KeyboardInterrupt:
+            continue
+        return
+
+
 def _run_streaming(
     args: list[str],
     cwd: Path | None,
@@ -111,17 +183,7 @@ def _run_streaming(
 ) -> tuple[int, str, str, list[str]]:
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     collected: list[str] = []
-    with subprocess.Popen(
-        args,
-        cwd=cwd,
-        env=dict(env) if env is not None else None,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        bufsize=1,
-    ) as proc:
+    with _started(args, cwd, env, capture=False) as proc:
         assert proc.stdout is not None
         for raw in proc.stdout:
             text = raw.rstrip("\n")
@@ -140,17 +202,9 @@ def _run_captured(
     env: Mapping[str, str] | None,
     log_file: IO[str] | None,
 ) -> tuple[int, str, str, list[str]]:
-    proc = subprocess.run(
-        args,
-        cwd=cwd,
-        env=dict(env) if env is not None else None,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        errors="replace",
-        check=False,
-    )
-    lines = (proc.stdout + proc.stderr).splitlines()
+    with _started(args, cwd, env, capture=True) as proc:
+        stdout, stderr = proc.communicate()
+    lines = (stdout + stderr).splitlines()
     for text in lines:
         _emit(text, log_file, None)
-    return proc.returncode, proc.stdout, proc.stderr, lines[-TAIL_LINES:]
+    return proc.returncode, stdout, stderr, lines[-TAIL_LINES:]

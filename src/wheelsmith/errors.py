@@ -173,3 +173,9 @@ class NightlyError(VerifyError):
     """At least one nightly cell failed (the others ran; the report says which and why)."""
 
     exit_code = 17
+
+
+class BuildLockedError(WheelsmithError):
+    """Another build of the same content key holds the work directory (and --no-wait)."""
+
+    exit_code = 18

@@ -29,7 +29,13 @@ from packaging.utils import canonicalize_name
 
 from wheelsmith import cmd
 from wheelsmith.errors import SourceError
-from wheelsmith.files import place_no_clobber, sha256_file, temp_file_in
+from wheelsmith.files import (
+    atomic_write_text,
+    exclusive_lock,
+    place_no_clobber,
+    sha256_file,
+    temp_file_in,
+)
 from wheelsmith.recipe import GitSource, LocalSource, PypiSource, Source, UrlSource
 
 log = logging.getLogger(__name__)
@@ -66,29 +72,37 @@ def cached_path(cache: Path, sha256: str) -> Path:
 
 
 def download(source: PypiSource | UrlSource, cache: Path) -> Path:
-    """The verified file for `source`, from the cache or downloaded into it."""
+    """The verified file for `source`, from the cache or downloaded into it. One process at
+    a time downloads a given file (the others wait and then use it); partial downloads that a
+    killed process left are removed first."""
     target = cached_path(cache, source.sha256)
-    if target.is_file():
-        if sha256_file(target) == source.sha256:
-            log.info("using cached %s", target)
-            return target
-        log.warning("cached %s is corrupt (sha256 differs); downloading it again", target)
-        target.unlink()
-    if isinstance(source, PypiSource):
-        url, name = pypi_sdist_url(source)
-    else:
-        url, name = source.url, source.url.rsplit("/", 1)[-1]
     target.parent.mkdir(parents=True, exist_ok=True)
-    with temp_file_in(target.parent) as tmp:
-        actual = _download_with_retries(url, tmp)
-        if actual != source.sha256:
-            raise SourceError(
-                f"sha256 mismatch for {name}: the recipe pins {source.sha256}, "
-                f"the download has {actual}",
-                hint=f"{url} changed or is not the file the recipe means; the file was deleted",
-            )
-        place_no_clobber(tmp, target)
-    (target.parent / f"{source.sha256}.name").write_text(name + "\n")
+    partial = f".{source.sha256}.part"
+    with exclusive_lock(target.parent / f"{source.sha256}.lock"):
+        for stale in target.parent.glob(f".tmp-*{partial}"):
+            log.info("removing the partial download %s", stale)
+            stale.unlink()
+        if target.is_file():
+            if sha256_file(target) == source.sha256:
+                log.info("using cached %s", target)
+                return target
+            log.warning("cached %s is corrupt (sha256 differs); downloading it again", target)
+            target.unlink()
+        if isinstance(source, PypiSource):
+            url, name = pypi_sdist_url(source)
+        else:
+            url, name = source.url, source.url.rsplit("/", 1)[-1]
+        with temp_file_in(target.parent, suffix=partial) as tmp:
+            actual = _download_with_retries(url, tmp)
+            if actual != source.sha256:
+                raise SourceError(
+                    f"sha256 mismatch for {name}: the recipe pins {source.sha256}, "
+                    f"the download has {actual}",
+                    hint=f"{url} changed or is not the file the recipe means; the file was "
+                         "deleted",
+                )
+            place_no_clobber(tmp, target)
+        atomic_write_text(target.parent / f"{source.sha256}.name", name + "\n")
     return target
 
 

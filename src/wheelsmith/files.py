@@ -5,12 +5,21 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
+import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from wheelsmith import procs
+
+log = logging.getLogger(__name__)
+
 CHUNK = 1 << 20
+SCRATCH = ".tmp-"
+SCRATCH_RE = re.compile(rf"^{re.escape(SCRATCH)}(\d+\.\d+)-")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -31,6 +40,24 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def scratch_dir(parent: Path) -> Iterator[Path]:
+    """A temporary directory in `parent` (same filesystem), named after this process so that
+    one a killed process left behind can be told from one in use (`remove_stale_scratch`)."""
+    with tempfile.TemporaryDirectory(dir=parent, prefix=f"{SCRATCH}{procs.own_ident()}-") as name:
+        yield Path(name)
+
+
+def remove_stale_scratch(parent: Path) -> list[Path]:
+    """Remove the scratch directories in `parent` whose process is gone; return them."""
+    stale = [path for path in sorted(parent.glob(f"{SCRATCH}*"))
+             if (owner := SCRATCH_RE.match(path.name)) and not procs.alive(owner[1])]
+    for path in stale:
+        log.info("removing %s, left by a process that is gone", path)
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
 
 
 @contextlib.contextmanager
@@ -101,11 +128,17 @@ def store_no_clobber(final: Path, write: Callable[[Path], object],
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive flock on `path` (created if missing) for the duration of the block."""
+def exclusive_lock(path: Path, on_busy: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (created if missing) for the duration of the block.
+    When another process holds it, `on_busy` runs before waiting (and may raise instead)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_busy is not None:
+                on_busy()
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
             yield
         finally:

@@ -14,8 +14,8 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +27,7 @@ from wheelsmith import (
     compilecache,
     knownbad,
     locations,
+    locks,
     manylinux,
     prebuild,
     target,
@@ -34,6 +35,7 @@ from wheelsmith import (
 from wheelsmith.arch import ArchSet
 from wheelsmith.compile import compile_wheel
 from wheelsmith.errors import (
+    BuildLockedError,
     CompileError,
     KnownBadError,
     OutputError,
@@ -42,7 +44,7 @@ from wheelsmith.errors import (
     VerifyError,
 )
 from wheelsmith.fetch import fetch
-from wheelsmith.files import place_no_clobber, sha256_file
+from wheelsmith.files import place_no_clobber, remove_stale_scratch, scratch_dir, sha256_file
 from wheelsmith.inventory import DeviceCode, wheel_inventory
 from wheelsmith.patch import apply_all
 from wheelsmith.plan import BuildPlan
@@ -110,6 +112,7 @@ class BuildRequest:
     prepared_source: Path | None = None  # a tree already fetched and patched (inside a container)
     rebuild: bool = False
     keep_work: bool = False
+    wait: bool = True  # for another build of the same key in the work dir (else refuse)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -241,7 +244,56 @@ class _Setup:
         return f"{self.parallelism.describe()}; {cached}"
 
 
+class _LockedReporter:
+    """Reports on, keeping the build lock's record of the stage current."""
+
+    def __init__(self, report: Reporter, held: locks.Held) -> None:
+        self.report, self.held = report, held
+
+    def stage(self, name: str, detail: str) -> None:
+        self.held.stage(name)
+        self.report.stage(name, detail)
+
+    def progress(self, done: int, total: int) -> None:
+        self.report.progress(done, total)
+
+
+def exclusively(plan: BuildPlan, request: BuildRequest, report: Reporter,
+                build: Callable[[Reporter], BuildResult]) -> BuildResult:
+    """Run `build` (any runner's) holding the lock of the plan's work directory for its whole
+    life: one build per work dir and content key. Another build of the key waits for it
+    (`request.wait`, else BuildLockedError) and then finds the wheel up to date; a lock whose
+    holder died is taken over once what it left running is ended."""
+    where = request.work_dir / plan.slug()
+    what = f"another build of {plan.recipe.name} {plan.release.version} is running in {where}"
+
+    def busy(holder: locks.Holder | None) -> None:
+        who = holder.describe() if holder else "its holder wrote no record"
+        if not request.wait:
+            raise BuildLockedError(f"{what}: {who}",
+                                   hint="leave out --no-wait to wait for it (then the wheel is "
+                                        "up to date), or build in another --work-dir")
+        report.stage("waiting", f"{what}: {who}")
+
+    def taken_over(holder: locks.Holder, ended: int) -> None:
+        report.stage("takeover", f"the last build in {where} ({holder.describe()}) is gone; "
+                                 f"ended {ended} process(es) it left running")
+
+    lock = request.work_dir.resolve() / f"{plan.slug()}.lock"
+    with locks.hold(lock, on_busy=busy, on_takeover=taken_over) as held:
+        locked = _LockedReporter(report, held)
+        out_dir = request.out_dir.resolve()
+        if out_dir.is_dir():
+            remove_stale_scratch(out_dir)
+        return already_built(plan, request, locked) or build(locked)
+
+
 def _build_plan(plan: BuildPlan, request: BuildRequest, report: Reporter) -> BuildResult:
+    return exclusively(plan, request, report,
+                       lambda locked: _build_locked(plan, request, locked))
+
+
+def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> BuildResult:
     started = time.monotonic()
     work = request.work_dir.resolve() / plan.slug()
     work.mkdir(parents=True, exist_ok=True)
@@ -518,8 +570,8 @@ def _write_output(plan: BuildPlan, raw: Path, request: BuildRequest,
     """Stamp into a scratch directory inside the output, then move the finished file in."""
     out_dir = request.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".tmp-") as scratch:
-        stamped = stamp(raw, Path(scratch), label=plan.local_label(),
+    with scratch_dir(out_dir) as scratch:
+        stamped = stamp(raw, scratch, label=plan.local_label(),
                         torch_requirement=plan.torch_requirement(), provenance=provenance,
                         epoch=epoch)
         return place(stamped, out_dir, rebuild=request.rebuild)

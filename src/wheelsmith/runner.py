@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from wheelsmith import compilecache, container, locations, pipeline, wheelfile
 from wheelsmith.compile import progress_parser
 from wheelsmith.errors import CompileError, UsageError, VerifyError
+from wheelsmith.files import scratch_dir
 from wheelsmith.plan import BuildPlan
 from wheelsmith.stamp import read_provenance
 from wheelsmith.toolchain import SYSTEM
@@ -66,6 +66,13 @@ def _writable_dir(path: Path) -> Path:
 
 def _run(engine: container.Engine, image: str, info: dict[str, object], *, plan: BuildPlan,
          request: pipeline.BuildRequest, report: pipeline.Reporter) -> pipeline.BuildResult:
+    return pipeline.exclusively(plan, request, report, lambda locked: _run_locked(
+        engine, image, info, plan=plan, request=request, report=locked))
+
+
+def _run_locked(engine: container.Engine, image: str, info: dict[str, object], *,
+                plan: BuildPlan, request: pipeline.BuildRequest, report: pipeline.Reporter
+                ) -> pipeline.BuildResult:
     work = request.work_dir.resolve() / plan.slug()
     work.mkdir(parents=True, exist_ok=True)
     log_path = pipeline.log_path_of(work)
@@ -129,8 +136,8 @@ def _check_and_place(plan: BuildPlan, request: pipeline.BuildRequest, out: Path,
     pipeline.check_device_code(plan, wheels[0], pipeline.cuobjdump_for(None, Path(sys.executable)))
     out_dir = request.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".tmp-") as scratch:
-        staged = Path(scratch) / wheels[0].name  # same filesystem as the output: link works
+    with scratch_dir(out_dir) as scratch:
+        staged = scratch / wheels[0].name  # same filesystem as the output: link works
         shutil.copyfile(wheels[0], staged)
         final = pipeline.place(staged, out_dir, rebuild=request.rebuild)
     if not request.keep_work:

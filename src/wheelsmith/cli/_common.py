@@ -102,6 +102,7 @@ def main(verbose: int) -> None:
 
 
 def _terminated(*_: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough: let the clean-up finish
     raise KeyboardInterrupt
 
 

@@ -50,6 +50,9 @@ from wheelsmith.recipe import load_recipe, recipe_files, schema_json
 @click.option("--rebuild", is_flag=True, help="Build even if an identical build is in --out, "
               "and replace it.")
 @click.option("--keep-work", is_flag=True, help="Keep the patched source after success.")
+@click.option("--no-wait", is_flag=True,
+              help="Refuse (exit 18) instead of waiting when another build of the same "
+                   "content key is running in --work-dir.")
 @click.option("--compile-cache", metavar="off|DIR|URL",
               help="ccache for nvcc and c++: a directory, a shared remote "
                    "(redis://host:port, redis+unix:///socket, http(s)://...), or off. Default: "
@@ -71,8 +74,8 @@ from wheelsmith.recipe import load_recipe, recipe_files, schema_json
 @json_option
 def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: str | None,
           install_into: bool, out_dir: Path, work_dir: Path, jobs: int | None,
-          env: tuple[str, ...], rebuild: bool,
-          keep_work: bool, compile_cache: str | None, runner: str, keep_container: bool,
+          env: tuple[str, ...], rebuild: bool, keep_work: bool, no_wait: bool,
+          compile_cache: str | None, runner: str, keep_container: bool,
           prepared_source: Path | None, configure_only: bool, publish_to: bool,
           index_dir: Path, as_json: bool) -> None:
     """Build RECIPE into a wheel that provably carries device code for --arch."""
@@ -89,7 +92,7 @@ def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: st
         **chosen_python, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
         env=parse_env(env), configure_only=configure_only, compile_cache=compile_cache,
         runner=runner, keep_container=keep_container, prepared_source=prepared_source,
-        rebuild=rebuild, keep_work=keep_work)
+        rebuild=rebuild, keep_work=keep_work, wait=not no_wait)
     with console.TerminalReporter() as reporter:
         result = runner_module.build(request, reporter)
         if result.wheel is None:

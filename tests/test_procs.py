@@ -1,0 +1,132 @@
+"""Commands die with wheelsmith: a real process tree (one member in a session of its own, as
+ninja puts each compiler, one that ignores SIGTERM) under `cmd.run`, and real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.leftovers import left_after, marked, new_env
+from wheelsmith import cmd, files, locks, procs
+from wheelsmith.errors import CommandError
+
+# a tree like a build's: a process in a session of its own (ninja's compilers), one that
+# ignores SIGTERM, and the command itself
+TREE = "setsid sleep 600 & (trap '' TERM; sleep 601) & exec sleep 602"
+HELPER = """
+import signal, sys
+from pathlib import Path
+from wheelsmith import cmd, locks
+
+def interrupted(*_):
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGTERM, interrupted)  # as the CLI does
+try:
+    with locks.hold(Path(sys.argv[1]), on_busy=print, on_takeover=print) as held:
+        held.stage("compile")
+        cmd.run(["sh", "-c", sys.argv[2]])
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def start_helper(tmp_path: Path, tree: str = TREE) -> tuple[subprocess.Popen[bytes], str]:
+    script = tmp_path / "helper.py"
+    script.write_text(HELPER)
+    mark, env = new_env()
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "x.lock"), tree],
+                            env=env)
+    deadline = time.monotonic() + 20
+    while sum(" sleep" in p for p in marked(mark)) < tree.count("sleep"):
+        assert proc.poll() is None, marked(mark)
+        assert time.monotonic() < deadline, marked(mark)
+        time.sleep(0.05)
+    return proc, mark
+
+
+def test_sigkill_of_wheelsmith_ends_the_commands_whole_tree(tmp_path: Path) -> None:
+    proc, mark = start_helper(tmp_path)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    assert left_after(mark, cmd.STOP_GRACE_S + 3) == []
+
+
+def test_sigterm_stops_the_whole_tree_before_wheelsmith_exits(tmp_path: Path) -> None:
+    proc, mark = start_helper(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=cmd.STOP_WAIT_S + 5) == 130
+    assert marked(mark) == []  # at once: wheelsmith waited for its tree
+    assert not (tmp_path / "x.owner.json").exists()  # a clean end leaves no holder record
+
+
+def test_a_lock_whose_holder_died_is_taken_over_after_its_leftovers_are_ended(
+        tmp_path: Path) -> None:
+    proc, mark = start_helper(tmp_path, "setsid sleep 600 & exec sleep 602")
+    seen: list[locks.Holder | None] = []
+
+    def refuse(holder: locks.Holder | None) -> None:
+        seen.append(holder)
+        raise RuntimeError("busy")
+
+    with pytest.raises(RuntimeError, match="busy"), locks.hold(
+            tmp_path / "x.lock", on_busy=refuse, on_takeover=print):
+        pass
+    assert seen[0] is not None
+    assert (seen[0].pid, seen[0].stage) == (proc.pid, "compile")
+    # wheelsmith and its supervisor die together (the OOM killer, kill -9 of both): the
+    # command's tree is left running, for the next holder of the lock to end
+    supervisors = [int(p.split()[0]) for p in marked(mark)
+                   if b"supervise.py" in Path(f"/proc/{p.split()[0]}/cmdline").read_bytes()]
+    assert len(supervisors) == 1
+    for pid in (proc.pid, *supervisors):
+        os.kill(pid, signal.SIGKILL)
+    proc.wait()
+    assert sorted(p.split()[1] for p in left_after(mark, 1)) == ["sleep", "sleep"]
+    taken: list[tuple[int, str, int]] = []
+    with locks.hold(tmp_path / "x.lock", on_busy=print,
+                    on_takeover=lambda h, n: taken.append((h.pid, h.stage, n))) as held:
+        assert taken == [(proc.pid, "compile", 2)]
+        assert marked(mark) == []
+        assert locks.read_holder(tmp_path / "x.owner.json") == held.holder
+    assert not (tmp_path / "x.owner.json").exists()
+
+
+
+def test_a_command_killed_by_a_signal_is_reported_with_it() -> None:
+    with pytest.raises(CommandError) as caught:
+        cmd.run(["sh", "-c", "kill -9 $$"])
+    assert caught.value.message == "sh -c 'kill -9 $$' failed with exit code -9"
+    result = cmd.run(["sh", "-c", "echo out; echo err >&2; exit 3"], stream=False,
+                     ok_returncodes=(3,))
+    assert (result.stdout, result.stderr, result.returncode) == ("out\n", "err\n", 3)
+
+
+def test_commands_name_their_owner_in_their_environment() -> None:
+    result = cmd.run(["sh", "-c", f"echo ${procs.OWNER_ENV}"], stream=False)
+    assert result.stdout.strip() == procs.own_ident()
+    assert procs.alive(procs.own_ident())
+
+
+def test_scratch_of_a_process_that_is_gone_is_removed_and_no_other(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["sleep", "60"])
+    gone_ident = procs.ident(gone.pid)
+    gone.kill()
+    gone.wait()
+    assert gone_ident is not None
+    assert not procs.alive(gone_ident)
+    stale = tmp_path / f".tmp-{gone_ident}-abc"
+    (stale / "sub").mkdir(parents=True)
+    (stale / "sub" / "half.whl").write_bytes(b"PK")
+    unknown = tmp_path / ".tmp-abcdef"
+    unknown.mkdir()
+    with files.scratch_dir(tmp_path) as mine:
+        assert files.remove_stale_scratch(tmp_path) == [stale]
+        assert mine.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tmp-abcdef"]
