@@ -198,3 +198,29 @@ def test_pip_installs_from_a_file_url(tmp_path: Path, wheels: Path, root: Path) 
 
 def test_uv_binary_is_installed() -> None:
     assert shutil.which(str(UV)) is not None, "uv comes from the dev extra (pip install -e .[dev])"
+
+
+def test_a_new_index_is_served_empty_and_fills_while_served(tmp_path: Path, wheels: Path,
+                                                            root: Path) -> None:
+    wheel = make_wheel(wheels, "demo-ext", "1.0+cu.13.0.torch.2.14.sm.120")
+    with serve(root, tmp_path / "serve.log") as server:
+        status, _, _ = get(f"{server.url}/")
+        assert status == 200
+        publish(wheel, root, channel=CHANNEL)
+        status, _, body = get(f"{server.url}/{CHANNEL}/simple/demo-ext/")
+    assert status == 200
+    assert wheel.name.encode() in body
+    assert "a new, empty index in " in (tmp_path / "serve.log").read_text()
+
+
+def test_serving_a_directory_that_is_not_an_index_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "cat.jpg").write_bytes(b"...")
+    result = subprocess.run([sys.executable, "-m", "wheelsmith", "serve", "--index", str(other),
+                             "--port", "0"], capture_output=True, text=True, check=False)
+    assert result.returncode == 14
+    assert result.stderr == (f"error: {other} is not a wheelsmith index (no ledger.jsonl)\n"
+                             "hint: point --index at an index, an empty directory or a new "
+                             "path\n")
+    assert sorted(p.name for p in other.iterdir()) == ["cat.jpg"]

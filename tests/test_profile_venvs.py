@@ -57,7 +57,7 @@ def test_profile_venv_has_the_torch_and_cuda_it_names(name: str) -> None:
     profile = load_profile(REPO / "toolchains" / f"{name}.yaml")
     root = ensure_venv(profile, Path(sys.executable), locations.cache_dir())
     info = probe_python(root / "bin" / "python")
-    assert (info["torch_full"], info["torch_cuda"]) == (str(profile.torch), str(profile.cuda))
+    assert (info["torch"], info["torch_cuda"]) == (str(profile.torch), str(profile.cuda))
     marker = json.loads((root / MARKER).read_text())
     if not profile.installed_compiler:
         assert marker["nvcc"].startswith(f"{profile.cuda}.")
@@ -91,4 +91,4 @@ def test_a_cuda_12_torch_gets_a_cu128_wheel_that_imports_there(project: Path,
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert Path(data["wheel"]).name.startswith("tiny_ext-0.1.0+cu.12.8.torch.2.9.sm.120-")
-    assert data["provenance"]["smoke"] == ["imported tiny_ext", "imported tiny_ext"]
+    assert data["provenance"]["smoke"].count("imported tiny_ext") == 2  # toolchain, env

@@ -63,13 +63,15 @@ def test_build_for_an_env_with_torch_2_11_picks_its_profile_and_installs_there(
     assert wheel.name == (f"tiny_ext-0.1.0+cu.13.0.torch.2.11.sm.120-cp{PY}-cp{PY}-"
                           "linux_x86_64.whl")
     assert (f"toolchain: cu130-torch2.11, chosen for {user_env} (Python {PY[0]}.{PY[1:]}, "
-            "torch 2.11.0, CUDA 13.0)") in result.stderr
+            "torch 2.11.0+cu130, CUDA 13.0)") in result.stderr
     toolchain = data["provenance"]["toolchain"]
     assert (toolchain["name"], toolchain["torch"], toolchain["python"]) == (
         "cu130-torch2.11", "2.11.0", f"{PY[0]}.{PY[1:]}")
-    assert data["provenance"]["smoke"] == ["imported tiny_ext", "imported tiny_ext"]
+    assert data["provenance"]["smoke"] == [
+        "imported tiny_ext", "gpu op: skipped (no GPU)",  # the toolchain's torch, then
+        "imported tiny_ext", "gpu op: skipped (no GPU)"]  # the environment's own
     assert data["installed"] == {"python": str(user_env), "imports": ["tiny_ext"]}
-    assert imports_in(user_env, "tiny_ext").endswith(" 2.11.0")
+    assert imports_in(user_env, "tiny_ext").endswith(" 2.11.0+cu130")
 
 
 def test_install_builds_on_a_miss_then_takes_the_indexed_wheel(
@@ -91,7 +93,7 @@ def test_install_builds_on_a_miss_then_takes_the_indexed_wheel(
             "index", miss["wheel"], ["tiny_ext"])
         assert sorted(work.iterdir()) == built_before  # no build ran
         assert "/cu130-torch2.11/simple/tiny-ext/" in server.requests()
-    assert imports_in(user_env, "tiny_ext").endswith(" 2.11.0")
+    assert imports_in(user_env, "tiny_ext").endswith(" 2.11.0+cu130")
     print(f"install from the index: {hit['seconds']} s; build on a miss: {miss['seconds']} s")
 
 
@@ -119,7 +121,7 @@ def test_causal_conv1d_for_the_users_torch_2_11_env_imports_there(user_env: Path
         "path": f"causal_conv1d_cuda.cpython-{PY}-x86_64-linux-gnu.so", "sass": ["sm_120"],
         "ptx": []}]
     assert data["installed"]["imports"] == ["causal_conv1d", "causal_conv1d_cuda"]
-    assert imports_in(user_env, "causal_conv1d_cuda").endswith(" 2.11.0")
+    assert imports_in(user_env, "causal_conv1d_cuda").endswith(" 2.11.0+cu130")
     requires = subprocess.run([str(user_env), "-c", "from importlib.metadata import requires; "
                                "print(requires('causal-conv1d'))"],
                               capture_output=True, text=True, check=True).stdout

@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelsmith import ledger, pages
-from wheelsmith.files import atomic_write_bytes, exclusive_lock, sha256_file, temp_file_in
+from wheelsmith.files import (
+    atomic_write_bytes,
+    exclusive_lock,
+    fsync_dir,
+    sha256_file,
+    temp_file_in,
+)
 from wheelsmith.ledger import IndexState
 
 log = logging.getLogger(__name__)
@@ -99,6 +105,19 @@ def _write_changed(root: Path, wanted: dict[Path, bytes]) -> None:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(target, data, tmp_dir(root), durable=False)  # pages are derived
+
+
+def create(root: Path) -> bool:
+    """Make `root` an empty index if it does not exist or is an empty directory (the ledger,
+    then its pages); False when it is something else (left alone)."""
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        return False
+    root.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(root / LOCK):
+        (root / ledger.LEDGER).touch()
+        fsync_dir(root)
+    rebuild(root)
+    return True
 
 
 def rebuild(root: Path) -> int:

@@ -389,7 +389,7 @@ def _check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
     if request.target is not None and request.target != toolchain.python:
         env = target.probe(request.target)
         report.stage("smoke", f"import in {request.target} against its torch {env.torch}")
-        smoke_output += _smoke(plan, raw, request.target, env.pip(), work)
+        smoke_output += "\n" + _smoke(plan, raw, request.target, env.pip(), work)
     return inventory, smoke_output, platform
 
 

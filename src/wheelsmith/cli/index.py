@@ -92,9 +92,12 @@ def index_rebuild(index_dir: Path) -> None:
 def serve_command(index_dir: Path, host: str, port: int) -> None:
     """Serve the index read-only over HTTP (HTML/JSON negotiation, .metadata, no PyPI)."""
 
-    if not (index_dir / "ledger.jsonl").is_file():
+    if index.create(index_dir):
+        click.echo(f"a new, empty index in {index_dir}: publishing fills it while it is served",
+                   err=True)
+    elif not (index_dir / "ledger.jsonl").is_file():
         raise IndexDriftError(f"{index_dir} is not a wheelsmith index (no ledger.jsonl)",
-                              hint="publish a wheel first, or pass --index")
+                              hint="point --index at an index, an empty directory or a new path")
     server = make_server(index_dir, host, port)
     console.setup_logging(max(1, _verbosity()))
     bound = f"http://{host}:{server.server_address[1]}"
