@@ -92,3 +92,16 @@ def test_a_cuda_12_torch_gets_a_cu128_wheel_that_imports_there(project: Path,
     data = json.loads(result.stdout)
     assert Path(data["wheel"]).name.startswith("tiny_ext-0.1.0+cu.12.8.torch.2.9.sm.120-")
     assert data["provenance"]["smoke"].count("imported tiny_ext") == 2  # toolchain, env
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NO_CUDA12 is not None, reason=f"not runnable here: {NO_CUDA12}")
+def test_causal_conv1d_for_a_cuda_12_torch_imports_there(cu12_env: Path, tmp_path: Path) -> None:
+    """causal-conv1d 1.7.0 for 12.0 through the cu128-torch2.9 profile (5-7 minutes)."""
+    result = wheelsmith("build", "causal-conv1d", "--arch", "12.0", "--python", str(cu12_env),
+                        "--json", "--out", str(tmp_path / "out"), "--work-dir",
+                        str(tmp_path / "work"), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert Path(data["wheel"]).name.startswith("causal_conv1d-1.7.0+cu.12.8.torch.2.9.sm.120-")
+    assert data["provenance"]["smoke"].count("imported causal_conv1d_cuda") == 2
