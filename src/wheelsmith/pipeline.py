@@ -302,17 +302,16 @@ def _configured(records: tuple[dict[str, Any], ...], log_path: Path,
 
 def _check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
                  report: Reporter) -> tuple[list[DeviceCode], str, dict[str, Any]]:
-    """The device-code gate, the platform report, then the smoke test."""
+    """The device-code gate, the platform tag (manylinux.py), then the smoke test."""
     report.stage("verify", f"device code of {raw.name}")
     inventory = check_device_code(plan, raw, cuobjdump_for(plan.toolchain, request.python))
-    auditwheel = auditwheel_for(plan.toolchain, request.python)
-    platform = manylinux.report(raw, auditwheel) if auditwheel else {
-        "error": "auditwheel is not available: add it to the profile's tools, or put it on PATH"}
+    platform = manylinux.assess(raw, auditwheel_for(plan.toolchain, request.python))
+    report.stage("platform", platform.describe())
     report.stage("smoke", "import against torch " + str(plan.toolchain.torch_version))
     smoke_output = smoke_test(raw, toolchain=plan.toolchain, imports=plan.recipe.smoke_imports,
                               gpu_code=plan.recipe.smoke_gpu, archs=plan.archs,
                               scratch=work / "smoke", log_path=log_path_of(work))
-    return inventory, smoke_output, platform
+    return inventory, smoke_output, platform.as_dict()
 
 
 def check_device_code(plan: BuildPlan, wheel: Path, cuobjdump: Path) -> list[DeviceCode]:
@@ -489,7 +488,7 @@ def _write_output(plan: BuildPlan, raw: Path, request: BuildRequest,
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".tmp-") as scratch:
         stamped = stamp(raw, Path(scratch), label=plan.local_label(),
                         torch_requirement=plan.torch_requirement(), provenance=provenance,
-                        epoch=epoch)
+                        epoch=epoch, platform=provenance["platform"]["tag"])
         return place(stamped, out_dir, rebuild=request.rebuild)
 
 
