@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import FIXTURES, REPO, wheelsmith
 from wheelsmith import container
 from wheelsmith.container import Engine, Mounts, run_argv
+from wheelsmith.stamp import read_provenance
 
 BASE = "localhost/wheelsmith-base:bookworm"
 MIRROR = Path("/opt/pypi-more/files")  # this workplace's local PyPI files (torch, nvidia-*)
@@ -96,6 +97,36 @@ def test_tiny_extension_builds_in_the_image_offline(image: str, tiny_project: Pa
     again = run_in(tiny_project, "build", "tiny-ext", "--arch", "12.0", "--runner", "podman",
                    "--json")  # host and image compute the same content key
     assert json.loads(again.stdout)["up_to_date"] is True, again.stderr
+
+
+@needs_podman
+@pytest.mark.container
+def test_nightly_builds_cells_in_the_image_and_never_for_another_python(
+        image: str, tiny_project: Path) -> None:
+    """`nightly --runner podman`: the key is the image's (no toolchain on the host), the wheel
+    is built in there, and a cell for a Python the image lacks fails instead of quietly
+    becoming a cp311 wheel."""
+    if shutil.which("python3.12") is None:
+        pytest.skip("python3.12 is not installed: nightly needs the cell's Python on the host")
+    (tiny_project / "matrix.yaml").write_text('pythons: ["3.11", "3.12"]\npackages:\n'
+                                              '  - recipe: tiny-ext\n    archs: ["12.0"]\n')
+    first = run_in(tiny_project, "nightly", "--runner", "podman", "--no-publish", "--report", "r1")
+    assert first.returncode == 17, first.stderr
+    cells = {c["python"]: c for c in
+             json.loads((tiny_project / "r1" / "nightly.json").read_text())["cells"]}
+    assert cells["3.11"]["status"] == "built", cells["3.11"]["reason"]
+    provenance = read_provenance(tiny_project / "wheelhouse" / cells["3.11"]["wheel"])
+    assert provenance is not None
+    assert provenance["runner"]["image"] == image
+    assert cells["3.12"]["reason"] == (
+        "UsageError (exit 4): tiny-ext-0.1.0-cu130-torch2.14-12.0-py3.12 is for Python 3.12, but "
+        "its toolchain (--runner podman) has Python 3.11 (hint: exclude that Python from "
+        "container builds, or use --runner host)")
+    again = run_in(tiny_project, "nightly", "--python", "3.11", "--runner", "podman",
+                   "--no-publish", "--report", "r2")
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tiny_project / "r2" / "nightly.json").read_text())["summary"] == {
+        "built": 0, "skipped": 1, "failed": 0, "total": 1}
 
 
 @needs_podman
