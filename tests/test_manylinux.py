@@ -11,6 +11,8 @@ import pytest
 from tests.conftest import DEFAULT_PROFILE
 from tests.wheels import compile_shared, extension_wheel, make_wheel
 from wheelsmith import manylinux, wheelfile
+from wheelsmith.errors import PublishError
+from wheelsmith.publish import publish
 from wheelsmith.stamp import stamp
 from wheelsmith.toolchain import load_profile
 
@@ -149,5 +151,16 @@ def test_check_finds_a_platform_tag_renamed_without_the_wheel_file(tmp_path: Pat
     wheel = make_wheel(tmp_path, "demo", "1.0.0")
     renamed = wheel.rename(wheel.with_name("demo-1.0.0-cp311-cp311-manylinux_2_17_x86_64.whl"))
     assert wheelfile.check(renamed) == [
-        "WHEEL tags cp311-cp311-linux_x86_64 do not match the filename tags "
-        "cp311-cp311-manylinux_2_17_x86_64"]
+        "the filename's tag cp311-cp311-manylinux_2_17_x86_64 is not among the WHEEL file's "
+        "tags (cp311-cp311-linux_x86_64): renamed?"]
+
+
+def test_publish_refuses_a_linux_wheel_renamed_to_a_manylinux_tag(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, "demo", "1.0.0")
+    renamed = wheel.rename(wheel.with_name("demo-1.0.0-cp311-cp311-manylinux_2_17_x86_64.whl"))
+    with pytest.raises(PublishError) as caught:
+        publish(renamed, tmp_path / "index", channel="cu130-torch2.14")
+    assert caught.value.message == (
+        "refusing to publish demo-1.0.0-cp311-cp311-manylinux_2_17_x86_64.whl: it is not a valid "
+        "wheel: the filename's tag cp311-cp311-manylinux_2_17_x86_64 is not among the WHEEL "
+        "file's tags (cp311-cp311-linux_x86_64): renamed?")

@@ -156,9 +156,8 @@ def _check_members(zf: zipfile.ZipFile, name: WheelName) -> list[str]:
         problems.append(f"METADATA Version {headers.get('Version')!r} does not match the "
                         f"filename version {name.version}")
     tags = BytesHeaderParser().parsebytes(zf.read(f"{info_dir}/WHEEL")).get_all("Tag", [])
-    if sorted(tags) != sorted(name.tag_lines()):
-        problems.append(f"WHEEL tags {', '.join(tags)} do not match the filename tags "
-                        f"{name.tags}")
+    problems += [f"the filename's tag {tag} is not among the WHEEL file's tags "
+                 f"({', '.join(tags)}): renamed?" for tag in name.tag_lines() if tag not in tags]
     return problems + _check_record(zf, f"{info_dir}/RECORD")
 
 
