@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO, wheelsmith
+from tests.conftest import FIXTURES, REPO, assert_platform_tagged, wheelsmith
 from wheelsmith import container
 from wheelsmith.container import Engine, Mounts, run_argv
 from wheelsmith.stamp import read_provenance
@@ -88,9 +88,11 @@ def test_tiny_extension_builds_in_the_image_offline(image: str, tiny_project: Pa
     assert provenance["runner"]["image_id"]
     assert provenance["device_code"][0]["sass"] == ["sm_120"]
     assert provenance["smoke"][0] == "imported tiny_ext"
-    assert provenance["platform"]["glibc_floor"]  # recorded from auditwheel in the image
     assert "verify: again on the host" in result.stderr
     wheel = Path(data["wheel"])
+    # tagged in the image by its auditwheel: bookworm's g++ 12 needs GLIBC_2.32 -> 2.34
+    assert_platform_tagged(wheel, provenance, "tiny_ext-0.1.0+cu.13.0.torch.2.14.sm.120")
+    assert provenance["platform"]["glibc_floor"] == "2.34"
     assert wheel.parent == tiny_project / "wheelhouse"
     assert wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=REPO).returncode == 0
     assert leftover_containers() == []
