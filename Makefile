@@ -23,8 +23,13 @@ demo: $(BIN)/.installed
 	mkdir -p build
 	WHEELSMITH=$(WS) PYTHON=$(PYTHON) scripts/demo.sh
 
+# The workflows: actionlint (with the pinned shellcheck for run: scripts; pyflakes off: no
+# Python steps) and zizmor at its strictest persona, offline. Settings and waivers, with
+# reasons: .github/actionlint.yaml, .github/zizmor.yml.
 lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests bench
+	$(BIN)/actionlint -config-file .github/actionlint.yaml -shellcheck $(BIN)/shellcheck -pyflakes ""
+	$(BIN)/zizmor --quiet --offline --persona auditor --strict-collection --config .github/zizmor.yml .
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy

@@ -13,10 +13,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from wheelsmith import locations
+from wheelsmith.pipeline import auditwheel_for
 from wheelsmith.toolchain import Toolchain, ensure_profile, load_profile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,6 +128,14 @@ def add_variant(project: Path, name: str, edit: tuple[str, str] | None = None) -
     return source
 
 
+@pytest.fixture(scope="session")
+def auditwheel(toolchain: Toolchain) -> Path:
+    """The profile's pinned auditwheel, from the toolchain venv (what builds use)."""
+    found = auditwheel_for(toolchain, Path(sys.executable))
+    assert found is not None, "the default profile's tools include auditwheel"
+    return found
+
+
 def wheelsmith(*args: str, cwd: Path, check: bool = False) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess (real exit codes, real output)."""
     result = subprocess.run([sys.executable, "-m", "wheelsmith", *args], cwd=cwd,
@@ -134,6 +144,15 @@ def wheelsmith(*args: str, cwd: Path, check: bool = False) -> subprocess.Complet
         raise AssertionError(f"wheelsmith {' '.join(args)} failed ({result.returncode}):\n"
                              f"{result.stdout}\n{result.stderr}")
     return result
+
+
+def assert_platform_tagged(wheel: Path, provenance: dict[str, Any], stem: str) -> None:
+    """The wheel carries the manylinux tag of its glibc floor (host-dependent: 2.34 on Debian
+    12), in its name and in the provenance."""
+    platform = provenance["platform"]
+    assert platform["policy"] == f"manylinux_{platform['glibc_floor'].replace('.', '_')}_x86_64"
+    assert wheel.name == f"{stem}-cp311-cp311-{platform['tag']}.whl"
+    assert platform["tag"].startswith(platform["policy"])
 
 
 @dataclass

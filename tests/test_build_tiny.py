@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import add_variant, wheelsmith
+from tests.conftest import add_variant, assert_platform_tagged, wheelsmith
 from wheelsmith.toolchain import Toolchain
 
 pytestmark = pytest.mark.toolchain
@@ -36,10 +36,10 @@ def test_builds_exactly_sm_120(project: Path, toolchain: Toolchain) -> None:
     add_variant(project, "tiny-ext")
     data = build_json(project, "tiny-ext", "--arch", "12.0")
     wheel = Path(str(data["wheel"]))
-    assert wheel.name == "tiny_ext-0.1.0+cu.13.0.torch.2.14.sm.120-cp311-cp311-linux_x86_64.whl"
     assert wheel.parent == project / "wheelhouse"
     provenance = data["provenance"]
     assert isinstance(provenance, dict)
+    assert_platform_tagged(wheel, provenance, "tiny_ext-0.1.0+cu.13.0.torch.2.14.sm.120")
     assert provenance["device_code"] == [
         {"path": "tiny_ext/_C.cpython-311-x86_64-linux-gnu.so", "sass": ["sm_120"], "ptx": []}]
     assert provenance["toolchain"]["channel"] == "cu130-torch2.14"

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO, wheelsmith
+from tests.conftest import FIXTURES, REPO, assert_platform_tagged, wheelsmith
 from wheelsmith import container
 from wheelsmith.container import Engine, Mounts, run_argv
+from wheelsmith.stamp import read_provenance
 
 BASE = "localhost/wheelsmith-base:bookworm"
 BASE_313 = "localhost/wheelsmith-base:trixie"  # Debian trixie's python3 is 3.13
@@ -99,9 +100,11 @@ def test_tiny_extension_builds_in_the_image_offline(image: str, tiny_project: Pa
     assert provenance["runner"]["image_id"]
     assert provenance["device_code"][0]["sass"] == ["sm_120"]
     assert provenance["smoke"][0] == "imported tiny_ext"
-    assert provenance["platform"]["glibc_floor"]  # recorded from auditwheel in the image
     assert "verify: again on the host" in result.stderr
     wheel = Path(data["wheel"])
+    # tagged in the image by its auditwheel: bookworm's g++ 12 needs GLIBC_2.32 -> 2.34
+    assert_platform_tagged(wheel, provenance, "tiny_ext-0.1.0+cu.13.0.torch.2.14.sm.120")
+    assert provenance["platform"]["glibc_floor"] == "2.34"
     assert wheel.parent == tiny_project / "wheelhouse"
     assert wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=REPO).returncode == 0
     assert leftover_containers() == []
@@ -137,6 +140,34 @@ def test_a_python_without_an_image_is_refused_by_name(tiny_project: Path) -> Non
         "Debian bookworm, trixie)",
         "hint: build on the host with that Python instead: --runner host --python "
         "/path/to/python"]
+
+
+@needs_podman
+@pytest.mark.container
+def test_nightly_builds_cells_in_the_image_and_never_for_another_python(
+        image: str, tiny_project: Path) -> None:
+    """`nightly --runner podman`: the key is the image's (no toolchain on the host), the wheel
+    is built in there, and a cell for a Python no image has fails instead of quietly
+    becoming a cp311 wheel."""
+    (tiny_project / "matrix.yaml").write_text('pythons: ["3.11", "3.12"]\npackages:\n'
+                                              '  - recipe: tiny-ext\n    archs: ["12.0"]\n')
+    first = run_in(tiny_project, "nightly", "--runner", "podman", "--no-publish", "--report", "r1")
+    assert first.returncode == 17, first.stderr
+    cells = {c["python"]: c for c in
+             json.loads((tiny_project / "r1" / "nightly.json").read_text())["cells"]}
+    assert cells["3.11"]["status"] == "built", cells["3.11"]["reason"]
+    provenance = read_provenance(tiny_project / "wheelhouse" / cells["3.11"]["wheel"])
+    assert provenance is not None
+    assert provenance["runner"]["image"] == image
+    assert cells["3.12"]["reason"] == (
+        "UsageError (exit 4): no build image for Python 3.12: images exist for 3.11, 3.13 (the "
+        "python3 of Debian bookworm, trixie) (hint: build on the host with that Python instead: "
+        "--runner host --python /path/to/python)")
+    again = run_in(tiny_project, "nightly", "--python", "3.11", "--runner", "podman",
+                   "--no-publish", "--report", "r2")
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tiny_project / "r2" / "nightly.json").read_text())["summary"] == {
+        "built": 0, "skipped": 1, "failed": 0, "total": 1}
 
 
 @needs_podman

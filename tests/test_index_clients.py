@@ -19,6 +19,7 @@ from tests.conftest import serve
 from tests.wheels import make_wheel
 from wheelsmith import ledger
 from wheelsmith.publish import publish, yank
+from wheelsmith.stamp import stamp
 
 CHANNEL = "cu130-torch2.14"
 UV = Path(sys.executable).with_name("uv")
@@ -224,3 +225,20 @@ def test_serving_a_directory_that_is_not_an_index_is_refused(tmp_path: Path) -> 
                              "hint: point --index at an index, an empty directory or a new "
                              "path\n")
     assert sorted(p.name for p in other.iterdir()) == ["cat.jpg"]
+
+
+@pytest.mark.parametrize("client", INSTALLERS)
+def test_a_manylinux_tagged_wheel_is_published_served_and_installed(
+        tmp_path: Path, wheels: Path, root: Path, client: str) -> None:
+    """The name the stamp gives (manylinux.py) passes publish's checks and both installers."""
+    raw = make_wheel(tmp_path, "demo-ext", "1.0.0")
+    wheel = stamp(raw, wheels, label="cu.13.0.torch.2.14.sm.120", torch_requirement=None,
+                  provenance={}, epoch=0, platform="manylinux_2_17_x86_64.manylinux2014_x86_64")
+    assert publish(wheel, root, channel=CHANNEL).filename == (
+        "demo_ext-1.0.0+cu.13.0.torch.2.14.sm.120-cp311-cp311-"
+        "manylinux_2_17_x86_64.manylinux2014_x86_64.whl")
+    python = venv(tmp_path / "venv")
+    with serve(root, tmp_path / "server.log") as server:
+        result = INSTALLERS[client](python, f"{server.url}/{CHANNEL}/simple/", "demo-ext")
+    assert result.returncode == 0, result.stderr
+    assert installed(python, "demo-ext") == "1.0.0+cu.13.0.torch.2.14.sm.120"

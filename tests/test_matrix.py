@@ -97,6 +97,18 @@ def test_shards_split_the_cells_without_overlap(tmp_path: Path) -> None:
         shard(cells, "3/3")
 
 
+def test_github_matrix_groups_shards_by_python_in_version_order(tmp_path: Path) -> None:
+    cells = expand(tmp_path, 'pythons: ["3.10", "3.9"]\npackages:\n  - recipe: fla-core\n'
+                             "  - recipe: causal-conv1d\n    versions: ['1.7.0', '1.6.1']\n")
+    include = json.loads(github_matrix(cells, 2))["include"]
+    assert [(e["python"], e["shard"], len(e["cells"])) for e in include] == [
+        ("3.9", "0/2", 1), ("3.9", "1/2", 1),  # fla-core is pure: once, with the first Python
+        ("3.10", "0/2", 2), ("3.10", "1/2", 1)]
+    assert all(cell.endswith(f"-py{e['python']}") for e in include for cell in e["cells"])
+    assert json.loads(github_matrix(cells[:1], 4))["include"] == [
+        {"python": "3.10", "shard": "0/1", "cells": [cells[0].id]}]
+
+
 def test_bad_matrix_reports_every_problem_with_positions(tmp_path: Path) -> None:
     path = write(tmp_path, """packages:
   - recipe: causal-conv1d

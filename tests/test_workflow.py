@@ -1,22 +1,40 @@
-"""The nightly GitHub workflow only uses commands and options that exist."""
+"""The nightly GitHub workflow, never run on GitHub from here: it only uses commands and options
+that exist, its actions are pinned to commits, each build shard gets its Python from
+setup-python and builds in the pinned image, the plan's matrix selects exactly the cells each
+shard builds, and actionlint and zizmor (the real tools, as `make lint` runs them) pass it and
+do catch what they are there for."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import yaml
 from click.testing import CliRunner
 
-from tests.conftest import REPO
+from tests.conftest import REPO, add_variant
 from wheelsmith.cli import main
+from wheelsmith.errors import UsageError
 
 WORKFLOW = REPO / ".github" / "workflows" / "nightly.yml"
+GROUPS = {"index", "image", "toolchain"}  # commands with subcommands
+BIN = Path(sys.executable).parent
+PINNED = re.compile(r"^\s*(- )?uses: [\w.-]+/[\w.-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$")
+
+
+def jobs() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    return loaded
 
 
 def wheelsmith_calls() -> list[list[str]]:
-    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
-    scripts = [step["run"] for job in jobs.values() for step in job["steps"] if "run" in step]
+    scripts = [step["run"] for job in jobs().values() for step in job["steps"] if "run" in step]
     calls = []
     for script in scripts:
         for line in script.replace("\\\n", " ").splitlines():
@@ -29,10 +47,104 @@ def wheelsmith_calls() -> list[list[str]]:
 
 def test_workflow_calls_existing_commands_and_options() -> None:
     calls = wheelsmith_calls()
-    assert {c[0] for c in calls} >= {"matrix", "nightly", "publish", "index"}
+    assert {c[0] for c in calls} >= {"matrix", "nightly", "publish", "index", "image"}
     runner = CliRunner()
     for words in calls:
-        command = words[:2] if words[0] == "index" else words[:1]
+        command = words[:2] if words[0] in GROUPS else words[:1]
         help_text = runner.invoke(main, [*command, "--help"]).output
         for option in (w.split("=")[0] for w in words if w.startswith("--")):
             assert option in help_text, f"`wheelsmith {' '.join(command)}` has no {option}"
+
+
+def test_every_action_is_pinned_to_a_commit_with_its_release_tag() -> None:
+    uses = [line for line in WORKFLOW.read_text().splitlines() if "uses:" in line]
+    assert len(uses) == 8
+    assert [line.strip() for line in uses if not PINNED.match(line)] == []
+
+
+def test_build_shards_get_their_python_and_build_in_the_image_on_hosted_runners() -> None:
+    build = jobs()["build"]
+    assert build["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    assert build["runs-on"] == "ubuntu-24.04"  # third-party builds never on the index machine
+    setup = [s for s in build["steps"] if s.get("uses", "").startswith("actions/setup-python@")]
+    assert [s["with"]["python-version"] for s in setup] == ["${{ matrix.python }}"]
+    nightly = [c for c in wheelsmith_calls() if c[0] == "nightly"]
+    assert len(nightly) == 1
+    assert nightly[0][nightly[0].index("--runner") + 1] == "podman"
+    assert nightly[0][nightly[0].index("--python") + 1] == "$PYTHON_VERSION"
+    image = next(c for c in wheelsmith_calls() if c[:2] == ["image", "build"])
+    assert image[image.index("--engine") + 1] == "podman"
+    assert {name for name, job in jobs().items() if "self-hosted" in job["runs-on"]} == {
+        "plan", "publish"}
+
+
+def test_the_plans_matrix_selects_exactly_what_each_shard_builds(project: Path) -> None:
+    """`matrix --format github` for Pythons 3.10-3.13, then each entry's `nightly --python P
+    --shard S --runner docker` (as the build job runs it) on a PATH with neither a container
+    engine nor other Pythons: each entry builds its cells, and nothing silently builds on the
+    host: every cell fails, saying why."""
+    add_variant(project, "tiny-ext")
+    add_variant(project, "tiny-two")
+    (project / "matrix.yaml").write_text(
+        'pythons: ["3.13", "3.10", "3.11", "3.12"]\npackages:\n  - recipe: tiny-ext\n'
+        "  - recipe: tiny-two\n")
+    runner = CliRunner(env={"PATH": str(project / "empty-path")})
+    planned = runner.invoke(main, ["matrix", "--format", "github", "--shards", "2"])
+    assert planned.exit_code == 0, planned.output
+    include = json.loads(planned.output)["include"]
+    assert [(e["python"], e["shard"]) for e in include] == [
+        (p, s) for p in ("3.10", "3.11", "3.12", "3.13") for s in ("0/2", "1/2")]
+    this = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    for entry in include:
+        report = project / f"report-{entry['python']}-{entry['shard'].replace('/', '-')}"
+        result = runner.invoke(main, ["nightly", "--python", entry["python"], "--shard",
+                                      entry["shard"], "--runner", "docker", "--no-publish",
+                                      "--report", str(report)])
+        assert result.exit_code == 17, result.output
+        cells = json.loads((report / "nightly.json").read_text())["cells"]
+        assert [c["id"] for c in cells] == entry["cells"]
+        python = entry["python"]
+        assert {c["reason"] for c in cells} == {
+            f"UsageError (exit {UsageError.exit_code}): --runner docker: the docker engine does "
+            "not work here: not installed (hint: use --runner host, or --runner auto to pick "
+            "what works)"} if python == this else {
+            f"UsageError (exit {UsageError.exit_code}): python{python} is not installed on this "
+            "runner (hint: install it, or exclude the cell on this runner)"}
+    unknown = runner.invoke(main, ["nightly", "--python", "3.9", "--runner", "docker"])
+    assert (unknown.exit_code, unknown.output.splitlines()[0]) == (
+        UsageError.exit_code, "error: --python 3.9: the matrix has no cells for that Python")
+
+
+def lint(root: Path) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """actionlint and zizmor on the repository at `root`, exactly as `make lint` runs them."""
+    makefile = (REPO / "Makefile").read_text()
+    lines = [line.strip().replace("$(BIN)", str(BIN)) for line in makefile.splitlines()
+             if line.startswith(("\t$(BIN)/actionlint", "\t$(BIN)/zizmor"))]
+    assert len(lines) == 2
+    return tuple(subprocess.run(shlex.split(line), cwd=root, capture_output=True, text=True,
+                                check=False) for line in lines)  # type: ignore[return-value]
+
+
+def test_actionlint_and_zizmor_pass_the_workflow_and_catch_what_they_are_for(
+        tmp_path: Path) -> None:
+    actionlint, zizmor = lint(REPO)
+    assert actionlint.returncode == 0, actionlint.stdout
+    assert (zizmor.returncode, zizmor.stdout.strip()) == (
+        0, "No findings to report. Good job! (2 ignored)")
+
+    copy = tmp_path / "repo"
+    shutil.copytree(REPO / ".github", copy / ".github")
+    (copy / ".git").mkdir()  # actionlint finds the project by its .git
+    broken = copy / ".github" / "workflows" / "nightly.yml"
+    text = broken.read_text()
+    text = re.sub(r"actions/setup-python@\w+ # v[\d.]+", "actions/setup-python@v7", text)
+    text = text.replace('--shard "$SHARD"', "--shard $SHARD")
+    broken.write_text(text)
+    actionlint, zizmor = lint(copy)
+    assert actionlint.returncode == 1
+    assert re.search(r"nightly\.yml:\d+:\d+: shellcheck reported issue in this script: "
+                     r"SC2086:info:\d+:\d+: Double quote to prevent globbing and word "
+                     r"splitting", actionlint.stdout)
+    assert zizmor.returncode != 0
+    assert "error[unpinned-uses]: unpinned action reference" in zizmor.stdout
+    assert "actions/setup-python@v7" in zizmor.stdout

@@ -1,7 +1,9 @@
-"""Write small, valid wheels for tests (the format, not a build)."""
+"""Write small, valid wheels for tests (the format, and real host-compiled shared objects)."""
 
 from __future__ import annotations
 
+import subprocess
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -26,3 +28,29 @@ def make_wheel(directory: Path, name: str = "demo", version: str = "1.0.0", *,
         for member, data in contents.items():
             zf.writestr(member, data)
     return path
+
+
+def compile_shared(directory: Path, source: str, *, cxx: bool = False,
+                   links: tuple[Path, ...] = (), soname: str | None = None) -> Path:
+    """A real shared object compiled by the host's gcc/g++ from `source` (which should export
+    `PyInit_<module>` to look like an extension module); `links` are libraries it needs."""
+    directory.mkdir(parents=True, exist_ok=True)
+    name = soname or "_native.so"
+    src = directory / (name + (".cpp" if cxx else ".c"))
+    src.write_text(source)
+    out = directory / name
+    soname_flags = [f"-Wl,-soname,{soname}"] if soname else []
+    link_flags = ["-Wl,--no-as-needed"] + [f for lib in links
+                                           for f in (f"-L{lib.parent}", f"-l:{lib.name}")]
+    subprocess.run(["g++" if cxx else "gcc", "-O2", "-shared", "-fPIC", *soname_flags, "-o",
+                    str(out), str(src), *link_flags], check=True, capture_output=True)
+    return out
+
+
+def extension_wheel(directory: Path, name: str, shared_object: Path) -> Path:
+    """A cp311 linux_x86_64 wheel holding `shared_object` as `<name>/_native<EXT_SUFFIX>`."""
+    dist = name.replace("-", "_")
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    return make_wheel(directory, name, files={
+        f"{dist}/__init__.py": b"",
+        f"{dist}/_native{suffix}": shared_object.read_bytes()})

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
 from wheelsmith import document
 from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.document import Document, KeyPath
@@ -195,8 +197,13 @@ def shard(cells: list[Cell], spec: str | None) -> list[Cell]:
 
 
 def github_matrix(cells: list[Cell], shards: int) -> str:
-    """The `strategy.matrix` JSON a GitHub Actions plan job emits: one entry per shard."""
-    count = max(1, min(shards, len(cells)))
-    include = [{"shard": f"{i}/{count}", "cells": [c.id for c in cells[i::count]]}
-               for i in range(count)]
+    """The `strategy.matrix` JSON a GitHub Actions plan job emits: each Python's cells split
+    over up to `shards` runners, one entry per runner with its `python` (for setup-python) and
+    its `shard` of that Python's cells (`wheelsmith nightly --python X.Y --shard I/N`)."""
+    include = []
+    for python in sorted({c.python for c in cells}, key=Version):
+        mine = [c for c in cells if c.python == python]
+        count = min(shards, len(mine))
+        include += [{"python": python, "shard": f"{i}/{count}",
+                     "cells": [c.id for c in mine[i::count]]} for i in range(count)]
     return json.dumps({"include": include}, separators=(",", ":"))

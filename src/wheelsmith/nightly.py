@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wheelsmith import ledger, pipeline, publish
+from wheelsmith import ledger, pipeline, publish, runner
 from wheelsmith.arch import ArchSet
-from wheelsmith.errors import MissingToolkitError, WheelsmithError
+from wheelsmith.errors import MissingToolkitError, UsageError, WheelsmithError
 from wheelsmith.matrix import Cell
 from wheelsmith.stamp import read_provenance
 
@@ -46,6 +46,7 @@ class Settings:
     publish: bool
     jobs: int | None = None
     compile_cache: str | None = None
+    runner: str = "host"  # host | podman | docker | auto (runner.py)
 
 
 def known_keys(settings: Settings) -> set[str]:
@@ -65,7 +66,7 @@ def request_for(cell: Cell, settings: Settings) -> pipeline.BuildRequest:
         archs=ArchSet.parse([cell.archs]) if cell.archs else None,
         toolchain=cell.toolchain, python_version=cell.python,
         out_dir=settings.out_dir, work_dir=settings.work_dir, jobs=settings.jobs,
-        compile_cache=settings.compile_cache)
+        compile_cache=settings.compile_cache, runner=settings.runner)
 
 
 def run_cell(cell: Cell, settings: Settings, keys: set[str],
@@ -73,11 +74,13 @@ def run_cell(cell: Cell, settings: Settings, keys: set[str],
     started = time.monotonic()
     try:
         request = request_for(cell, settings)
-        plan = pipeline.prepare(request, reporter)
+        prepared = runner.prepare(request, reporter)  # a container's plan: the image's toolchain
+        plan = prepared.plan
+        _check_python(cell, plan.toolchain.python_version, settings.runner)
         if plan.key in keys:
             return CellResult(cell, "skipped", "already built (content key in the index or "
                               "output)", key=plan.key)
-        result = pipeline.build(request, reporter, plan=plan)  # nightly builds on the host
+        result = runner.build(request, reporter, prepared=prepared)
         assert result.wheel is not None
         outcome = _built(cell, result, time.monotonic() - started)
         if settings.publish:
@@ -92,6 +95,14 @@ def run_cell(cell: Cell, settings: Settings, keys: set[str],
         if error.hint:
             reason += f" (hint: {error.hint.splitlines()[0]})"
         return CellResult(cell, "failed", reason, time.monotonic() - started)
+
+
+def _check_python(cell: Cell, toolchain_python: str, where: str) -> None:
+    """A cell builds for its own Python, never silently for the one an image happens to have."""
+    if toolchain_python != cell.python:
+        raise UsageError(f"{cell.id} is for Python {cell.python}, but its toolchain (--runner "
+                         f"{where}) has Python {toolchain_python}",
+                         hint="exclude that Python from container builds, or use --runner host")
 
 
 def _built(cell: Cell, result: pipeline.BuildResult, seconds: float) -> CellResult:

@@ -377,12 +377,11 @@ def _configured(records: tuple[dict[str, Any], ...], log_path: Path,
 
 def _check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
                  report: Reporter) -> tuple[list[DeviceCode], str, dict[str, Any]]:
-    """The device-code gate, the platform report, then the smoke test."""
+    """The device-code gate, the platform tag (manylinux.py), then the smoke test."""
     report.stage("verify", f"device code of {raw.name}")
     inventory = check_device_code(plan, raw, cuobjdump_for(plan.toolchain, request.python))
-    auditwheel = auditwheel_for(plan.toolchain, request.python)
-    platform = manylinux.report(raw, auditwheel) if auditwheel else {
-        "error": "auditwheel is not available: add it to the profile's tools, or put it on PATH"}
+    platform = manylinux.assess(raw, auditwheel_for(plan.toolchain, request.python))
+    report.stage("platform", platform.describe())
     toolchain = plan.toolchain
     report.stage("smoke", "import against torch " + str(toolchain.torch_version))
     smoke_output = _smoke(plan, raw, toolchain.python, [toolchain.python, "-m", "pip"], work)
@@ -390,7 +389,7 @@ def _check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
         env = target.probe(request.target)
         report.stage("smoke", f"import in {request.target} against its torch {env.torch}")
         smoke_output += "\n" + _smoke(plan, raw, request.target, env.pip(), work)
-    return inventory, smoke_output, platform
+    return inventory, smoke_output, platform.as_dict()
 
 
 def _smoke(plan: BuildPlan, raw: Path, python: Path, pip: list[str | Path], work: Path) -> str:
@@ -573,7 +572,7 @@ def _write_output(plan: BuildPlan, raw: Path, request: BuildRequest,
     with scratch_dir(out_dir) as scratch:
         stamped = stamp(raw, scratch, label=plan.local_label(),
                         torch_requirement=plan.torch_requirement(), provenance=provenance,
-                        epoch=epoch)
+                        epoch=epoch, platform=provenance["platform"]["tag"])
         return place(stamped, out_dir, rebuild=request.rebuild)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelsmith import compilecache, container, locations, pipeline, wheelfile
@@ -22,20 +23,27 @@ from wheelsmith.stamp import read_provenance
 from wheelsmith.toolchain import SYSTEM
 
 
-def build(request: pipeline.BuildRequest,
-          reporter: pipeline.Reporter | None = None) -> pipeline.BuildResult:
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Where a build will run and its plan (whose content key is the one the build gets)."""
+
+    plan: BuildPlan
+    engine: container.Engine | None = None  # None: the host
+    image: str = ""
+    info: dict[str, object] = field(default_factory=dict)
+
+
+def prepare(request: pipeline.BuildRequest,
+            reporter: pipeline.Reporter | None = None) -> Prepared:
+    """Choose the runner and compute the plan: with a container, from the image's toolchain
+    (nothing is installed on the host); on the host, as pipeline.prepare does."""
     report = reporter or pipeline.QuietReporter()
     engine = container.detect(request.runner)
     if engine is None:
         if request.runner == "auto":
             report.stage("runner", "host (no container engine works here)")
-        return pipeline.build(request, report)
+        return Prepared(pipeline.prepare(request, report))
     report.stage("runner", f"{engine.name} ({engine.exe})")
-    return container_build(engine, request, report)
-
-
-def container_build(engine: container.Engine, request: pipeline.BuildRequest,
-                    report: pipeline.Reporter) -> pipeline.BuildResult:
     if request.toolchain == SYSTEM or request.configure_only:
         raise UsageError("a container build uses the image's pinned toolchain and builds a "
                          "wheel", hint="drop --toolchain system / --configure-only, or use "
@@ -52,8 +60,17 @@ def container_build(engine: container.Engine, request: pipeline.BuildRequest,
     report.stage("image", f"{image} ({str(info.get('Id', '?'))[:12]})")
     plan = pipeline.prepare(request, report, toolchain=container.toolchain_in(engine, image,
                                                                               profile))
-    return pipeline.already_built(plan, request, report) or _run(
-        engine, image, info, plan=plan, request=request, report=report)
+    return Prepared(plan, engine, image, info)
+
+
+def build(request: pipeline.BuildRequest, reporter: pipeline.Reporter | None = None,
+          prepared: Prepared | None = None) -> pipeline.BuildResult:
+    report = reporter or pipeline.QuietReporter()
+    ready = prepared or prepare(request, report)
+    if ready.engine is None:
+        return pipeline.build(request, report, plan=ready.plan)
+    return pipeline.already_built(ready.plan, request, report) or _run(
+        ready.engine, ready.image, ready.info, plan=ready.plan, request=request, report=report)
 
 
 def _writable_dir(path: Path) -> Path:

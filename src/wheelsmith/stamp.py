@@ -1,8 +1,9 @@
-"""Stamp a verified wheel: local version label, torch pin, provenance record.
+"""Stamp a verified wheel: local version label, torch pin, platform tag, provenance record.
 
 The label encodes CUDA, torch and the arch set in numeric dotted segments
 (`1.7.0+cu.13.0.torch.2.14.sm.120`); `Requires-Dist` pins torch to the toolchain's
-major.minor; `<dist-info>/wheelsmith.json` holds the provenance. The rewrite is deterministic.
+major.minor; the platform tag is the one manylinux.py found (filename and WHEEL `Tag:` lines);
+`<dist-info>/wheelsmith.json` holds the provenance. The rewrite is deterministic.
 """
 
 from __future__ import annotations
@@ -25,11 +26,15 @@ log = logging.getLogger(__name__)
 PROVENANCE_FILE = "wheelsmith.json"
 
 
-def stamped_name(raw: Path, label: str) -> WheelName:
+def stamped_name(raw: Path, label: str, platform: str | None = None) -> WheelName:
+    """The stamped wheel's name: the label, and `platform` (e.g. "manylinux_2_34_x86_64")
+    in place of the build's platform tag when given."""
     name = WheelName.parse(raw.name)
     if name.version.local:
         log.warning("%s already has a local version label; replacing it with +%s", raw.name, label)
-    return WheelName(name.name, Version(f"{name.version.public}+{label}"), name.build, name.tags)
+    labelled = WheelName(name.name, Version(f"{name.version.public}+{label}"), name.build,
+                         name.tags)
+    return labelled.with_platform(platform) if platform else labelled
 
 
 def edit_metadata(text: str, *, version: Version, torch_requirement: str | None) -> str:
@@ -56,16 +61,17 @@ def _is_torch(line: str) -> bool:
 
 
 def stamp(raw: Path, out_dir: Path, *, label: str, torch_requirement: str | None,
-          provenance: dict[str, Any], epoch: int) -> Path:
+          provenance: dict[str, Any], epoch: int, platform: str | None = None) -> Path:
     """Write the stamped wheel into `out_dir` (a scratch directory) and return its path."""
-    name = stamped_name(raw, label)
+    name = stamped_name(raw, label, platform)
     target = out_dir / name.filename()
     wheelfile.rewrite(
         raw,
         target,
         name=name,
-        edit_metadata=lambda text: edit_metadata(text, version=name.version,
-                                                 torch_requirement=torch_requirement),
+        edits={"METADATA": lambda text: edit_metadata(text, version=name.version,
+                                                      torch_requirement=torch_requirement),
+               "WHEEL": lambda text: wheelfile.set_tags(text, name.tag_lines())},
         extra={PROVENANCE_FILE: (json.dumps(provenance, indent=2, sort_keys=True) + "\n").encode()},
         epoch=epoch,
     )

@@ -45,6 +45,30 @@ class WheelName:
         build = f"-{self.build}" if self.build else ""
         return f"{dist}-{self.version}{build}-{self.tags}.whl"
 
+    @property
+    def platform(self) -> str:
+        """The platform part of the tags, e.g. "linux_x86_64" or "manylinux_2_34_x86_64"."""
+        return self.tags.rsplit("-", 1)[-1]
+
+    def with_platform(self, platform: str) -> WheelName:
+        return WheelName(self.name, self.version, self.build,
+                         self.tags.rsplit("-", 1)[0] + "-" + platform)
+
+    def tag_lines(self) -> list[str]:
+        """The WHEEL file's `Tag:` values for these (possibly compressed) tags, in order."""
+        python, abi, platform = self.tags.split("-")
+        return [f"{p}-{a}-{plat}" for p in python.split(".") for a in abi.split(".")
+                for plat in platform.split(".")]
+
+
+def set_tags(wheel_text: str, tags: list[str]) -> str:
+    """The WHEEL file `wheel_text` with its `Tag:` lines replaced by `tags` (where the first
+    one was)."""
+    lines = wheel_text.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("Tag:")), len(lines))
+    kept = [line for line in lines if not line.startswith("Tag:")]
+    return "\n".join([*kept[:first], *(f"Tag: {t}" for t in tags), *kept[first:]]) + "\n"
+
 
 def record_hash(data: bytes) -> str:
     digest = hashlib.sha256(data).digest()
@@ -131,6 +155,9 @@ def _check_members(zf: zipfile.ZipFile, name: WheelName) -> list[str]:
     if Version(headers.get("Version", "0")) != name.version:
         problems.append(f"METADATA Version {headers.get('Version')!r} does not match the "
                         f"filename version {name.version}")
+    tags = BytesHeaderParser().parsebytes(zf.read(f"{info_dir}/WHEEL")).get_all("Tag", [])
+    problems += [f"the filename's tag {tag} is not among the WHEEL file's tags "
+                 f"({', '.join(tags)}): renamed?" for tag in name.tag_lines() if tag not in tags]
     return problems + _check_record(zf, f"{info_dir}/RECORD")
 
 
@@ -156,12 +183,12 @@ def rewrite(
     dst: Path,
     *,
     name: WheelName,
-    edit_metadata: Callable[[str], str],
+    edits: dict[str, Callable[[str], str]],
     extra: dict[str, bytes],
     epoch: int,
 ) -> None:
-    """Write `src` as the wheel `name` to `dst`: renamed .dist-info, edited METADATA, `extra`
-    files added to the .dist-info, and a fresh RECORD."""
+    """Write `src` as the wheel `name` to `dst`: renamed .dist-info, its files named in `edits`
+    (METADATA, WHEEL) edited, `extra` files added to it, and a fresh RECORD."""
     with zipfile.ZipFile(src) as zin:
         old_info = dist_info_dir(zin.namelist())
         new_info = f"{re.sub(r'[-_.]+', '_', name.name)}-{name.version}.dist-info"
@@ -174,8 +201,8 @@ def rewrite(
                 f"{old_info}/") else info.filename
             contents[target] = zin.read(info)
             modes[target] = (info.external_attr >> 16) & 0o777
-    metadata = f"{new_info}/METADATA"
-    contents[metadata] = edit_metadata(contents[metadata].decode()).encode()
+    for file, edit in edits.items():
+        contents[f"{new_info}/{file}"] = edit(contents[f"{new_info}/{file}"].decode()).encode()
     for file, data in extra.items():
         contents[f"{new_info}/{file}"] = data
     _write(dst, contents, modes, f"{new_info}/RECORD", max(epoch, ZIP_EPOCH_FLOOR))

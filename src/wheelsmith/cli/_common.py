@@ -86,6 +86,10 @@ json_option = click.option("--json", "as_json", is_flag=True, callback=_json_fla
 index_option = click.option("--index", "index_dir", type=click.Path(path_type=Path),
                             default=Path("index"), show_default=True,
                             help="The local index directory.")
+runner_option = click.option(
+    "--runner", type=click.Choice(["host", "podman", "docker", "auto"]), default="host",
+    show_default=True, help="Where to compile: here, or inside the pinned image of the "
+                            "toolchain (auto: a working engine, else here).")
 arch_option = click.option(
     "--arch", "archs", multiple=True, metavar="ARCHS",
     help="Compute capability to build/check, e.g. 12.0; repeat or use '9.0;12.0'; "

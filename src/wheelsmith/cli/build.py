@@ -20,6 +20,7 @@ from wheelsmith.cli._common import (
     parse_archs,
     parse_env,
     parse_python,
+    runner_option,
 )
 from wheelsmith.cli.index import published_json
 from wheelsmith.errors import RecipeError
@@ -58,10 +59,7 @@ from wheelsmith.recipe import load_recipe, recipe_files, schema_json
                    "(redis://host:port, redis+unix:///socket, http(s)://...), or off. Default: "
                    "$WHEELSMITH_COMPILE_CACHE, else ~/.cache/wheelsmith/ccache if ccache is "
                    "installed.")
-@click.option("--runner", type=click.Choice(["host", "podman", "docker", "auto"]),
-              default="host", show_default=True,
-              help="Where to compile: here, or inside the pinned image of the toolchain "
-                   "(auto: a working engine, else here).")
+@runner_option
 @click.option("--keep-container", is_flag=True, help="Keep the build container (debugging).")
 @click.option("--prepared-source", type=click.Path(path_type=Path), hidden=True,
               help="A tree already fetched and patched (what the container runner passes in).")

@@ -10,8 +10,15 @@ import click
 from packaging.version import Version
 
 from wheelsmith import console, locations, matrix, nightly, outdated, report
-from wheelsmith.cli._common import display, emit_json, index_option, json_option, main
-from wheelsmith.errors import NightlyError
+from wheelsmith.cli._common import (
+    display,
+    emit_json,
+    index_option,
+    json_option,
+    main,
+    runner_option,
+)
+from wheelsmith.errors import NightlyError, UsageError
 from wheelsmith.recipe import load_recipe, recipe_files
 from wheelsmith.toolchain import default_profile_name, load_profile, load_profiles
 
@@ -33,7 +40,7 @@ def _cells(matrix_file: Path | None) -> list[matrix.Cell]:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]),
               default="table", show_default=True)
 @click.option("--shards", type=click.IntRange(min=1), default=4, show_default=True,
-              help="With --format github: how many runners to split the cells over.")
+              help="With --format github: how many runners to split each Python's cells over.")
 def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
     """Expand the build matrix into cells (recipe x version x toolchain x archs x Python)."""
 
@@ -49,7 +56,10 @@ def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
 
 @main.command("nightly")
 @matrix_option
-@click.option("--shard", help="Build only shard I/N of the cells (0-based), e.g. 0/4.")
+@click.option("--python", "python", metavar="X.Y",
+              help="Only the cells for this Python (as a `matrix --format github` entry says).")
+@click.option("--shard", help="Build only shard I/N of the cells (0-based), e.g. 0/4; with "
+                               "--python, of that Python's cells.")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path),
               default=Path("build/nightly"), show_default=True,
               help="Where nightly.json, nightly.md and junit.xml go.")
@@ -63,14 +73,20 @@ def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
 @click.option("--jobs", type=click.IntRange(min=1))
 @click.option("--compile-cache", metavar="off|DIR|URL",
               help="As for build: share compiled objects between runners (redis://...).")
-def nightly_command(matrix_file: Path | None, shard: str | None, report_dir: Path,
-                    publish: bool, index_dir: Path, out_dir: Path, work_dir: Path,
-                    jobs: int | None, compile_cache: str | None) -> None:
+@runner_option
+def nightly_command(matrix_file: Path | None, python: str | None, shard: str | None,
+                    report_dir: Path, publish: bool, index_dir: Path, out_dir: Path,
+                    work_dir: Path, jobs: int | None, compile_cache: str | None,
+                    runner: str) -> None:
     """Build every cell that is missing or changed; one failure never stops the others."""
 
-    cells = matrix.shard(_cells(matrix_file), shard)
+    cells = [c for c in _cells(matrix_file) if python in (None, c.python)]
+    if python is not None and not cells:
+        raise UsageError(f"--python {python}: the matrix has no cells for that Python")
+    cells = matrix.shard(cells, shard)
     settings = nightly.Settings(out_dir=out_dir, work_dir=work_dir, index_dir=index_dir,
-                                publish=publish, jobs=jobs, compile_cache=compile_cache)
+                                publish=publish, jobs=jobs, compile_cache=compile_cache,
+                                runner=runner)
     with console.TerminalReporter() as reporter:
         results = nightly.run(cells, settings, reporter)
     written = report.write(report_dir, results, shard=shard)
