@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from wheelsmith import locations, matrix, pipeline
+from wheelsmith import locations, matrix, pipeline, repos
 from wheelsmith.arch import ArchSet
 from wheelsmith.buildenv import machine_size
 from wheelsmith.toolchain import default_profile_name
@@ -73,7 +73,7 @@ def wheelsmith(*args: str, env: dict[str, str]) -> float:
 
 def shipped_matrix_keys_seconds() -> tuple[int, float]:
     root = locations.project_root()
-    cells = matrix.load(root / "matrix.yaml", root / "recipes",
+    cells = matrix.load(root / "matrix.yaml", lambda name: repos.find(name).file,
                         default_toolchain=default_profile_name(root / "toolchains"),
                         default_python=f"{sys.version_info[0]}.{sys.version_info[1]}")
     started = time.monotonic()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import add_variant, assert_platform_tagged, wheelsmith
+from wheelsmith import fetch
 from wheelsmith.toolchain import Toolchain
 
 pytestmark = pytest.mark.toolchain
@@ -156,7 +157,7 @@ def test_compile_error_shows_tail_log_and_keeps_source(project: Path,
 
 
 def test_setup_py_cannot_reach_the_network(project: Path, toolchain: Toolchain) -> None:
-    url = "https://pypi.org/simple/"
+    url = fetch.index_url() + "/"  # the index this machine's pip uses
     try:
         urllib.request.urlopen(url, timeout=20).close()
     except OSError as exc:

@@ -210,15 +210,18 @@ def test_interrupted_build_leaves_no_container_and_no_wheel(image: str,
                          ids=["podman", "docker"])
 def test_run_command_is_offline_with_only_the_named_mounts(engine: Engine, tmp_path: Path) -> None:
     mounts = Mounts(project=tmp_path / "p", source=tmp_path / "s", out=tmp_path / "o",
-                    work=tmp_path / "w", ccache=None)
+                    work=tmp_path / "w", ccache=None, recipes=(tmp_path / "r1", tmp_path / "r2"))
     argv = run_argv(engine, "img", mounts, ["tiny-ext"], env={"K": "V"}, keep=False, name="n")
     assert argv[:4] == [engine.exe, "run", "--rm", "--name"]
     assert "--network=none" in argv
     volumes = [argv[i + 1] for i, word in enumerate(argv) if word == "--volume"]
     assert [v.split(":")[1] for v in volumes] == [
-        "/opt/wheelsmith/current/wheelsmith", "/project", "/work/src", "/work/out", "/work/build"]
+        "/opt/wheelsmith/current/wheelsmith", "/project", "/work/src", "/work/out", "/work/build",
+        str(tmp_path / "r1"), str(tmp_path / "r2")]  # user recipe repositories: same paths
+    assert volumes[-1] == f"{tmp_path / 'r2'}:{tmp_path / 'r2'}:ro"
     env = [argv[i + 1] for i, word in enumerate(argv) if word == "--env"]
-    assert env == ["WHEELSMITH_HOME=/project", "PYTHONPATH=/opt/wheelsmith/current", "K=V"]
+    assert env == ["WHEELSMITH_HOME=/project", "PYTHONPATH=/opt/wheelsmith/current",
+                   f"WHEELSMITH_RECIPES={tmp_path / 'r1'}:{tmp_path / 'r2'}", "K=V"]
     assert ("--runtime" in argv) == (engine.name == "podman" and shutil.which("runc") is not None)
 
 

@@ -5,16 +5,19 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
+import socket
 import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Served
+from tests.conftest import Served, wheelsmith
 from wheelsmith.errors import SourceError
-from wheelsmith.fetch import cached_path, fetch, unpack
+from wheelsmith.fetch import PackageIndex, cached_path, fetch, package_index, unpack
 from wheelsmith.recipe import GitSource, LocalSource, PypiSource, UrlSource
 
 
@@ -231,3 +234,59 @@ def test_git_tag_must_name_the_pinned_commit_and_a_moved_tag_is_refused(tmp_path
     with pytest.raises(SourceError) as missing:
         fetch(GitSource(url=str(repo), commit=first, tag="v9"), tmp_path / "w3", cache)
     assert missing.value.message == f"tag v9 is not in {repo}"
+
+
+def pip_default_index() -> str:
+    """pip's own default index, as its help text states it."""
+    text = subprocess.run([sys.executable, "-m", "pip", "download", "--help"],
+                          capture_output=True, text=True, check=True).stdout
+    found = re.search(r"--index-url <url>\s+Base URL of the Python Package Index\s+\(default\s+"
+                      r"(\S+)\)", text)
+    assert found is not None, text
+    return found[1]
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/simple"
+
+
+@pytest.fixture
+def pip_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Only this test's pip configuration file (the machine's are left out)."""
+    for name in ("WHEELSMITH_INDEX_URL", "PIP_INDEX_URL"):
+        monkeypatch.delenv(name, raising=False)
+    config = tmp_path / "pip.conf"
+    config.write_text("")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
+    return config
+
+
+def test_the_default_index_is_pip_s_own(pip_config: Path) -> None:
+    assert package_index() == PackageIndex(pip_default_index().rstrip("/"), "pip's default")
+
+
+def test_the_index_follows_pip_s_configuration_and_pip_index_url(
+        pip_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pip_config.write_text("[global]\nindex-url = http://mirror.invalid/pypi/simple/\n")
+    assert package_index() == PackageIndex("http://mirror.invalid/pypi/simple",
+                                           "pip's configuration")
+    monkeypatch.setenv("PIP_INDEX_URL", "http://other.invalid/simple")
+    assert package_index() == PackageIndex("http://other.invalid/simple", "PIP_INDEX_URL")
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", "http://own.invalid/simple/")
+    assert package_index() == PackageIndex("http://own.invalid/simple", "WHEELSMITH_INDEX_URL")
+
+
+def test_a_configured_index_that_does_not_answer_is_one_line_with_the_fix(
+        tmp_path: Path, pip_config: Path) -> None:
+    url = closed_port_url()
+    pip_config.write_text(f"[global]\nindex-url = {url}\n")
+    result = wheelsmith("outdated", cwd=tmp_path)
+    assert result.returncode == 5
+    assert result.stderr.splitlines() == [
+        f"error: the package index {url} (from pip's configuration) does not answer: [Errno "
+        "111] Connection refused",
+        "hint: fix index-url in pip's configuration (`pip config list` shows it), or set "
+        "WHEELSMITH_INDEX_URL to a PEP 691 simple index that answers"]

@@ -8,9 +8,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from wheelsmith import repos
 from wheelsmith.errors import RecipeError, UsageError
 from wheelsmith.matrix import Cell, github_matrix, load, shard
 from wheelsmith.toolchain import load_profiles
+
+
+def find_in_repo(name: str) -> Path:
+    return repos.find(name).file
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -20,7 +25,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def expand(tmp_path: Path, text: str) -> list[Cell]:
-    return load(write(tmp_path, text), REPO / "recipes", default_toolchain="cu130-torch2.14",
+    return load(write(tmp_path, text), find_in_repo, default_toolchain="cu130-torch2.14",
                 default_python="3.11")
 
 
@@ -57,7 +62,7 @@ packages:
     toolchains: [cu130-torch2.11]
     pythons: ["3.12"]
   - recipe: fla-core
-"""), REPO / "recipes", default_toolchain="cu130-torch2.14", default_python="3.11",
+"""), find_in_repo, default_toolchain="cu130-torch2.14", default_python="3.11",
                  profiles=profiles)
     assert [c.id for c in cells] == [
         "causal-conv1d-1.7.0-cu128-torch2.10-12.0-py3.11",
@@ -77,7 +82,7 @@ packages:
   - recipe: fla-core
 """)
     with pytest.raises(RecipeError) as caught:
-        load(path, REPO / "recipes", default_toolchain="cu130-torch2.14", default_python="3.11",
+        load(path, find_in_repo, default_toolchain="cu130-torch2.14", default_python="3.11",
              profiles=profiles)
     assert [p.render().split("\n")[0] for p in caught.value.problems] == [
         f"{path}:1:31: no toolchain profile 'cu999-torch9.9'",
@@ -124,13 +129,13 @@ exclude:
     arch: "12.0"
 """)
     with pytest.raises(RecipeError) as caught:
-        load(path, REPO / "recipes", default_toolchain="cu130-torch2.14", default_python="3.11")
+        load(path, find_in_repo, default_toolchain="cu130-torch2.14", default_python="3.11")
     assert [p.render().split(": ", 1)[1].split("\n")[0] for p in caught.value.problems] == [
         "recipe causal-conv1d has no version 9.9",
         "causal-conv1d has 2 arch sets, but a channel holds one arch set per version (pip picks "
         "by label, not by GPU)",
         "'12.0f': the family suffix 'f' is not accepted by torch's TORCH_CUDA_ARCH_LIST",
-        "no recipe named 'no-such-thing' in recipes",  # shown relative to the working dir
+        f"no recipe named 'no-such-thing' in {REPO} (checkout)",
         "fla-core is pure Python: archs do not apply",
         "flash-attn cannot be built for 12.1",
         "unknown key 'arch' in 'exclude[0]'"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import resource
 import shutil
 import uuid
@@ -28,7 +29,7 @@ from typing import IO, Any
 from packaging.version import Version
 
 import wheelsmith
-from wheelsmith import cmd
+from wheelsmith import cmd, repos
 from wheelsmith.errors import CommandError, CompileError, ToolchainError, UsageError
 from wheelsmith.toolchain import Profile, Toolchain
 
@@ -205,6 +206,7 @@ class Mounts:
     out: Path
     work: Path
     ccache: Path | None
+    recipes: tuple[Path, ...] = ()  # user recipe repositories, at the same paths inside
 
 
 @contextmanager
@@ -229,8 +231,11 @@ def run_argv(engine: Engine, image: str, mounts: Mounts, args: list[str], *,
                f"{mounts.out}:/work/out", f"{mounts.work}:/work/build"]
     if mounts.ccache is not None:
         volumes.append(f"{mounts.ccache}:/work/ccache")
+    volumes += [f"{repo}:{repo}:ro" for repo in mounts.recipes]
     argv = [engine.exe, "run", *([] if keep else ["--rm"]), "--name", name, *engine.common(),
             "--network=none", "--env", "WHEELSMITH_HOME=/project", *_current_code()]
+    if mounts.recipes:  # the same repositories in the same order: the same recipe is found
+        env = {repos.ENV: os.pathsep.join(str(r) for r in mounts.recipes), **env}
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]
     for volume in volumes:

@@ -8,6 +8,7 @@ not match the pin is deleted and never unpacked. Archives are checked member by 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -15,12 +16,14 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tarfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, overload
@@ -43,6 +46,7 @@ log = logging.getLogger(__name__)
 RETRIES = 3
 TIMEOUT_S = 60
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+PIP_INDEX_SCRIPT = Path(__file__).parent / "resources" / "pip_index.py"
 IGNORED_IN_LOCAL = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__")
 
 
@@ -135,12 +139,45 @@ def _download_once(url: str, dest: Path) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class PackageIndex:
+    """The simple index sdists are looked up on, and where that setting came from."""
+
+    url: str
+    origin: str  # WHEELSMITH_INDEX_URL, PIP_INDEX_URL, pip's configuration, pip's default
+
+    def fix(self) -> str:
+        """What to do when it does not answer."""
+        if self.origin == "WHEELSMITH_INDEX_URL":
+            return "fix WHEELSMITH_INDEX_URL (a PEP 691 simple index), or unset it to use pip's"
+        other = "or set WHEELSMITH_INDEX_URL to a PEP 691 simple index that answers"
+        if self.origin == "PIP_INDEX_URL":
+            return f"fix PIP_INDEX_URL, {other}"
+        if self.origin == "pip's configuration":
+            return f"fix index-url in pip's configuration (`pip config list` shows it), {other}"
+        return f"check the network and proxy settings, {other}"
+
+
+def package_index() -> PackageIndex:
+    """$WHEELSMITH_INDEX_URL, else the index the pip wheelsmith runs uses, asked from that pip
+    (PIP_INDEX_URL, pip's configuration files, else pip's own default)."""
+    own = os.environ.get("WHEELSMITH_INDEX_URL")
+    if own:
+        return PackageIndex(own.rstrip("/"), "WHEELSMITH_INDEX_URL")
+    return _ask_pip(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_"))))
+
+
+@functools.cache
+def _ask_pip(pip_environment: tuple[tuple[str, str], ...]) -> PackageIndex:  # noqa: ARG001 - the cache key
+    result = cmd.run([sys.executable, PIP_INDEX_SCRIPT], stream=False, error=SourceError,
+                     what="pip (asked which index it uses)")
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    log.info("package index: %s (%s)", answer["index_url"], answer["origin"])
+    return PackageIndex(str(answer["index_url"]).rstrip("/"), str(answer["origin"]))
+
+
 def index_url() -> str:
-    """The simple index sdists are looked up on: $WHEELSMITH_INDEX_URL, $PIP_INDEX_URL, PyPI."""
-    for var in ("WHEELSMITH_INDEX_URL", "PIP_INDEX_URL"):
-        if os.environ.get(var):
-            return os.environ[var].rstrip("/")
-    return "https://pypi.org/simple"
+    return package_index().url
 
 
 @overload
@@ -153,6 +190,7 @@ def simple_page(project: str, base: str | None = None, *, timeout: float = TIMEO
                 missing_ok: bool = False) -> tuple[str, dict[str, Any] | None]:
     """A project's PEP 691 page on a simple index (default: `index_url()`): (its URL, its
     JSON). With `missing_ok`, a project the index does not have (404) gives None."""
+    index = package_index() if base is None else None
     page = f"{(base or index_url()).rstrip('/')}/{canonicalize_name(project)}/"
     request = urllib.request.Request(page, headers={"Accept": SIMPLE_JSON})  # noqa: S310
     try:
@@ -162,7 +200,13 @@ def simple_page(project: str, base: str | None = None, *, timeout: float = TIMEO
         if missing_ok and exc.code == HTTPStatus.NOT_FOUND:
             return page, None
         raise _unreadable(page, exc) from exc
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError) as exc:
+        if index is not None:
+            reason = getattr(exc, "reason", exc)
+            raise SourceError(f"the package index {index.url} (from {index.origin}) does not "
+                              f"answer: {reason}", hint=index.fix()) from exc
+        raise _unreadable(page, exc) from exc
+    except ValueError as exc:
         raise _unreadable(page, exc) from exc
     return page, data
 

@@ -1,42 +1,65 @@
-"""Where wheelsmith finds its data (recipes, patches, toolchain profiles) and keeps its caches."""
+"""Where wheelsmith finds its data and keeps its caches.
+
+The data root holds toolchains/, the built-in recipes/ and patches/, known-bad.yaml,
+matrix.yaml, the Dockerfile and images.lock: $WHEELSMITH_HOME, else a wheelsmith checkout (the
+current directory or one of its parents, then the checkout this package runs from), else the
+copy inside the installed package (`wheelsmith/data`, put there when the wheel is built). User
+recipe repositories layer on top of its recipes (`repos.py`).
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith.errors import UsageError
 
-_DATA_DIRS = ("recipes", "toolchains")
+PACKAGED = Path(__file__).resolve().parent / "data"  # the data a built wheel ships
 
 
-def _is_project(path: Path) -> bool:
-    return all((path / d).is_dir() for d in _DATA_DIRS)
+@dataclass(frozen=True, slots=True)
+class DataRoot:
+    path: Path
+    origin: str  # "WHEELSMITH_HOME", "checkout" or "package"
+
+    @property
+    def packaged(self) -> bool:
+        """The copy inside an installed package (read-only data: nothing is written there)."""
+        return self.origin == "package"
 
 
-def project_root() -> Path:
-    """The directory holding recipes/, patches/ and toolchains/.
+def _is_checkout(path: Path) -> bool:
+    return (path / "recipes").is_dir() and (path / "toolchains").is_dir()
 
-    Order: $WHEELSMITH_HOME, the current directory or one of its parents, then the checkout
-    this package was installed from (editable installs).
-    """
+
+def data_root() -> DataRoot:
+    """The data root: $WHEELSMITH_HOME, a checkout around the current directory, the checkout
+    this package runs from (editable installs), else the data inside the package."""
     env = os.environ.get("WHEELSMITH_HOME")
     if env:
         root = Path(env).resolve()
-        if not _is_project(root):
-            raise UsageError(f"WHEELSMITH_HOME={env} has no recipes/ and toolchains/ directories")
-        return root
+        if not (root / "toolchains").is_dir():
+            raise UsageError(f"WHEELSMITH_HOME={env} has no toolchains/ directory",
+                             hint="point it at a wheelsmith checkout, or unset it to use the "
+                                  "data installed with wheelsmith")
+        return DataRoot(root, "WHEELSMITH_HOME")
     cwd = Path.cwd().resolve()
-    for candidate in (cwd, *cwd.parents):
-        if _is_project(candidate):
-            return candidate
-    checkout = Path(__file__).resolve().parents[2]
-    if _is_project(checkout):
-        return checkout
+    for candidate in (cwd, *cwd.parents, Path(__file__).resolve().parents[2]):
+        if _is_checkout(candidate):
+            return DataRoot(candidate, "checkout")
+    if (PACKAGED / "toolchains").is_dir():
+        return DataRoot(PACKAGED, "package")
     raise UsageError(
-        "cannot find recipes/ and toolchains/ directories",
-        hint="run wheelsmith inside a wheelsmith checkout or set WHEELSMITH_HOME",
+        "cannot find wheelsmith's data (toolchains/): this installation has none",
+        hint="reinstall wheelsmith from its wheel or a checkout (pipx install PATH), or set "
+             "WHEELSMITH_HOME to a wheelsmith checkout",
     )
+
+
+def project_root() -> Path:
+    """The data root's directory (see `data_root`)."""
+    return data_root().path
 
 
 def cache_dir() -> Path:
@@ -46,4 +69,12 @@ def cache_dir() -> Path:
         return Path(env).resolve()
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg) if xdg else Path.home() / ".cache"
+    return (base / "wheelsmith").resolve()
+
+
+def config_dir() -> Path:
+    """$XDG_CONFIG_HOME/wheelsmith, else ~/.config/wheelsmith: what an installed wheelsmith
+    writes that a checkout keeps in its own tree (the base image pins)."""
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".config"
     return (base / "wheelsmith").resolve()

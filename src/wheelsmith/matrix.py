@@ -12,6 +12,7 @@ the same for every Python, so it is one cell per channel, built with the first P
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from wheelsmith import document
 from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.document import Document, KeyPath
 from wheelsmith.errors import UsageError
-from wheelsmith.recipe import Recipe, find_recipe, load_recipe
+from wheelsmith.recipe import Recipe, load_recipe
 from wheelsmith.toolchain import Profile
 
 STRINGS = {"type": "array", "items": {"type": "string"}, "minItems": 1}
@@ -82,10 +83,11 @@ class Cell:
                 "toolchain": self.toolchain, "archs": self.archs, "python": self.python}
 
 
-def load(path: Path, recipes_dir: Path, *, default_toolchain: str, default_python: str,
-         profiles: dict[str, Profile] | None = None) -> list[Cell]:
-    """Validate `matrix.yaml` and expand it into cells (stable order, excludes applied).
-    With `profiles`, each toolchain must be one of them and cover each of its Pythons."""
+def load(path: Path, find_recipe: Callable[[str], Path], *, default_toolchain: str,
+         default_python: str, profiles: dict[str, Profile] | None = None) -> list[Cell]:
+    """Validate `matrix.yaml` and expand it into cells (stable order, excludes applied);
+    `find_recipe` gives the recipe file of a name (repos.find). With `profiles`, each
+    toolchain must be one of them and cover each of its Pythons."""
     doc = document.load(path)
     data = document.validate(doc, MATRIX_SCHEMA)
     data = data if isinstance(data, dict) else {}
@@ -100,7 +102,7 @@ def load(path: Path, recipes_dir: Path, *, default_toolchain: str, default_pytho
             if profiles is not None:
                 where = path_to if "toolchains" in entry or "pythons" in entry else ()
                 _check_axes(doc, where, profiles, own_toolchains, own_pythons)
-            cells += _expand(doc, recipes_dir, path_to, entry,
+            cells += _expand(doc, find_recipe, path_to, entry,
                              toolchains=own_toolchains, pythons=own_pythons)
     excludes = [e for e in data.get("exclude", []) if e]
     doc.raise_if_problems()
@@ -108,10 +110,10 @@ def load(path: Path, recipes_dir: Path, *, default_toolchain: str, default_pytho
     return sorted(set(kept), key=lambda c: c.id)
 
 
-def _expand(doc: Document, recipes_dir: Path, path: KeyPath, entry: dict[str, Any], *,
-            toolchains: list[str], pythons: list[str]) -> list[Cell]:
+def _expand(doc: Document, find_recipe: Callable[[str], Path], path: KeyPath,
+            entry: dict[str, Any], *, toolchains: list[str], pythons: list[str]) -> list[Cell]:
     try:
-        recipe = load_recipe(find_recipe(recipes_dir, entry["recipe"]))
+        recipe = load_recipe(find_recipe(entry["recipe"]))
     except UsageError as exc:
         doc.at_value((*path, "recipe"), exc.message, exc.hint)
         return []

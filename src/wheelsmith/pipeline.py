@@ -30,6 +30,7 @@ from wheelsmith import (
     locks,
     manylinux,
     prebuild,
+    repos,
     target,
 )
 from wheelsmith.arch import ArchSet
@@ -48,7 +49,7 @@ from wheelsmith.files import place_no_clobber, remove_stale_scratch, scratch_dir
 from wheelsmith.inventory import DeviceCode, wheel_inventory
 from wheelsmith.patch import apply_all
 from wheelsmith.plan import BuildPlan
-from wheelsmith.recipe import Recipe, Release, find_recipe, load_recipe
+from wheelsmith.recipe import Recipe, Release, load_recipe
 from wheelsmith.smoke import smoke_test
 from wheelsmith.stamp import read_provenance, stamp
 from wheelsmith.target import interpreter_for
@@ -125,8 +126,8 @@ class BuildResult:
 
 
 def resolve_recipe(name: str) -> Recipe:
-    root = locations.project_root()
-    return load_recipe(find_recipe(root / "recipes", name))
+    """The recipe called `name` from the first recipe repository that has one."""
+    return load_recipe(repos.find(name).file)
 
 
 def profile_named(name: str | None) -> Profile:

@@ -414,16 +414,6 @@ def recipe_files(recipes_dir: Path) -> Iterator[Path]:
     yield from sorted(recipes_dir.glob("*.yaml"))
 
 
-def find_recipe(recipes_dir: Path, name: str) -> Path:
-    wanted = canonicalize_name(name)
-    for file in recipe_files(recipes_dir):
-        if canonicalize_name(file.stem) == wanted:
-            return file
-    known = ", ".join(f.stem for f in recipe_files(recipes_dir)) or "none"
-    raise UsageError(f"no recipe named '{name}' in {_shown(recipes_dir)}",
-                     hint=f"recipes there: {known}; `wheelsmith recipes` lists them")
-
-
 def schema_json() -> str:
     return json.dumps(RECIPE_SCHEMA, indent=2) + "\n"
 

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wheelsmith import compilecache, container, locations, pipeline, wheelfile
+from wheelsmith import compilecache, container, locations, pipeline, repos, wheelfile
 from wheelsmith.compile import progress_parser
 from wheelsmith.errors import CompileError, UsageError, VerifyError
 from wheelsmith.files import scratch_dir
@@ -110,7 +110,8 @@ def _run_locked(engine: container.Engine, image: str, info: dict[str, object], *
         ccache.mkdir(parents=True, exist_ok=True)
         ccache.chmod(0o777)
     mounts = container.Mounts(project=locations.project_root(), source=source, out=out,
-                              work=_writable_dir(work / "container-work"), ccache=ccache)
+                              work=_writable_dir(work / "container-work"), ccache=ccache,
+                              recipes=tuple(r.root for r in repos.repos() if r.user))
     runner_info = {"engine": engine.name, "image": image, "image_id": info.get("Id"),
                    "digest": info.get("Digest")}
     target = str(plan.archs) if plan.archs.archs else "pure Python"

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from wheelsmith import __version__, console
+from wheelsmith import __version__, console, repos
 from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.errors import UsageError, WheelsmithError
 
@@ -90,6 +90,18 @@ runner_option = click.option(
     "--runner", type=click.Choice(["host", "podman", "docker", "auto"]), default="host",
     show_default=True, help="Where to compile: here, or inside the pinned image of the "
                             "toolchain (auto: a working engine, else here).")
+
+
+def _recipe_repos(_: click.Context, __: click.Parameter, values: tuple[Path, ...]) -> None:
+    repos.use_option([repos.check_user_repo(value, repos.OPTION) for value in values])
+
+
+recipes_option = click.option(
+    "--recipes", multiple=True, metavar="DIR", type=click.Path(path_type=Path),
+    callback=_recipe_repos, expose_value=False,
+    help="A recipe repository (DIR/recipes/NAME.yaml, DIR/patches/NAME/VERSION/), searched "
+         "before $WHEELSMITH_RECIPES and the built-in recipes; repeatable, the first match "
+         "wins.")
 arch_option = click.option(
     "--arch", "archs", multiple=True, metavar="ARCHS",
     help="Compute capability to build/check, e.g. 12.0; repeat or use '9.0;12.0'; "

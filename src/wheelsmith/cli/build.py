@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from wheelsmith import console, install, locations, pipeline, publish, target
+from wheelsmith import console, install, pipeline, publish, repos, target
 from wheelsmith import runner as runner_module
 from wheelsmith.cli._common import (
     arch_option,
@@ -20,15 +21,17 @@ from wheelsmith.cli._common import (
     parse_archs,
     parse_env,
     parse_python,
+    recipes_option,
     runner_option,
 )
 from wheelsmith.cli.index import published_json
 from wheelsmith.errors import RecipeError
-from wheelsmith.recipe import load_recipe, recipe_files, schema_json
+from wheelsmith.recipe import load_recipe, schema_json
 
 
 @main.command()
 @click.argument("recipe", metavar="RECIPE[==VERSION]")
+@recipes_option
 @arch_option
 @click.option("--toolchain", metavar="PROFILE|system",
               help="Toolchain profile from toolchains/ (default: the newest), or 'system' for "
@@ -158,27 +161,37 @@ def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[st
 
 
 @main.command("recipes")
+@recipes_option
 @json_option
 def list_recipes(as_json: bool) -> None:
-    """List the recipes and their versions."""
-    rows = []
-    for file in recipe_files(locations.project_root() / "recipes"):
-        recipe = load_recipe(file, display(file))
+    """List the recipes by repository (first match wins), with the ones shadowed there."""
+    rows: list[dict[str, Any]] = []
+    for entry in repos.entries():
+        recipe = load_recipe(entry.file, display(entry.file))
         rows.append({"name": recipe.name, "versions": [r.version for r in recipe.releases],
-                     "default_archs": str(recipe.arch.default), "summary": recipe.summary})
+                     "default_archs": str(recipe.arch.default), "summary": recipe.summary,
+                     "file": str(entry.file), "repository": str(entry.repo.root),
+                     "origin": entry.repo.origin, "shadowed_by": None if entry.shadowed_by
+                     is None else str(entry.shadowed_by.root)})
     if as_json:
         emit_json(rows)
         return
-    for row in rows:
-        click.echo(f"{row['name']:<24} {', '.join(row['versions']):<24} "
-                   f"archs {row['default_archs']:<10} {row['summary']}")
+    for (repository, origin), group in itertools.groupby(
+            rows, key=lambda r: (r["repository"], r["origin"])):
+        click.echo(f"{repository} ({origin}):")
+        for row in group:
+            detail = (f"shadowed by {row['shadowed_by']}" if row["shadowed_by"] else
+                      f"archs {row['default_archs']:<10} {row['summary']}")
+            click.echo(f"  {row['name']:<24} {', '.join(row['versions']):<24} {detail}")
 
 
 @main.command("check-recipes")
 @click.argument("files", nargs=-1, type=click.Path(path_type=Path))
+@recipes_option
 def check_recipes(files: tuple[Path, ...]) -> None:
-    """Validate recipes (default: all of recipes/) and report every problem."""
-    targets = list(files) or list(recipe_files(locations.project_root() / "recipes"))
+    """Validate recipes (default: every recipe of every repository) and report every
+    problem."""
+    targets = list(files) or [entry.file for entry in repos.entries()]
     problems = []
     for file in targets:
         try:

@@ -15,11 +15,13 @@ from wheelsmith.cli._common import (
     json_option,
     main,
     parse_archs,
+    recipes_option,
 )
 
 
 @main.command("install")
 @click.argument("recipe", metavar="RECIPE[==VERSION]")
+@recipes_option
 @click.option("--python", "python", type=click.Path(path_type=Path), required=True,
               help="The environment to install into (its Python, torch, CUDA and GPU decide "
                    "which wheel fits).")

@@ -9,17 +9,18 @@ from typing import Any
 import click
 from packaging.version import Version
 
-from wheelsmith import console, locations, matrix, nightly, outdated, report
+from wheelsmith import console, locations, matrix, nightly, outdated, report, repos
 from wheelsmith.cli._common import (
     display,
     emit_json,
     index_option,
     json_option,
     main,
+    recipes_option,
     runner_option,
 )
 from wheelsmith.errors import NightlyError, UsageError
-from wheelsmith.recipe import load_recipe, recipe_files
+from wheelsmith.recipe import load_recipe
 from wheelsmith.toolchain import default_profile_name, load_profile, load_profiles
 
 matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_type=Path),
@@ -29,7 +30,7 @@ matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_typ
 def _cells(matrix_file: Path | None) -> list[matrix.Cell]:
     root = locations.project_root()
     profiles = {p.name: p for p in load_profiles(root / "toolchains")}
-    return matrix.load(matrix_file or root / "matrix.yaml", root / "recipes",
+    return matrix.load(matrix_file or root / "matrix.yaml", lambda name: repos.find(name).file,
                        default_toolchain=default_profile_name(root / "toolchains"),
                        default_python=f"{sys.version_info[0]}.{sys.version_info[1]}",
                        profiles=profiles)
@@ -37,6 +38,7 @@ def _cells(matrix_file: Path | None) -> list[matrix.Cell]:
 
 @main.command("matrix")
 @matrix_option
+@recipes_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]),
               default="table", show_default=True)
 @click.option("--shards", type=click.IntRange(min=1), default=4, show_default=True,
@@ -56,6 +58,7 @@ def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
 
 @main.command("nightly")
 @matrix_option
+@recipes_option
 @click.option("--python", "python", metavar="X.Y",
               help="Only the cells for this Python (as a `matrix --format github` entry says).")
 @click.option("--shard", help="Build only shard I/N of the cells (0-based), e.g. 0/4; with "
@@ -100,14 +103,15 @@ def nightly_command(matrix_file: Path | None, python: str | None, shard: str | N
 
 
 @main.command("outdated")
+@recipes_option
 @json_option
 def outdated_command(as_json: bool) -> None:
     """Recipes whose package has newer releases, and torch releases newer than every profile."""
 
     root = locations.project_root()
     rows: list[dict[str, Any]] = []
-    for file in recipe_files(root / "recipes"):
-        recipe = load_recipe(file, display(file))
+    for entry in repos.in_use():
+        recipe = load_recipe(entry.file, display(entry.file))
         found = outdated.newer_than(recipe.name, Version(recipe.latest.version))
         if found:
             rows.append({"kind": "recipe", "name": recipe.name, "current": found.current,
