@@ -77,8 +77,9 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 
 @contextlib.contextmanager
-def running_farm(root: Path, servers: int = 2) -> Iterator[Farm]:
-    """A scheduler (token auth for clients, JWT for servers) and `servers` build servers."""
+def running_farm(root: Path, servers: int = 2, bwrap: str | None = None) -> Iterator[Farm]:
+    """A scheduler (token auth for clients, JWT for servers) and `servers` build servers
+    (sandboxed by `bwrap`, default the installed bubblewrap)."""
     root.mkdir(parents=True)
     key, token, port = _dist("auth", "generate-jwt-hs256-key"), secrets.token_hex(16), free_port()
     url = f"http://127.0.0.1:{port}"
@@ -100,7 +101,7 @@ def running_farm(root: Path, servers: int = 2) -> Iterator[Farm]:
                 f'cache_dir = "{where}/toolchains"\npublic_addr = "{address}"\n'
                 f'bind_address = "{address}"\nscheduler_url = "{url}"\n'
                 f'[builder]\ntype = "overlay"\nbuild_dir = "{where}/build"\n'
-                f'bwrap_path = "{shutil.which("bwrap")}"\n'
+                f'bwrap_path = "{bwrap or shutil.which("bwrap")}"\n'
                 f'[scheduler_auth]\ntype = "jwt_token"\ntoken = "{server_token}"\n')
             started[address] = _start(["server", "--config", str(conf)], log)
         procs += started.values()
@@ -234,3 +235,27 @@ def test_build_servers_killed_mid_build_fail_a_required_farm_and_publish_nothing
                         r"compilation \(.+\); --compile-farm-required", error["message"])
     assert list((project / "wheelhouse").glob("*.whl")) == []
     assert not (project / "index").exists()
+
+
+def test_a_build_server_that_cannot_run_the_toolchain_keeps_the_farm_out(
+        project: Path, toolchain: Toolchain, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = tmp_path / "bwrap"  # answers the version check, fails every sandbox
+    broken.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && exec {shutil.which('bwrap')} "
+                      "--version\necho 'sandbox broken on this server' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    add_variant(project, "tiny-ext")
+    with running_farm(tmp_path / "farm", servers=1, bwrap=str(broken)) as farm:
+        monkeypatch.setenv(compilefarm.TOKEN_ENV, farm.token)
+        monkeypatch.setenv(compilefarm.LOCAL_ENV, str(tmp_path / "sccache"))
+        (server,) = farm.servers
+        problem = (f"a test compile failed on build server {server}: sandbox broken on this "
+                   "server")
+        required = wheelsmith("build", "tiny-ext", "--compile-farm", farm.url,
+                              "--compile-farm-required", cwd=project)
+        assert required.returncode == 9
+        assert required.stderr.splitlines()[-2] == f"error: compile farm {farm.url}: {problem}"
+        fallback = wheelsmith("build", "tiny-ext", "--compile-farm", farm.url, cwd=project)
+    assert fallback.returncode == 0, fallback.stderr
+    assert (f"; compile farm {farm.url} not used: {problem}; compiling here; "
+            in stage_lines(fallback.stderr, "compile")[0])

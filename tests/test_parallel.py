@@ -24,14 +24,18 @@ build /src/build/temp/csrc/bwd.o: cuda_compile /src/csrc/bwd.cu
 """
 
 
-def test_two_cores_and_two_archs_keep_the_old_defaults() -> None:
+def test_two_cores_keep_jobs_and_threads_and_split_each_pass_in_two() -> None:
     chosen = parallel.choose(2, 22.8, 3.0, 2)
-    assert (chosen.jobs, chosen.nvcc_threads, chosen.split_flag()) == (2, 2, None)
-    assert chosen.describe() == ("MAX_JOBS=2 NVCC_THREADS=2 split-compile off (2 cores, 22.8 GB "
-                                 "available)")
-    refined = parallel.refine(chosen, 2, 1)
-    assert refined.describe_units() == ("2 CUDA + 1 C++ file(s): MAX_JOBS=2 NVCC_THREADS=2 "
-                                        "split-compile off")
+    assert (chosen.jobs, chosen.nvcc_threads) == (2, 2)  # as before the planner
+    assert chosen.describe() == ("MAX_JOBS=2 NVCC_THREADS=2 split-compile auto (up to 2) "
+                                 "(2 cores, 22.8 GB available)")
+    refined = parallel.refine(chosen, 3, 1)
+    assert refined.describe_units() == ("3 CUDA + 1 C++ file(s): MAX_JOBS=2 NVCC_THREADS=2 "
+                                        "split-compile=2")
+
+
+def test_one_core_never_splits() -> None:
+    assert parallel.refine(parallel.choose(1, 8.0, 3.0, 1), 1, 0).split_flag() is None
 
 
 def test_sixteen_cores_split_the_last_heavy_file_over_every_core() -> None:

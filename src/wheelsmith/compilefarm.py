@@ -42,6 +42,7 @@ TOKEN_ENV = "WHEELSMITH_COMPILE_FARM_TOKEN"  # noqa: S105 - the variable holding
 REQUIRED_ENV = "WHEELSMITH_COMPILE_FARM_REQUIRED"  # "1": as --compile-farm-required
 LOCAL_ENV = "WHEELSMITH_SCCACHE_DIR"  # sccache's objects and toolchain archives
 IDLE_TIMEOUT_S = 3600  # a server whose build was killed ends by itself after this
+SERVER_FAILED_RE = re.compile(r"Job failed on server (\S+):\n(.*)")
 FALLBACK_RE = re.compile(r"Could not perform distributed compile, falling back to local: (.*)")
 
 
@@ -228,6 +229,9 @@ def _probe(session: Session) -> str:
     session._run("--zero-stats")  # what follows counts the build alone
     if "Error 401" in output:
         return "the scheduler refused the client token (HTTP 401)"
+    failed_on = SERVER_FAILED_RE.search(output)
+    if failed_on:
+        return f"a test compile failed on build server {failed_on[1]}: {failed_on[2].strip()}"
     if done.returncode != 0:
         return f"a test compile failed: {output.splitlines()[-1] if output else 'no output'}"
     if stats.distributed == 0:

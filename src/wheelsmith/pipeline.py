@@ -376,7 +376,7 @@ def _compile(plan: BuildPlan, request: BuildRequest, setup: _Setup, source: Path
                             dist=work / "dist", log_path=log_path, on_progress=report.progress,
                             on_plan=on_plan, isolate_network=not setup.needs_network)
     except CompileError as exc:
-        _farm_done(setup, report)
+        _farm_done(setup, report, failed=True)  # the compile's own error is the one to show
         return _configured(_prebuild_outcome(setup.guard, log_path, exc), log_path, report)
     except BaseException:
         if setup.farm is not None:
@@ -460,7 +460,8 @@ def _farm_session(request: BuildRequest, work: Path
                           "compiling here")
 
 
-def _farm_done(setup: _Setup, report: Reporter) -> dict[str, Any] | None:
+def _farm_done(setup: _Setup, report: Reporter, *, failed: bool = False
+               ) -> dict[str, Any] | None:
     """Stop the build's sccache server and say where its compiles ran. With
     --compile-farm-required, compiles the farm lost (done here instead) fail the build."""
     if setup.farm is None:
@@ -470,7 +471,7 @@ def _farm_done(setup: _Setup, report: Reporter) -> dict[str, Any] | None:
     finally:
         setup.farm.stop()
     report.stage("farm", stats.describe())
-    if stats.fell_back and setup.farm.farm.required:
+    if stats.fell_back and setup.farm.farm.required and not failed:
         raise CompileFarmError(
             f"compile farm {setup.farm.farm.scheduler}: {stats.fell_back} compile(s) fell back "
             f"to local compilation ({stats.reason}); --compile-farm-required",
