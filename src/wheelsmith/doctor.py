@@ -262,10 +262,14 @@ def _judge_ops(report: Report) -> None:
     for result in report.ops or []:
         if result["status"] in ("ok", "not-run"):
             continue
+        if result["phase"] == "setup":  # the device itself: said once, the others not run
+            cause = {"oom": "the GPU is out of memory", "busy": "the GPU is busy or "
+                     "unavailable"}.get(result["kind"], "the device cannot be used")
+            first = (result["error"] or "no message").strip().splitlines()[0]
+            report.problems.append(f"the fast-path ops could not run: {cause} ({first})")
+            continue
         text = f"{result['op']} ({result['module']}) {_op_trouble(result)}"
-        if result["phase"] == "setup":
-            report.problems.append(f"the fast-path ops could not run: {_op_trouble(result)}")
-        elif result["module"] in report.needed:
+        if result["module"] in report.needed:
             report.problems.append(text)
         else:
             _note(report, text)
@@ -283,12 +287,12 @@ def _op_trouble(result: dict[str, Any]) -> str:
         return (f"computes wrong results: max error {result['max_error'] or float('inf'):.3g} "
                 f"in {result['worst']} (tolerance {result['tolerance']:g})")
     if status == "timeout":
-        return (f"did not finish in {result['error'].split(' in ')[-1]} (hung?); "
-                "a longer --op-timeout helps if it was still compiling")
+        return (f"did not finish in {result['seconds']:g} s (hung?); a longer --op-timeout "
+                "helps if it was still compiling")
     if result["kind"] == "busy":
-        return f"the GPU is busy or unavailable ({first})"
+        return f"finds the GPU busy or unavailable ({first})"
     if result["kind"] == "oom":
-        return f"the GPU is out of memory ({first})"
+        return f"runs out of GPU memory ({first})"
     return f"fails in {result['phase'] or 'its run'}: {first}"
 
 
