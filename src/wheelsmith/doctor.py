@@ -157,11 +157,11 @@ def examine(info: dict[str, Any], arch: Arch, arch_source: str, cuobjdump: Path,
             index_url: str, need: tuple[str, ...] = (), model: ModelView | None = None,
             ops: list[dict[str, Any]] | None = None, knowledge: Knowledge = Knowledge()
             ) -> Report:
-    """`need`: modules named by --need; the model's own (default: the GatedDeltaNet set) are
-    needed too."""
+    """`need`: modules named by --need: they replace the default (GatedDeltaNet) set, and add
+    to a model's own."""
     gpu = info.get("gpu")
     model = model or default_view()
-    needed = set(need) | set(model.modules)
+    needed = set(need) if need and model.source == "default" else set(need) | set(model.modules)
     report = Report(python=info["executable"], python_version=info["python"],
                     torch=info.get("torch_full"),
                     torch_cuda=info.get("torch_cuda"),

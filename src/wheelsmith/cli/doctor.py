@@ -24,8 +24,9 @@ from wheelsmith.errors import DoctorError, UsageError
               show_default="this Python", help="The Python environment to examine.")
 @click.option("--need", "need", multiple=True,
               type=click.Choice(["fla", "causal_conv1d", "mamba_ssm", "flash_attn"]),
-              help="Fast-path modules your models need (repeatable), besides the model's own. "
-                   "Default: fla and causal_conv1d (GatedDeltaNet hybrids).")
+              help="Fast-path modules your models need (repeatable). Default: fla and "
+                   "causal_conv1d (GatedDeltaNet hybrids); with --model-type/--model, added to "
+                   "what the model needs.")
 @click.option("--model-type", "model_type", metavar="TYPE",
               help="The transformers model type you train (qwen3_5, qwen3_next, mamba2, "
                    "falcon_h1, ...): its modeling code says which fast-path functions it needs.")
