@@ -197,19 +197,20 @@ def find_python(version: str) -> Path | None:
     return None
 
 
-def torch_env(python: Path, torch: str) -> Path:
+def torch_env(python: Path, torch: str, extra: tuple[str, ...] = ()) -> Path:
     """A user's environment: `python` with torch==`torch` from the package index (its CUDA
-    libraries included, no CUDA toolkit), made once per machine in the wheelsmith cache (it
-    is several GB) and reused. Returns its interpreter."""
+    libraries included, no CUDA toolkit) and the `extra` requirements, made once per machine
+    in the wheelsmith cache (it is several GB) and reused. Returns its interpreter."""
     version = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % "
                               "sys.version_info[:2])"], capture_output=True, text=True,
                              check=True).stdout.strip()
-    root = locations.cache_dir() / "test-envs" / f"py{version}-torch{torch}"
+    name = "-".join([f"py{version}-torch{torch}", *(e.replace("==", "") for e in extra)])
+    root = locations.cache_dir() / "test-envs" / name
     marker = root / "wheelsmith-test-env"
     if not marker.is_file():
         shutil.rmtree(root, ignore_errors=True)
         subprocess.run([str(python), "-m", "venv", str(root)], check=True)
         subprocess.run([str(root / "bin" / "python"), "-m", "pip", "install", "-q",
-                        f"torch=={torch}"], check=True)
+                        f"torch=={torch}", *extra], check=True)
         marker.write_text(torch + "\n")
     return root / "bin" / "python"

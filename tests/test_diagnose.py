@@ -15,6 +15,10 @@ LINES = {
     "oom-killed": "Killed\nninja: build stopped: subcommand failed.",
     "download-attempt": "error: <urlopen error [Errno -3] Temporary failure in name resolution>",
     "no-torch": "ModuleNotFoundError: No module named 'torch'",
+    # sccache's own lines, seen with a real sccache-dist farm (tests/test_compile_farm.py)
+    "farm-job-failed": "sccache: Job failed on server 127.0.0.1:10503:\nsandbox broken on this "
+                       "server",
+    "farm-token-refused": '["add.o"] http error status: Error 401: Fixed token mismatch',
 }
 
 

@@ -4,7 +4,8 @@ machine's size.
 Only a few variables of the caller's environment pass through; CUDA_HOME is always set from
 the toolchain (never guessed from `which nvcc`), the arch list reaches the package through the
 recipe's variable, proxies point nowhere so the package's setup cannot download anything,
-and MAX_JOBS / NVCC_THREADS are chosen from cores and memory.
+and MAX_JOBS / NVCC_THREADS (and, in the pre-build check, nvcc's split-compile) are chosen
+from cores, memory and the files to compile.
 """
 
 from __future__ import annotations
@@ -14,23 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelsmith import prebuild
+from wheelsmith import parallel, prebuild
+from wheelsmith.parallel import Parallelism
 from wheelsmith.plan import BuildPlan
 
 PASS_THROUGH = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "TERM")
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: connections are refused at once
-
-
-@dataclass(frozen=True, slots=True)
-class Parallelism:
-    jobs: int
-    nvcc_threads: int
-    cores: int
-    available_gb: float
-
-    def describe(self) -> str:
-        return (f"MAX_JOBS={self.jobs} NVCC_THREADS={self.nvcc_threads} "
-                f"({self.cores} cores, {self.available_gb:.1f} GB available)")
 
 
 def machine_size() -> tuple[int, float]:
@@ -63,18 +53,15 @@ def _cgroup_headroom() -> float | None:
 
 
 def choose_parallelism(cores: int, available_gb: float, per_job_gb: float, n_archs: int,
-                       jobs: int | None = None) -> Parallelism:
-    """nvcc threads parallelise the per-arch passes of one file; jobs run files side by side.
+                       jobs: int | None = None, *, split: str = parallel.AUTO,
+                       farm_cpus: int = 0) -> Parallelism:
+    """nvcc threads parallelise the per-arch passes of one file; jobs run files side by side;
+    split-compile workers let one heavy file use idle cores (the rules: parallel.py).
 
     Peak memory is about jobs x threads x per-job memory, so both are bounded by what is free.
     """
-    threads = max(1, min(n_archs, cores, 4))
-    fits = int(available_gb // (per_job_gb * threads)) if per_job_gb > 0 else cores
-    if fits == 0 and threads > 1:
-        threads = 1
-        fits = int(available_gb // per_job_gb)
-    chosen = jobs if jobs is not None else max(1, min(cores, fits))
-    return Parallelism(chosen, threads, cores, available_gb)
+    return parallel.choose(cores, available_gb, per_job_gb, n_archs, jobs=jobs, split=split,
+                           farm_cpus=farm_cpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +102,7 @@ def build_env(
         TORCH_CUDA_ARCH_LIST=plan.archs.torch_arch_list(),
         MAX_JOBS=str(parallelism.jobs),
         NVCC_THREADS=str(parallelism.nvcc_threads),
+        **{parallel.PLAN_ENV: parallelism.to_json()},  # the pre-build check adds the split
         SOURCE_DATE_EPOCH=str(source_date_epoch),
         PYTHONNOUSERSITE="1",
         PYTHONUNBUFFERED="1",  # so build output (and ninja progress) arrives as it happens

@@ -18,6 +18,7 @@ from pathlib import Path
 from wheelsmith import cmd
 from wheelsmith.diagnose import diagnose, explain
 from wheelsmith.errors import CompileError, WheelsmithError
+from wheelsmith.prebuild import PLAN_LINE
 from wheelsmith.toolchain import Toolchain
 
 log = logging.getLogger(__name__)
@@ -46,11 +47,15 @@ def offline_prefix() -> tuple[str, ...]:
     return ("unshare", "-rn")
 
 
-def progress_parser(on_progress: ProgressCallback | None) -> Callable[[str], None]:
+def progress_parser(on_progress: ProgressCallback | None,
+                    on_plan: Callable[[str], None] | None = None) -> Callable[[str], None]:
+    """ninja's `[N/M]` to `on_progress`; the pre-build check's plan line to `on_plan`."""
     def on_line(line: str) -> None:
         match = PROGRESS_RE.match(line)
         if match and on_progress is not None:
             on_progress(int(match[1]), int(match[2]))
+        elif on_plan is not None and line.lstrip().startswith(PLAN_LINE):
+            on_plan(line.strip().removeprefix(PLAN_LINE))
 
     return on_line
 
@@ -76,6 +81,7 @@ def compile_wheel(
     dist: Path,
     log_path: Path,
     on_progress: ProgressCallback | None = None,
+    on_plan: Callable[[str], None] | None = None,
     isolate_network: bool = True,
 ) -> Path:
     """Build `source` into exactly one wheel in the empty directory `dist`.
@@ -93,7 +99,7 @@ def compile_wheel(
     try:
         with log_path.open("a", encoding="utf-8") as log_file:
             cmd.run(argv, cwd=source, env=env, log_file=log_file, log_path=log_path,
-                    on_line=progress_parser(on_progress), error=CompileError,
+                    on_line=progress_parser(on_progress, on_plan), error=CompileError,
                     what=f"the build of {what}")
     except CompileError as exc:
         text = log_path.read_text(errors="replace")

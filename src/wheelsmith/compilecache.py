@@ -46,15 +46,7 @@ class CompileCache:
         return f"ccache {self.local}" + (f" + {self.remote}" if self.remote else "")
 
     def launchers(self) -> dict[str, str]:
-        """`c++`/`g++` scripts that run the real compiler through ccache. (torch checks the
-        compiler named by CXX, so `CXX="ccache c++"` would fail its version check.)"""
-        scripts = {}
-        for name in ("c++", "g++"):
-            real = shutil.which(name)
-            if real is not None:
-                scripts[name] = (f"#!/bin/sh\n# wheelsmith compile cache\n"
-                                 f"exec {shlex.quote(self.ccache)} {shlex.quote(real)} \"$@\"\n")
-        return scripts
+        return compiler_launchers(self.ccache, "wheelsmith compile cache")
 
     def env(self, toolchain: Toolchain, work: Path) -> dict[str, str]:
         identity = work / "toolchain-identity.json"
@@ -72,6 +64,19 @@ class CompileCache:
         if self.remote:
             env["CCACHE_REMOTE_STORAGE"] = self.remote
         return env
+
+
+def compiler_launchers(wrapper: str, comment: str) -> dict[str, str]:
+    """`c++`/`g++` scripts that run the real compiler through `wrapper` (ccache, sccache).
+    torch checks the compiler named by CXX, so `CXX="ccache c++"` would fail its version
+    check; a script first on PATH does not."""
+    scripts = {}
+    for name in ("c++", "g++"):
+        real = shutil.which(name)
+        if real is not None:
+            scripts[name] = (f"#!/bin/sh\n# {comment}\n"
+                             f"exec {shlex.quote(wrapper)} {shlex.quote(real)} \"$@\"\n")
+    return scripts
 
 
 def resolve(spec: str | None, cache_root: Path) -> CompileCache | None:

@@ -148,7 +148,8 @@ def render_doctor(report: Report, stream: IO[str] | None = None) -> None:
     out.write(f"torch    {report.torch or '-'} (CUDA {report.torch_cuda or '-'})\n")
     out.write(f"GPU      {gpu}; checking kernels for {report.arch.sm} "
               f"(from {report.arch_source})\n")
-    out.write(f"channel  {report.channel or '- (no CUDA torch)'}\n\n")
+    out.write(f"channel  {report.channel or '- (no CUDA torch)'}\n")
+    out.write(f"model    {_model_line(report)}\n\n")
     width = max([len(p.name) for p in report.packages] + [16])
     out.write(f"{'package':<{width}}  {'version':<40}  kernels for {report.arch.sm}\n")
     labels = {"sass": "SASS (native)", "ptx": "PTX only (JIT at start)", "none": "NONE"}
@@ -159,10 +160,55 @@ def render_doctor(report: Report, stream: IO[str] | None = None) -> None:
     out.write("\nfast path: " + ", ".join(
         f"{module} {'ok' if state['ok'] else 'MISSING' if state['needed'] else 'not installed'}"
         for module, state in report.fast_path.items()) + "\n")
+    _render_ops(report, out)
+    for note in report.notes:
+        out.write(f"note: {note}\n")
     if report.healthy:
-        out.write(f"\nhealthy: every extension has native kernels for {report.arch.sm} and "
-                  "the fast path imports\n")
+        ran = ", its ops run correctly" if report.ops else ""
+        out.write(f"\nhealthy: every extension has native kernels for {report.arch.sm}, the "
+                  f"fast path imports{ran}\n")
     out.flush()
+
+
+def _model_line(report: Report) -> str:
+    model = report.model
+    if model.source == "default":
+        return (f"{model.model_type} (the default): {', '.join(model.modules)}; "
+                "--model-type or --model asks transformers")
+    if model.input_error:
+        return f"not examined: {model.message}"
+    said = f"{model.model_type} (transformers {model.transformers or '-'})"
+    if model.error is not None:
+        return f"{said}: cannot tell (see below)"
+    if not model.needs:
+        return f"{said}: uses no fast-path kernels"
+    missing = model.unavailable()
+    if missing:
+        return f"{said}: FALLS BACK to torch without {', '.join(missing)}"
+    return f"{said}: fast path through {', '.join(model.modules)}"
+
+
+def _render_ops(report: Report, out: IO[str]) -> None:
+    if report.ops is None:
+        out.write("ops: not run (no GPU visible; --run runs them anyway)\n"
+                  if report.gpu is None else "ops: not run (--no-run)\n")
+        return
+    if not report.ops:
+        out.write("ops: none installed\n")
+        return
+    out.write("\nop (vs plain PyTorch)              result\n")
+    for op in report.ops:
+        seconds = f"{op['seconds']:.1f} s" if op.get("seconds") is not None else ""
+        if op["status"] in ("ok", "wrong"):
+            result = (f"{'ok' if op['status'] == 'ok' else 'WRONG':<8}max error "
+                      f"{op['max_error'] if op['max_error'] is not None else float('inf'):.2g}")
+        else:
+            result = {"timeout": "TIMEOUT", "not-run": "not run"}.get(
+                op["status"], f"ERROR in {op['phase'] or 'its run'}")
+            compared = [e for e in (op.get("errors") or {}).values() if e is not None]
+            if compared:  # the forward pass was compared before the backward failed
+                result += f" (forward: max error {max(compared):.2g})"
+        out.write(f"{op['op']:<34} {result:<28} {seconds}".rstrip() + "\n")
 
 
 def error_json(error: WheelsmithError) -> dict[str, object]:

@@ -59,6 +59,19 @@ SIGNATURES = (
         "add the 'never download a prebuilt wheel' patch and set <PKG>_FORCE_BUILD=TRUE",
     ),
     Signature(
+        "farm-job-failed",
+        re.compile(r"sccache: Job failed on server \S+"),
+        "a build server of the compile farm ran a compile and it failed there (its sandbox "
+        "cannot run the toolchain, or the server broke); sccache does not retry those here",
+        "check that server (sccache-dist's log, bubblewrap), or build without --compile-farm",
+    ),
+    Signature(
+        "farm-token-refused",
+        re.compile(r"Error 401: Fixed token mismatch"),
+        "the compile farm's scheduler refused the client token",
+        "set $WHEELSMITH_COMPILE_FARM_TOKEN to the token of the scheduler's [client_auth]",
+    ),
+    Signature(
         "arch-list-missing",
         re.compile(r"_get_cuda_arch_flags.*\n.*IndexError: list index out of range"),
         "torch had no arch list and no GPU to ask",

@@ -120,6 +120,11 @@ class CompileError(WheelsmithError):
     exit_code = 9
 
 
+class CompileFarmError(CompileError):
+    """The compile farm could not be used, or lost compiles to local fallback, and it was
+    required (--compile-farm-required); without that the build compiles here instead."""
+
+
 class VerifyError(WheelsmithError):
     """A wheel does not contain the device code that was asked for, or is not a valid wheel."""
 

@@ -27,6 +27,7 @@ from wheelsmith.recipe import Recipe, load_recipe
 from wheelsmith.toolchain import Profile
 
 STRINGS = {"type": "array", "items": {"type": "string"}, "minItems": 1}
+NEEDS = ("farm",)  # what a package's cells may need from the runner (nightly checks it)
 MATRIX_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
@@ -49,6 +50,8 @@ MATRIX_SCHEMA: dict[str, Any] = {
                     "versions": {**STRINGS, "description": "default: the newest in the recipe"},
                     "archs": {**STRINGS, "description": "arch sets, one cell each, e.g. "
                               "'9.0;12.0' (default: the recipe's; not for pure recipes)"},
+                    "needs": {"enum": list(NEEDS), "description": "farm: build only where a "
+                              "compile farm or a big runner is configured, else skip"},
                 },
             },
         },
@@ -72,6 +75,7 @@ class Cell:
     toolchain: str
     archs: str  # "" for pure recipes
     python: str
+    needs: str = ""  # "farm": only where a compile farm or a big runner is configured
 
     @property
     def id(self) -> str:
@@ -125,7 +129,8 @@ def _expand(doc: Document, find_recipe: Callable[[str], Path], path: KeyPath,
                    hint="list one set that covers every GPU you serve, e.g. '9.0;10.0;12.0+PTX'")
     if recipe.kind == "pure":  # py3-none-any: one wheel per channel, whatever the Python
         pythons = pythons[:1]
-    return [Cell(recipe=recipe.name, version=v, toolchain=t, archs=a, python=p)
+    needs = str(entry["needs"]) if entry.get("needs") in NEEDS else ""
+    return [Cell(recipe=recipe.name, version=v, toolchain=t, archs=a, python=p, needs=needs)
             for v in versions for a in arch_sets for t in toolchains for p in pythons]
 
 

@@ -11,18 +11,21 @@ the night.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wheelsmith import ledger, pipeline, publish, runner
+from wheelsmith import compilefarm, ledger, pipeline, publish, runner
 from wheelsmith.arch import ArchSet
 from wheelsmith.errors import MissingToolkitError, UsageError, WheelsmithError
 from wheelsmith.matrix import Cell
 from wheelsmith.stamp import read_provenance
 
 log = logging.getLogger(__name__)
+
+BIG_RUNNER_CORES = 32  # where a `needs: farm` cell may build without a compile farm
 
 
 @dataclass(slots=True)
@@ -69,9 +72,24 @@ def request_for(cell: Cell, settings: Settings) -> pipeline.BuildRequest:
         compile_cache=settings.compile_cache, runner=settings.runner)
 
 
+def unmet_needs(cell: Cell) -> str | None:
+    """Why this runner cannot build the cell (matrix.yaml's `needs`), or None."""
+    if cell.needs != "farm":
+        return None
+    farm = os.environ.get(compilefarm.ENV, "")
+    cores = len(os.sched_getaffinity(0))
+    if (farm and farm != "off") or cores >= BIG_RUNNER_CORES:
+        return None
+    return (f"needs a compile farm or a big runner: ${compilefarm.ENV} is not set and this "
+            f"runner has {cores} cores (fewer than {BIG_RUNNER_CORES})")
+
+
 def run_cell(cell: Cell, settings: Settings, keys: set[str],
              reporter: pipeline.Reporter) -> CellResult:
     started = time.monotonic()
+    unmet = unmet_needs(cell)
+    if unmet is not None:  # a precondition of this runner, like a missing toolkit
+        return CellResult(cell, "skipped", unmet)
     try:
         request = request_for(cell, settings)
         prepared = runner.prepare(request, reporter)  # a container's plan: the image's toolchain

@@ -25,10 +25,12 @@ from wheelsmith import (
     __version__,
     buildenv,
     compilecache,
+    compilefarm,
     knownbad,
     locations,
     locks,
     manylinux,
+    parallel,
     prebuild,
     repos,
     target,
@@ -38,6 +40,7 @@ from wheelsmith.compile import compile_wheel
 from wheelsmith.errors import (
     BuildLockedError,
     CompileError,
+    CompileFarmError,
     KnownBadError,
     OutputError,
     ToolchainError,
@@ -105,6 +108,9 @@ class BuildRequest:
     out_dir: Path = Path("wheelhouse")
     work_dir: Path = Path("build/wheelsmith")
     jobs: int | None = None
+    split_compile: str | None = None  # auto | off | N; None: $WHEELSMITH_SPLIT_COMPILE or auto
+    compile_farm: str | None = None  # scheduler URL | off; None: $WHEELSMITH_COMPILE_FARM
+    compile_farm_required: bool = False  # fail instead of compiling here
     env: tuple[tuple[str, str], ...] = ()
     configure_only: bool = False
     compile_cache: str | None = None  # None: $WHEELSMITH_COMPILE_CACHE or the local default
@@ -233,16 +239,28 @@ def check_known_bad(recipe: Recipe, release: Release, toolchain: Toolchain, arch
 
 @dataclass(frozen=True, slots=True)
 class _Setup:
-    """How one compile runs: environment, parallelism, pre-build guard, compile cache."""
+    """How one compile runs: environment, parallelism, pre-build guard, compile cache, and the
+    compile farm (its session when in use, else what kept it out)."""
 
     env: dict[str, str]
-    parallelism: buildenv.Parallelism
+    parallelism: parallel.Parallelism
     guard: buildenv.Guard | None
     cache: compilecache.CompileCache | None
+    farm: compilefarm.Session | None = None
+    farm_note: str = ""
 
     def describe(self) -> str:
-        cached = f"cache: {self.cache.describe()}" if self.cache else "no compile cache"
-        return f"{self.parallelism.describe()}; {cached}"
+        if self.farm is not None:
+            where = f"{self.farm_note}; nvcc and c++ through sccache"
+        else:
+            cached = f"cache: {self.cache.describe()}" if self.cache else "no compile cache"
+            where = f"{self.farm_note}; {cached}" if self.farm_note else cached
+        return f"{self.parallelism.describe()}; {where}"
+
+    @property
+    def needs_network(self) -> bool:
+        """A farm or a TCP cache must be reached from the build: no network namespace."""
+        return self.farm is not None or bool(self.cache and self.cache.needs_network)
 
 
 class _LockedReporter:
@@ -311,14 +329,10 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
     setup = _compile_setup(plan, request, work, epoch)
     target = "pure Python" if plan.recipe.kind == "pure" else str(plan.archs)
     report.stage("compile", f"{what} for {target}; {setup.describe()}")
-    try:
-        raw = compile_wheel(what=what, toolchain=plan.toolchain, source=source, env=setup.env,
-                            dist=work / "dist", log_path=log_path, on_progress=report.progress,
-                            isolate_network=not (setup.cache and setup.cache.needs_network))
-    except CompileError as exc:
-        return _configured(_prebuild_outcome(setup.guard, log_path, exc), log_path, report)
-    if request.configure_only:  # no CUDA rule stopped it (e.g. a pure package): keep nothing
-        return _configured(_read_guard_report(setup.guard), log_path, report)
+    compiled = _compile(plan, request, setup, source, work=work, report=report)
+    if isinstance(compiled, BuildResult):
+        return compiled
+    raw = compiled.raw
 
     inventory, smoke_output, platform = _check_wheel(plan, raw, request, work, report)
     provenance = _provenance(plan, inventory, parallelism=setup.parallelism,
@@ -330,12 +344,49 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
     provenance["runner"] = json.loads(os.environ.get(RUNNER_INFO, '{"engine": "host"}'))
     provenance["compile_cache"] = ({"backend": setup.cache.describe(),
                                     **compilecache.stats(work)} if setup.cache else None)
+    provenance["compile_farm"] = compiled.farm
+    provenance["build"]["plan"] = list(compiled.plans)
     report.stage("stamp", plan.local_label())
     wheel = _write_output(plan, raw, request, provenance, epoch)
     if not request.keep_work:
         shutil.rmtree(work / "src", ignore_errors=True)
         shutil.rmtree(work / "smoke", ignore_errors=True)
     return BuildResult(wheel=wheel, provenance=provenance, up_to_date=False, log=log_path)
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    raw: Path
+    farm: dict[str, Any] | None  # where its compiles ran, when a farm was asked for
+    plans: tuple[str, ...]  # the pre-build check's plan lines
+
+
+def _compile(plan: BuildPlan, request: BuildRequest, setup: _Setup, source: Path, *,
+             work: Path, report: Reporter) -> _Compiled | BuildResult:
+    """The package's build; a BuildResult when it stopped after configuring."""
+    log_path = log_path_of(work)
+    plans: list[str] = []
+
+    def on_plan(line: str) -> None:
+        plans.append(line)
+        report.stage("compile", f"plan from build.ninja: {line}")
+
+    try:
+        raw = compile_wheel(what=f"{plan.recipe.name} {plan.release.version}",
+                            toolchain=plan.toolchain, source=source, env=setup.env,
+                            dist=work / "dist", log_path=log_path, on_progress=report.progress,
+                            on_plan=on_plan, isolate_network=not setup.needs_network)
+    except CompileError as exc:
+        _farm_done(setup, report, failed=True)  # the compile's own error is the one to show
+        return _configured(_prebuild_outcome(setup.guard, log_path, exc), log_path, report)
+    except BaseException:
+        if setup.farm is not None:
+            setup.farm.stop()
+        raise
+    farm = _farm_done(setup, report)
+    if request.configure_only:  # no CUDA rule stopped it (e.g. a pure package): keep nothing
+        return _configured(_read_guard_report(setup.guard), log_path, report)
+    return _Compiled(raw, farm, tuple(plans))
 
 
 def fetch_and_patch(plan: BuildPlan, work: Path, report: Reporter) -> Path:
@@ -348,22 +399,86 @@ def fetch_and_patch(plan: BuildPlan, work: Path, report: Reporter) -> Path:
 
 
 def _compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int) -> _Setup:
+    farm, health, note = _farm_session(request, work)
     cores, available = buildenv.machine_size()
-    parallelism = buildenv.choose_parallelism(cores, available, plan.recipe.memory_per_job_gb,
-                                              len(plan.archs.archs), request.jobs)
+    parallelism = buildenv.choose_parallelism(
+        cores, available, plan.recipe.memory_per_job_gb, len(plan.archs.archs), request.jobs,
+        split=split_setting(request.split_compile), farm_cpus=health.cpus if farm else 0)
     launchers = work / "launchers"
     shutil.rmtree(launchers, ignore_errors=True)
     guard = _install_guard(plan, work, launchers, configure_only=request.configure_only)
-    cache = compilecache.resolve(request.compile_cache, locations.cache_dir())
-    cache_env = None
-    if cache is not None:
+    cache = None if farm else compilecache.resolve(request.compile_cache, locations.cache_dir())
+    compiler_env = None
+    if farm is not None:
+        for name, script in farm.launchers().items():
+            write_launcher(launchers / name, script)
+        compiler_env = farm.compiler_env(plan.toolchain)
+    elif cache is not None:
         (work / "ccache-stats.log").unlink(missing_ok=True)
         for name, script in cache.launchers().items():
             write_launcher(launchers / name, script)
-        cache_env = cache.env(plan.toolchain, work)
+        compiler_env = cache.env(plan.toolchain, work)
     env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ,
-                             guard=guard, compile_cache=cache_env, launchers=launchers)
-    return _Setup(env, parallelism, guard, cache)
+                             guard=guard, compile_cache=compiler_env, launchers=launchers)
+    return _Setup(env, parallelism, guard, cache, farm, note)
+
+
+def split_setting(value: str | None) -> str:
+    """--split-compile, else $WHEELSMITH_SPLIT_COMPILE, else auto."""
+    text = value if value is not None else os.environ.get(parallel.SPLIT_ENV, parallel.AUTO)
+    try:
+        return parallel.parse_split(text)
+    except parallel.SplitSettingError as exc:
+        raise UsageError(f"--split-compile: {exc}",
+                         hint="auto (the default), off, or N workers (0: nvcc's own)") from None
+
+
+def _farm_session(request: BuildRequest, work: Path
+                  ) -> tuple[compilefarm.Session | None, compilefarm.Health, str]:
+    """The build's sccache session when the farm checks out; else None and why, or (with
+    --compile-farm-required) CompileFarmError."""
+    farm = compilefarm.resolve(request.compile_farm, required=request.compile_farm_required,
+                               cache_root=locations.cache_dir())
+    if farm is None:
+        return None, compilefarm.Health(), ""
+    session = compilefarm.start(farm, work)
+    try:
+        health = compilefarm.check(session)
+    except BaseException:
+        session.stop()
+        raise
+    if health.ok:
+        return session, health, (f"compile farm {farm.scheduler}: {health.servers} build "
+                                 f"server(s), {health.cpus} CPUs")
+    session.stop()
+    if farm.required:
+        raise CompileFarmError(f"compile farm {farm.scheduler}: {health.problem}",
+                               hint=f"start the scheduler and build servers (docs/nightly.md), "
+                                    f"check ${compilefarm.TOKEN_ENV}, or leave out "
+                                    "--compile-farm-required to compile here")
+    log.warning("compile farm %s not used: %s", farm.scheduler, health.problem)
+    return None, health, (f"compile farm {farm.scheduler} not used: {health.problem}; "
+                          "compiling here")
+
+
+def _farm_done(setup: _Setup, report: Reporter, *, failed: bool = False
+               ) -> dict[str, Any] | None:
+    """Stop the build's sccache server and say where its compiles ran. With
+    --compile-farm-required, compiles the farm lost (done here instead) fail the build."""
+    if setup.farm is None:
+        return {"used": False, "reason": setup.farm_note} if setup.farm_note else None
+    try:
+        stats = setup.farm.stats()
+    finally:
+        setup.farm.stop()
+    report.stage("farm", stats.describe())
+    if stats.fell_back and setup.farm.farm.required and not failed:
+        raise CompileFarmError(
+            f"compile farm {setup.farm.farm.scheduler}: {stats.fell_back} compile(s) fell back "
+            f"to local compilation ({stats.reason}); --compile-farm-required",
+            hint="check the build servers (a server that died or cannot run the toolchain); "
+                 "nothing was written to --out")
+    return {"used": True, "scheduler": setup.farm.farm.scheduler, **stats.as_dict()}
 
 
 def _configured(records: tuple[dict[str, Any], ...], log_path: Path,
@@ -541,7 +656,7 @@ def _up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None
 
 
 def _provenance(plan: BuildPlan, inventory: list[DeviceCode], *,
-                parallelism: buildenv.Parallelism, seconds: float, raw_name: str,
+                parallelism: parallel.Parallelism, seconds: float, raw_name: str,
                 smoke_output: str) -> dict[str, Any]:
     recipe, release, toolchain = plan.recipe, plan.release, plan.toolchain
     return {
@@ -559,6 +674,7 @@ def _provenance(plan: BuildPlan, inventory: list[DeviceCode], *,
         "device_code": [d.as_dict() for d in inventory],
         "build": {"seconds": seconds, "max_jobs": parallelism.jobs,
                   "nvcc_threads": parallelism.nvcc_threads,
+                  "split_compile": parallelism.split_setting,
                   "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "raw_wheel": raw_name},
         "smoke": smoke_output.strip().splitlines(),

@@ -6,7 +6,9 @@ environment puts a small `ninja` first on PATH that runs this module: it reads t
 build (exit 86) when they differ from the request — before hours of compiling, where the
 post-build cubin check would only catch it afterwards. With WHEELSMITH_CONFIGURE_ONLY it
 always stops after recording (exit 87): a configure-only build for packages too big to
-compile in CI. Otherwise it hands over to the real ninja.
+compile in CI. Otherwise it chooses nvcc's split-compile from the CUDA files it found
+(parallel.refine), adds it to NVCC_APPEND_FLAGS unless the build already sets one, says so
+(`wheelsmith plan: ...`) and hands over to the real ninja.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import os
 import re
 import shlex
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from wheelsmith import parallel
 
 MISMATCH = 86
 CONFIGURED = 87
@@ -29,6 +34,9 @@ CONFIGURE_ONLY = "WHEELSMITH_CONFIGURE_ONLY"
 
 _CODE_RE = re.compile(r"arch=compute_(\w+?),code=(\[[^\]]*\]|[\w,]+)")
 _ARCH_RE = re.compile(r"(?:^|\s)-arch[= ]sm_(\d+[af]?)(?=\s|$)")
+_UNIT_RE = re.compile(r"^build [^\n]+?: (cuda_compile|compile) ", re.MULTILINE)
+_GIVEN_SPLIT_RE = re.compile(r"(?:^|\s)--?split-compile[= ](\d+)")
+PLAN_LINE = "wheelsmith plan: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +65,39 @@ def gencode_targets(ninja_text: str) -> Targets:
     return Targets(frozenset(sass), frozenset(ptx))
 
 
+def count_units(ninja_text: str) -> tuple[int, int]:
+    """CUDA and C++ translation units of a build.ninja."""
+    rules = [match[1] for match in _UNIT_RE.finditer(ninja_text)]
+    return rules.count("cuda_compile"), rules.count("compile")
+
+
+def _given_split(environ: Mapping[str, str]) -> str | None:
+    """A split-compile the build sets itself (NVCC_APPEND/PREPEND_FLAGS: --env or the recipe)."""
+    for var in ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS"):
+        match = _GIVEN_SPLIT_RE.search(environ.get(var, ""))
+        if match:
+            return match[1]
+    return None
+
+
+def apply_parallelism(ninja_text: str, environ: MutableMapping[str, str]) -> str | None:
+    """Refine the build's parallelism with build.ninja's files and put the split-compile flag
+    into NVCC_APPEND_FLAGS; returns the plan line (None without a plan or CUDA files)."""
+    chosen = environ.get(parallel.PLAN_ENV)
+    if not chosen or "rule cuda_compile" not in ninja_text:
+        return None
+    plan = parallel.refine(parallel.Parallelism.from_json(chosen), *count_units(ninja_text))
+    given = _given_split(environ)
+    if given is not None:
+        plan = replace(plan, split_setting=given, split=int(given))
+        return plan.describe_units() + " (set by the build's NVCC flags)"
+    flag = plan.split_flag()
+    if flag is not None:
+        environ["NVCC_APPEND_FLAGS"] = " ".join(filter(None, [
+            environ.get("NVCC_APPEND_FLAGS", ""), flag]))
+    return plan.describe_units()
+
+
 def _ninja_file(argv: list[str]) -> Path:
     directory, name = Path(), "build.ninja"
     for flag, value in zip(argv, [*argv[1:], ""], strict=False):
@@ -82,9 +123,11 @@ def check(argv: list[str]) -> int | None:
     found = gencode_targets(text)
     wanted = Targets(_expected(EXPECT_SASS), _expected(EXPECT_PTX))
     if os.environ.get(REPORT):
+        cuda, cxx = count_units(text)
         with Path(os.environ[REPORT]).open("a") as report:
             report.write(json.dumps({"build_ninja": str(ninja_file.resolve()),
-                                     **found.as_dict()}) + "\n")
+                                     **found.as_dict(), "cuda_units": cuda,
+                                     "cxx_units": cxx}) + "\n")
     if found != wanted:
         sys.stderr.write(
             f"wheelsmith pre-build check: {ninja_file.resolve()} compiles SASS "
@@ -111,6 +154,12 @@ def main() -> None:
     code = check(argv)
     if code is not None:
         sys.exit(code)
+    ninja_file = _ninja_file(argv)
+    if "--version" not in argv and ninja_file.is_file():
+        line = apply_parallelism(ninja_file.read_text(errors="replace"), os.environ)
+        if line is not None:
+            sys.stderr.write(PLAN_LINE + line + "\n")
+            sys.stderr.flush()
     real = os.environ[REAL_NINJA]
     os.execv(real, [real, *argv])  # noqa: S606 - hand over to the real ninja
 

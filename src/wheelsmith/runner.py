@@ -100,6 +100,9 @@ def _run_locked(engine: container.Engine, image: str, info: dict[str, object], *
             path.chmod(path.stat().st_mode | 0o777 if path.is_dir() else
                        path.stat().st_mode | 0o666)
     out = _writable_dir(work / "container-out")
+    if request.compile_farm not in (None, "off") or request.compile_farm_required:
+        raise UsageError("container builds run with --network=none, so a compile farm cannot "
+                         "be reached", hint="use --runner host with --compile-farm")
     cache = compilecache.resolve(request.compile_cache, locations.cache_dir())
     if cache is not None and cache.needs_network:
         raise UsageError("container builds run with --network=none, so a TCP compile cache "
@@ -135,6 +138,8 @@ def _inner_args(plan: BuildPlan, request: pipeline.BuildRequest,
         args += ["--arch", str(plan.archs)]
     if request.jobs is not None:
         args += ["--jobs", str(request.jobs)]
+    if request.split_compile is not None:
+        args += ["--split-compile", request.split_compile]
     for key, value in request.env:
         args += ["--env", f"{key}={value}"]
     return args

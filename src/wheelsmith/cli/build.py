@@ -46,8 +46,19 @@ from wheelsmith.recipe import load_recipe, schema_json
               show_default=True, help="Where the finished wheel goes.")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
               show_default=True, help="Sources, logs and scratch files.")
-@click.option("--jobs", type=click.IntRange(min=1), help="MAX_JOBS (default: from cores and "
-              "free memory).")
+@click.option("--jobs", type=click.IntRange(min=1), help="MAX_JOBS (default: from cores, free "
+              "memory and a compile farm's CPUs).")
+@click.option("--split-compile", "split_compile", metavar="auto|off|N",
+              help="nvcc --split-compile workers, so one heavy file uses idle cores. auto: "
+                   "from cores, memory and build.ninja's CUDA files. Not part of the content "
+                   "key. Default: $WHEELSMITH_SPLIT_COMPILE, else auto.")
+@click.option("--compile-farm", "compile_farm", metavar="URL|off",
+              help="Compile nvcc and c++ on an sccache-dist scheduler's build servers (token "
+                   "in $WHEELSMITH_COMPILE_FARM_TOKEN). When it is unusable, compile here and "
+                   "say so. Default: $WHEELSMITH_COMPILE_FARM.")
+@click.option("--compile-farm-required", is_flag=True,
+              help="Fail (exit 9) instead of compiling here when the farm is unusable or "
+                   "loses compiles.")
 @click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
               help="Extra variable for the package's build (part of the content key), e.g. "
                    "NVCC_APPEND_FLAGS=--split-compile=0.")
@@ -75,6 +86,7 @@ from wheelsmith.recipe import load_recipe, schema_json
 @json_option
 def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: str | None,
           install_into: bool, out_dir: Path, work_dir: Path, jobs: int | None,
+          split_compile: str | None, compile_farm: str | None, compile_farm_required: bool,
           env: tuple[str, ...], rebuild: bool, keep_work: bool, no_wait: bool,
           compile_cache: str | None, runner: str, keep_container: bool,
           prepared_source: Path | None, configure_only: bool, publish_to: bool,
@@ -91,7 +103,10 @@ def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: st
     request = pipeline.BuildRequest(
         recipe=name, version=version or None, archs=parse_archs(archs), toolchain=toolchain,
         **chosen_python, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
-        env=parse_env(env), configure_only=configure_only, compile_cache=compile_cache,
+        split_compile=None if split_compile is None else pipeline.split_setting(split_compile),
+        compile_farm=compile_farm,
+        compile_farm_required=compile_farm_required, env=parse_env(env),
+        configure_only=configure_only, compile_cache=compile_cache,
         runner=runner, keep_container=keep_container, prepared_source=prepared_source,
         rebuild=rebuild, keep_work=keep_work, wait=not no_wait)
     with console.TerminalReporter() as reporter:

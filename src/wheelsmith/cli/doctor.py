@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from wheelsmith import console, pipeline
+from wheelsmith import console, fastpath, pipeline
 from wheelsmith import doctor as checkup
 from wheelsmith.arch import Arch
 from wheelsmith.cli._common import emit_json, json_option, main, parse_archs
@@ -25,13 +25,32 @@ from wheelsmith.errors import DoctorError, UsageError
 @click.option("--need", "need", multiple=True,
               type=click.Choice(["fla", "causal_conv1d", "mamba_ssm", "flash_attn"]),
               help="Fast-path modules your models need (repeatable). Default: fla and "
-                   "causal_conv1d (GatedDeltaNet hybrids); add mamba_ssm for Mamba models.")
+                   "causal_conv1d (GatedDeltaNet hybrids); with --model-type/--model, added to "
+                   "what the model needs.")
+@click.option("--model-type", "model_type", metavar="TYPE",
+              help="The transformers model type you train (qwen3_5, qwen3_next, mamba2, "
+                   "falcon_h1, ...): its modeling code says which fast-path functions it needs.")
+@click.option("--model", "model_dir", metavar="DIR",
+              type=click.Path(path_type=Path, file_okay=False),
+              help="A local checkpoint directory: the model type of its config.json (nothing "
+                   "is downloaded).")
+@click.option("--run/--no-run", "run", default=None,
+              help="Run the installed fast-path ops on tiny inputs against plain PyTorch "
+                   "(default: when a GPU is visible).")
+@click.option("--op-timeout", "op_timeout", type=click.FloatRange(min=1), metavar="SECONDS",
+              default=fastpath.OP_TIMEOUT_S, show_default=True,
+              help="Time limit of each op's run (a cold Triton cache compiles first).")
 @json_option
 def doctor(arch_value: str | None, index_url: str, python: Path, need: tuple[str, ...],
-           as_json: bool) -> None:
-    """Is this environment on the fast path? Checks every CUDA-extension package's kernels
-    for the GPU's arch and whether fla, causal_conv1d, mamba_ssm and flash_attn import."""
+           model_type: str | None, model_dir: Path | None, run: bool | None,
+           op_timeout: float, as_json: bool) -> None:
+    """Is this environment on the fast path, for the model you train? Checks every
+    CUDA-extension package's kernels for the GPU's arch, runs the fast-path ops (fla,
+    causal_conv1d, mamba_ssm, flash_attn) against plain PyTorch, asks transformers what the
+    model needs, and applies known-bad.yaml's runtime rules."""
 
+    if model_type and model_dir:
+        raise UsageError("give --model-type or --model, not both")
     info = checkup.probe(python)
     if arch_value:
         arch, source = _single_arch(arch_value), "--arch"
@@ -41,19 +60,48 @@ def doctor(arch_value: str | None, index_url: str, python: Path, need: tuple[str
     else:
         raise UsageError("no GPU is visible to this Python's torch, so there is no arch to "
                          "check", hint="pass the arch of the GPU you will run on, e.g. --arch 12.0")
+    model = _model(python, model_type, model_dir)
+    importable = {m for m, state in info.get("fast_path", {}).items() if state["ok"]}
+    ops = (fastpath.run_ops(python, fastpath.ops_to_run(importable), op_timeout)
+           if (run if run is not None else bool(info.get("gpu"))) else None)
     cuobjdump = pipeline.cuobjdump_for(None, Path(sys.executable))
-    report = checkup.examine(info, arch, source, cuobjdump, index_url=index_url,
-                             need=need or checkup.DEFAULT_NEED)
+    report = checkup.examine(info, arch, source, cuobjdump, index_url=index_url, need=need,
+                             model=model, ops=ops, knowledge=checkup.knowledge())
+    bad_input = UsageError(model.message or "", hint=_MODEL_HINT) if model.input_error else None
     if as_json:
         emit_json(report.as_dict())  # the report says healthy: false and why
-        if not report.healthy:
-            click.get_current_context().exit(DoctorError.exit_code)
+        if bad_input is not None or not report.healthy:
+            click.get_current_context().exit(
+                UsageError.exit_code if bad_input is not None else DoctorError.exit_code)
         return
     console.render_doctor(report)
+    if bad_input is not None:
+        raise bad_input
     if not report.healthy:
         raise DoctorError(f"not on the fast path for {arch.sm}: {len(report.problems)} "
                           "problem(s)", findings=report.problems,
                           hint="\n".join(["to fix:", *report.fixes]) if report.fixes else None)
+
+
+_MODEL_HINT = ("give a checkpoint directory with its config.json (--model DIR), or the model "
+               "type (--model-type TYPE)")
+
+
+def _model(python: Path, model_type: str | None, model_dir: Path | None) -> fastpath.ModelView:
+    """The model's view: --model DIR's config.json, --model-type, or the default set."""
+    if model_dir is not None:
+        view = fastpath.model_type_of(model_dir)
+    elif model_type:
+        view = fastpath.ModelView("--model-type", model_type)
+    else:
+        return fastpath.default_view()
+    if view.error is None:
+        fastpath.ask_transformers(python, view)
+    if view.error == "unknown":
+        view.message = (f"unknown model type '{view.model_type}'; model types whose "
+                        f"transformers {view.transformers} code uses a fast path: "
+                        f"{', '.join(view.known_types)}")
+    return view
 
 
 def _single_arch(value: str) -> Arch:

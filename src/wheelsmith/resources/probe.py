@@ -1,7 +1,7 @@
 """Run by another Python (a toolchain's, a target environment's, the one doctor examines):
 report the interpreter and its torch and, when asked, the GPU, the installed CUDA-extension
-packages and whether the fast-path modules import. With TORCH_CUDA_ARCH_LIST set, also
-torch's arch flags for it.
+packages, every installed distribution's version (for doctor's runtime rules) and whether the
+fast-path modules import. With TORCH_CUDA_ARCH_LIST set, also torch's arch flags for it.
 
 Arguments: any of `gpu`, `packages`. Prints one line `WHEELSMITH-PROBE {json}`.
 Never imports wheelsmith: it runs in other environments.
@@ -43,6 +43,8 @@ def packages(out: dict[str, Any]) -> None:
     fast_dists = {normalize(d) for names in FAST_PATH.values() for d in names.split()}
     for dist in metadata.distributions():
         name = normalize(dist.metadata["Name"] or "")
+        if name:
+            out["dists"].setdefault(name, dist.version)
         if not name or NOT_EXTENSIONS.match(name):
             continue
         # torch itself, not an optional extra (safetensors: `torch; extra == "torch"`)
@@ -96,6 +98,6 @@ if os.environ.get("TORCH_CUDA_ARCH_LIST") and out["torch"]:
     except Exception as exc:
         out["arch_error"] = str(exc)
 if "packages" in sys.argv[1:]:
-    out["packages"], out["fast_path"] = [], {}
+    out["packages"], out["fast_path"], out["dists"] = [], {}, {}
     packages(out)
 print("WHEELSMITH-PROBE " + json.dumps(out))

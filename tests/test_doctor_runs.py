@@ -1,0 +1,370 @@
+"""`wheelsmith doctor` beyond imports: the runtime rules and the model's view judged on probe
+data, and, end to end in a real environment (CPU torch + transformers from the package index),
+transformers asked what a model needs and the op runner run against plain PyTorch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIXTURES, REPO, torch_env
+from wheelsmith import doctor, fastpath, locations
+from wheelsmith.arch import parse_arch
+from wheelsmith.doctor import Knowledge, built_for_torch, examine, knowledge
+from wheelsmith.errors import RecipeError
+from wheelsmith.fastpath import ModelView, Need, model_type_of
+from wheelsmith.knownbad import load, load_runtime
+from wheelsmith.target import Target
+
+DEAD_INDEX = "http://127.0.0.1:9"  # nothing listens: fixes are printed, marked unchecked
+FLA_HOPPER = (
+    "fla-core 0.6.0 with Triton 3.6.0 on Hopper (sm_90): Triton 3.4.0 up to 3.7.1 miscompiles "
+    "fla's gated chunk_bwd_dqkwg on Hopper (wrong dk, db and dg in the GatedDeltaNet "
+    "backward); fla refuses to run it, so the first training step fails while forward passes "
+    "work. (https://github.com/fla-org/flash-linear-attention/issues/640)")
+
+
+def probe_info(*, dists: dict[str, str], torch: str = "2.11.0+cu130", cuda: str | None = "13.0",
+               fast: tuple[str, ...] = ("fla", "causal_conv1d")) -> dict[str, Any]:
+    modules = {"fla": "flash-linear-attention fla-core", "causal_conv1d": "causal-conv1d",
+               "mamba_ssm": "mamba-ssm", "flash_attn": "flash-attn"}
+    return {"python": "3.12", "executable": "/env/bin/python", "torch": torch.partition("+")[0],
+            "torch_full": torch, "torch_cuda": cuda, "glibc": "2.39", "machine": "x86_64",
+            "gpu": None, "packages": [], "dists": dists,
+            "fast_path": {m: {"dist": d, "ok": m in fast, "error": None if m in fast else
+                              f"ModuleNotFoundError: No module named '{m}'"}
+                          for m, d in modules.items()}}
+
+
+def judged(info: dict[str, Any], arch: str, **kwargs: Any) -> doctor.Report:
+    return examine(info, parse_arch(arch), "--arch", Path("/no/cuobjdump"),
+                   index_url=DEAD_INDEX, knowledge=knowledge(), **kwargs)
+
+
+# --- runtime rules, on probe data ----------------------------------------------------------
+
+
+def test_fla_with_triton_3_6_on_hopper_is_refused_with_the_torch_that_brings_a_good_triton(
+) -> None:
+    report = judged(probe_info(dists={"fla-core": "0.6.0", "triton": "3.6.0"}), "9.0")
+    assert report.problems == [FLA_HOPPER]
+    assert report.fixes == [
+        "pip install torch==2.12.1   # brings Triton 3.7.1 (toolchains/cu130-torch2.12.yaml)",
+        "or: pip install tilelang   # fla then runs this backward with TileLang (needs nvcc)"]
+
+
+@pytest.mark.parametrize(
+    ("dists", "arch"),
+    [
+        ({"fla-core": "0.6.0", "triton": "3.7.1"}, "9.0"),   # Triton fixed it
+        ({"fla-core": "0.6.0", "triton": "3.3.1"}, "9.0"),   # before the regression
+        ({"fla-core": "0.6.0", "triton": "3.6.0", "tilelang": "0.1.9"}, "9.0"),  # the way out
+        ({"fla-core": "0.6.0", "triton": "3.6.0"}, "12.0"),  # not Hopper
+    ],
+)
+def test_fla_rule_spares_a_good_triton_tilelang_and_other_gpus(dists: dict[str, str],
+                                                                  arch: str) -> None:
+    assert judged(probe_info(dists=dists), arch).problems == []
+
+
+def test_fla_trouble_is_a_note_for_a_model_that_does_not_use_fla() -> None:
+    lfm2 = ModelView("--model-type", "lfm2", [Need("causal_conv1d", "causal_conv1d_fn", True)],
+                     transformers="5.24.0")
+    report = judged(probe_info(dists={"fla-core": "0.6.0", "triton": "3.6.0"}), "9.0",
+                    model=lfm2)
+    assert (report.healthy, report.notes) == (True, [f"{FLA_HOPPER} — not needed by lfm2"])
+
+
+def test_triton_too_old_for_sm_120_names_the_torch_release_of_the_same_cuda_major() -> None:
+    report = judged(probe_info(dists={"triton": "3.2.0"}, torch="2.6.0+cu126", cuda="12.6",
+                               fast=()), "12.0", need=())
+    assert report.problems[-1] == (
+        "triton 3.2.0 on Blackwell (sm_120): Triton before 3.3.0 cannot compile for sm_120 "
+        "(\"'sm_120' is not a recognized processor for this target\"): every Triton kernel "
+        "(fla, mamba's SSD scans, torch.compile) fails there. "
+        "(https://github.com/triton-lang/triton/issues/5950)")
+    assert report.fixes[-1] == ("pip install torch==2.9.1   # brings Triton 3.5.1 "
+                                "(toolchains/cu128-torch2.9.yaml)")
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("1.7.0+cu.13.0.torch.2.14.sm.90.120", (2, 14)),  # wheelsmith's label
+        ("1.4.0+cu122torch2.4cxx11abiTRUE", (2, 4)),       # upstream's release wheels
+        ("1.7.0", None),                                    # built here from source: unknown
+        ("0.26.0+cu130", None),
+    ],
+)
+def test_an_extension_names_its_torch_in_its_local_label(version: str,
+                                                          expected: tuple[int, int] | None
+                                                          ) -> None:
+    assert built_for_torch(version) == expected
+
+
+def test_an_extension_built_for_another_torch_is_unhealthy_and_reinstalled_from_the_channel(
+) -> None:
+    info = probe_info(dists={})
+    report = doctor.Report(python="/env/bin/python", python_version="3.12", torch="2.11.0+cu130",
+                           torch_cuda="13.0", gpu=None, arch=parse_arch("9.0"),
+                           arch_source="--arch", channel=f"{DEAD_INDEX}/cu130-torch2.11/simple/",
+                           packages=[doctor.PackageReport(
+                               "causal-conv1d", "1.7.0+cu.13.0.torch.2.14.sm.90", "sass", ())])
+    to_install: dict[str, None] = {}
+    abi = [rule for rule in knowledge().rules if rule.when == "torch-abi"]
+    doctor._judge_rules(report, info, Knowledge(rules=abi),
+                        Target.from_probe(Path("/env/bin/python"), info), to_install)
+    assert report.problems == [
+        "causal-conv1d 1.7.0+cu.13.0.torch.2.14.sm.90 was built for torch 2.14, this environment "
+        "has torch 2.11.0+cu130: an extension compiled against one torch minor does not load "
+        "with another: the import fails with \"undefined symbol\" and transformers falls back to "
+        "torch. (https://github.com/state-spaces/mamba/issues/149)"]
+    assert list(to_install) == ["causal-conv1d"]
+
+
+def test_runtime_rules_are_kept_apart_from_the_build_rules(tmp_path: Path) -> None:
+    table = tmp_path / "known-bad.yaml"
+    table.write_text("- stage: runtime\n  package: fla-core\n  triton: '>=3.4.0,<'\n"
+                     "  action: refuse\n  reason: r\n  link: https://example.org/1\n")
+    with pytest.raises(RecipeError, match="1 problem") as raised:
+        load_runtime(table)
+    assert [p.render() for p in raised.value.problems] == [
+        f"{table}:3:11: '[0].triton' is not a version specifier: '>=3.4.0,<'\n"
+        "    hint: write e.g. '>=1.5.3,<1.8'"]
+    shipped = REPO / "known-bad.yaml"
+    assert all(rule.package != "fla-core" for rule in load(shipped))
+    assert [r.package for r in load_runtime(shipped)] == [
+        "fla-core", "flash-linear-attention", "triton", "*"]
+
+
+# --- the model's view and the ops, on probe data -------------------------------------------
+
+
+def test_the_model_verdict_names_the_package_and_the_functions_transformers_lacks() -> None:
+    qwen = ModelView("--model-type", "qwen3_5", [
+        Need("causal_conv1d", "causal_conv1d_fn", True),
+        Need("fla", "chunk_gated_delta_rule", False, "not-installed", "No module named 'fla'"),
+        Need("fla", "fused_recurrent_gated_delta_rule", False, "not-installed", "")],
+        transformers="5.24.0")
+    report = judged(probe_info(dists={}, fast=("causal_conv1d",)), "9.0", model=qwen)
+    assert report.problems == [
+        "qwen3_5: transformers will fall back to torch — fla (chunk_gated_delta_rule, "
+        "fused_recurrent_gated_delta_rule) is not installed"]
+    assert report.fixes == [f"pip install --index-url {DEAD_INDEX}/cu130-torch2.11/simple/ "
+                            "--no-deps --force-reinstall flash-linear-attention fla-core   "
+                            "# not checked: the index could not be read"]
+
+
+def test_ops_are_judged_by_what_the_model_needs() -> None:
+    ops = [
+        {"op": "causal_conv1d_fn", "module": "causal_conv1d", "status": "wrong", "phase": None,
+         "max_error": 0.4, "worst": "dx", "tolerance": 0.001, "error": None, "kind": None,
+         "seconds": 1.0},
+        {"op": "chunk_gated_delta_rule", "module": "fla", "status": "error", "phase": "backward",
+         "max_error": None, "worst": None, "tolerance": None, "kind": None, "seconds": 9.0,
+         "error": "RuntimeError: Triton >= 3.4.0 and < 3.7.1 on Hopper GPUs produces incorrect "
+                  "results\nsecond line"},
+        {"op": "flash_attn_func", "module": "flash_attn", "status": "timeout", "phase": None,
+         "max_error": None, "worst": None, "tolerance": None, "kind": None, "seconds": 300,
+         "error": "did not finish in 300 s"}]
+    report = judged(probe_info(dists={}), "9.0", ops=ops)
+    assert report.problems == [
+        "causal_conv1d_fn (causal_conv1d) computes wrong results: max error 0.4 in dx "
+        "(tolerance 0.001)",
+        "chunk_gated_delta_rule (fla) fails in backward: RuntimeError: Triton >= 3.4.0 and < "
+        "3.7.1 on Hopper GPUs produces incorrect results"]
+    assert report.notes == [
+        "flash_attn_func (flash_attn) did not finish in 300 s (hung?); a longer --op-timeout "
+        f"helps if it was still compiling — not needed by {fastpath.DEFAULT_MODEL}"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "error", "said"),
+    [
+        ("oom", "AcceleratorError: CUDA error: out of memory\nmore",
+         "the GPU is out of memory (AcceleratorError: CUDA error: out of memory)"),
+        ("busy", "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable",
+         "the GPU is busy or unavailable (RuntimeError: CUDA error: CUDA-capable device(s) "
+         "is/are busy or unavailable)"),
+    ],
+)
+def test_a_gpu_that_cannot_be_used_is_said_once(kind: str, error: str, said: str) -> None:
+    setup = {"status": "error", "phase": "setup", "kind": kind, "max_error": None,
+             "error": error, "seconds": 0.2}
+    ops = [{**setup, "op": "chunk_gated_delta_rule", "module": "fla"},
+           {**setup, "status": "not-run", "op": "fused_recurrent_gated_delta_rule",
+            "module": "fla"}]
+    assert judged(probe_info(dists={}), "9.0", ops=ops).problems == [
+        f"the fast-path ops could not run: {said}"]
+
+
+def test_model_type_and_model_directory_together_are_refused(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "wheelsmith", "doctor", "--model-type",
+                             "qwen3_5", "--model", str(tmp_path)], capture_output=True,
+                            text=True, cwd=REPO, check=False)
+    assert (result.returncode, result.stderr) == (
+        4, "error: give --model-type or --model, not both\n")
+
+
+@pytest.mark.parametrize(
+    ("config", "error", "message"),
+    [
+        (None, "config-missing", "{dir} has no config.json"),
+        ("{", "config-unreadable", "{dir}/config.json is not readable JSON: Expecting property "
+                                   "name enclosed in double quotes: line 1 column 2 (char 1)"),
+        ('{"architectures": ["X"]}', "no-model-type", "{dir}/config.json has no model_type"),
+        ('{"model_type": "qwen3_5"}', None, None),
+    ],
+)
+def test_a_checkpoint_directory_gives_its_model_type(tmp_path: Path, config: str | None,
+                                                      error: str | None,
+                                                      message: str | None) -> None:
+    if config is not None:
+        (tmp_path / "config.json").write_text(config)
+    view = model_type_of(tmp_path)
+    assert (view.error, view.message) == (error, message and message.format(dir=tmp_path))
+    assert view.model_type == (None if error else "qwen3_5")
+
+
+# --- end to end: a real environment ----------------------------------------------------------
+
+TRANSFORMERS = "transformers==5.24.0"
+STAND_INS = FIXTURES / "fastpath-cpu"
+
+
+@pytest.fixture(scope="module")
+def user_env() -> Path:
+    """CPU torch 2.13.0 + transformers, without fla or causal-conv1d (cached per machine)."""
+    return torch_env(Path(sys.executable), "2.13.0", (TRANSFORMERS,))
+
+
+def site(name: str, *requirements: str) -> Path:
+    """A directory of packages installed with pip --target (cached per machine), to put on
+    PYTHONPATH: the environment with them installed, without changing the cached one."""
+    root = locations.cache_dir() / "test-envs" / f"site-{name}"
+    if not (root / "wheelsmith-test-site").is_file():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                        str(root / "lib"), *requirements], check=True)
+        (root / "wheelsmith-test-site").write_text(" ".join(requirements) + "\n")
+    return root / "lib"
+
+
+def run_doctor(python: Path, *args: str, path: tuple[Path, ...] = (),
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, **(env or {})}
+    environ.pop("PYTHONPATH", None)
+    if path:
+        environ["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
+    return subprocess.run([sys.executable, "-m", "wheelsmith", "doctor", "--python", str(python),
+                           "--arch", "9.0", "--index", DEAD_INDEX, *args],
+                          capture_output=True, text=True, env=environ, cwd=REPO, check=False)
+
+
+def test_transformers_says_qwen3_5_falls_back_without_fla_and_not_once_fla_is_installed(
+        user_env: Path) -> None:
+    before = run_doctor(user_env, "--model-type", "qwen3_5", "--json")
+    report = json.loads(before.stdout)
+    assert before.returncode == 15
+    assert report["model"]["transformers"] == "5.24.0"
+    assert report["problems"][:2] == [
+        "qwen3_5: transformers will fall back to torch — causal_conv1d (causal_conv1d_update, "
+        "causal_conv1d_fn) is not installed",
+        "qwen3_5: transformers will fall back to torch — fla (chunk_gated_delta_rule, "
+        "fused_recurrent_gated_delta_rule) is not installed"]
+    assert report["ops"] is None  # no GPU and no --run
+
+    fla = site("fla-0.6.0", "fla-core==0.6.0", "flash-linear-attention==0.6.0", "einops==0.8.1",
+               "triton==3.9.0")
+    after = run_doctor(user_env, "--model-type", "qwen3_5", "--json", path=(fla,))
+    report = json.loads(after.stdout)
+    assert [n["function"] for n in report["model"]["needs"] if n["available"]] == [
+        "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"]
+    assert not [p for p in report["problems"] if "fla" in p]
+    assert report["problems"] == [
+        "qwen3_5: transformers will fall back to torch — causal_conv1d (causal_conv1d_update, "
+        "causal_conv1d_fn) is not installed",
+        "torch 2.13.0+cpu is a CPU-only build: no CUDA kernel runs"]
+
+
+def test_an_older_transformers_is_too_old_for_qwen3_5_and_reads_qwen3_next_from_its_imports(
+        user_env: Path) -> None:
+    old = site("transformers-4.57.1-r", "transformers==4.57.1", "huggingface-hub==0.36.0",
+               "tokenizers==0.22.1", "requests==2.34.2", "urllib3==2.8.0",
+               "charset-normalizer==3.5.3", "certifi==2026.10.19.post1")
+    too_old = run_doctor(user_env, "--model-type", "qwen3_5", "--no-run", path=(old,))
+    assert too_old.returncode == 15
+    assert ("  qwen3_5: transformers 4.57.1 does not know this model type (too old): pip "
+            "install --upgrade transformers\n") in too_old.stderr
+    nxt = json.loads(run_doctor(user_env, "--model-type", "qwen3_next", "--json",
+                                path=(old,)).stdout)
+    assert nxt["model"]["transformers"] == "4.57.1"  # `from fla... import` under a check
+    assert [(n["module"], n["function"], n["available"]) for n in nxt["model"]["needs"]] == [
+        ("causal_conv1d", "causal_conv1d_fn", False),
+        ("causal_conv1d", "causal_conv1d_update", False), ("fla", "FusedRMSNormGated", False),
+        ("fla", "chunk_gated_delta_rule", False),
+        ("fla", "fused_recurrent_gated_delta_rule", False)]
+
+
+def test_bad_model_input_is_one_line_and_the_report_is_still_printed(user_env: Path,
+                                                                      tmp_path: Path) -> None:
+    missing = run_doctor(user_env, "--model", str(tmp_path))
+    assert missing.returncode == 4
+    assert f"model    not examined: {tmp_path} has no config.json\n" in missing.stdout
+    assert "fast path: fla MISSING" not in missing.stdout  # the report went on: imports shown
+    assert "fast path: fla not installed" in missing.stdout
+    assert missing.stderr == (
+        f"error: {tmp_path} has no config.json\n"
+        "hint: give a checkpoint directory with its config.json (--model DIR), or the model "
+        "type (--model-type TYPE)\n")
+    unknown = run_doctor(user_env, "--model-type", "qwen9", "--json")
+    report = json.loads(unknown.stdout)
+    assert unknown.returncode == 4
+    assert report["model"]["error"] == "unknown"
+    assert {"qwen3_5", "qwen3_next", "mamba2", "falcon_h1"} <= set(report["model"]["known_types"])
+    assert "Traceback" not in unknown.stderr + missing.stderr
+
+
+def test_ops_run_against_plain_pytorch_ok_with_their_max_error(user_env: Path) -> None:
+    result = run_doctor(user_env, "--model-type", "lfm2", "--run", path=(STAND_INS,))
+    table = result.stdout.split("op (vs plain PyTorch)")[1].splitlines()
+    assert [line.split()[:3] for line in table[1:5]] == [
+        ["causal_conv1d_fn", "ok", "max"], ["causal_conv1d_update", "ok", "max"],
+        ["selective_scan_fn", "ok", "max"], ["flash_attn_func", "ok", "max"]]
+    assert "model    lfm2 (transformers 5.24.0): fast path through causal_conv1d\n" in result.stdout
+    assert result.stderr.endswith("  torch 2.13.0+cpu is a CPU-only build: no CUDA kernel runs\n")
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "conv1d_fn", "note"),
+    [
+        ("wrong", "causal_conv1d_fn (causal_conv1d) computes wrong results: max error 0.1 in ",
+         "flash_attn_func (flash_attn) computes wrong results: max error"),
+        ("raise", "causal_conv1d_fn (causal_conv1d) fails in forward: RuntimeError: fixture "
+                  "kernel refused: this op is broken on purpose",
+         "flash_attn_func (flash_attn) fails in forward: RuntimeError: fixture kernel refused"),
+        ("oom", "causal_conv1d_fn (causal_conv1d) runs out of GPU memory (OutOfMemoryError: "
+                "CUDA out of memory. Tried to allocate 2.00 GiB)",
+         "flash_attn_func (flash_attn) runs out of GPU memory"),
+        ("hang", "causal_conv1d_fn (causal_conv1d) did not finish in 3 s (hung?); a longer "
+                 "--op-timeout helps if it was still compiling",
+         "flash_attn_func (flash_attn) did not finish in 3 s"),
+    ],
+)
+def test_an_op_that_is_wrong_fails_or_hangs_is_named_and_the_rest_still_run(
+        user_env: Path, behaviour: str, conv1d_fn: str, note: str) -> None:
+    limit = "3" if behaviour == "hang" else "120"  # a loaded machine imports torch slowly
+    result = run_doctor(user_env, "--model-type", "lfm2", "--run", "--op-timeout", limit,
+                        "--json", path=(STAND_INS,), env={"WHEELSMITH_FIXTURE_OPS": behaviour})
+    report = json.loads(result.stdout)
+    assert result.returncode == 15
+    assert report["problems"][0].startswith(conv1d_fn)
+    assert [o["op"] for o in report["ops"]] == ["causal_conv1d_fn", "causal_conv1d_update",
+                                                "selective_scan_fn", "flash_attn_func"]
+    assert any(n.startswith(note) and n.endswith("— not needed by lfm2")
+               for n in report["notes"])
