@@ -73,7 +73,7 @@ def wheelsmith(*args: str, env: dict[str, str]) -> float:
 
 def shipped_matrix_keys_seconds() -> tuple[int, float]:
     root = locations.project_root()
-    cells = matrix.load(root / "matrix.yaml", lambda name: repos.find(name).file,
+    cells = matrix.load(root / "matrix.yaml", repos.recipe_file,
                         default_toolchain=default_profile_name(root / "toolchains"),
                         default_python=f"{sys.version_info[0]}.{sys.version_info[1]}")
     started = time.monotonic()

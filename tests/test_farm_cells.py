@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from wheelsmith import compilefarm, nightly
+from wheelsmith import compilefarm, nightly, repos
 from wheelsmith.errors import RecipeError
 from wheelsmith.matrix import Cell, load
 
@@ -21,12 +21,12 @@ CORES = len(os.sched_getaffinity(0))
 
 def cells(path: Path, text: str) -> list[Cell]:
     path.write_text(text)
-    return load(path, REPO / "recipes", default_toolchain="cu130-torch2.14",
+    return load(path, repos.recipe_file, default_toolchain="cu130-torch2.14",
                 default_python="3.11")
 
 
 def test_the_shipped_matrix_has_flash_attn_as_a_farm_cell() -> None:
-    shipped = load(REPO / "matrix.yaml", REPO / "recipes", default_toolchain="cu130-torch2.14",
+    shipped = load(REPO / "matrix.yaml", repos.recipe_file, default_toolchain="cu130-torch2.14",
                    default_python="3.11")
     farm = [c for c in shipped if c.needs == "farm"]
     assert [c.id for c in farm] == ["flash-attn-2.8.3-cu130-torch2.14-12.0-py3.11"]

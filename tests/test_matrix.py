@@ -14,10 +14,6 @@ from wheelsmith.matrix import Cell, github_matrix, load, shard
 from wheelsmith.toolchain import load_profiles
 
 
-def find_in_repo(name: str) -> Path:
-    return repos.find(name).file
-
-
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "matrix.yaml"
     path.write_text(text)
@@ -25,7 +21,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def expand(tmp_path: Path, text: str) -> list[Cell]:
-    return load(write(tmp_path, text), find_in_repo, default_toolchain="cu130-torch2.14",
+    return load(write(tmp_path, text), repos.recipe_file, default_toolchain="cu130-torch2.14",
                 default_python="3.11")
 
 
@@ -62,7 +58,7 @@ packages:
     toolchains: [cu130-torch2.11]
     pythons: ["3.12"]
   - recipe: fla-core
-"""), find_in_repo, default_toolchain="cu130-torch2.14", default_python="3.11",
+"""), repos.recipe_file, default_toolchain="cu130-torch2.14", default_python="3.11",
                  profiles=profiles)
     assert [c.id for c in cells] == [
         "causal-conv1d-1.7.0-cu128-torch2.10-12.0-py3.11",
@@ -82,7 +78,7 @@ packages:
   - recipe: fla-core
 """)
     with pytest.raises(RecipeError) as caught:
-        load(path, find_in_repo, default_toolchain="cu130-torch2.14", default_python="3.11",
+        load(path, repos.recipe_file, default_toolchain="cu130-torch2.14", default_python="3.11",
              profiles=profiles)
     assert [p.render().split("\n")[0] for p in caught.value.problems] == [
         f"{path}:1:31: no toolchain profile 'cu999-torch9.9'",
@@ -129,7 +125,7 @@ exclude:
     arch: "12.0"
 """)
     with pytest.raises(RecipeError) as caught:
-        load(path, find_in_repo, default_toolchain="cu130-torch2.14", default_python="3.11")
+        load(path, repos.recipe_file, default_toolchain="cu130-torch2.14", default_python="3.11")
     assert [p.render().split(": ", 1)[1].split("\n")[0] for p in caught.value.problems] == [
         "recipe causal-conv1d has no version 9.9",
         "causal-conv1d has 2 arch sets, but a channel holds one arch set per version (pip picks "

@@ -170,6 +170,11 @@ def test_check_reports_drift_and_rebuild_fixes_pages_only(wheels: Path, root: Pa
                                           "file was altered)"]
 
 
+def test_an_index_nothing_was_published_to_owes_no_page(root: Path) -> None:
+    # what a publisher killed while its interpreter starts leaves: nothing, or an empty root
+    assert index.check(root).problems == []
+
+
 def test_cli_publish_conflict_and_check_exit_codes(tmp_path: Path, wheels: Path,
                                                    root: Path) -> None:
     wheel = make_wheel(wheels, "demo-ext", "1.0.0")

@@ -146,7 +146,8 @@ def check(root: Path) -> CheckReport:
         for record in state.by_filename.values():
             report.files += 1
             report.problems += _check_file(root, record)
-        wanted = pages.all_pages(state)
+        # nothing was ever published (a publisher killed while starting): no page is owed
+        wanted = pages.all_pages(state) if (root / ledger.LEDGER).exists() else {}
         for relative, data in sorted(wanted.items()):
             target = root / relative
             if not target.is_file():

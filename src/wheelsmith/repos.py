@@ -122,6 +122,11 @@ def find(name: str) -> Entry:
     return matches[0]
 
 
+def recipe_file(name: str) -> Path:
+    """The file of the recipe called `name` (see `find`)."""
+    return find(name).file
+
+
 def in_use() -> list[Entry]:
     """The recipes a build would use: one per name."""
     return [e for e in entries() if e.shadowed_by is None]

@@ -30,7 +30,7 @@ matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_typ
 def _cells(matrix_file: Path | None) -> list[matrix.Cell]:
     root = locations.project_root()
     profiles = {p.name: p for p in load_profiles(root / "toolchains")}
-    return matrix.load(matrix_file or root / "matrix.yaml", lambda name: repos.find(name).file,
+    return matrix.load(matrix_file or root / "matrix.yaml", repos.recipe_file,
                        default_toolchain=default_profile_name(root / "toolchains"),
                        default_python=f"{sys.version_info[0]}.{sys.version_info[1]}",
                        profiles=profiles)
