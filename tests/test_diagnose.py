@@ -16,6 +16,11 @@ LINES = {
     "download-attempt": "error: <urlopen error [Errno -3] Temporary failure in name resolution>",
     "no-torch": "ModuleNotFoundError: No module named 'torch'",
     # sccache's own lines, seen with a real sccache-dist farm (tests/test_compile_farm.py)
+    # fast-hadamard-transform 1.1.0's sdist (no csrc/), and the pre-build check's line for it
+    "sources-missing": "ninja: error: '/w/fast_hadamard_transform-1.1.0/csrc/fast_hadamard_"
+                       "transform.cpp', needed by '/w/fast_hadamard_transform-1.1.0/build/temp."
+                       "linux-x86_64-cpython-311/csrc/fast_hadamard_transform.o', missing and "
+                       "no known rule to make it",
     "farm-job-failed": "sccache: Job failed on server 127.0.0.1:10503:\nsandbox broken on this "
                        "server",
     "farm-token-refused": '["add.o"] http error status: Error 401: Fixed token mismatch',

@@ -1,10 +1,12 @@
-"""Reading arch targets from generated build.ninja files."""
+"""Reading arch targets and compile inputs from generated build.ninja files."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from wheelsmith.prebuild import gencode_targets
+from wheelsmith.prebuild import MISSING, check, gencode_targets, missing_sources
 
 TORCH_EMITTED = ("cuda_post_cflags = -O2 -gencode=arch=compute_120,code=compute_120 "
                  "-gencode=arch=compute_120,code=sm_120 -gencode=arch=compute_90,code=sm_90 "
@@ -27,3 +29,20 @@ HARD_CODED = ("cuda_post_cflags = -O3 --threads 4 -gencode arch=compute_75,code=
 def test_targets_are_read_like_cuobjdump_names(text: str, sass: set[str], ptx: set[str]) -> None:
     found = gencode_targets(text)
     assert (set(found.sass), set(found.ptx)) == (sass, ptx)
+
+
+def test_sources_the_tree_does_not_hold_stop_the_build_before_the_arch_check(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "held.cu").write_text("")
+    ninja = tmp_path / "build.ninja"
+    ninja.write_text(HARD_CODED + "rule cuda_compile\n  command = nvcc $in\n"
+                     f"build {tmp_path}/b/held.o: cuda_compile {tmp_path}/csrc/held.cu\n"
+                     f"build {tmp_path}/b/gone.o: compile {tmp_path}/csrc/gone$ file.cpp\n"
+                     "build b/also.o: cuda_compile csrc/also.cu\n")
+    assert missing_sources(ninja.read_text(), tmp_path) == [
+        f"{tmp_path}/csrc/gone file.cpp", "csrc/also.cu"]
+    assert check(["-C", str(tmp_path)]) == MISSING
+    assert capsys.readouterr().err == (
+        f"wheelsmith source check: {ninja} compiles 2 file(s) the source tree does not hold: "
+        f"{tmp_path}/csrc/gone file.cpp, csrc/also.cu; stopping before compiling\n")

@@ -14,7 +14,18 @@ class Signature:
     remedy: str
 
 
+SOURCES_MISSING = Signature(
+    "sources-missing",
+    re.compile(r"missing and no known rule to make it|wheelsmith source check: "),
+    "the build compiles source files the source tree does not hold: some sdists leave out "
+    "the csrc/ their extensions compile (causal-conv1d before 1.5.1, fast-hadamard-transform "
+    "1.1.0)",
+    "build from the package's repository instead: a git source pinned to the release's commit "
+    "(`wheelsmith recipe new NAME==VERSION` checks the sdist and shows that form)",
+)
+
 SIGNATURES = (
+    SOURCES_MISSING,
     Signature(
         "bare-metal-version",
         re.compile(r"NameError: name 'bare_metal_version' is not defined"),

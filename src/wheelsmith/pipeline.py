@@ -26,6 +26,7 @@ from wheelsmith import (
     buildenv,
     compilecache,
     compilefarm,
+    diagnose,
     knownbad,
     locations,
     locks,
@@ -43,6 +44,7 @@ from wheelsmith.errors import (
     CompileFarmError,
     KnownBadError,
     OutputError,
+    SourceError,
     ToolchainError,
     UsageError,
     VerifyError,
@@ -567,6 +569,10 @@ def _prebuild_outcome(guard: buildenv.Guard | None, log_path: Path,
     """A build the pre-build check stopped: a mismatch becomes a VerifyError; a
     configure-only stop is a result; anything else re-raises the compile error."""
     text = log_path.read_text(errors="replace")
+    missing = next((line for line in text.splitlines() if prebuild.SOURCE_CHECK in line), None)
+    if missing is not None:
+        raise SourceError(missing.strip().removeprefix("wheelsmith "),
+                          hint=diagnose.SOURCES_MISSING.remedy, log_file=log_path) from exc
     mismatch = next((line for line in text.splitlines()
                      if "wheelsmith pre-build check:" in line), None)
     if mismatch is not None:

@@ -6,9 +6,11 @@ environment puts a small `ninja` first on PATH that runs this module: it reads t
 build (exit 86) when they differ from the request — before hours of compiling, where the
 post-build cubin check would only catch it afterwards. With WHEELSMITH_CONFIGURE_ONLY it
 always stops after recording (exit 87): a configure-only build for packages too big to
-compile in CI. Otherwise it chooses nvcc's split-compile from the CUDA files it found
-(parallel.refine), adds it to NVCC_APPEND_FLAGS unless the build already sets one, says so
-(`wheelsmith plan: ...`) and hands over to the real ninja.
+compile in CI. Sources the build would compile but the tree does not hold (an sdist without
+its csrc/) stop it too (exit 88), before any arch is looked at. Otherwise it chooses nvcc's
+split-compile from the CUDA files it found (parallel.refine), adds it to NVCC_APPEND_FLAGS
+unless the build already sets one, says so (`wheelsmith plan: ...`) and hands over to the
+real ninja.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from wheelsmith import parallel
 
 MISMATCH = 86
 CONFIGURED = 87
+MISSING = 88
+SOURCE_CHECK = "wheelsmith source check: "
 REAL_NINJA = "WHEELSMITH_REAL_NINJA"
 EXPECT_SASS = "WHEELSMITH_EXPECT_SASS"
 EXPECT_PTX = "WHEELSMITH_EXPECT_PTX"
@@ -35,6 +39,8 @@ CONFIGURE_ONLY = "WHEELSMITH_CONFIGURE_ONLY"
 _CODE_RE = re.compile(r"arch=compute_(\w+?),code=(\[[^\]]*\]|[\w,]+)")
 _ARCH_RE = re.compile(r"(?:^|\s)-arch[= ]sm_(\d+[af]?)(?=\s|$)")
 _UNIT_RE = re.compile(r"^build [^\n]+?: (cuda_compile|compile) ", re.MULTILINE)
+_INPUT_RE = re.compile(r"^build [^\n]+?: (?:cuda_compile|compile) ((?:[^\s$]|\$.)+)",
+                       re.MULTILINE)
 _GIVEN_SPLIT_RE = re.compile(r"(?:^|\s)--?split-compile[= ](\d+)")
 PLAN_LINE = "wheelsmith plan: "
 
@@ -69,6 +75,12 @@ def count_units(ninja_text: str) -> tuple[int, int]:
     """CUDA and C++ translation units of a build.ninja."""
     rules = [match[1] for match in _UNIT_RE.finditer(ninja_text)]
     return rules.count("cuda_compile"), rules.count("compile")
+
+
+def missing_sources(ninja_text: str, directory: Path) -> list[str]:
+    """The compile inputs of a build.ninja that do not exist (relative to its directory)."""
+    inputs = [re.sub(r"\$(.)", r"\1", match[1]) for match in _INPUT_RE.finditer(ninja_text)]
+    return [name for name in dict.fromkeys(inputs) if not (directory / name).exists()]
 
 
 def _given_split(environ: Mapping[str, str]) -> str | None:
@@ -118,6 +130,12 @@ def check(argv: list[str]) -> int | None:
     if "--version" in argv or not ninja_file.is_file():
         return None
     text = ninja_file.read_text(errors="replace")
+    missing = missing_sources(text, ninja_file.parent)
+    if missing:  # ninja would stop at them ("missing and no known rule to make it")
+        sys.stderr.write(f"{SOURCE_CHECK}{ninja_file.resolve()} compiles {len(missing)} "
+                         f"file(s) the source tree does not hold: {', '.join(missing)}; "
+                         "stopping before compiling\n")
+        return MISSING
     if "rule cuda_compile" not in text:
         return None  # no CUDA sources in this extension
     found = gencode_targets(text)
