@@ -1,9 +1,9 @@
 """One build step on top of pyproject.toml: the top-level data ships inside the package.
 
-recipes/, patches/, toolchains/, known-bad.yaml, matrix.yaml, the Dockerfile and images.lock
-stay at the top of the repository; building the wheel copies them into `wheelsmith/data/`,
-where an installed wheelsmith finds them (`wheelsmith.locations`). An editable install reads
-the checkout itself, so nothing is copied for it.
+recipes/, patches/, toolchains/, known-bad.yaml, matrix.yaml, the Dockerfile, images.lock and
+the base-image script stay where they are in the repository; building the wheel copies them
+into `wheelsmith/data/`, where an installed wheelsmith finds them (`wheelsmith.locations`).
+An editable install reads the checkout itself, so nothing is copied for it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 DATA = ("recipes", "patches", "toolchains", "known-bad.yaml", "matrix.yaml", "Dockerfile",
-        "images.lock")
+        "images.lock", "scripts/make-base-image.sh")
 
 
 class BuildPyWithData(build_py):
@@ -35,6 +35,7 @@ class BuildPyWithData(build_py):
                 shutil.copytree(source, target / name,
                                 ignore=shutil.ignore_patterns("__pycache__"))
             else:
+                (target / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target / name)
 
 

@@ -41,14 +41,27 @@ PROBLEM = podman_problem()
 needs_podman = pytest.mark.skipif(PROBLEM is not None, reason=f"no podman build: {PROBLEM}")
 
 
+def no_registry_env(config: Path) -> dict[str, str]:
+    """This machine's environment with a scratch user configuration (its images.lock) and
+    a registries configuration that resolves no short name: no registry answers."""
+    registries = config / "registries.conf"
+    registries.parent.mkdir(parents=True, exist_ok=True)
+    registries.write_text("")
+    return {**os.environ, "XDG_CONFIG_HOME": str(config),
+            "CONTAINERS_REGISTRIES_CONF": str(registries)}
+
+
 @pytest.fixture(scope="session")
-def image() -> str:
-    """The real image of the default profile, built once (minutes the first time)."""
-    subprocess.run([str(REPO / "scripts" / "make-base-image.sh"), BASE], check=True,
-                   capture_output=True)
+def image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The real image of the default profile, built once (minutes the first time) with no
+    --base where no registry answers: its base is made with debootstrap and locked on first
+    use (issue 13)."""
     mirror = ["--pip-mirror", str(MIRROR)] if MIRROR.is_dir() else []
-    result = wheelsmith("image", "build", "--engine", "podman", "--base", BASE, *mirror,
-                        cwd=REPO, check=True)
+    result = subprocess.run([sys.executable, "-m", "wheelsmith", "image", "build", "--engine",
+                             "podman", *mirror], cwd=REPO, capture_output=True, text=True,
+                            env=no_registry_env(tmp_path_factory.mktemp("config")), check=False)
+    assert result.returncode == 0, result.stderr
+    assert f"locked debian-bookworm: {BASE} (local, id " in result.stderr
     return result.stdout.strip()
 
 

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 IMAGE_PYTHON = "3.11"  # the default image's Python: Debian bookworm's python3
 # The Debian release whose python3 is each Python: the base an image for it is built on
-# (images.lock pins each by digest; scripts/make-base-image.sh makes one without a registry).
+# (images.lock pins each by digest; baseimage.py locks one on first use where it pins none).
 BASES = {"3.11": "bookworm", "3.13": "trixie"}
 LABEL_PROFILE = "dev.wheelsmith.profile"
 LABEL_KEY = "dev.wheelsmith.profile-key"

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-import yaml
 
-from wheelsmith import container, locations, pipeline
+from wheelsmith import baseimage, container, locations, pipeline
 from wheelsmith.cli._common import emit_json, json_option, main
 from wheelsmith.errors import UsageError
 
@@ -33,18 +32,12 @@ python_option = click.option("--python", "python", metavar="X.Y",
                                               container.BASES.items()) + ".")
 
 
-def _pinned_base(python: str) -> str:
-    release = container.base_for(python)
-    lock = locations.project_root() / "images.lock"
-    pinned = (yaml.safe_load(lock.read_text()) or {}).get(f"debian-{release}") \
-        if lock.is_file() else None
-    if not pinned:
-        raise UsageError(f"images.lock pins no debian-{release} base image yet (no registry "
-                         "was reachable when it was written)",
-                         hint="pass --base IMAGE, e.g. the local one from "
-                              f"scripts/make-base-image.sh {release}, or run "
-                              "scripts/update-base-image.sh")
-    return str(pinned)
+def _base(engine: container.Engine, python: str) -> str:
+    """The pinned base, or one locked now (printed: a pin is a decision to see)."""
+    pin = baseimage.resolve(engine, python)
+    if pin.new:
+        click.echo(f"locked {pin.describe()} in {pin.lock}", err=True)
+    return pin.ref
 
 
 @main.group("image")
@@ -55,7 +48,9 @@ def image_group() -> None:
 @image_group.command("build")
 @toolchain_option
 @engine_option
-@click.option("--base", help="Base image (default: the digest pinned in images.lock).")
+@click.option("--base", help="Base image (default: the one pinned in images.lock; without a "
+                             "pin, one locked now: the registry's digest, else a debootstrap "
+                             "base and its ID).")
 @click.option("--pip-mirror", type=click.Path(path_type=Path, exists=True, file_okay=False),
               help="A directory of wheels mounted as a pip find-links mirror (podman).")
 @python_option
@@ -68,9 +63,19 @@ def image_build(toolchain: str | None, engine: str, base: str | None,
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log_file:
         ref = container.build_image(chosen, profile, project=locations.project_root(),
-                                    base=base or _pinned_base(python), mirror=pip_mirror,
+                                    base=base or _base(chosen, python), mirror=pip_mirror,
                                     log_file=log_file, log_path=log_path, python=python)
     click.echo(ref)
+
+
+@image_group.command("base")
+@engine_option
+@python_option
+def image_base(engine: str, python: str) -> None:
+    """The base image an image build uses: the pinned one, else locked now (a registry's
+    digest, else a base made with debootstrap from this machine's apt mirror, by its ID)."""
+    pin = baseimage.resolve(_engine(engine), python)
+    click.echo(f"{'locked' if pin.new else 'pinned'} {pin.describe()} in {pin.lock}")
 
 
 @image_group.command("show")

@@ -1,0 +1,63 @@
+"""The build image's base locked on first use (issue 13 item 5), with real podman on a machine
+where no registry answers (an empty registries configuration makes that so on any machine):
+the base is made with debootstrap (scripts/make-base-image.sh) and locked by its ID in the
+user's images.lock; a pinned local base whose ID changed is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_container import PROBLEM, no_registry_env
+
+pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no podman build: {PROBLEM}")
+
+BASE = "localhost/wheelsmith-base:bookworm"
+
+
+def image_base(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wheelsmith", "image", "base", "--engine",
+                           "podman"], cwd=REPO, env=env, capture_output=True, text=True,
+                          check=False)
+
+
+def image_id(ref: str) -> str:
+    shown = subprocess.run(["podman", "image", "inspect", ref], capture_output=True, text=True,
+                           check=True).stdout
+    return str(json.loads(shown)[0]["Id"])
+
+
+def test_without_a_pin_or_a_registry_the_debootstrap_base_is_locked_by_its_id(
+        tmp_path: Path) -> None:
+    env = no_registry_env(tmp_path / "config")
+    lock = tmp_path / "config" / "wheelsmith" / "images.lock"
+    first = image_base(env)
+    assert first.returncode == 0, first.stderr
+    found = image_id(BASE)
+    described = f"debian-bookworm: {BASE} (local, id {found}: no registry answered)"
+    assert first.stdout == f"locked {described} in {lock}\n"
+    assert "no registry answered for debian:bookworm-slim" in first.stderr
+    assert lock.read_text().splitlines()[-2:] == [f'debian-bookworm: "{BASE}"',
+                                                  f'debian-bookworm-id: "{found}"']
+    again = image_base(env)
+    assert again.stdout == f"pinned {described} in {lock}\n", again.stderr
+    assert "no registry answered" not in again.stderr  # the lock is read, nothing is pulled
+
+
+def test_a_locked_local_base_whose_id_changed_is_refused_with_what_to_do(
+        tmp_path: Path) -> None:
+    env = no_registry_env(tmp_path / "config")
+    lock = tmp_path / "config" / "wheelsmith" / "images.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(f'debian-bookworm: "{BASE}"\ndebian-bookworm-id: "{"0" * 64}"\n')
+    result = image_base(env)
+    assert result.returncode == 7
+    assert result.stderr.splitlines() == [
+        f"error: the base {BASE} recorded in {lock} (id {'0' * 64}) is now {image_id(BASE)}",
+        f"hint: remove the debian-bookworm lines from {lock} to make and lock it again, or "
+        "load the recorded image (podman save | docker load)"]
