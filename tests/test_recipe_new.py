@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, wheelsmith
-from wheelsmith import repos
+from wheelsmith import fetch, repos, scaffold
 from wheelsmith.recipe import load_recipe
+from wheelsmith.toolchain import Toolchain
 
 ARCH_PATCH = ("patch needed: honour-torch-cuda-arch-list: setup.py passes its own -gencode list "
               "and ignores TORCH_CUDA_ARCH_LIST (start from "
@@ -33,7 +34,7 @@ def no_repo_variable(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_complete_sdist_gives_the_recipe_the_project_ships(tmp_path: Path,
                                                              no_repo_variable: None) -> None:
     result = wheelsmith("recipe", "new", "causal-conv1d==1.7.0", "--recipes", "mine",
-                        cwd=tmp_path)
+                        "--no-configure", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "sdist: causal_conv1d-1.7.0.tar.gz sha256 "
@@ -57,7 +58,7 @@ def test_a_complete_sdist_gives_the_recipe_the_project_ships(tmp_path: Path,
 def test_an_sdist_without_its_sources_is_named_and_the_git_form_shown(
         tmp_path: Path, no_repo_variable: None) -> None:
     result = wheelsmith("recipe", "new", "fast-hadamard-transform==1.1.0", "--recipes",
-                        str(tmp_path / "mine"), cwd=tmp_path)
+                        str(tmp_path / "mine"), "--no-configure", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "sdist: fast_hadamard_transform-1.1.0.tar.gz sha256 "
@@ -113,3 +114,64 @@ def test_a_version_without_an_sdist_lists_the_ones_there(tmp_path: Path,
     assert lines[1] == ("hint: versions with an sdist there: 1.0.0.post1, 1.0.1, 1.0.3.post3, "
                         "1.0.4.post1, 1.1.0")
     assert not (tmp_path / "mine").exists()
+
+
+
+def test_a_project_the_index_does_not_have_is_one_line(tmp_path: Path,
+                                                       no_repo_variable: None) -> None:
+    result = wheelsmith("recipe", "new", "no-such-project-wheelsmith-13", "--recipes", "mine",
+                        cwd=tmp_path)
+    assert result.returncode == 4
+    assert result.stderr.splitlines() == [
+        f"error: {fetch.index_url()} has no project 'no-such-project-wheelsmith-13'",
+        "hint: check the name (the index's own spelling), or the index pip uses "
+        "(`pip config list`)"]
+
+
+@pytest.mark.toolchain
+def test_the_configure_only_check_names_missing_sources_and_the_ignored_arch_list(
+        tmp_path: Path, no_repo_variable: None, toolchain: Toolchain) -> None:
+    """With the toolchain here the check is cheap (setup.py up to build.ninja), so it runs: the
+    sdist without csrc/ stops at the source check, the complete one at the arch check."""
+    lacking = wheelsmith("recipe", "new", "fast-hadamard-transform==1.1.0", "--recipes", "mine",
+                         cwd=tmp_path)
+    assert lacking.returncode == 0, lacking.stderr
+    line = lacking.stdout.splitlines()[-3]
+    assert line.startswith("configure-only check: source check: /"), lacking.stdout
+    assert line.endswith("/build.ninja compiles 2 file(s) the source tree does not hold: "
+                         f"{Path(line.split()[4]).parents[2]}/csrc/fast_hadamard_transform.cpp, "
+                         f"{Path(line.split()[4]).parents[2]}/csrc/fast_hadamard_transform_cuda"
+                         ".cu; stopping before compiling"), line
+    complete = wheelsmith("recipe", "new", "causal-conv1d==1.7.0", "--recipes", "mine",
+                          cwd=tmp_path)
+    line = complete.stdout.splitlines()[-3]
+    assert line.startswith("configure-only check: pre-build check: /"), complete.stdout
+    assert line.endswith("/build.ninja compiles SASS sm_100, sm_103, sm_110, sm_120, sm_121, "
+                         "sm_75, sm_80, sm_87, sm_90 and PTX -, but SASS sm_120 and PTX - were "
+                         "requested; stopping before compiling"), line
+
+
+def test_a_package_s_own_arch_variable_becomes_the_recipe_s_arch_knob(tmp_path: Path) -> None:
+    """flash-attn's shape: its own FLASH_ATTN_CUDA_ARCHS picks from a -gencode family, so no
+    arch patch is needed and the recipe bridges to it in numbers."""
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "demo.cu").write_text("")
+    (tmp_path / "setup.py").write_text(
+        "import os\n"
+        "from torch.utils.cpp_extension import CUDAExtension\n"
+        "def cuda_archs():\n"
+        '    return os.getenv("DEMO_CUDA_ARCHS", "80;90").split(";")\n'
+        "cc_flag = []\n"
+        'if "80" in cuda_archs():\n'
+        '    cc_flag += ["-gencode", "arch=compute_80,code=sm_80"]\n'
+        'if "90" in cuda_archs():\n'
+        '    cc_flag += ["-gencode", "arch=compute_90a,code=sm_90a"]\n'
+        'ext = CUDAExtension(name="demo_cuda", sources=[os.path.join("csrc", "demo.cu")])\n')
+    findings = scaffold.analyse(tmp_path)
+    assert (findings.arch_knob, findings.gencode, findings.sources, findings.missing,
+            findings.patches) == ("DEMO_CUDA_ARCHS", ("80", "90a"), ("csrc/demo.cu",), (), ())
+    sdist = scaffold.Sdist("demo", "1.0", "demo-1.0.tar.gz", "0" * 64)
+    text = scaffold.render(sdist, scaffold.Metadata("", None, ()), findings)
+    assert text.split("package: demo\n")[1].split("versions:")[0] == (
+        'arch:\n  env: DEMO_CUDA_ARCHS\n  format: numbers\n  default: ["9.0a"]\n'
+        '  supported: ["8.0", "9.0a"]\nsmoke:\n  import: [demo_cuda]\n')

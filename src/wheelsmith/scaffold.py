@@ -13,6 +13,7 @@ import ast
 import email.parser
 import logging
 import re
+import sys
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,16 +22,18 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from wheelsmith import fetch, locations
-from wheelsmith.errors import SourceError, UsageError
+from wheelsmith import fetch, locations, pipeline, repos
+from wheelsmith.errors import SourceError, UsageError, WheelsmithError
 from wheelsmith.files import atomic_write_text
 from wheelsmith.recipe import PypiSource
+from wheelsmith.toolchain import MARKER, venv_root
 
 log = logging.getLogger(__name__)
 
 SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 _GENCODE_RE = re.compile(r"arch=compute_(\d+[af]?),code=sm_\d+[af]?")
 _FORCE_BUILD_RE = re.compile(r"""["']([A-Z][A-Z0-9_]*_FORCE_BUILD)["']""")
+_ARCH_KNOB_RE = re.compile(r"""["']([A-Z][A-Z0-9_]*_CUDA_ARCHS?)["']""")  # its own knob
 _DOWNLOAD_RE = re.compile(r"urlretrieve|urlopen|requests\.get")
 
 
@@ -74,6 +77,7 @@ class Findings:
     force_build: str | None  # the package's <PKG>_FORCE_BUILD variable
     gencode: tuple[str, ...]  # the hard-coded -gencode family: compute capabilities, "90"
     reads_arch_list: bool  # setup.py reads TORCH_CUDA_ARCH_LIST itself
+    arch_knob: str | None  # its own arch variable (flash-attn's FLASH_ATTN_CUDA_ARCHS)
     extensions: tuple[str, ...]  # extension module names
     sources: tuple[str, ...]  # the sources they compile, relative to setup.py
     missing: tuple[str, ...]  # of those, the ones the sdist does not hold
@@ -176,7 +180,9 @@ def read_metadata(tree: Path) -> Metadata:
         label, _, link = url.partition(",")
         if homepage is None and label.strip().lower() in ("homepage", "source", "repository"):
             homepage = link.strip()
-    packages = sorted(p.parent.name for p in tree.glob("*/__init__.py"))
+    listed = next(tree.glob("*.egg-info/top_level.txt"), None)  # what setup.py installs
+    packages = sorted(line.strip() for line in listed.read_text().splitlines() if line.strip()) \
+        if listed is not None else sorted(p.parent.name for p in tree.glob("*/__init__.py"))
     return Metadata(str(message.get("Summary") or "").strip(), homepage, tuple(packages))
 
 
@@ -197,9 +203,10 @@ def analyse(tree: Path) -> Findings:
     missing = tuple(s for s in sources if not _present(tree, s))
     gencode = tuple(sorted(set(_GENCODE_RE.findall(text)), key=_cc_key))
     reads_arch_list = "TORCH_CUDA_ARCH_LIST" in text
+    knob = _ARCH_KNOB_RE.search(text)
     force = _FORCE_BUILD_RE.search(text)
     patches = []
-    if gencode and not reads_arch_list:
+    if gencode and not reads_arch_list and knob is None:
         patches.append(ARCH_PATCH)
     if _used_unset(module, "bare_metal_version"):
         patches.append(NVCC_PATCH)
@@ -207,13 +214,19 @@ def analyse(tree: Path) -> Findings:
         patches.append(DOWNLOAD_PATCH)
     if re.search(r"^\s*import psutil", text, re.MULTILINE):
         patches.append(PSUTIL_PATCH)
-    return Findings(force[1] if force else None, gencode, reads_arch_list, extensions,
-                    sources, missing, tuple(patches))
+    return Findings(force[1] if force else None, gencode, reads_arch_list,
+                    knob[1] if knob else None, extensions, sources, missing, tuple(patches))
 
 
 def _cc_key(cc: str) -> tuple[int, str]:
     digits = cc.rstrip("af")
     return int(digits), cc[len(digits):]
+
+
+def _dotted(cc: str) -> str:
+    """A -gencode compute capability as --arch spells it: "90a" -> "9.0a"."""
+    digits = cc.rstrip("af")
+    return f"{int(digits) // 10}.{int(digits) % 10}{cc[len(digits):]}"
 
 
 def _present(tree: Path, source: str) -> bool:
@@ -296,7 +309,13 @@ def render(sdist: Sdist, metadata: Metadata, findings: Findings) -> str:
         lines.append(f"summary: {_quoted(metadata.summary)}")
     if metadata.homepage:
         lines.append(f"homepage: {metadata.homepage}")
-    if findings.extensions:
+    if findings.arch_knob and findings.gencode:
+        supported = [_dotted(cc) for cc in findings.gencode]
+        default = "12.0" if "12.0" in supported else supported[-1]
+        lines += ["arch:", f"  env: {findings.arch_knob}", "  format: numbers",
+                  f'  default: ["{default}"]',
+                  f"  supported: [{', '.join(f'{_quoted(a)}' for a in supported)}]"]
+    elif findings.extensions:
         lines += ["arch:", "  env: TORCH_CUDA_ARCH_LIST", "  format: torch",
                   '  default: ["12.0"]']
     else:
@@ -324,6 +343,9 @@ def report_lines(sdist: Sdist, metadata: Metadata, findings: Findings) -> list[s
         listed = ", ".join(findings.gencode)
         lines.append(f"hard-coded -gencode family: {listed}" + (
             "" if not findings.reads_arch_list else " (TORCH_CUDA_ARCH_LIST is read too)"))
+    if findings.arch_knob:
+        lines.append(f"arch variable: {findings.arch_knob} (the package's own; arch.env, "
+                     "format numbers, supported: its -gencode family)")
     if findings.missing:
         lines.append(f"the sdist lacks the sources its extensions compile: "
                      f"{', '.join(findings.missing)}; build from the repository instead:")
@@ -352,3 +374,27 @@ def write(sdist: Sdist, metadata: Metadata, findings: Findings, repo: Path) -> P
     atomic_write_text(file, render(sdist, metadata, findings))
     log.info("wrote %s", file)
     return file
+
+
+# --- the configure-only check ----------------------------------------------------------------
+
+
+def configure_check(sdist: Sdist, repo: Path, work: Path) -> str | None:
+    """The new recipe's configure-only build (setup.py up to its build.ninja, then the pre-build
+    check), run only when it is cheap: the default toolchain is already here. Its outcome in
+    one line; None when it was not run."""
+    profile = pipeline.profile_named(None)
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if not (venv_root(profile, python, locations.cache_dir()) / MARKER).is_file():
+        log.info("configure-only check skipped: the %s toolchain is not created here", profile.name)
+        return None
+    repos.use_option([repo])
+    request = pipeline.BuildRequest(recipe=sdist.project, version=sdist.version,
+                                    configure_only=True, work_dir=work / "build",
+                                    out_dir=work / "out")
+    try:
+        result = pipeline.build(request)
+    except WheelsmithError as exc:
+        return f"configure-only check: {exc.message}"
+    targets = "; ".join(f"SASS {', '.join(c['sass'])}" for c in result.configured)
+    return f"configure-only check: build.ninja targets {targets or 'no CUDA code'}"

@@ -33,8 +33,11 @@ def _destination(given: Path | None) -> Path:
 @click.option("--recipes", "repo", type=click.Path(path_type=Path, file_okay=False),
               help=f"The recipe repository to write into (DIR/recipes/NAME.yaml); default: the "
                    f"first directory of ${repos.ENV}.")
+@click.option("--configure/--no-configure", "configure", default=True, show_default=True,
+              help="Run the new recipe's configure-only build (setup.py up to build.ninja) "
+                   "when the default toolchain is already created here.")
 @json_option
-def recipe_new(package: str, repo: Path | None, as_json: bool) -> None:
+def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) -> None:
     """Write a recipe for NAME from its sdist on the index: pinned by the index's sha256, with
     the package's force-build variable, its hard-coded -gencode family, whether the sdist holds
     the sources its extensions compile, and the standard patches it needs."""
@@ -45,14 +48,18 @@ def recipe_new(package: str, repo: Path | None, as_json: bool) -> None:
         tree = scaffold.unpacked(sdist, Path(work) / "sdist")
         metadata = scaffold.read_metadata(tree)
         findings = scaffold.analyse(tree)
-    file = scaffold.write(sdist, metadata, findings, destination)
+        file = scaffold.write(sdist, metadata, findings, destination)
+        checked = scaffold.configure_check(sdist, destination, Path(work)) if configure else None
     lines = scaffold.report_lines(sdist, metadata, findings)
+    if checked is not None:
+        lines.append(checked)
     if as_json:
         emit_json({"recipe": str(file), "sdist": sdist.filename, "sha256": sdist.sha256,
                    "force_build": findings.force_build, "gencode": list(findings.gencode),
                    "extensions": list(findings.extensions), "sources": list(findings.sources),
                    "missing_sources": list(findings.missing),
-                   "patches": [p.stem for p in findings.patches], "findings": lines})
+                   "patches": [p.stem for p in findings.patches],
+                   "configure_check": checked, "findings": lines})
         return
     for line in lines:
         click.echo(line)
