@@ -91,17 +91,6 @@ class Metadata:
     packages: tuple[str, ...]  # top-level import names
 
 
-@dataclass(frozen=True, slots=True)
-class Scaffold:
-    sdist: Sdist
-    metadata: Metadata
-    findings: Findings
-    file: Path  # where the recipe was written
-
-    def recipe_text(self) -> str:
-        return render(self.sdist, self.metadata, self.findings)
-
-
 # --- the sdist -------------------------------------------------------------------------------
 
 
@@ -140,7 +129,8 @@ def choose_sdist(project: str, version: str | None) -> Sdist:
                                   "recipe instead")
         chosen = max(finals)
     file = sdists[chosen]
-    return Sdist(project, str(chosen), file["filename"], file["hashes"]["sha256"])
+    spelled = re.sub(r"\.(tar\.gz|zip)$", "", file["filename"]).rpartition("-")[2]
+    return Sdist(project, spelled, file["filename"], file["hashes"]["sha256"])
 
 
 def _version(text: str) -> Version:
