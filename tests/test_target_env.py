@@ -61,7 +61,7 @@ def test_build_for_an_env_with_torch_2_11_picks_its_profile_and_installs_there(
     data = json.loads(result.stdout)
     wheel = Path(data["wheel"])
     assert wheel.name == (f"tiny_ext-0.1.0+cu.13.0.torch.2.11.sm.120-cp{PY}-cp{PY}-"
-                          "linux_x86_64.whl")
+                          "manylinux_2_34_x86_64.whl")  # the tiny fixture's glibc floor
     assert (f"toolchain: cu130-torch2.11, chosen for {user_env} (Python {PY[0]}.{PY[1:]}, "
             "torch 2.11.0+cu130, CUDA 13.0)") in result.stderr
     toolchain = data["provenance"]["toolchain"]
