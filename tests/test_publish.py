@@ -14,7 +14,7 @@ from tests.conftest import wheelsmith
 from tests.wheels import make_wheel
 from wheelsmith import index, ledger
 from wheelsmith import publish as publish_module
-from wheelsmith.errors import FileConflictError, PublishError
+from wheelsmith.errors import FileConflictError, PublishError, UsageError
 from wheelsmith.publish import publish, yank
 
 CHANNEL = "cu130-torch2.14"
@@ -171,7 +171,8 @@ def test_check_reports_drift_and_rebuild_fixes_pages_only(wheels: Path, root: Pa
 
 
 def test_an_index_nothing_was_published_to_owes_no_page(root: Path) -> None:
-    # what a publisher killed while its interpreter starts leaves: nothing, or an empty root
+    # what a publisher killed right after making the index's directory leaves: an empty root
+    root.mkdir()
     assert index.check(root).problems == []
 
 
@@ -194,6 +195,15 @@ def test_cli_publish_conflict_and_check_exit_codes(tmp_path: Path, wheels: Path,
     drift = wheelsmith("index", "check", "--index", str(root), cwd=tmp_path)
     assert drift.returncode == 14
     assert drift.stderr.startswith(f"error: 2 problem(s) in {root}")
+
+
+def test_checking_an_index_that_does_not_exist_says_so_and_creates_nothing(
+        tmp_path: Path) -> None:
+    result = wheelsmith("index", "check", "--index", "nowhere", cwd=tmp_path)
+    assert result.returncode == UsageError.exit_code
+    assert result.stderr == ("error: no index at nowhere: nothing to check\n"
+                             "hint: pass the directory you publish into (--index DIR)\n")
+    assert not (tmp_path / "nowhere").exists()
 
 
 def test_there_is_no_delete_command(tmp_path: Path) -> None:

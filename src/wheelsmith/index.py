@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelsmith import ledger, pages
+from wheelsmith.errors import UsageError
 from wheelsmith.files import (
     atomic_write_bytes,
     exclusive_lock,
@@ -138,8 +139,10 @@ class CheckReport:
 
 def check(root: Path) -> CheckReport:
     """Re-verify every file against the ledger and every page against what it implies."""
+    if not root.is_dir():
+        raise UsageError(f"no index at {root}: nothing to check",
+                         hint="pass the directory you publish into (--index DIR)")
     report = CheckReport()
-    root.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(root / LOCK):
         report.notes += [f"recovered: {line}" for line in recover(root)]
         state = ledger.read(root)
