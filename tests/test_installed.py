@@ -154,3 +154,29 @@ def test_uv_tool_install_gives_a_working_wheelsmith(built_wheel: Path, tmp_path:
                            cwd=empty, env=env, capture_output=True, text=True, check=False)
     assert index.stdout.strip() in ("pip's default", "pip's configuration", "PIP_INDEX_URL"), \
         index.stderr  # the tool's own pip answers (uv makes environments without pip)
+
+
+def test_an_installed_wheelsmith_keeps_your_own_profiles_in_your_config_dir(
+        installed: Installed, empty: Path, tmp_path: Path) -> None:
+    """`toolchain new` of an installed wheelsmith writes to ~/.config/wheelsmith/toolchains
+    (never into site-packages), and those profiles are read before the packaged ones."""
+    config = tmp_path / "config"
+    own = config / "wheelsmith" / "toolchains"
+    own.mkdir(parents=True)
+    text = (REPO / "toolchains" / "cu130-torch2.11.yaml").read_text()
+    (own / "cu131-torch2.11.yaml").write_text(text.replace("name: cu130-torch2.11",
+                                                         "name: cu131-torch2.11"))
+    env = {"XDG_CONFIG_HOME": str(config)}
+    listed = installed.run("toolchain", "list", "--json", cwd=empty, env=env)
+    assert listed.returncode == 0, listed.stderr
+    names = [row["name"] for row in json.loads(listed.stdout)]
+    assert {"cu131-torch2.11", "cu130-torch2.14"} <= set(names)
+    new = installed.run("toolchain", "new", "--help", cwd=empty, env=env)
+    assert "for an installed wheelsmith, ~/.config/wheelsmith/toolchains" in " ".join(
+        new.stdout.split())
+    where = subprocess.run([str(installed.wheelsmith.parent / "python"), "-c",
+                            "from wheelsmith import locations; print(locations.new_profile_dir())"],
+                           cwd=empty, env=installed.env | env, capture_output=True, text=True,
+                           check=True)
+    assert where.stdout.strip() == str(own)
+    assert not (installed.data / "toolchains" / "cu131-torch2.11.yaml").exists()

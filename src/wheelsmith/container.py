@@ -146,6 +146,11 @@ def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
     """Build the Dockerfile for `profile` on `base`, whose python3 must be `python`; returns
     the image reference."""
     profile.require_python(python)
+    if profile.file.parent.resolve() != (project / "toolchains").resolve():
+        raise UsageError(f"the image is built from {project}, and profile {profile.name} is not "
+                         f"in its toolchains/ ({profile.file})",
+                         hint="build on the host (--runner host), or copy the profile into a "
+                              "wheelsmith checkout's toolchains/ and build the image there")
     base_info = inspect(engine, base)
     if base_info is None and engine.name == "podman" and base.startswith("localhost/"):
         raise ToolchainError(f"base image {base} does not exist",

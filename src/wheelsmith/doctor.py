@@ -150,7 +150,7 @@ def knowledge() -> Knowledge:
         log.info("no runtime rules or profiles: %s", exc.message)
         return Knowledge()
     return Knowledge(knownbad.load_runtime(root / knownbad.FILE),
-                     load_profiles(root / "toolchains"))
+                     load_profiles(locations.profile_dirs()))
 
 
 def examine(info: dict[str, Any], arch: Arch, arch_source: str, cuobjdump: Path, *,

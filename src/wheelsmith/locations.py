@@ -62,6 +62,26 @@ def project_root() -> Path:
     return data_root().path
 
 
+def profile_dirs() -> tuple[Path, ...]:
+    """Where toolchain profiles are read, first match wins: the data root's toolchains/; where
+    that is the installed package's read-only copy, the user's own profiles (written there by
+    `toolchain new`) come first."""
+    root = data_root()
+    own = root.path / "toolchains"
+    return (user_profiles(), own) if root.packaged else (own,)
+
+
+def new_profile_dir() -> Path:
+    """Where `toolchain new` writes: the data root's toolchains/, or the user's own profiles
+    when the data root is the installed package (never into site-packages)."""
+    root = data_root()
+    return user_profiles() if root.packaged else root.path / "toolchains"
+
+
+def user_profiles() -> Path:
+    return config_dir() / "toolchains"
+
+
 def cache_dir() -> Path:
     """$WHEELSMITH_CACHE, else $XDG_CACHE_HOME/wheelsmith, else ~/.cache/wheelsmith."""
     env = os.environ.get("WHEELSMITH_CACHE")

@@ -139,8 +139,8 @@ def resolve_recipe(name: str) -> Recipe:
 
 
 def profile_named(name: str | None) -> Profile:
-    """A profile from this project's toolchains/ (None: the newest)."""
-    toolchains = locations.project_root() / "toolchains"
+    """A profile from the profile directories (None: the default, else the newest)."""
+    toolchains = locations.profile_dirs()
     return find_profile(toolchains, name or default_profile_name(toolchains))
 
 
@@ -152,7 +152,7 @@ def resolve_toolchain(name: str | None, python: Path, report: Reporter | None = 
         return system_toolchain(python)
     if name is None and for_target:
         found = target.probe(python)
-        profiles = load_profiles(locations.project_root() / "toolchains")
+        profiles = load_profiles(locations.profile_dirs())
         profile = target.select_profile(found, profiles)
         torch, cuda = found.cuda_torch()
         (report or QuietReporter()).stage(

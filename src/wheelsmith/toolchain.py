@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -193,34 +194,52 @@ def _check_required_pins(doc: Document, data: dict[str, Any], python: str,
                    "installed")
 
 
-def find_profile(toolchains_dir: Path, name: str) -> Profile:
-    path = toolchains_dir / f"{name}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in toolchains_dir.glob("*.yaml")))
-        raise UsageError(f"no toolchain profile '{name}' in {toolchains_dir}",
-                         hint=f"known profiles: {known}, or '{SYSTEM}' for an installed CUDA")
-    return load_profile(path)
+ProfileDirs = Path | Sequence[Path]  # one toolchains/ directory, or several: first match wins
 
 
-def load_profiles(toolchains_dir: Path) -> list[Profile]:
-    return [load_profile(p) for p in sorted(toolchains_dir.glob("*.yaml"))]
+def _dirs(where: ProfileDirs) -> tuple[Path, ...]:
+    return (where,) if isinstance(where, Path) else tuple(where)
+
+
+def profile_files(where: ProfileDirs) -> dict[str, Path]:
+    """name -> file of every profile in `where`, by name; the first directory wins."""
+    found: dict[str, Path] = {}
+    for directory in _dirs(where):
+        for path in sorted(directory.glob("*.yaml")):
+            found.setdefault(path.stem, path)
+    return dict(sorted(found.items()))
+
+
+def find_profile(where: ProfileDirs, name: str) -> Profile:
+    files = profile_files(where)
+    if name not in files:
+        places = ", ".join(str(d) for d in _dirs(where))
+        raise UsageError(f"no toolchain profile '{name}' in {places}",
+                         hint=f"known profiles: {', '.join(files)}, or '{SYSTEM}' for an "
+                              "installed CUDA")
+    return load_profile(files[name])
+
+
+def load_profiles(where: ProfileDirs) -> list[Profile]:
+    return [load_profile(p) for p in profile_files(where).values()]
 
 
 DEFAULT_FILE = "default.txt"
 
 
-def default_profile_name(toolchains_dir: Path) -> str:
+def default_profile_name(where: ProfileDirs) -> str:
     """The profile a build without --toolchain (or a target environment) uses: the one named
-    in `toolchains/default.txt`, else the newest (by torch version)."""
-    chosen = toolchains_dir / DEFAULT_FILE
-    if chosen.is_file():
+    in `toolchains/default.txt` (the first directory that has one), else the newest (by torch
+    version)."""
+    for chosen in (d / DEFAULT_FILE for d in _dirs(where)):
         lines = [line.strip() for line in chosen.read_text().splitlines()
-                 if line.strip() and not line.startswith("#")]
+                 if line.strip() and not line.startswith("#")] if chosen.is_file() else []
         if lines:
-            return find_profile(toolchains_dir, lines[0]).name
-    profiles = load_profiles(toolchains_dir)
+            return find_profile(where, lines[0]).name
+    profiles = load_profiles(where)
     if not profiles:
-        raise UsageError(f"no toolchain profiles in {toolchains_dir}")
+        places = ", ".join(str(d) for d in _dirs(where))
+        raise UsageError(f"no toolchain profiles in {places}")
     return max(profiles, key=lambda p: (p.torch, p.cuda)).name
 
 

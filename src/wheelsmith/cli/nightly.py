@@ -21,7 +21,7 @@ from wheelsmith.cli._common import (
 )
 from wheelsmith.errors import NightlyError, UsageError
 from wheelsmith.recipe import load_recipe
-from wheelsmith.toolchain import default_profile_name, load_profile, load_profiles
+from wheelsmith.toolchain import default_profile_name, load_profiles
 
 matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_type=Path),
                              help="The matrix file (default: matrix.yaml next to recipes/).")
@@ -29,9 +29,9 @@ matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_typ
 
 def _cells(matrix_file: Path | None) -> list[matrix.Cell]:
     root = locations.project_root()
-    profiles = {p.name: p for p in load_profiles(root / "toolchains")}
+    profiles = {p.name: p for p in load_profiles(locations.profile_dirs())}
     return matrix.load(matrix_file or root / "matrix.yaml", repos.recipe_file,
-                       default_toolchain=default_profile_name(root / "toolchains"),
+                       default_toolchain=default_profile_name(locations.profile_dirs()),
                        default_python=f"{sys.version_info[0]}.{sys.version_info[1]}",
                        profiles=profiles)
 
@@ -107,8 +107,6 @@ def nightly_command(matrix_file: Path | None, python: str | None, shard: str | N
 @json_option
 def outdated_command(as_json: bool) -> None:
     """Recipes whose package has newer releases, and torch releases newer than every profile."""
-
-    root = locations.project_root()
     rows: list[dict[str, Any]] = []
     for entry in repos.in_use():
         recipe = load_recipe(entry.file, display(entry.file))
@@ -116,7 +114,7 @@ def outdated_command(as_json: bool) -> None:
         if found:
             rows.append({"kind": "recipe", "name": recipe.name, "current": found.current,
                          "newer": list(found.newer)})
-    newest_torch = max(load_profile(p).torch for p in sorted((root / "toolchains").glob("*.yaml")))
+    newest_torch = max(p.torch for p in load_profiles(locations.profile_dirs()))
     torch = outdated.newer_than("torch", newest_torch)
     if torch:
         rows.append({"kind": "toolchain", "name": "torch", "current": torch.current,

@@ -16,7 +16,7 @@ from wheelsmith.errors import UsageError
 from wheelsmith.toolchain import (
     MARKER,
     default_profile_name,
-    load_profile,
+    load_profiles,
     venv_root,
 )
 
@@ -30,11 +30,10 @@ def toolchain_group() -> None:
 @json_option
 def toolchain_list(as_json: bool) -> None:
     """List the profiles, their pin hash and whether their venv exists here."""
-    directory = locations.project_root() / "toolchains"
+    directories = locations.profile_dirs()
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     rows = []
-    for path in sorted(directory.glob("*.yaml")):
-        profile = load_profile(path)
+    for profile in load_profiles(directories):
         venv = venv_root(profile, version, locations.cache_dir())
         rows.append({"name": profile.name, "torch": str(profile.torch),
                      "cuda": str(profile.cuda), "key": profile.key(version),
@@ -42,7 +41,7 @@ def toolchain_list(as_json: bool) -> None:
     if as_json:
         emit_json(rows)
         return
-    default = default_profile_name(directory)
+    default = default_profile_name(directories)
     for row in rows:
         mark = "*" if row["name"] == default else " "
         click.echo(f"{mark} {row['name']:<20} torch {row['torch']:<8} CUDA {row['cuda']:<5} "
@@ -79,7 +78,8 @@ def toolchain_requirements(profile: str | None) -> None:
               help="Python versions to resolve for (repeatable; default 3.10 to 3.13).")
 @click.option("--force", is_flag=True, help="Replace an existing profile of the same name.")
 @click.option("--dir", "directory", type=click.Path(path_type=Path),
-              help="Where to write it (default: the project's toolchains/).")
+              help="Where to write it (default: the project's toolchains/; for an installed "
+                   "wheelsmith, ~/.config/wheelsmith/toolchains).")
 def toolchain_new(torch: str, cuda: str | None, index: str | None, pythons: tuple[str, ...],
                   force: bool, directory: Path | None) -> None:
     """Write toolchains/<name>.yaml for a torch release: its exact closure from pip's resolver
@@ -87,7 +87,7 @@ def toolchain_new(torch: str, cuda: str | None, index: str | None, pythons: tupl
     request = resolve.NewProfileRequest(
         torch=torch, cuda=_version("--cuda", cuda), index=index,
         pythons=pythons or resolve.DEFAULT_PYTHONS,
-        toolchains_dir=directory or locations.project_root() / "toolchains", force=force)
+        toolchains_dir=directory or locations.new_profile_dir(), force=force)
     with tempfile.TemporaryDirectory(prefix="wheelsmith-new-") as scratch:
         profile = resolve.new_profile(request, Path(scratch))
     compiler = ("an installed CUDA toolkit" if profile.installed_compiler
