@@ -186,6 +186,7 @@ def kill_once(site: Site, target: str, signum: signal.Signals, rng: random.Rando
     stage = stage_lines(stderr)[-1]
     placed = bool(wheels) and wheels[0].stat().st_ino != inode
     site.stages["publish" if stage == "stamp" and placed else stage] += 1
+    print(f"kill {sum(site.stages.values())}: {signum.name} in {stage}, checked", flush=True)
     return True
 
 

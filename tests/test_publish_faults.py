@@ -104,6 +104,6 @@ def test_publishers_killed_at_random_points_leave_a_consistent_index(tmp_path: P
         assert result.returncode == 0, f"run {run}: {result.stderr}"
         present = set(ledger.read(root).by_filename)
         assert reported <= present, f"run {run}: reported but missing: {reported - present}"
-        assert not list((root / ".tmp").iterdir())
+        assert not list((root / ".tmp").glob("*"))  # it may not exist yet
     assert killed_mid_run >= 15  # most runs really were killed, not finished
     assert reported  # and some publishes completed before their kill
