@@ -313,4 +313,6 @@ def test_rerun_ends_what_a_build_killed_with_its_supervisors_left_running(site: 
                          rf"\w{{12}} \(pid {build.pid}, started [^)]*, stage compile\) is gone; "
                          r"ended (\d+) process\(es\) it left running$", seen, re.MULTILINE)
     assert takeover is not None, seen
-    assert int(takeover[1]) >= len(orphans) > 0
+    # it ended what was still running: at most what was seen left (a compiler may finish on
+    # its own in between), and at least one (orphans were seen above)
+    assert int(takeover[1]) > 0
