@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
+import ninja
 import pytest
 
-from wheelsmith.prebuild import MISSING, check, gencode_targets, missing_sources
+from tests.test_buildenv import plan
+from wheelsmith import pipeline
+from wheelsmith.errors import ToolchainError
+from wheelsmith.prebuild import MISSING, check, gencode_targets, missing_sources, wrapper_script
 
 TORCH_EMITTED = ("cuda_post_cflags = -O2 -gencode=arch=compute_120,code=compute_120 "
                  "-gencode=arch=compute_120,code=sm_120 -gencode=arch=compute_90,code=sm_90 "
@@ -46,3 +52,30 @@ def test_sources_the_tree_does_not_hold_stop_the_build_before_the_arch_check(
     assert capsys.readouterr().err == (
         f"wheelsmith source check: {ninja} compiles 2 file(s) the source tree does not hold: "
         f"{tmp_path}/csrc/gone file.cpp, csrc/also.cu; stopping before compiling\n")
+
+
+def test_the_ninja_launcher_answers_from_a_python_that_has_no_wheelsmith(tmp_path: Path) -> None:
+    """wheelsmith run from a checkout (PYTHONPATH=src) by a Python without it installed, as on
+    the GPU machine: a launcher doing `python -m wheelsmith.prebuild` failed `ninja --version`
+    there, so torch compiled one file at a time, unchecked and without a word."""
+    real = str(Path(ninja.BIN_DIR) / "ninja")
+    bare = Path("/usr/bin/python3")
+    check_bare = subprocess.run([bare, "-c", "import wheelsmith"], capture_output=True, check=False)
+    assert check_bare.returncode != 0, f"{bare} has wheelsmith: the test needs one without"
+    launcher = tmp_path / "ninja"
+    launcher.write_text(wrapper_script(str(bare), real))
+    launcher.chmod(0o755)
+    done = subprocess.run([launcher, "--version"], env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path,
+                          capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout.strip()) == (0, subprocess.check_output(
+        [real, "--version"], text=True).strip()), done.stderr
+
+
+def test_a_ninja_launcher_that_does_not_answer_stops_the_build_before_compiling(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{ninja.BIN_DIR}:/usr/bin:/bin")
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # a Python that cannot run
+    with pytest.raises(ToolchainError) as raised:
+        pipeline._install_guard(plan(), tmp_path, tmp_path / "bin", configure_only=False)
+    assert str(raised.value) == (f"the pre-build check's ninja launcher ({tmp_path}/bin/ninja) "
+                                 "failed with exit code 1")

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from wheelsmith import (
     __version__,
     buildenv,
+    cmd,
     compilecache,
     compilefarm,
     diagnose,
@@ -546,7 +547,12 @@ def _install_guard(plan: BuildPlan, work: Path, launchers: Path, *, configure_on
             f"ninja is not installed for {toolchain.python}: torch would compile one file at a "
             "time (its slow fallback) and the pre-build arch check could not run",
             hint=f"install it into that environment: {toolchain.python} -m pip install ninja")
-    write_launcher(launchers / "ninja", prebuild.wrapper_script(sys.executable, real))
+    launcher = launchers / "ninja"
+    write_launcher(launcher, prebuild.wrapper_script(sys.executable, real))
+    # torch asks `ninja --version` and, when that fails, compiles one file at a time without
+    # a word: the launcher must answer in an environment as bare as the build's
+    cmd.run([launcher, "--version"], env={"PATH": "/usr/bin:/bin"}, stream=False,
+            error=ToolchainError, what=f"the pre-build check's ninja launcher ({launcher})")
     report = work / "prebuild.jsonl"
     report.unlink(missing_ok=True)
     return buildenv.Guard(report, configure_only)

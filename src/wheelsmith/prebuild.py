@@ -161,10 +161,17 @@ def check(argv: list[str]) -> int | None:
 
 
 def wrapper_script(python: str, real_ninja: str) -> str:
-    """The `ninja` put first on the build's PATH."""
+    """The `ninja` put first on the build's PATH.
+
+    It imports this module from where it lies (`-I`: no PYTHONPATH, no user site), not from
+    the build's environment: wheelsmith run from a checkout with PYTHONPATH=src would
+    otherwise give a launcher whose `ninja --version` fails, and torch would silently compile
+    one file at a time without the pre-build check."""
+    home = str(Path(__file__).resolve().parents[1])
+    code = f"import sys; sys.path.insert(0, {home!r}); from wheelsmith.prebuild import main; main()"
     return (f"#!/bin/sh\n# wheelsmith pre-build check, then the real ninja\n"
-            f"{REAL_NINJA}={shlex.quote(real_ninja)} exec {shlex.quote(python)} -m "
-            f"wheelsmith.prebuild \"$@\"\n")
+            f"{REAL_NINJA}={shlex.quote(real_ninja)} exec {shlex.quote(python)} -I -c "
+            f"{shlex.quote(code)} \"$@\"\n")
 
 
 def main() -> None:
