@@ -27,7 +27,7 @@ demo: $(BIN)/.installed
 # Python steps) and zizmor at its strictest persona, offline. Settings and waivers, with
 # reasons: .github/actionlint.yaml, .github/zizmor.yml.
 lint: $(BIN)/.installed
-	$(BIN)/ruff check src tests bench setup.py
+	$(BIN)/ruff check src tests bench scripts setup.py
 	$(BIN)/actionlint -config-file .github/actionlint.yaml -shellcheck $(BIN)/shellcheck -pyflakes ""
 	$(BIN)/zizmor --quiet --offline --persona auditor --strict-collection --config .github/zizmor.yml .
 

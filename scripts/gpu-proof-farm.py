@@ -1,0 +1,89 @@
+"""GPU proof of the compile farm: a multi-file package built through an sccache-dist scheduler
+and build servers on 127.0.0.1 (bubblewrap sandboxes), on the GPU machine.
+
+Usage (root; sccache 0.16 on PATH or beside this Python; wheelsmith from this checkout):
+
+    python3 scripts/gpu-proof-farm.py PACKAGE ARCHS OUT [--servers N] [--toolchain NAME]
+                                      [--bwrap PATH] [--sdists DIR]
+
+`--sdists DIR` holds sdists named by their sha256 (a machine without network: copy them from
+~/.cache/wheelsmith/downloads/*/ here). Cold build (`--compile-cache off`, an empty sccache
+directory), `--compile-farm-required`: a job the farm cannot run fails the build instead of
+compiling here unseen. Writes OUT/result.json (seconds, the farm's counts, provenance) and
+OUT/farm.log, and prints the build's stage lines as they come.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "src"), str(REPO)]
+
+from tests.farm import running_farm  # noqa: E402
+
+from wheelsmith import compilefarm, locations  # noqa: E402
+from wheelsmith.fetch import cached_path  # noqa: E402
+
+
+def seed(sdists: Path) -> None:
+    """Put carried sdists where fetch looks first (it checks each sha256 again)."""
+    for carried in sdists.iterdir():
+        target = cached_path(locations.cache_dir(), carried.name)
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(carried, target)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("package")
+    parser.add_argument("archs")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--servers", type=int, default=2)
+    parser.add_argument("--toolchain", default="system")
+    parser.add_argument("--bwrap", help="bubblewrap for the servers (default: on PATH)")
+    parser.add_argument("--sdists", type=Path)
+    options = parser.parse_args()
+    if options.sdists:
+        seed(options.sdists)
+    out: Path = options.out
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    with running_farm(work / "farm", servers=options.servers, bwrap=options.bwrap) as farm:
+        env = {**os.environ, compilefarm.TOKEN_ENV: farm.token,
+               compilefarm.LOCAL_ENV: str(work / "sccache"),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"),
+                                                           os.environ.get("PYTHONPATH")]))}
+        args = [sys.executable, "-m", "wheelsmith", "build", options.package, "--arch",
+                options.archs, "--toolchain", options.toolchain, "--compile-cache", "off",
+                "--compile-farm", farm.url, "--compile-farm-required", "--json",
+                "--out", str(out / "wheels"), "--work-dir", str(work / "build")]
+        started = time.monotonic()
+        done = subprocess.run(args, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
+                              check=False)
+        seconds = round(time.monotonic() - started, 1)
+        shutil.copyfile(farm.log, out / "farm.log")
+    result = {"package": options.package, "archs": options.archs, "servers": options.servers,
+              "cores": len(os.sched_getaffinity(0)), "seconds": seconds,
+              "returncode": done.returncode}
+    if done.returncode == 0:
+        built = json.loads(done.stdout)
+        result |= {"wheel": built["wheel"], "compile_farm": built["provenance"]["compile_farm"],
+                   "device_code": built["provenance"]["device_code"],
+                   "build": built["provenance"]["build"]}
+    (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: result.get(k) for k in ("seconds", "returncode", "compile_farm")}))
+    sys.exit(done.returncode)
+
+
+if __name__ == "__main__":
+    main()
