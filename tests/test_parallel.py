@@ -24,13 +24,21 @@ build /src/build/temp/csrc/bwd.o: cuda_compile /src/csrc/bwd.cu
 """
 
 
-def test_two_cores_keep_jobs_and_threads_and_split_each_pass_in_two() -> None:
+def test_two_cores_with_two_archs_build_as_before_the_planner() -> None:
+    """The two arch passes of the last file already keep both cores busy: no split."""
     chosen = parallel.choose(2, 22.8, 3.0, 2)
     assert (chosen.jobs, chosen.nvcc_threads) == (2, 2)  # as before the planner
-    assert chosen.describe() == ("MAX_JOBS=2 NVCC_THREADS=2 split-compile auto (up to 2) "
-                                 "(2 cores, 22.8 GB available)")
+    assert chosen.describe() == ("MAX_JOBS=2 NVCC_THREADS=2 split-compile off (2 cores, 22.8 GB "
+                                 "available)")
     refined = parallel.refine(chosen, 3, 1)
     assert refined.describe_units() == ("3 CUDA + 1 C++ file(s): MAX_JOBS=2 NVCC_THREADS=2 "
+                                        "split-compile off")
+    assert refined.split_flag() is None
+
+
+def test_two_cores_with_one_arch_split_the_last_file_over_both() -> None:
+    refined = parallel.refine(parallel.choose(2, 22.8, 3.0, 1), 3, 1)
+    assert refined.describe_units() == ("3 CUDA + 1 C++ file(s): MAX_JOBS=2 NVCC_THREADS=1 "
                                         "split-compile=2")
 
 

@@ -9,12 +9,12 @@ The rules:
 - threads = archs, at most 4 and at most the cores (as before);
 - jobs = the cores (plus a compile farm's CPUs), bounded by what fits in memory: jobs x threads x
   the recipe's `memory_per_job_gb` <= available memory;
-- split (auto) = enough workers for one file to fill the machine alone (cores / threads, and
-  at least 2: a pass's phases do not keep one thread busy, so on 2 cores 2 threads x 2
-  workers still built causal-conv1d 9.0;12.0 ~8% faster, 349 s vs 378 s), no more than what
-  fits in memory counting each worker as a whole job, and no more than OVERSUBSCRIBE threads
-  per core while the CUDA files of build.ninja compile side by side. Off with no CUDA files,
-  on one core, and with a compile farm (its servers are full with jobs).
+- split (auto) = enough workers for one file to fill the machine alone (cores / threads), no
+  more than what fits in memory counting each worker as a whole job, and no more than
+  OVERSUBSCRIBE threads per core while the CUDA files of build.ninja compile side by side.
+  Off when the file alone already has every core (cores / threads < 2: 2 cores with 2 archs,
+  where 2 threads x 2 workers measured 554 s against 454 s without), with no CUDA files, and
+  with a compile farm (its servers are full with jobs).
 
 The split count needs the number of CUDA files, which only build.ninja knows: the pre-build
 check (prebuild.py) refines it there with `refine` and passes the flag to nvcc.
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, replace
 SPLIT_ENV = "WHEELSMITH_SPLIT_COMPILE"  # auto | off | N, the default of --split-compile
 PLAN_ENV = "WHEELSMITH_PARALLELISM"  # the chosen Parallelism, for the pre-build check
 MAX_THREADS = 4
-MIN_SPLIT = 2  # workers per thread for the file that compiles alone, on 2+ cores
+MIN_SPLIT = 2  # fewer idle cores per thread than this: no split
 OVERSUBSCRIBE = 4  # compiler threads per core, at most, while files compile side by side
 AUTO, OFF = "auto", "off"
 
@@ -115,10 +115,10 @@ def refine(plan: Parallelism, cuda_units: int, cxx_units: int) -> Parallelism:
 def _split(plan: Parallelism, cuda_units: int | None) -> int:
     if plan.split_setting != AUTO:
         return int(plan.split_setting) if plan.split_setting != OFF else 1
-    if cuda_units == 0 or plan.farm_cpus or plan.cores < MIN_SPLIT:
-        return 1
     threads = plan.nvcc_threads
-    alone = max(MIN_SPLIT, plan.cores // threads)  # the last file, alone, fills the machine
+    alone = plan.cores // threads  # the last file, alone, fills the machine
+    if cuda_units == 0 or plan.farm_cpus or alone < MIN_SPLIT:
+        return 1
     in_memory = plan.fits // threads
     side_by_side = min(plan.jobs, cuda_units if cuda_units is not None else 1)
     crowd = (OVERSUBSCRIBE * plan.cores) // (side_by_side * threads)
