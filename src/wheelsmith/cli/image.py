@@ -58,8 +58,9 @@ def image_build(toolchain: str | None, engine: str, base: str | None,
                 pip_mirror: Path | None, python: str) -> None:
     """Build the image for a toolchain profile (tagged with the hash of its pins)."""
     chosen = _engine(engine)
+    container.check_builder(chosen, pip_mirror)  # before a base is locked or moved for it
     profile = pipeline.profile_named(toolchain)
-    log_path = locations.cache_dir() / f"image-{profile.name}-py{python}.log"
+    log_path = locations.cache_dir() / f"image-{chosen.name}-{profile.name}-py{python}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log_file:
         ref = container.build_image(chosen, profile, project=locations.project_root(),
