@@ -35,6 +35,8 @@ python_option = click.option("--python", "python", metavar="X.Y",
 def _base(engine: container.Engine, python: str) -> str:
     """The pinned base, or one locked now (printed: a pin is a decision to see)."""
     pin = baseimage.resolve(engine, python)
+    if pin.moved:
+        click.echo(pin.moved, err=True)
     if pin.new:
         click.echo(f"locked {pin.describe()} in {pin.lock}", err=True)
     return pin.ref
@@ -76,6 +78,8 @@ def image_base(engine: str, python: str) -> None:
     """The base image an image build uses: the pinned one, else locked now (a registry's
     digest, else a base made with debootstrap from this machine's apt mirror, by its ID)."""
     pin = baseimage.resolve(_engine(engine), python)
+    if pin.moved:
+        click.echo(pin.moved, err=True)
     click.echo(f"{'locked' if pin.new else 'pinned'} {pin.describe()} in {pin.lock}")
 
 
