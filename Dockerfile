@@ -8,8 +8,10 @@
 #            installs, so no pin is written twice; PROFILE_KEY is its hash, kept as a label
 #   PYTHON   the Python the image builds for: the base's python3 must be it (bookworm 3.11,
 #            trixie 3.13); the build fails otherwise
-# Networks that re-sign TLS: the build mounts the host's CA bundle at /host-ca.crt (never
-# baked into the image) and pip uses it. A pip mirror directory can be mounted at /mirror.
+# Networks that re-sign TLS: the build gives the host's CA bundle to the toolchain step as a
+# build secret (podman and docker with BuildKit: `--secret id=host-ca`), mounted at
+# /host-ca.crt for that step only and never in the image, and pip uses it. With podman a pip
+# mirror directory can be mounted at /mirror.
 ARG BASE
 FROM ${BASE}
 
@@ -38,17 +40,22 @@ RUN apt-get update \
 # A non-root user for the builds themselves.
 RUN useradd --create-home --uid 1000 builder
 
-# The toolchain venv depends only on the profile file, so this layer is rebuilt only when
-# the pins change; wheelsmith's own code is bind-mounted for the build (buildah/BuildKit
-# `RUN --mount`) and, at run time, the host mounts its current code over it.
+# wheelsmith's own code is bind-mounted for this step (buildah/BuildKit `RUN --mount`) and, at
+# run time, the host mounts its current code over it. podman's layer cache keys this step on
+# the instruction and the layers before it (the toolchains/ files), so podman rebuilds it only
+# when the pins change; BuildKit (docker) also keys it on the content of what is mounted, so
+# docker rebuilds it when pyproject.toml or src/ changes (the package's README is left empty
+# here so that documentation edits do not count).
 COPY toolchains /opt/wheelsmith/home/toolchains
-RUN --mount=type=bind,source=.,target=/mnt/wheelsmith-context,ro \
+RUN --mount=type=bind,source=pyproject.toml,target=/mnt/wheelsmith-context/pyproject.toml,ro \
+    --mount=type=bind,source=src,target=/mnt/wheelsmith-context/src,ro \
+    --mount=type=secret,id=host-ca,target=/host-ca.crt \
     set -e; \
     if [ -s /host-ca.crt ]; then export PIP_CERT=/host-ca.crt; fi; \
     if [ -d /mirror ]; then export PIP_FIND_LINKS=/mirror; fi; \
     mkdir -p /opt/wheelsmith/home/recipes /tmp/wheelsmith-src; \
-    cp -r /mnt/wheelsmith-context/pyproject.toml /mnt/wheelsmith-context/README.md \
-          /mnt/wheelsmith-context/src /tmp/wheelsmith-src/; \
+    cp -r /mnt/wheelsmith-context/pyproject.toml /mnt/wheelsmith-context/src /tmp/wheelsmith-src/; \
+    : > /tmp/wheelsmith-src/README.md; \
     python3 -m venv /opt/wheelsmith/venv; \
     /opt/wheelsmith/venv/bin/pip install --quiet /tmp/wheelsmith-src; \
     rm -rf /tmp/wheelsmith-src; \

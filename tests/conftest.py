@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import os
 import re
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from wheelsmith import locations
+from wheelsmith import container, locations
 from wheelsmith.pipeline import auditwheel_for
 from wheelsmith.toolchain import Toolchain, ensure_profile, load_profile
 
@@ -214,3 +215,96 @@ def torch_env(python: Path, torch: str, extra: tuple[str, ...] = ()) -> Path:
                         f"torch=={torch}", *extra], check=True)
         marker.write_text(torch + "\n")
     return root / "bin" / "python"
+
+
+@dataclass(frozen=True)
+class Docker:
+    """A Docker engine that answers, and an environment whose PATH finds `cli` first: a docker
+    CLI that builds with BuildKit (None where no docker CLI here has it)."""
+
+    env: dict[str, str]
+    cli: str | None
+
+
+def docker_clis() -> list[str]:
+    """Every docker CLI on PATH, in PATH order. This machine's image has a client-only docker 28
+    without the buildx component in /usr/local/bin, ahead of Debian's docker.io (20.10, BuildKit
+    built in) in /usr/bin."""
+    found: list[str] = []
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        cli = Path(directory or ".") / "docker"
+        if os.access(cli, os.X_OK) and str(cli.resolve()) not in {
+                str(Path(f).resolve()) for f in found}:
+            found.append(str(cli))
+    return found
+
+
+def _docker_info(cli: str) -> str | None:
+    """Why `docker info` fails, or None when an engine answers."""
+    answer = subprocess.run([cli, "info"], capture_output=True, text=True, check=False)
+    if answer.returncode == 0:
+        return None
+    return (answer.stderr.strip().splitlines() or ["no answer"])[-1]
+
+
+def _start_dockerd(dockerd: str, log: Path, cli: str) -> subprocess.Popen[bytes]:
+    """dockerd as a user's would run (its default data root, socket and bridge network), until
+    `docker info` answers; skipped, with dockerd's last words, when it cannot run here."""
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([dockerd], stdin=subprocess.DEVNULL, stdout=sink,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while _docker_info(cli) is not None:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop_dockerd(proc)
+            last = (log.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
+            pytest.skip(f"no docker engine: dockerd did not start here: {last}")
+        time.sleep(0.25)
+    return proc
+
+
+def _stop_dockerd(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
+    """The Docker engine for the docker runner's tests: the one that answers, else dockerd
+    (Debian's docker.io, which .ci/run installs) started here as root and stopped when the
+    tests end; skipped, saying why, where none can run."""
+    clis = docker_clis()
+    if not clis:
+        pytest.skip("no docker engine: the docker CLI is not installed (apt install docker.io)")
+    since = time.monotonic()
+    started = None
+    problem = _docker_info(clis[0])
+    if problem is not None:
+        dockerd = shutil.which("dockerd")
+        if dockerd is None or os.geteuid() != 0:
+            pytest.skip(f"no docker engine: `docker info` failed: {problem} (and dockerd "
+                        f"{'needs root' if dockerd else 'is not installed'})")
+        started = _start_dockerd(dockerd, tmp_path_factory.mktemp("dockerd") / "dockerd.log",
+                                 clis[0])
+    try:
+        cli = next((c for c in clis
+                    if container.buildkit_problem(container.Engine("docker", c)) is None), None)
+        env = dict(os.environ)
+        if cli is not None and cli != clis[0]:  # put the CLI that has BuildKit first
+            first = tmp_path_factory.mktemp("docker-cli")
+            (first / "docker").symlink_to(cli)
+            env["PATH"] = f"{first}{os.pathsep}{env['PATH']}"
+        yield Docker(env, cli)
+    finally:
+        if started is not None:
+            # The engine is the tests' own: drop the build cache these tests did not use (the
+            # layers of images a code change replaced; BuildKit in docker 20.10 collects none by
+            # default), keeping what the next run's image build will find cached.
+            unused = f"until={int(time.monotonic() - since) + 60}s"
+            subprocess.run([clis[0], "builder", "prune", "--force", "--filter", unused],
+                           capture_output=True, check=False)
+            _stop_dockerd(started)

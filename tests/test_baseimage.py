@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, Docker
 from tests.test_container import PROBLEM, no_registry_env
 
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no podman build: {PROBLEM}")
@@ -20,9 +20,9 @@ pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no podman build: {
 BASE = "localhost/wheelsmith-base:bookworm"
 
 
-def image_base(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def image_base(env: dict[str, str], engine: str = "podman") -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "wheelsmith", "image", "base", "--engine",
-                           "podman"], cwd=REPO, env=env, capture_output=True, text=True,
+                           engine], cwd=REPO, env=env, capture_output=True, text=True,
                           check=False)
 
 
@@ -61,3 +61,26 @@ def test_a_locked_local_base_whose_id_changed_is_refused_with_what_to_do(
         f"error: the base {BASE} recorded in {lock} (id {'0' * 64}) is now {image_id(BASE)}",
         f"hint: remove the debian-bookworm lines from {lock} to make and lock it again, or "
         "load the recorded image (podman save | docker load)"]
+
+
+@pytest.mark.container
+def test_a_base_locked_by_podman_moves_into_docker_with_its_id(docker: Docker,
+                                                                tmp_path: Path) -> None:
+    """One lock serves both engines: docker lacks the recorded base, podman holds it with the
+    recorded ID, so it is moved across (podman save | docker load) and keeps that ID."""
+    env = {**no_registry_env(tmp_path / "config"), "PATH": docker.env["PATH"]}
+    lock = tmp_path / "config" / "wheelsmith" / "images.lock"
+    assert image_base(env).returncode == 0  # podman locks it
+    found = image_id(BASE)
+    subprocess.run(["docker", "rmi", BASE], capture_output=True, check=False)  # docker lacks it
+    described = f"debian-bookworm: {BASE} (local, id {found}: no registry answered)"
+    moved = image_base(env, "docker")
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stdout == f"pinned {described} in {lock}\n"
+    assert moved.stderr.splitlines() == [
+        f"moved {BASE} (id {found}) from podman into docker (podman save | docker load)"]
+    shown = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", BASE],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert shown == f"sha256:{found}"
+    again = image_base(env, "docker")
+    assert (again.stdout, again.stderr) == (f"pinned {described} in {lock}\n", "")

@@ -1,7 +1,9 @@
 """Builds inside the pinned image with real podman (Debian's podman + runc, a base image made
-by debootstrap, no registry): offline, verified again on the host, never leaving a container
-or a half-built wheel behind. Needs root, podman, runc and debootstrap (.ci/run installs them);
-skipped with the reason otherwise."""
+by debootstrap, no registry) and real docker (Debian's docker.io, dockerd started by the test
+set-up, the same base moved across with podman save | docker load): offline, verified again on
+the host, never leaving a container or a half-built wheel behind. Needs root, podman, runc and
+debootstrap, and Debian's docker.io for docker (.ci/run installs them); skipped with the reason
+otherwise."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO, assert_platform_tagged, wheelsmith
+from tests.conftest import FIXTURES, REPO, Docker, assert_platform_tagged, docker_clis, wheelsmith
 from wheelsmith import container
 from wheelsmith.container import Engine, Mounts, run_argv
 from wheelsmith.stamp import read_provenance
@@ -88,14 +90,15 @@ def tiny_project(tmp_path: Path) -> Path:
     return home
 
 
-def run_in(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, WHEELSMITH_HOME=str(home))
+def run_in(home: Path, *args: str, env: dict[str, str] | None = None
+           ) -> subprocess.CompletedProcess[str]:
+    env = dict(env or os.environ, WHEELSMITH_HOME=str(home))
     return subprocess.run([sys.executable, "-m", "wheelsmith", *args], cwd=home, env=env,
                           capture_output=True, text=True, check=False)
 
 
-def leftover_containers() -> list[str]:
-    names = subprocess.run(["podman", "ps", "--all", "--format", "{{.Names}}"],
+def leftover_containers(engine: str = "podman") -> list[str]:
+    names = subprocess.run([engine, "ps", "--all", "--format", "{{.Names}}"],
                            capture_output=True, text=True, check=True).stdout.split()
     return [n for n in names if n.startswith("wheelsmith-")]
 
@@ -103,12 +106,21 @@ def leftover_containers() -> list[str]:
 @needs_podman
 @pytest.mark.container
 def test_tiny_extension_builds_in_the_image_offline(image: str, tiny_project: Path) -> None:
-    result = run_in(tiny_project, "build", "tiny-ext", "--arch", "12.0", "--runner", "podman",
-                    "--json")
+    built_and_verified_in(image, tiny_project, "podman")
+
+
+def built_and_verified_in(image: str, tiny_project: Path, engine: str,
+                          env: dict[str, str] | None = None) -> None:
+    """The tiny CUDA extension built for 12.0 in `image` by `engine`, offline; verified again
+    on the host; no container left; a second build finds it up to date (same content key)."""
+    result = run_in(tiny_project, "build", "tiny-ext", "--arch", "12.0", "--runner", engine,
+                    "--json", env=env)
     assert result.returncode == 0, result.stderr
+    assert f"runner: {engine} (" in result.stderr
+    assert f"in {engine}, --network=none" in result.stderr
     data = json.loads(result.stdout)
     provenance = data["provenance"]
-    assert provenance["runner"]["engine"] == "podman"
+    assert provenance["runner"]["engine"] == engine
     assert provenance["runner"]["image"] == image
     assert provenance["runner"]["image_id"]
     assert provenance["device_code"][0]["sass"] == ["sm_120"]
@@ -120,9 +132,9 @@ def test_tiny_extension_builds_in_the_image_offline(image: str, tiny_project: Pa
     assert provenance["platform"]["glibc_floor"] == "2.34"
     assert wheel.parent == tiny_project / "wheelhouse"
     assert wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=REPO).returncode == 0
-    assert leftover_containers() == []
-    again = run_in(tiny_project, "build", "tiny-ext", "--arch", "12.0", "--runner", "podman",
-                   "--json")  # host and image compute the same content key
+    assert leftover_containers(engine) == []
+    again = run_in(tiny_project, "build", "tiny-ext", "--arch", "12.0", "--runner", engine,
+                   "--json", env=env)  # host and image compute the same content key
     assert json.loads(again.stdout)["up_to_date"] is True, again.stderr
 
 
@@ -199,14 +211,20 @@ def test_changed_pins_refuse_the_old_image(image: str, tiny_project: Path) -> No
 @pytest.mark.container
 def test_interrupted_build_leaves_no_container_and_no_wheel(image: str,
                                                             tiny_project: Path) -> None:
+    interrupted_in(tiny_project, "podman")
+
+
+def interrupted_in(tiny_project: Path, engine: str, env: dict[str, str] | None = None) -> None:
+    """SIGTERM while the build container runs: exit 130, no container left (docker keeps
+    running a container whose `docker run` client is gone: it must be removed), no wheel."""
     setup = next(tiny_project.parent.glob("tiny-ext/setup.py"))
     setup.write_text("import time\ntime.sleep(120)\n" + setup.read_text())
-    env = dict(os.environ, WHEELSMITH_HOME=str(tiny_project))
+    env = dict(env or os.environ, WHEELSMITH_HOME=str(tiny_project))
     proc = subprocess.Popen([sys.executable, "-m", "wheelsmith", "build", "tiny-ext", "--runner",
-                             "podman"], cwd=tiny_project, env=env, stdout=subprocess.PIPE,
+                             engine], cwd=tiny_project, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not leftover_containers():
+    while not leftover_containers(engine):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the build container never started"
         time.sleep(0.5)
@@ -214,7 +232,7 @@ def test_interrupted_build_leaves_no_container_and_no_wheel(image: str,
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted: nothing was written to the output" in err
-    assert leftover_containers() == []
+    assert leftover_containers(engine) == []
     assert not list((tiny_project / "wheelhouse").glob("*.whl")) if (
         tiny_project / "wheelhouse").exists() else True
 
@@ -238,23 +256,73 @@ def test_run_command_is_offline_with_only_the_named_mounts(engine: Engine, tmp_p
     assert ("--runtime" in argv) == (engine.name == "podman" and shutil.which("runc") is not None)
 
 
-def docker_problem() -> str | None:
-    if shutil.which("docker") is None:
-        return "the docker CLI is not installed"
-    answer = subprocess.run(["docker", "info"], capture_output=True, text=True, check=False)
-    if answer.returncode != 0:
-        return "no Docker engine: `docker info` failed: " + (
-            answer.stderr.strip().splitlines() or ["?"])[-1]
-    return None
+@pytest.fixture(scope="session")
+def docker_image(docker: Docker, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The default profile's image built by docker (BuildKit) from the same Dockerfile, with no
+    --base where no registry answers: on the base podman locked, moved into docker (podman
+    save | docker load) where docker lacks it; without podman, on a base docker locks itself."""
+    if docker.cli is None:
+        pytest.skip("no docker image build: no docker CLI here has BuildKit (the Dockerfile's "
+                    "RUN --mount): " + ", ".join(docker_clis()))
+    env = {**no_registry_env(tmp_path_factory.mktemp("config")), "PATH": docker.env["PATH"]}
+    if PROBLEM is None:  # podman locks the base; docker builds on that same image
+        locked = subprocess.run([sys.executable, "-m", "wheelsmith", "image", "base",
+                                 "--engine", "podman"], cwd=REPO, env=env, capture_output=True,
+                                text=True, check=False)
+        assert locked.returncode == 0, locked.stderr
+    built = subprocess.run([sys.executable, "-m", "wheelsmith", "image", "build", "--engine",
+                            "docker"], cwd=REPO, env=env, capture_output=True, text=True,
+                           check=False)
+    assert built.returncode == 0, built.stderr
+    if PROBLEM is not None:
+        assert "locked debian-bookworm: " in built.stderr
+    return built.stdout.strip()
 
 
-@pytest.mark.skipif(docker_problem() is not None, reason=str(docker_problem()))
 @pytest.mark.container
-def test_docker_runs_the_same_command(tmp_path: Path) -> None:
-    mounts = Mounts(project=REPO, source=tmp_path, out=tmp_path, work=tmp_path, ccache=None)
-    argv = run_argv(Engine("docker", "docker"), "debian:bookworm-slim", mounts, [],
-                    env={}, keep=False, name="wheelsmith-docker-probe")
-    image_at = argv.index("debian:bookworm-slim")
-    result = subprocess.run([*argv[:image_at + 1], "true"], capture_output=True, text=True,
+def test_tiny_extension_builds_in_the_docker_image_offline(
+        docker: Docker, docker_image: str, tiny_project: Path) -> None:
+    built_and_verified_in(docker_image, tiny_project, "docker", env=docker.env)
+    info = json.loads(subprocess.run(["docker", "image", "inspect", docker_image],
+                                     capture_output=True, text=True, check=True).stdout)[0]
+    assert info["Config"]["Labels"]["dev.wheelsmith.profile"] == "cu130-torch2.14"
+
+
+@pytest.mark.container
+def test_interrupted_docker_build_leaves_no_container_and_no_wheel(
+        docker: Docker, docker_image: str, tiny_project: Path) -> None:
+    interrupted_in(tiny_project, "docker", env=docker.env)
+
+
+@pytest.mark.container
+def test_docker_without_buildkit_or_with_a_pip_mirror_is_refused_by_name(
+        docker: Docker, tmp_path: Path) -> None:
+    """The Dockerfile needs BuildKit: a docker CLI without it (a client 23+ lacking its buildx
+    component, as /usr/local/bin/docker on this machine's image) is refused before anything is
+    built; docker build cannot mount a pip mirror directory."""
+    env = {**no_registry_env(tmp_path / "config"), "PATH": docker.env["PATH"]}
+    mirror = subprocess.run([sys.executable, "-m", "wheelsmith", "image", "build", "--engine",
+                             "docker", "--pip-mirror", str(tmp_path)], cwd=REPO, env=env,
+                            capture_output=True, text=True, check=False)
+    assert mirror.returncode == 4
+    assert mirror.stderr.splitlines()[-2:] == [
+        "error: --pip-mirror needs podman (docker build cannot mount a host directory)",
+        "hint: drop --pip-mirror, or use --engine podman"]
+    without = [c for c in docker_clis()
+               if container.buildkit_problem(Engine("docker", c)) is not None]
+    if not without:
+        pytest.skip("every docker CLI here has BuildKit")
+    cli = without[0]
+    version = subprocess.run([cli, "version", "--format", "{{.Client.Version}}"],
+                             capture_output=True, text=True, check=False).stdout.strip()
+    env["PATH"] = f"{Path(cli).parent}{os.pathsep}{env['PATH']}"
+    result = subprocess.run([sys.executable, "-m", "wheelsmith", "image", "build", "--engine",
+                             "docker"], cwd=REPO, env=env, capture_output=True, text=True,
                             check=False)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 7
+    assert result.stderr.splitlines()[-2:] == [
+        "error: docker image builds need BuildKit (the Dockerfile's RUN --mount), and the "
+        f"docker CLI {cli} (client {version}) has none: its buildx component is missing",
+        "hint: install docker's buildx component, or use a docker CLI with BuildKit built in "
+        "(Debian's docker.io), or --engine podman"]
+    assert not (tmp_path / "config" / "wheelsmith" / "images.lock").exists()  # nothing locked

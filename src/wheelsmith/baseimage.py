@@ -7,6 +7,8 @@ the engine pulls `debian:<release>-slim` (a short name: the engine's own registr
 says where it comes from) and its digest is pinned; without one, `scripts/make-base-image.sh`
 builds the base with debootstrap from the machine's apt mirror and the image's ID is recorded
 beside its name, so a base rebuilt or taken from elsewhere later is noticed, never used silently.
+A recorded local base that this engine lacks and the other engine holds with the recorded ID
+is moved across (`podman save | docker load`, or the other way): one lock serves both engines.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -40,6 +43,7 @@ class Pin:
     image_id: str | None  # recorded for a local base
     lock: Path  # where it is written
     new: bool = False  # locked by this call
+    moved: str | None = None  # how this call moved it from the other engine
 
     def describe(self) -> str:
         made = (f"{self.ref} (local, id {self.image_id}: no registry answered)"
@@ -75,16 +79,42 @@ def resolve(engine: container.Engine, python: str) -> Pin:
     pin = pinned(release)
     if pin is None:
         return lock_on_first_use(engine, release)
-    if pin.image_id is not None:
+    recorded = pin.image_id
+    if recorded is not None:
         found = (container.inspect(engine, pin.ref) or {}).get("Id")
-        if found is None or found.removeprefix("sha256:") != pin.image_id.removeprefix(
-                "sha256:"):
+        if found is None and (moved := _move_from_other(engine, pin.ref, recorded)):
+            pin = replace(pin, moved=moved)
+            found = (container.inspect(engine, pin.ref) or {}).get("Id")
+        if found is None or _bare(found) != _bare(recorded):
             now = "is not in " + engine.name if found is None else f"is now {found}"
             raise ToolchainError(
-                f"the base {pin.ref} recorded in {pin.lock} (id {pin.image_id}) {now}",
+                f"the base {pin.ref} recorded in {pin.lock} (id {recorded}) {now}",
                 hint=f"remove the debian-{release} lines from {pin.lock} to make and lock it "
                      "again, or load the recorded image (podman save | docker load)")
     return pin
+
+
+def _bare(image_id: str) -> str:
+    return image_id.removeprefix("sha256:")  # docker writes the prefix, podman does not
+
+
+def _move_from_other(engine: container.Engine, ref: str, image_id: str) -> str | None:
+    """Load `ref` into `engine` from the other engine that holds it with ID `image_id`
+    (`podman save | docker load`); what was done, or None where no engine holds it so."""
+    for name in container.ENGINES:
+        exe = shutil.which(name)
+        if name == engine.name or exe is None:
+            continue
+        other = container.Engine(name, exe)
+        held = (container.inspect(other, ref) or {}).get("Id")
+        if held is None or _bare(held) != _bare(image_id):
+            continue
+        how = f"{name} save | {engine.name} load"
+        cmd.run(["bash", "-c", 'set -o pipefail; "$0" save "$1" | "$2" load', other.exe, ref,
+                 engine.exe], stream=False, error=ToolchainError,
+                what=f"moving the base {ref} from {name} into {engine.name} ({how})")
+        return f"moved {ref} (id {image_id}) from {name} into {engine.name} ({how})"
+    return None
 
 
 def lock_on_first_use(engine: container.Engine, release: str) -> Pin:

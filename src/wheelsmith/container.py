@@ -45,6 +45,8 @@ LABEL_BASE = "dev.wheelsmith.base"
 ENGINES = ("podman", "docker")
 CODE_IN_IMAGE = "/opt/wheelsmith/current"  # where the host's wheelsmith package is mounted
 NPROC_CEILING = 32768  # conmon's own limit: asking for more fails with EPERM
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")  # given to the image build as a secret
+BUILDKIT_BUILT_IN_BEFORE = 23  # docker CLIs before 23.0 carry BuildKit; later ones use buildx
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +153,12 @@ def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
                          f"in its toolchains/ ({profile.file})",
                          hint="build on the host (--runner host), or copy the profile into a "
                               "wheelsmith checkout's toolchains/ and build the image there")
+    check_builder(engine, mirror)
     base_info = inspect(engine, base)
-    if base_info is None and engine.name == "podman" and base.startswith("localhost/"):
-        raise ToolchainError(f"base image {base} does not exist",
-                             hint="make it with scripts/make-base-image.sh (debootstrap)")
+    if base_info is None and base.startswith("localhost/"):
+        raise ToolchainError(f"base image {base} does not exist in {engine.name}",
+                             hint="make it with scripts/make-base-image.sh (debootstrap; "
+                                  "ENGINE=docker for docker)")
     ref = image_ref(profile, python)
     previous = (inspect(engine, ref) or {}).get("Id")
     argv: list[str | Path] = [
@@ -162,21 +166,53 @@ def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
         "--build-arg", f"BASE={base}", "--build-arg", f"PROFILE={profile.name}",
         "--build-arg", f"PROFILE_KEY={profile.key(python)}", "--build-arg", f"PYTHON={python}",
         "--build-arg", f"BASE_ID={(base_info or {}).get('Id', base)}"]
-    ca = Path("/etc/ssl/certs/ca-certificates.crt")
-    if engine.name == "podman":  # build-time mounts: the CA hook and an optional pip mirror
-        if ca.is_file():
-            argv += ["--volume", f"{ca}:/host-ca.crt:ro"]
-        if mirror is not None:
-            argv += ["--volume", f"{mirror.resolve()}:/mirror:ro"]
-    elif mirror is not None:
-        raise UsageError("--pip-mirror needs podman (docker build cannot mount volumes)")
-    cmd.run([*argv, project], log_file=log_file, log_path=log_path, error=ToolchainError,
-            what=f"{engine.name} build of the {profile.name} image")
+    if HOST_CA.is_file():  # networks that re-sign TLS: a build secret, never in the image
+        argv += ["--secret", f"id=host-ca,src={HOST_CA}"]
+    if engine.name == "docker":
+        argv += ["--progress=plain"]  # BuildKit's log, line by line
+    if mirror is not None:  # podman: a build-time volume
+        argv += ["--volume", f"{mirror.resolve()}:/mirror:ro"]
+    env = {**os.environ, "DOCKER_BUILDKIT": "1"} if engine.name == "docker" else None
+    cmd.run([*argv, project], env=env, log_file=log_file, log_path=log_path,
+            error=ToolchainError, what=f"{engine.name} build of the {profile.name} image")
     if previous and previous != (inspect(engine, ref) or {}).get("Id"):
         # the tag moved: drop the image it left behind unless something still uses it
         cmd.run([engine.exe, "rmi", previous], stream=False, ok_returncodes=range(256),
                 what=f"{engine.name} rmi")
     return ref
+
+
+def check_builder(engine: Engine, mirror: Path | None) -> None:
+    """Refuse an image build this engine cannot do: docker needs BuildKit (the Dockerfile's
+    RUN --mount and its build secret) and cannot mount a pip mirror directory."""
+    if engine.name != "docker":
+        return
+    if mirror is not None:
+        raise UsageError("--pip-mirror needs podman (docker build cannot mount a host "
+                         "directory)", hint="drop --pip-mirror, or use --engine podman")
+    problem = buildkit_problem(engine)
+    if problem is not None:
+        raise ToolchainError(f"docker image builds need BuildKit (the Dockerfile's RUN "
+                             f"--mount), and {problem}",
+                             hint="install docker's buildx component, or use a docker CLI with "
+                                  "BuildKit built in (Debian's docker.io), or --engine podman")
+
+
+def buildkit_problem(engine: Engine) -> str | None:
+    """Why `docker build` has no BuildKit here, or None. A CLI with the buildx component uses
+    it; one older than 23 has BuildKit built in (DOCKER_BUILDKIT=1); a newer one without buildx
+    has only the legacy builder, which cannot build the Dockerfile."""
+    if cmd.run([engine.exe, "buildx", "version"], stream=False, ok_returncodes=range(256),
+               what="docker buildx version").returncode == 0:
+        return None
+    shown = cmd.run([engine.exe, "version", "--format", "{{.Client.Version}}"], stream=False,
+                    ok_returncodes=range(256), what="docker version")
+    version = shown.stdout.strip()
+    major = version.split(".", 1)[0]
+    if major.isdigit() and int(major) < BUILDKIT_BUILT_IN_BEFORE:
+        return None
+    return (f"the docker CLI {engine.exe} (client {version or 'of unknown version'}) has none: "
+            "its buildx component is missing")
 
 
 def _current_code() -> list[str]:
@@ -224,8 +260,9 @@ def running(engine: Engine, *, keep: bool) -> Iterator[str]:
         if keep:
             log.warning("kept container %s (--keep-container); remove it with: %s rm %s",
                         name, engine.name, name)
-        else:
-            cmd.run([engine.exe, "rm", "--force", "--ignore", name], stream=False,
+        else:  # docker has no --ignore: a container already gone is its exit code 1
+            ignore = ["--ignore"] if engine.name == "podman" else []
+            cmd.run([engine.exe, "rm", "--force", *ignore, name], stream=False,
                     ok_returncodes=range(256), what=f"{engine.name} rm")
 
 

@@ -35,6 +35,8 @@ python_option = click.option("--python", "python", metavar="X.Y",
 def _base(engine: container.Engine, python: str) -> str:
     """The pinned base, or one locked now (printed: a pin is a decision to see)."""
     pin = baseimage.resolve(engine, python)
+    if pin.moved:
+        click.echo(pin.moved, err=True)
     if pin.new:
         click.echo(f"locked {pin.describe()} in {pin.lock}", err=True)
     return pin.ref
@@ -58,8 +60,9 @@ def image_build(toolchain: str | None, engine: str, base: str | None,
                 pip_mirror: Path | None, python: str) -> None:
     """Build the image for a toolchain profile (tagged with the hash of its pins)."""
     chosen = _engine(engine)
+    container.check_builder(chosen, pip_mirror)  # before a base is locked or moved for it
     profile = pipeline.profile_named(toolchain)
-    log_path = locations.cache_dir() / f"image-{profile.name}-py{python}.log"
+    log_path = locations.cache_dir() / f"image-{chosen.name}-{profile.name}-py{python}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log_file:
         ref = container.build_image(chosen, profile, project=locations.project_root(),
@@ -75,6 +78,8 @@ def image_base(engine: str, python: str) -> None:
     """The base image an image build uses: the pinned one, else locked now (a registry's
     digest, else a base made with debootstrap from this machine's apt mirror, by its ID)."""
     pin = baseimage.resolve(_engine(engine), python)
+    if pin.moved:
+        click.echo(pin.moved, err=True)
     click.echo(f"{'locked' if pin.new else 'pinned'} {pin.describe()} in {pin.lock}")
 
 
