@@ -79,3 +79,6 @@ def test_a_ninja_launcher_that_does_not_answer_stops_the_build_before_compiling(
         pipeline._install_guard(plan(), tmp_path, tmp_path / "bin", configure_only=False)
     assert str(raised.value) == (f"the pre-build check's ninja launcher ({tmp_path}/bin/ninja) "
                                  "failed with exit code 1")
+    assert raised.value.hint == ("its output above says why; it runs /bin/false (the Python "
+                                 "running wheelsmith), which must start with -I and import the "
+                                 "standard library")

@@ -77,11 +77,13 @@ def run(
     error: type[WheelsmithError] = CommandError,
     what: str | None = None,
     stream: bool = True,
+    hint: str | None = None,
 ) -> Completed:
     """Run a command, streaming its merged output; raise `error` unless its exit code is ok.
 
     With `stream=False` stdout and stderr are kept apart (for tools whose stdout is data, such
-    as cuobjdump) and the output is logged after the command ends.
+    as cuobjdump) and the output is logged after the command ends. `hint` (what to do) goes
+    with the error.
     """
     args = _resolve(argv, env)
     line = f"+ {render(args)}"
@@ -104,6 +106,7 @@ def run(
             tail=tail,
             returncode=returncode,
             log_file=log_path,
+            hint=hint,
         )
     return Completed(tuple(args), returncode, stdout, stderr)
 

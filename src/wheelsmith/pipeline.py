@@ -552,7 +552,9 @@ def _install_guard(plan: BuildPlan, work: Path, launchers: Path, *, configure_on
     # torch asks `ninja --version` and, when that fails, compiles one file at a time without
     # a word: the launcher must answer in an environment as bare as the build's
     cmd.run([launcher, "--version"], env={"PATH": "/usr/bin:/bin"}, stream=False,
-            error=ToolchainError, what=f"the pre-build check's ninja launcher ({launcher})")
+            error=ToolchainError, what=f"the pre-build check's ninja launcher ({launcher})",
+            hint=f"its output above says why; it runs {sys.executable} (the Python running "
+                 "wheelsmith), which must start with -I and import the standard library")
     report = work / "prebuild.jsonl"
     report.unlink(missing_ok=True)
     return buildenv.Guard(report, configure_only)

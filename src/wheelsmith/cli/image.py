@@ -32,11 +32,17 @@ python_option = click.option("--python", "python", metavar="X.Y",
                                               container.BASES.items()) + ".")
 
 
-def _base(engine: container.Engine, python: str) -> str:
-    """The pinned base, or one locked now (printed: a pin is a decision to see)."""
+def _pin(engine: container.Engine, python: str) -> baseimage.Pin:
+    """The base's pin; a base moved across from the other engine says so."""
     pin = baseimage.resolve(engine, python)
     if pin.moved:
         click.echo(pin.moved, err=True)
+    return pin
+
+
+def _base(engine: container.Engine, python: str) -> str:
+    """The pinned base, or one locked now (printed: a pin is a decision to see)."""
+    pin = _pin(engine, python)
     if pin.new:
         click.echo(f"locked {pin.describe()} in {pin.lock}", err=True)
     return pin.ref
@@ -77,9 +83,7 @@ def image_build(toolchain: str | None, engine: str, base: str | None,
 def image_base(engine: str, python: str) -> None:
     """The base image an image build uses: the pinned one, else locked now (a registry's
     digest, else a base made with debootstrap from this machine's apt mirror, by its ID)."""
-    pin = baseimage.resolve(_engine(engine), python)
-    if pin.moved:
-        click.echo(pin.moved, err=True)
+    pin = _pin(_engine(engine), python)
     click.echo(f"{'locked' if pin.new else 'pinned'} {pin.describe()} in {pin.lock}")
 
 
