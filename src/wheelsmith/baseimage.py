@@ -112,7 +112,9 @@ def _move_from_other(engine: container.Engine, ref: str, image_id: str) -> str |
         how = f"{name} save | {engine.name} load"
         cmd.run(["bash", "-c", 'set -o pipefail; "$0" save "$1" | "$2" load', other.exe, ref,
                  engine.exe], stream=False, error=ToolchainError,
-                what=f"moving the base {ref} from {name} into {engine.name} ({how})")
+                what=f"moving the base {ref} from {name} into {engine.name} ({how})",
+                hint=f"check that {engine.name} works (`{engine.name} info`) and has room, then "
+                     f"try again, or move it by hand: {name} save {ref} | {engine.name} load")
         return f"moved {ref} (id {image_id}) from {name} into {engine.name} ({how})"
     return None
 
