@@ -81,7 +81,8 @@ def running_farm(root: Path, servers: int = 2, bwrap: str | None = None) -> Iter
     try:
         for index in range(servers):
             address = f"127.0.0.1:{free_port()}"
-            server_token = _dist("auth", "generate-jwt-hs256-server-token", "--secret-key", key,
+            # `--secret-key=KEY`: a generated key may start with "-", which clap takes for a flag
+            server_token = _dist("auth", "generate-jwt-hs256-server-token", f"--secret-key={key}",
                                  "--server", address)
             where = root / f"server{index}"
             conf = where / "server.conf"
