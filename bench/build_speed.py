@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 
 from wheelsmith import locations
-from wheelsmith.fetch import fetch
-from wheelsmith.recipe import load_recipe
-from wheelsmith.toolchain import ensure_profile, load_profile
+from wheelsmith.recipes.fetch import fetch
+from wheelsmith.recipes.model import load_recipe
+from wheelsmith.toolchain.profile import load_profile
+from wheelsmith.toolchain.venv import ensure_profile
 
 REPO = Path(__file__).resolve().parents[1]
 

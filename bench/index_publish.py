@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.wheels import make_wheel
 
-from wheelsmith import index
-from wheelsmith.publish import publish
+from wheelsmith.index import store as index
+from wheelsmith.index.publish import publish
 
 CHANNEL = "cu130-torch2.14"
 

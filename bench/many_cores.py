@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from wheelsmith import locations  # noqa: E402
-from wheelsmith.fetch import cached_path, download  # noqa: E402
-from wheelsmith.recipe import PypiSource, UrlSource, load_recipe  # noqa: E402
+from wheelsmith.recipes.fetch import cached_path, download  # noqa: E402
+from wheelsmith.recipes.model import PypiSource, UrlSource, load_recipe  # noqa: E402
 
 HERE = REPO / "build" / "many-cores"
 CARRIED = HERE / "downloads"  # sdists for a machine without network

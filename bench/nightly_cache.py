@@ -23,10 +23,14 @@ import threading
 import time
 from pathlib import Path
 
-from wheelsmith import locations, matrix, pipeline, repos
+from wheelsmith import locations
 from wheelsmith.arch import ArchSet
-from wheelsmith.buildenv import machine_size
-from wheelsmith.toolchain import default_profile_name
+from wheelsmith.build import orchestrate
+from wheelsmith.build.buildenv import machine_size
+from wheelsmith.build.request import BuildRequest, QuietReporter
+from wheelsmith.fleet import matrix
+from wheelsmith.recipes import repos
+from wheelsmith.toolchain.profile import default_profile_name
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,10 +82,10 @@ def shipped_matrix_keys_seconds() -> tuple[int, float]:
                         default_python=f"{sys.version_info[0]}.{sys.version_info[1]}")
     started = time.monotonic()
     for cell in cells:
-        pipeline.prepare(pipeline.BuildRequest(
+        orchestrate.prepare(BuildRequest(
             recipe=cell.recipe, version=cell.version, toolchain=cell.toolchain,
             archs=ArchSet.parse([cell.archs]) if cell.archs else None),
-            pipeline.QuietReporter())
+            QuietReporter())
     return len(cells), time.monotonic() - started
 
 

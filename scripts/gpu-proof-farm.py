@@ -29,8 +29,9 @@ sys.path[:0] = [str(REPO / "src"), str(REPO)]
 
 from tests.farm import running_farm  # noqa: E402
 
-from wheelsmith import compilefarm, locations  # noqa: E402
-from wheelsmith.fetch import cached_path  # noqa: E402
+from wheelsmith import locations  # noqa: E402
+from wheelsmith.build import compilefarm  # noqa: E402
+from wheelsmith.recipes.fetch import cached_path  # noqa: E402
 
 
 def seed(sdists: Path) -> None:

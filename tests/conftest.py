@@ -18,9 +18,12 @@ from typing import Any
 
 import pytest
 
-from wheelsmith import container, locations
-from wheelsmith.pipeline import auditwheel_for
-from wheelsmith.toolchain import Toolchain, ensure_profile, load_profile
+from wheelsmith import locations
+from wheelsmith.build import container
+from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.toolchain.profile import load_profile
+from wheelsmith.toolchain.tools import auditwheel_for
+from wheelsmith.toolchain.venv import ensure_profile
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"

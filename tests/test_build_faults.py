@@ -28,10 +28,11 @@ import pytest
 
 from tests.conftest import FIXTURES, SlowServer
 from tests.leftovers import left_after, marked, new_env
-from wheelsmith import cmd, ledger, wheelfile
+from wheelsmith import cmd, wheelfile
 from wheelsmith.files import sha256_file
-from wheelsmith.stamp import read_provenance
-from wheelsmith.toolchain import Toolchain
+from wheelsmith.index import ledger
+from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.wheelfile import read_provenance
 
 pytestmark = pytest.mark.toolchain
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import add_variant, assert_platform_tagged, wheelsmith
-from wheelsmith import fetch
-from wheelsmith.toolchain import Toolchain
+from wheelsmith.recipes import fetch
+from wheelsmith.toolchain.env import Toolchain
 
 pytestmark = pytest.mark.toolchain
 

@@ -9,10 +9,10 @@ from packaging.version import Version
 
 from tests.conftest import REPO
 from wheelsmith.arch import ArchSet
-from wheelsmith.buildenv import DEAD_PROXY, build_env, choose_parallelism
-from wheelsmith.plan import BuildPlan
-from wheelsmith.recipe import load_recipe
-from wheelsmith.toolchain import Toolchain
+from wheelsmith.build.buildenv import DEAD_PROXY, build_env, choose_parallelism
+from wheelsmith.build.plan import BuildPlan
+from wheelsmith.recipes.model import load_recipe
+from wheelsmith.toolchain.env import Toolchain
 
 TOOLCHAIN = Toolchain(
     name="cu130-torch2.14", python=Path("/venv/bin/python"), python_version="3.11",

@@ -19,23 +19,24 @@ import pytest
 from tests.conftest import DEFAULT_PROFILE, SlowServer
 from tests.leftovers import left_after, marked, new_env
 from wheelsmith import cmd
-from wheelsmith.fetch import cached_path, download
-from wheelsmith.recipe import UrlSource
-from wheelsmith.toolchain import MARKER
+from wheelsmith.recipes.fetch import cached_path, download
+from wheelsmith.recipes.model import UrlSource
+from wheelsmith.toolchain.venv import MARKER
 
 DATA = os.urandom(3 << 20)
 SHA = hashlib.sha256(DATA).hexdigest()
 DOWNLOAD = """
 import sys
 from pathlib import Path
-from wheelsmith.fetch import download
-from wheelsmith.recipe import UrlSource
+from wheelsmith.recipes.fetch import download
+from wheelsmith.recipes.model import UrlSource
 print(download(UrlSource(url=sys.argv[1], sha256=sys.argv[2]), Path(sys.argv[3])))
 """
 TOOLS = """
 import logging, sys
 from pathlib import Path
-from wheelsmith.toolchain import ensure_tools, load_profile
+from wheelsmith.toolchain.profile import load_profile
+from wheelsmith.toolchain.tools import ensure_tools
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 tools = ensure_tools(load_profile(Path(sys.argv[1])), Path(sys.executable), Path(sys.argv[2]))
 print(tools.cuobjdump)

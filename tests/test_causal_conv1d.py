@@ -12,10 +12,10 @@ import pytest
 from tests.conftest import REPO, assert_platform_tagged, wheelsmith
 from wheelsmith import locations
 from wheelsmith.errors import PatchError
-from wheelsmith.fetch import fetch
-from wheelsmith.patch import apply_all
-from wheelsmith.recipe import load_recipe
-from wheelsmith.toolchain import Toolchain
+from wheelsmith.recipes.fetch import fetch
+from wheelsmith.recipes.model import load_recipe
+from wheelsmith.recipes.patch import apply_all
+from wheelsmith.toolchain.env import Toolchain
 
 RECIPE = load_recipe(REPO / "recipes" / "causal-conv1d.yaml")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES
-from wheelsmith.toolchain import Toolchain
+from wheelsmith.toolchain.env import Toolchain
 
 pytestmark = [pytest.mark.toolchain,
               pytest.mark.skipif(shutil.which("redis-server") is None or shutil.which("ccache")

@@ -21,8 +21,8 @@ import pytest
 
 from tests.conftest import add_variant, wheelsmith
 from tests.farm import MISSING, Farm, free_port, running_farm
-from wheelsmith import compilefarm
-from wheelsmith.toolchain import Toolchain
+from wheelsmith.build import compilefarm
+from wheelsmith.toolchain.env import Toolchain
 
 pytestmark = [pytest.mark.toolchain, pytest.mark.skipif(MISSING is not None,
                                                         reason=MISSING or "")]

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, REPO, Docker, assert_platform_tagged, docker_clis, wheelsmith
-from wheelsmith import container
-from wheelsmith.container import Engine, Mounts, run_argv
-from wheelsmith.stamp import read_provenance
+from wheelsmith.build import container
+from wheelsmith.build.container import Engine, Mounts, run_argv
+from wheelsmith.wheelfile import read_provenance
 
 BASE = "localhost/wheelsmith-base:bookworm"
 BASE_313 = "localhost/wheelsmith-base:trixie"  # Debian trixie's python3 is 3.13

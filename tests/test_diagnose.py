@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wheelsmith.diagnose import diagnose
+from wheelsmith.build.diagnose import diagnose
 
 LINES = {
     "bare-metal-version": "    NameError: name 'bare_metal_version' is not defined",

@@ -13,9 +13,10 @@ import pytest
 
 from tests.conftest import FIXTURES, serve, wheelsmith
 from wheelsmith.arch import parse_arch
-from wheelsmith.doctor import coverage, examine, serves
-from wheelsmith.inventory import DeviceCode
-from wheelsmith.toolchain import Toolchain
+from wheelsmith.doctor.examine import examine
+from wheelsmith.index.offers import serves
+from wheelsmith.inventory import DeviceCode, coverage
+from wheelsmith.toolchain.env import Toolchain
 
 
 def code(sass: set[str], ptx: set[str] | frozenset[str] = frozenset()) -> DeviceCode:

@@ -14,13 +14,16 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES, REPO, torch_env
-from wheelsmith import doctor, fastpath, locations
+from wheelsmith import locations
 from wheelsmith.arch import parse_arch
-from wheelsmith.doctor import Knowledge, built_for_torch, examine, knowledge
+from wheelsmith.doctor import fastpath, judge
+from wheelsmith.doctor.examine import examine
+from wheelsmith.doctor.fastpath import ModelView, Need, model_type_of
+from wheelsmith.doctor.judge import Knowledge, built_for_torch, knowledge
+from wheelsmith.doctor.report import PackageReport, Report
 from wheelsmith.errors import RecipeError
-from wheelsmith.fastpath import ModelView, Need, model_type_of
-from wheelsmith.knownbad import load, load_runtime
-from wheelsmith.target import Target
+from wheelsmith.recipes.knownbad import load, load_runtime
+from wheelsmith.toolchain.target import Target
 
 DEAD_INDEX = "http://127.0.0.1:9"  # nothing listens: fixes are printed, marked unchecked
 FLA_HOPPER = (
@@ -42,7 +45,7 @@ def probe_info(*, dists: dict[str, str], torch: str = "2.11.0+cu130", cuda: str 
                           for m, d in modules.items()}}
 
 
-def judged(info: dict[str, Any], arch: str, **kwargs: Any) -> doctor.Report:
+def judged(info: dict[str, Any], arch: str, **kwargs: Any) -> Report:
     return examine(info, parse_arch(arch), "--arch", Path("/no/cuobjdump"),
                    index_url=DEAD_INDEX, knowledge=knowledge(), **kwargs)
 
@@ -111,14 +114,14 @@ def test_an_extension_names_its_torch_in_its_local_label(version: str,
 def test_an_extension_built_for_another_torch_is_unhealthy_and_reinstalled_from_the_channel(
 ) -> None:
     info = probe_info(dists={})
-    report = doctor.Report(python="/env/bin/python", python_version="3.12", torch="2.11.0+cu130",
+    report = Report(python="/env/bin/python", python_version="3.12", torch="2.11.0+cu130",
                            torch_cuda="13.0", gpu=None, arch=parse_arch("9.0"),
                            arch_source="--arch", channel=f"{DEAD_INDEX}/cu130-torch2.11/simple/",
-                           packages=[doctor.PackageReport(
+                           packages=[PackageReport(
                                "causal-conv1d", "1.7.0+cu.13.0.torch.2.14.sm.90", "sass", ())])
     to_install: dict[str, None] = {}
     abi = [rule for rule in knowledge().rules if rule.when == "torch-abi"]
-    doctor._judge_rules(report, info, Knowledge(rules=abi),
+    judge._judge_rules(report, info, Knowledge(rules=abi),
                         Target.from_probe(Path("/env/bin/python"), info), to_install)
     assert report.problems == [
         "causal-conv1d 1.7.0+cu.13.0.torch.2.14.sm.90 was built for torch 2.14, this environment "

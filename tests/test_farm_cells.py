@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from wheelsmith import compilefarm, nightly, repos
+from wheelsmith.build import compilefarm
 from wheelsmith.errors import RecipeError
-from wheelsmith.matrix import Cell, load
+from wheelsmith.fleet import nightly
+from wheelsmith.fleet.matrix import Cell, load
+from wheelsmith.recipes import repos
 
 CORES = len(os.sched_getaffinity(0))
 

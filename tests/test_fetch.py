@@ -17,8 +17,8 @@ import pytest
 
 from tests.conftest import Served, wheelsmith
 from wheelsmith.errors import SourceError
-from wheelsmith.fetch import PackageIndex, cached_path, fetch, package_index, unpack
-from wheelsmith.recipe import GitSource, LocalSource, PypiSource, UrlSource
+from wheelsmith.recipes.fetch import PackageIndex, cached_path, fetch, package_index, unpack
+from wheelsmith.recipes.model import GitSource, LocalSource, PypiSource, UrlSource
 
 
 def make_sdist(path: Path, files: dict[str, str], top: str = "demo-1.0.0") -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, wheelsmith
-from wheelsmith.toolchain import Toolchain
+from wheelsmith.toolchain.env import Toolchain
 
 pytestmark = pytest.mark.toolchain
 

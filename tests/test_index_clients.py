@@ -17,9 +17,9 @@ import pytest
 
 from tests.conftest import serve
 from tests.wheels import make_wheel
-from wheelsmith import ledger
-from wheelsmith.publish import publish, yank
-from wheelsmith.stamp import stamp
+from wheelsmith.build.stamp import stamp
+from wheelsmith.index import ledger
+from wheelsmith.index.publish import publish, yank
 
 CHANNEL = "cu130-torch2.14"
 UV = Path(sys.executable).with_name("uv")

@@ -10,8 +10,8 @@ from packaging.version import Version
 from tests.conftest import REPO, wheelsmith
 from wheelsmith.arch import ArchSet
 from wheelsmith.errors import RecipeError
-from wheelsmith.knownbad import FILE, load, matching
-from wheelsmith.toolchain import Toolchain
+from wheelsmith.recipes.knownbad import FILE, load, matching
+from wheelsmith.toolchain.env import Toolchain
 
 RULES = load(REPO / FILE)
 

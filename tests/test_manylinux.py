@@ -10,11 +10,12 @@ import pytest
 
 from tests.conftest import DEFAULT_PROFILE
 from tests.wheels import compile_shared, extension_wheel, make_wheel
-from wheelsmith import manylinux, wheelfile
+from wheelsmith import wheelfile
+from wheelsmith.build import manylinux
+from wheelsmith.build.stamp import stamp
 from wheelsmith.errors import PublishError
-from wheelsmith.publish import publish
-from wheelsmith.stamp import stamp
-from wheelsmith.toolchain import load_profile
+from wheelsmith.index.publish import publish
+from wheelsmith.toolchain.profile import load_profile
 
 PLAIN_C = """#include <string.h>
 void *PyInit__native(void) { return 0; }

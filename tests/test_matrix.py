@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from wheelsmith import repos
 from wheelsmith.errors import RecipeError, UsageError
-from wheelsmith.matrix import Cell, github_matrix, load, shard
-from wheelsmith.toolchain import load_profiles
+from wheelsmith.fleet.matrix import Cell, github_matrix, load, shard
+from wheelsmith.recipes import repos
+from wheelsmith.toolchain.profile import load_profiles
 
 
 def write(tmp_path: Path, text: str) -> Path:

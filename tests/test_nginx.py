@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import REPO
 from tests.test_index_clients import INSTALLERS, get, installed, venv
 from tests.wheels import make_wheel
-from wheelsmith.publish import publish
+from wheelsmith.index.publish import publish
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 pytestmark = pytest.mark.skipif(not Path(NGINX).is_file(), reason="nginx is not installed "

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, add_variant
-from wheelsmith import ledger
-from wheelsmith.toolchain import Toolchain
+from wheelsmith.index import ledger
+from wheelsmith.toolchain.env import Toolchain
 
 pytestmark = pytest.mark.toolchain
 

@@ -31,9 +31,10 @@ from tests.conftest import add_variant, wheelsmith
 from tests.test_build_tiny import build_json
 from tests.test_manylinux import FILESYSTEM_CXX, TO_CHARS_CXX
 from tests.wheels import compile_shared, extension_wheel
-from wheelsmith import locations, manylinux
-from wheelsmith.stamp import stamp
-from wheelsmith.toolchain import Toolchain
+from wheelsmith import locations
+from wheelsmith.build import manylinux
+from wheelsmith.build.stamp import stamp
+from wheelsmith.toolchain.env import Toolchain
 
 SUITE = "bullseye"  # glibc 2.31, libstdc++ of gcc 10 (GLIBCXX_3.4.28)
 PACKAGES = "python3-pip"

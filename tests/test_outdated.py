@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from tests.conftest import REPO, Served
-from wheelsmith.recipe import load_recipe, recipe_files
+from wheelsmith.recipes.model import load_recipe, recipe_files
 
 
 def page(served: Served, project: str, files: list[dict[str, object]]) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wheelsmith
-from wheelsmith import parallel, prebuild
+from wheelsmith.build import parallel, prebuild
 
 # what torch's BuildExtension writes (trimmed): one C++ and two CUDA translation units
 BUILD_NINJA = """ninja_required_version = 1.3

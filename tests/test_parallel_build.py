@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import add_variant, wheelsmith
-from wheelsmith import parallel
-from wheelsmith.toolchain import Toolchain
+from wheelsmith.build import parallel
+from wheelsmith.toolchain.env import Toolchain
 
 pytestmark = pytest.mark.toolchain
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from wheelsmith.errors import PatchError
-from wheelsmith.patch import apply_one
+from wheelsmith.recipes.patch import apply_one
 
 SETUP = """import os
 cc_flag = []

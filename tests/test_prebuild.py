@@ -10,9 +10,15 @@ import ninja
 import pytest
 
 from tests.test_buildenv import plan
-from wheelsmith import pipeline
+from wheelsmith.build import compilesetup
+from wheelsmith.build.prebuild import (
+    MISSING,
+    check,
+    gencode_targets,
+    missing_sources,
+    wrapper_script,
+)
 from wheelsmith.errors import ToolchainError
-from wheelsmith.prebuild import MISSING, check, gencode_targets, missing_sources, wrapper_script
 
 TORCH_EMITTED = ("cuda_post_cflags = -O2 -gencode=arch=compute_120,code=compute_120 "
                  "-gencode=arch=compute_120,code=sm_120 -gencode=arch=compute_90,code=sm_90 "
@@ -76,7 +82,7 @@ def test_a_ninja_launcher_that_does_not_answer_stops_the_build_before_compiling(
     monkeypatch.setenv("PATH", f"{ninja.BIN_DIR}:/usr/bin:/bin")
     monkeypatch.setattr(sys, "executable", "/bin/false")  # a Python that cannot run
     with pytest.raises(ToolchainError) as raised:
-        pipeline._install_guard(plan(), tmp_path, tmp_path / "bin", configure_only=False)
+        compilesetup.install_guard(plan(), tmp_path, tmp_path / "bin", configure_only=False)
     assert str(raised.value) == (f"the pre-build check's ninja launcher ({tmp_path}/bin/ninja) "
                                  "failed with exit code 1")
     assert raised.value.hint == ("its output above says why; it runs /bin/false (the Python "

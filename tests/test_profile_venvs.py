@@ -19,14 +19,9 @@ import pytest
 from tests.conftest import REPO, add_variant, wheelsmith
 from wheelsmith import locations
 from wheelsmith.errors import MissingToolkitError
-from wheelsmith.toolchain import (
-    MARKER,
-    ensure_venv,
-    installed_cuda_home,
-    load_profile,
-    load_profiles,
-    probe_python,
-)
+from wheelsmith.toolchain.env import probe_python
+from wheelsmith.toolchain.profile import load_profile, load_profiles
+from wheelsmith.toolchain.venv import MARKER, ensure_venv, installed_cuda_home
 
 pytestmark = pytest.mark.toolchain
 IN_MAKE_TEST = {"cu130-torch2.14", "cu130-torch2.11", "cu128-torch2.9"}

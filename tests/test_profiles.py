@@ -12,7 +12,7 @@ from packaging.requirements import Requirement
 
 from tests.conftest import REPO, Served, wheelsmith
 from wheelsmith.errors import RecipeError
-from wheelsmith.toolchain import (
+from wheelsmith.toolchain.profile import (
     INSTALLED,
     Profile,
     applies,

@@ -12,10 +12,11 @@ import pytest
 
 from tests.conftest import wheelsmith
 from tests.wheels import make_wheel
-from wheelsmith import index, ledger
-from wheelsmith import publish as publish_module
 from wheelsmith.errors import FileConflictError, PublishError, UsageError
-from wheelsmith.publish import publish, yank
+from wheelsmith.index import ledger
+from wheelsmith.index import publish as publish_module
+from wheelsmith.index import store as index
+from wheelsmith.index.publish import publish, yank
 
 CHANNEL = "cu130-torch2.14"
 

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from tests.wheels import make_wheel
-from wheelsmith import ledger
 from wheelsmith.files import sha256_file
+from wheelsmith.index import ledger
 
 CHANNEL = "cu130-torch2.14"
 ENV = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -8,7 +8,8 @@ import pytest
 
 from tests.conftest import REPO
 from wheelsmith.errors import RecipeError, UsageError
-from wheelsmith.recipe import PypiSource, load_recipe, recipe_files, schema_json
+from wheelsmith.recipes.model import PypiSource, load_recipe, recipe_files
+from wheelsmith.recipes.schema import schema_json
 
 BAD = REPO / "tests" / "recipes" / "bad"
 

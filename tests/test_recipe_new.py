@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, wheelsmith
-from wheelsmith import fetch, repos, scaffold
-from wheelsmith.recipe import load_recipe
-from wheelsmith.toolchain import Toolchain
+from wheelsmith import scaffold
+from wheelsmith.recipes import fetch, repos
+from wheelsmith.recipes.model import load_recipe
+from wheelsmith.toolchain.env import Toolchain
 
 ARCH_PATCH = ("patch needed: honour-torch-cuda-arch-list: setup.py passes its own -gencode list "
               "and ignores TORCH_CUDA_ARCH_LIST (start from "

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, REPO
-from wheelsmith import pipeline, repos
+from wheelsmith.recipes import repos
 
 
 def user_repo(root: Path, *recipes: str) -> Path:
@@ -77,13 +77,13 @@ def test_the_first_repository_wins_and_the_shadowed_one_is_named(
     repos.use_option([second])  # what --recipes does: before the variable's directories
     assert [(r.root, r.origin) for r in repos.repos()] == [
         (second, "--recipes"), (first, repos.ENV), (REPO, "checkout")]
-    recipe = pipeline.resolve_recipe("tiny-ext")
+    recipe = repos.resolve_recipe("tiny-ext")
     assert recipe.file == second / "recipes" / "tiny-ext.yaml"
     assert caplog.messages == [
         f"warning: {second / 'recipes' / 'tiny-ext.yaml'} shadows "
         f"{first / 'recipes' / 'tiny-ext.yaml'} (the first repository wins; remove one of them "
         "to use the other)"]
-    assert pipeline.resolve_recipe("causal-conv1d").file == REPO / "recipes" / "causal-conv1d.yaml"
+    assert repos.resolve_recipe("causal-conv1d").file == REPO / "recipes" / "causal-conv1d.yaml"
 
 
 def test_a_recipe_from_a_user_repository_takes_its_patches_from_there(tmp_path: Path) -> None:

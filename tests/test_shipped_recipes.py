@@ -10,9 +10,9 @@ import pytest
 
 from tests.conftest import REPO
 from wheelsmith import locations
-from wheelsmith.fetch import fetch
-from wheelsmith.patch import apply_all
-from wheelsmith.recipe import Recipe, Release, load_recipe, recipe_files
+from wheelsmith.recipes.fetch import fetch
+from wheelsmith.recipes.model import Recipe, Release, load_recipe, recipe_files
+from wheelsmith.recipes.patch import apply_all
 
 CASES = [(recipe, release) for file in recipe_files(REPO / "recipes")
          for recipe in [load_recipe(file)] for release in recipe.releases]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from tests.wheels import make_wheel
 from wheelsmith import wheelfile
-from wheelsmith.stamp import read_provenance, stamp
+from wheelsmith.build.stamp import stamp
+from wheelsmith.wheelfile import read_provenance
 
 
 def stamp_demo(raw: Path, out: Path) -> Path:

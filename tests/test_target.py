@@ -11,8 +11,9 @@ import pytest
 
 from tests.conftest import REPO, add_variant, wheelsmith
 from wheelsmith.errors import ToolchainError, UsageError
-from wheelsmith.target import Target, select_profile
-from wheelsmith.toolchain import load_profiles
+from wheelsmith.toolchain.profile import load_profiles
+from wheelsmith.toolchain.select import select_profile
+from wheelsmith.toolchain.target import Target
 
 PROFILES = load_profiles(REPO / "toolchains")
 

@@ -15,15 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import (
-    REPO,
-    Server,
-    add_variant,
-    find_python,
-    serve,
-    torch_env,
-    wheelsmith,
-)
+from tests.conftest import REPO, Server, add_variant, find_python, serve, torch_env, wheelsmith
 
 pytestmark = pytest.mark.toolchain
 

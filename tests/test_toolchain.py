@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import DEFAULT_PROFILE, REPO, wheelsmith
 from wheelsmith import cmd
 from wheelsmith.errors import RecipeError, ToolchainError
-from wheelsmith.pipeline import auditwheel_for
-from wheelsmith.toolchain import ensure_tools, load_profile
+from wheelsmith.toolchain.profile import load_profile
+from wheelsmith.toolchain.tools import auditwheel_for, ensure_tools
 
 pytestmark = pytest.mark.toolchain
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from wheelsmith.arch import ArchSet
+from wheelsmith.build.verify import check, findings
 from wheelsmith.errors import VerifyError
 from wheelsmith.inventory import DeviceCode
-from wheelsmith.verify import check, findings
 
 SO = "pkg/_C.so"
 

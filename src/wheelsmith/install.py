@@ -13,35 +13,21 @@ of the package's modules in that environment.
 
 from __future__ import annotations
 
-import json
-import logging
 import tempfile
-import urllib.parse
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from packaging.version import Version
-
-from wheelsmith import cmd, doctor, pipeline, publish, runner
+from wheelsmith import cmd
 from wheelsmith.arch import ArchSet
-from wheelsmith.errors import SourceError, UsageError, VerifyError
-from wheelsmith.fetch import simple_page
-from wheelsmith.recipe import Recipe
-from wheelsmith.smoke import SMOKE_SCRIPT
-from wheelsmith.target import Target
-from wheelsmith.wheelfile import WheelName
-
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Offer:
-    """A wheel in an index channel that the target accepts."""
-
-    filename: str
-    url: str
-    sha256: str
-    version: Version
+from wheelsmith.build import plan, runner
+from wheelsmith.build.request import BuildRequest, Reporter
+from wheelsmith.deliver import check_imports, install_file
+from wheelsmith.errors import SourceError, UsageError
+from wheelsmith.index import publish
+from wheelsmith.index.offers import Offer, newest, offers
+from wheelsmith.recipes import repos
+from wheelsmith.recipes.model import Recipe
+from wheelsmith.toolchain.target import Target
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -52,7 +38,7 @@ class InstallRequest:
     index_url: str  # base URL of a wheelsmith index (its channels below it)
     archs: ArchSet | None  # default: the GPU's
     publish_to: Path | None  # an index directory a freshly built wheel is published to
-    build: pipeline.BuildRequest  # how a missing wheel is built (out, work dir, jobs, ...)
+    build: BuildRequest  # how a missing wheel is built (out, work dir, jobs, ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +50,15 @@ class Installed:
     published: str | None = None
 
 
-def install(request: InstallRequest, target: Target, report: pipeline.Reporter) -> Installed:
-    recipe = pipeline.resolve_recipe(request.recipe)
+def install(request: InstallRequest, target: Target, report: Reporter) -> Installed:
+    recipe = repos.resolve_recipe(request.recipe)
     archs = archs_for(recipe, request.archs, target)
     base = f"{request.index_url.rstrip('/')}/{target.channel}/simple/"
-    offer = find_offer(base, recipe.name, target, archs, request.version)
+    try:
+        offer = newest(offers(base, recipe.name, target, archs.archs, version=request.version))
+    except SourceError as exc:
+        raise UsageError(f"cannot read the index: {exc.message}",
+                         hint="start it (wheelsmith serve), or point --index at it") from exc
     if offer is not None:
         report.stage("index", f"{offer.filename} (sha256 {offer.sha256[:12]}…)")
         install_offer(target, recipe.name, offer, base)
@@ -94,32 +84,7 @@ def archs_for(recipe: Recipe, requested: ArchSet | None, target: Target) -> Arch
                              "no arch to look for", hint="pass the arch of the GPU you will run"
                                                          " on, e.g. --arch 12.0")
         requested = ArchSet((target.gpu,))
-    return pipeline.archs_for(recipe, requested)
-
-
-def find_offer(base: str, project: str, target: Target, archs: ArchSet,
-               version: str | None) -> Offer | None:
-    """The newest wheel of `project` in the channel at `base` that the target's pip accepts
-    and that has native kernels for every arch in `archs`; None when there is none."""
-    try:
-        page_url, page = simple_page(project, base, missing_ok=True)
-    except SourceError as exc:
-        raise UsageError(f"cannot read the index: {exc.message}",
-                         hint="start it (wheelsmith serve), or point --index at it") from exc
-    if page is None:
-        return None
-    offers = []
-    for item in page.get("files", []):
-        name = item["filename"]
-        if not name.endswith(".whl") or item.get("yanked") or not target.accepts(name):
-            continue
-        wheel_version = WheelName.parse(name).version
-        if version is not None and wheel_version.public != Version(version).public:
-            continue
-        if all(doctor.serves(name, arch) for arch in archs.archs):
-            offers.append(Offer(name, urllib.parse.urljoin(page_url, item["url"]),
-                                item["hashes"]["sha256"], wheel_version))
-    return max(offers, key=lambda o: o.version, default=None)
+    return plan.archs_for(recipe, requested)
 
 
 def install_offer(target: Target, project: str, offer: Offer, base: str) -> None:
@@ -132,22 +97,9 @@ def install_offer(target: Target, project: str, offer: Offer, base: str) -> None
                 what=f"pip install of {offer.filename} into {target.python}")
 
 
-def install_file(target: Target, wheel: Path) -> None:
-    cmd.run([*target.pip(), "install", "--no-input", "--no-deps", "--force-reinstall", wheel],
-            what=f"pip install of {wheel.name} into {target.python}")
-
-
-def check_imports(target: Target, recipe: Recipe) -> tuple[str, ...]:
-    """Import the package's modules in the target environment (torch first, as it would)."""
-    spec = {"imports": list(recipe.smoke_imports), "gpu": None, "archs": "", "sass": []}
-    result = cmd.run([target.python, SMOKE_SCRIPT, json.dumps(spec)], stream=False,
-                     error=VerifyError, what=f"import of {recipe.name} in {target.python}")
-    return tuple(line.removeprefix("imported ") for line in result.stdout.splitlines()
-                 if line.startswith("imported "))
-
-
 def _build_request(request: InstallRequest, archs: ArchSet, target: Target
-                   ) -> pipeline.BuildRequest:
+                   ) -> BuildRequest:
     return replace(request.build, recipe=request.recipe, version=request.version,
                    archs=archs if archs.archs else None, python=target.python,
                    target=target.python)
+

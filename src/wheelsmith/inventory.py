@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith import cmd
+from wheelsmith.arch import Arch
 from wheelsmith.errors import CommandError, VerifyError
 
 # "ELF file    1: name.1.sm_120.cubin" / "PTX file    1: name.1.sm_120.ptx"
 _ENTRY_RE = re.compile(r"^(ELF|PTX) file\s+\d+: .*\.(sm_\d+[af]?)\.(cubin|ptx)$")
+
+
 NO_DEVICE_CODE = 255
 
 
@@ -83,3 +86,25 @@ def tree_inventory(root: Path, files: Iterable[Path], cuobjdump: Path) -> list[D
     """Device code of installed shared objects (paths shown relative to `root`)."""
     return [read_device_code(f, cuobjdump, str(f.relative_to(root)))
             for f in files if is_shared_object(f.name)]
+
+
+
+SM_RE = re.compile(r"^sm_(\d+)(\d)([af]?)$")
+
+
+RANK = {"sass": 2, "ptx": 1, "none": 0}
+
+
+def coverage(code: DeviceCode, target: Arch) -> str:
+    """How well one shared object's device code serves `target`."""
+    for name in code.sass:
+        match = SM_RE.match(name)
+        if match and int(match[1]) == target.major and int(match[2]) <= target.minor and (
+                not match[3] or (int(match[2]) == target.minor and match[3] == target.suffix)):
+            return "sass"
+    for name in code.ptx:
+        match = SM_RE.match(name)
+        if match and (int(match[1]), int(match[2])) <= (target.major, target.minor):
+            return "ptx"
+    return "none"
+

@@ -16,6 +16,8 @@ from pathlib import Path
 from wheelsmith.errors import UsageError
 
 PACKAGED = Path(__file__).resolve().parent / "data"  # the data a built wheel ships
+# scripts run by other Pythons (the probe, the smoke check, the fast-path ops): stdlib only
+RESOURCES = Path(__file__).resolve().parent / "resources"
 
 
 @dataclass(frozen=True, slots=True)

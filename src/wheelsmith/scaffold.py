@@ -22,11 +22,15 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from wheelsmith import fetch, locations, pipeline, repos
+from wheelsmith import locations
+from wheelsmith.build import orchestrate
+from wheelsmith.build.request import BuildRequest
 from wheelsmith.errors import SourceError, UsageError, WheelsmithError
 from wheelsmith.files import atomic_write_text
-from wheelsmith.recipe import PypiSource
-from wheelsmith.toolchain import MARKER, venv_root
+from wheelsmith.recipes import fetch, repos
+from wheelsmith.recipes.model import PypiSource
+from wheelsmith.toolchain import select
+from wheelsmith.toolchain.venv import MARKER, venv_root
 
 log = logging.getLogger(__name__)
 
@@ -373,17 +377,17 @@ def configure_check(sdist: Sdist, repo: Path, work: Path) -> str | None:
     """The new recipe's configure-only build (setup.py up to its build.ninja, then the pre-build
     check), run only when it is cheap: the default toolchain is already here. Its outcome in
     one line; None when it was not run."""
-    profile = pipeline.profile_named(None)
+    profile = select.profile_named(None)
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if not (venv_root(profile, python, locations.cache_dir()) / MARKER).is_file():
         log.info("configure-only check skipped: the %s toolchain is not created here", profile.name)
         return None
     repos.use_option([repo])
-    request = pipeline.BuildRequest(recipe=sdist.project, version=sdist.version,
+    request = BuildRequest(recipe=sdist.project, version=sdist.version,
                                     configure_only=True, work_dir=work / "build",
                                     out_dir=work / "out")
     try:
-        result = pipeline.build(request)
+        result = orchestrate.build(request)
     except WheelsmithError as exc:
         return f"configure-only check: {exc.message}"
     targets = "; ".join(f"SASS {', '.join(c['sass'])}" for c in result.configured)

@@ -11,6 +11,7 @@ import base64
 import csv
 import hashlib
 import io
+import json
 import re
 import stat
 import time
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from email.parser import BytesHeaderParser
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
@@ -102,7 +104,11 @@ def check(wheel: Path) -> list[str]:
 
 
 BOMB_RATIO = 50
+
+
 BOMB_FLOOR = 64 << 20
+
+
 INTERPRETER_RE = re.compile(r"\.data/scripts/(python|pythonw|python3(\.\d+)?)$")
 
 
@@ -223,3 +229,19 @@ def _write(dst: Path, contents: dict[str, bytes], modes: dict[str, int], record:
             info.external_attr = ((0o755 if mode & 0o111 else 0o644) | 0o100000) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             zout.writestr(info, contents[member])
+
+
+
+PROVENANCE_FILE = "wheelsmith.json"
+
+
+def read_provenance(wheel: Path) -> dict[str, Any] | None:
+    """The provenance record of a wheelsmith wheel, or None for any other wheel."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            info_dir = dist_info_dir(zf.namelist())
+            data: dict[str, Any] = json.loads(zf.read(f"{info_dir}/{PROVENANCE_FILE}"))
+            return data
+    except (KeyError, ValueError, OSError, zipfile.BadZipFile):
+        return None
+

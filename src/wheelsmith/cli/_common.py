@@ -15,9 +15,11 @@ from typing import Any
 
 import click
 
-from wheelsmith import __version__, console, repos
+from wheelsmith import __version__
 from wheelsmith.arch import ArchParseError, ArchSet
+from wheelsmith.cli import console
 from wheelsmith.errors import UsageError, WheelsmithError
+from wheelsmith.recipes import repos
 
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 

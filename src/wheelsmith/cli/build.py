@@ -9,8 +9,11 @@ from typing import Any
 
 import click
 
-from wheelsmith import console, install, pipeline, publish, repos, target
-from wheelsmith import runner as runner_module
+from wheelsmith import deliver
+from wheelsmith.build import compilesetup, finish
+from wheelsmith.build import runner as runner_module
+from wheelsmith.build.request import BuildRequest, BuildResult
+from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     arch_option,
     display,
@@ -26,7 +29,11 @@ from wheelsmith.cli._common import (
 )
 from wheelsmith.cli.index import published_json
 from wheelsmith.errors import RecipeError
-from wheelsmith.recipe import load_recipe, schema_json
+from wheelsmith.index import publish
+from wheelsmith.recipes import repos
+from wheelsmith.recipes.model import load_recipe
+from wheelsmith.recipes.schema import schema_json
+from wheelsmith.toolchain import target
 
 
 @main.command()
@@ -100,10 +107,10 @@ def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: st
     target_env: Path | None = chosen_python.get("target")
     if install_into and target_env is None:
         raise click.UsageError("--install needs --python PATH: the environment to install into")
-    request = pipeline.BuildRequest(
+    request = BuildRequest(
         recipe=name, version=version or None, archs=parse_archs(archs), toolchain=toolchain,
         **chosen_python, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
-        split_compile=None if split_compile is None else pipeline.split_setting(split_compile),
+        split_compile=None if split_compile is None else compilesetup.split_setting(split_compile),
         compile_farm=compile_farm,
         compile_farm_required=compile_farm_required, env=parse_env(env),
         configure_only=configure_only, compile_cache=compile_cache,
@@ -121,8 +128,8 @@ def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: st
         if install_into and target_env is not None:
             environment = target.probe(target_env)
             reporter.stage("install", f"{result.wheel.name} into {target_env}")
-            install.install_file(environment, result.wheel)
-            imported = install.check_imports(environment, pipeline.resolve_recipe(name))
+            deliver.install_file(environment, result.wheel)
+            imported = deliver.check_imports(environment, repos.resolve_recipe(name))
     if as_json:
         emit_json({"ok": True, "wheel": str(result.wheel), "up_to_date": result.up_to_date,
                     "log": str(result.log) if result.log else None,
@@ -135,7 +142,7 @@ def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: st
         _echo_device_code(item, err=True)
 
 
-def _report_configured(result: pipeline.BuildResult, as_json: bool) -> None:
+def _report_configured(result: BuildResult, as_json: bool) -> None:
     if as_json:
         emit_json({"ok": True, "wheel": None, "log": str(result.log),
                     "configured": list(result.configured)})
@@ -164,7 +171,7 @@ def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[st
         raise click.UsageError("--arch is required, e.g. --arch 12.0")
     results = []
     for wheel in wheels:
-        inventory = pipeline.verify(wheel, requested, python=Path(sys.executable),
+        inventory = finish.verify(wheel, requested, python=Path(sys.executable),
                                     host_only=host_only)
         results.append({"wheel": str(wheel), "device_code": [d.as_dict() for d in inventory]})
         if not as_json:

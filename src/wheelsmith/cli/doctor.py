@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
-from wheelsmith import console, fastpath, pipeline
-from wheelsmith import doctor as checkup
 from wheelsmith.arch import Arch
+from wheelsmith.cli import console
 from wheelsmith.cli._common import emit_json, json_option, main, parse_archs
+from wheelsmith.doctor import examine, fastpath, judge
 from wheelsmith.errors import DoctorError, UsageError
+from wheelsmith.toolchain import tools
 
 
 @main.command()
@@ -51,7 +52,7 @@ def doctor(arch_value: str | None, index_url: str, python: Path, need: tuple[str
 
     if model_type and model_dir:
         raise UsageError("give --model-type or --model, not both")
-    info = checkup.probe(python)
+    info = examine.probe(python)
     if arch_value:
         arch, source = _single_arch(arch_value), "--arch"
     elif info.get("gpu"):
@@ -64,9 +65,9 @@ def doctor(arch_value: str | None, index_url: str, python: Path, need: tuple[str
     importable = {m for m, state in info.get("fast_path", {}).items() if state["ok"]}
     ops = (fastpath.run_ops(python, fastpath.ops_to_run(importable), op_timeout)
            if (run if run is not None else bool(info.get("gpu"))) else None)
-    cuobjdump = pipeline.cuobjdump_for(None, Path(sys.executable))
-    report = checkup.examine(info, arch, source, cuobjdump, index_url=index_url, need=need,
-                             model=model, ops=ops, knowledge=checkup.knowledge())
+    cuobjdump = tools.cuobjdump_for(None, Path(sys.executable))
+    report = examine.examine(info, arch, source, cuobjdump, index_url=index_url, need=need,
+                             model=model, ops=ops, knowledge=judge.knowledge())
     bad_input = UsageError(model.message or "", hint=_MODEL_HINT) if model.input_error else None
     if as_json:
         emit_json(report.as_dict())  # the report says healthy: false and why

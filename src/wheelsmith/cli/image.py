@@ -6,9 +6,11 @@ from pathlib import Path
 
 import click
 
-from wheelsmith import baseimage, container, locations, pipeline
+from wheelsmith import locations
+from wheelsmith.build import baseimage, container
 from wheelsmith.cli._common import emit_json, json_option, main
 from wheelsmith.errors import UsageError
+from wheelsmith.toolchain import select
 
 engine_option = click.option("--engine", type=click.Choice(["podman", "docker", "auto"]),
                              default="auto", show_default=True)
@@ -67,7 +69,7 @@ def image_build(toolchain: str | None, engine: str, base: str | None,
     """Build the image for a toolchain profile (tagged with the hash of its pins)."""
     chosen = _engine(engine)
     container.check_builder(chosen, pip_mirror)  # before a base is locked or moved for it
-    profile = pipeline.profile_named(toolchain)
+    profile = select.profile_named(toolchain)
     log_path = locations.cache_dir() / f"image-{chosen.name}-{profile.name}-py{python}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log_file:
@@ -95,7 +97,7 @@ def image_base(engine: str, python: str) -> None:
 def image_show(toolchain: str | None, engine: str, python: str, as_json: bool) -> None:
     """The image of a toolchain profile: ID, digest, labels, and whether it is current."""
     chosen = _engine(engine)
-    profile = pipeline.profile_named(toolchain)
+    profile = select.profile_named(toolchain)
     ref = container.image_ref(profile, python)
     info = container.inspect(chosen, ref)
     labels = container.labels_of(info) if info else {}

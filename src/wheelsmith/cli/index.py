@@ -6,10 +6,12 @@ from pathlib import Path
 
 import click
 
-from wheelsmith import console, index, publish
+from wheelsmith.cli import console
 from wheelsmith.cli._common import emit_json, index_option, json_option, main
 from wheelsmith.errors import IndexDriftError
-from wheelsmith.serve import make_server
+from wheelsmith.index import publish
+from wheelsmith.index import store as index
+from wheelsmith.index.serve import make_server
 
 
 def published_json(published: publish.Published | None) -> dict[str, str] | None:

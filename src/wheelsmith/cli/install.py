@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from wheelsmith import console, pipeline, target
-from wheelsmith import install as installer
+from wheelsmith import install
+from wheelsmith.build.request import BuildRequest
+from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     arch_option,
     emit_json,
@@ -17,6 +18,7 @@ from wheelsmith.cli._common import (
     parse_archs,
     recipes_option,
 )
+from wheelsmith.toolchain import target
 
 
 @main.command("install")
@@ -52,13 +54,13 @@ def install_command(recipe: str, python: Path, index_url: str, archs: tuple[str,
     with console.TerminalReporter() as reporter:
         environment = target.probe(python, gpu=True)
         reporter.stage("target", describe(environment))
-        request = installer.InstallRequest(
+        request = install.InstallRequest(
             recipe=name, version=version or None, python=python, index_url=index_url,
             archs=parse_archs(archs), publish_to=publish_to,
-            build=pipeline.BuildRequest(recipe=name, out_dir=out_dir, work_dir=work_dir,
+            build=BuildRequest(recipe=name, out_dir=out_dir, work_dir=work_dir,
                                         jobs=jobs, compile_cache=compile_cache,
                                         runner=runner))
-        done = installer.install(request, environment, reporter)
+        done = install.install(request, environment, reporter)
         reporter.stage("installed", f"{done.wheel} ({done.source}); imports "
                                     f"{', '.join(done.imports) or 'nothing'}")
     if as_json:

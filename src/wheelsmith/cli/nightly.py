@@ -9,7 +9,8 @@ from typing import Any
 import click
 from packaging.version import Version
 
-from wheelsmith import console, locations, matrix, nightly, outdated, report, repos
+from wheelsmith import locations
+from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     display,
     emit_json,
@@ -20,8 +21,10 @@ from wheelsmith.cli._common import (
     runner_option,
 )
 from wheelsmith.errors import NightlyError, UsageError
-from wheelsmith.recipe import load_recipe
-from wheelsmith.toolchain import default_profile_name, load_profiles
+from wheelsmith.fleet import matrix, nightly, outdated, report
+from wheelsmith.recipes import repos
+from wheelsmith.recipes.model import load_recipe
+from wheelsmith.toolchain.profile import default_profile_name, load_profiles
 
 matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_type=Path),
                              help="The matrix file (default: matrix.yaml next to recipes/).")

@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 from packaging.utils import canonicalize_name
 
-from wheelsmith import repos, scaffold
+from wheelsmith import scaffold
 from wheelsmith.cli._common import display, emit_json, json_option, main
 from wheelsmith.errors import UsageError
+from wheelsmith.recipes import repos
 
 
 @main.group("recipe")

@@ -10,15 +10,12 @@ from pathlib import Path
 import click
 from packaging.version import InvalidVersion, Version
 
-from wheelsmith import locations, pipeline, resolve
+from wheelsmith import locations
 from wheelsmith.cli._common import display, emit_json, json_option, main
 from wheelsmith.errors import UsageError
-from wheelsmith.toolchain import (
-    MARKER,
-    default_profile_name,
-    load_profiles,
-    venv_root,
-)
+from wheelsmith.toolchain import resolve, select
+from wheelsmith.toolchain.profile import default_profile_name, load_profiles
+from wheelsmith.toolchain.venv import MARKER, venv_root
 
 
 @main.group("toolchain")
@@ -54,7 +51,7 @@ def toolchain_list(as_json: bool) -> None:
               show_default="this Python")
 def toolchain_ensure(profile: str | None, python: Path) -> None:
     """Create the profile's venv if needed (used by the Dockerfile); print its identity."""
-    toolchain = pipeline.resolve_toolchain(profile, python)
+    toolchain = select.resolve_toolchain(profile, python)
     click.echo(json.dumps({**toolchain.identity(), "python_path": str(toolchain.python),
                            "cuda_home": str(toolchain.cuda_home)}, indent=2))
 
@@ -63,7 +60,7 @@ def toolchain_ensure(profile: str | None, python: Path) -> None:
 @click.argument("profile", required=False)
 def toolchain_requirements(profile: str | None) -> None:
     """Print the profile's exact pins, one per line (a requirements file)."""
-    click.echo("\n".join(pipeline.profile_named(profile).pins))
+    click.echo("\n".join(select.profile_named(profile).pins))
 
 
 @toolchain_group.command("new")

@@ -1,0 +1,205 @@
+"""Compile a prepared source tree into a wheel with the package's own build, offline.
+
+The same entry point serves every runner: it runs `pip wheel --no-build-isolation --no-deps
+--no-index` with the toolchain's Python, inside a network namespace when the machine allows
+one (the environment's dead proxies cover the rest), streams the output to the log file,
+reports ninja's `[N/M]` progress, and on failure attaches the log tail and a diagnosis.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wheelsmith import cmd
+from wheelsmith.build import buildenv, prebuild
+from wheelsmith.build.compilesetup import CompileSetup, farm_done, read_guard_report
+from wheelsmith.build.diagnose import SOURCES_MISSING, diagnose, explain
+from wheelsmith.build.plan import BuildPlan
+from wheelsmith.build.prebuild import PLAN_LINE
+from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
+from wheelsmith.build.verify import IGNORES_ARCH_HINT
+from wheelsmith.errors import CompileError, SourceError, VerifyError, WheelsmithError
+from wheelsmith.toolchain.env import Toolchain
+
+log = logging.getLogger(__name__)
+
+
+PROGRESS_RE = re.compile(r"^\s*\[(\d+)/(\d+)\]")
+
+
+ERROR_RE = re.compile(r"\berror\b|^\s*FAILED:|\bfatal\b|Traceback|Error:", re.IGNORECASE)
+
+
+PIP_NOISE = ("subprocess-exited-with-error", "This error originates from a subprocess",
+             "Failed to build", "failed-wheel-build", "ERROR: Failed building wheel")
+
+
+FIRST_ERRORS = 12
+
+
+TAIL_AFTER_ERRORS = 15
+
+
+ProgressCallback = Callable[[int, int], None]
+
+
+@functools.cache
+def offline_prefix() -> tuple[str, ...]:
+    """`unshare -rn` when this machine lets us create a network namespace, else nothing."""
+    if shutil.which("unshare") is None:
+        log.warning("unshare not found: the build's network is cut by proxy variables only")
+        return ()
+    try:
+        cmd.run(["unshare", "-rn", "true"], stream=False, what="unshare")
+    except WheelsmithError:
+        log.warning("cannot create a network namespace here: the build's network is cut by "
+                    "proxy variables only")
+        return ()
+    return ("unshare", "-rn")
+
+
+def progress_parser(on_progress: ProgressCallback | None,
+                    on_plan: Callable[[str], None] | None = None) -> Callable[[str], None]:
+    """ninja's `[N/M]` to `on_progress`; the pre-build check's plan line to `on_plan`."""
+    def on_line(line: str) -> None:
+        match = PROGRESS_RE.match(line)
+        if match and on_progress is not None:
+            on_progress(int(match[1]), int(match[2]))
+        elif on_plan is not None and line.lstrip().startswith(PLAN_LINE):
+            on_plan(line.strip().removeprefix(PLAN_LINE))
+
+    return on_line
+
+
+def first_errors(log_text: str) -> list[str]:
+    """The first lines that look like a compiler or Python error, which pip's long tail
+    usually pushes out of view."""
+    found = []
+    for line in log_text.splitlines():
+        if ERROR_RE.search(line) and not any(noise in line for noise in PIP_NOISE):
+            found.append(line.strip())
+            if len(found) == FIRST_ERRORS:
+                break
+    return found
+
+
+def compile_wheel(
+    *,
+    what: str,
+    toolchain: Toolchain,
+    source: Path,
+    env: Mapping[str, str],
+    dist: Path,
+    log_path: Path,
+    on_progress: ProgressCallback | None = None,
+    on_plan: Callable[[str], None] | None = None,
+    isolate_network: bool = True,
+) -> Path:
+    """Build `source` into exactly one wheel in the empty directory `dist`.
+
+    `isolate_network=False` (a TCP compile cache must be reachable) keeps the host network;
+    the package's own setup still only sees proxies that lead nowhere.
+    """
+    if dist.exists():
+        shutil.rmtree(dist)
+    dist.mkdir(parents=True)
+    prefix = offline_prefix() if isolate_network else ()
+    argv = [*prefix, str(toolchain.python), "-m", "pip", "wheel", "-v",
+            "--no-build-isolation", "--no-deps", "--no-index", "--wheel-dir", str(dist),
+            str(source)]
+    try:
+        with log_path.open("a", encoding="utf-8") as log_file:
+            cmd.run(argv, cwd=source, env=env, log_file=log_file, log_path=log_path,
+                    on_line=progress_parser(on_progress, on_plan), error=CompileError,
+                    what=f"the build of {what}")
+    except CompileError as exc:
+        text = log_path.read_text(errors="replace")
+        exc.hint = explain(diagnose(text)) or (
+            f"read the full log; the patched source is kept in {source}")
+        first = first_errors(text)
+        if first:
+            exc.tail = [*first, "...", *exc.tail[-TAIL_AFTER_ERRORS:]]
+        raise
+    wheels = sorted(dist.glob("*.whl"))
+    if len(wheels) != 1:
+        raise CompileError(f"the build of {what} produced {len(wheels)} wheels, expected one",
+                           log_file=log_path)
+    return wheels[0]
+
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    raw: Path
+    farm: dict[str, Any] | None  # where its compiles ran, when a farm was asked for
+    plans: tuple[str, ...]  # the pre-build check's plan lines
+
+
+def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup, source: Path, *,
+             work: Path, report: Reporter) -> Compiled | BuildResult:
+    """The package's build; a BuildResult when it stopped after configuring."""
+    log_path = log_path_of(work)
+    plans: list[str] = []
+
+    def on_plan(line: str) -> None:
+        plans.append(line)
+        report.stage("compile", f"plan from build.ninja: {line}")
+
+    try:
+        raw = compile_wheel(what=f"{plan.recipe.name} {plan.release.version}",
+                            toolchain=plan.toolchain, source=source, env=setup.env,
+                            dist=work / "dist", log_path=log_path, on_progress=report.progress,
+                            on_plan=on_plan, isolate_network=not setup.needs_network)
+    except CompileError as exc:
+        farm_done(setup, report, failed=True)  # the compile's own error is the one to show
+        return configured_result(prebuild_outcome(setup.guard, log_path, exc), log_path, report)
+    except BaseException:
+        if setup.farm is not None:
+            setup.farm.stop()
+        raise
+    farm = farm_done(setup, report)
+    if request.configure_only:  # no CUDA rule stopped it (e.g. a pure package): keep nothing
+        return configured_result(read_guard_report(setup.guard), log_path, report)
+    return Compiled(raw, farm, tuple(plans))
+
+
+def configured_result(records: tuple[dict[str, Any], ...], log_path: Path,
+                report: Reporter) -> BuildResult:
+    """The result of a build that stopped after generating its build files."""
+    report.stage("configured", "; ".join(
+        f"{Path(c['build_ninja']).parent.name}: SASS {', '.join(c['sass'])}" for c in records)
+        or "the build had no CUDA compile step; no wheel is kept")
+    return BuildResult(wheel=None, provenance={}, up_to_date=False, log=log_path,
+                       configured=records)
+
+
+def prebuild_outcome(guard: buildenv.Guard | None, log_path: Path,
+                      exc: CompileError) -> tuple[dict[str, Any], ...]:
+    """A build the pre-build check stopped: a mismatch becomes a VerifyError; a
+    configure-only stop is a result; anything else re-raises the compile error."""
+    text = log_path.read_text(errors="replace")
+    missing = next((line for line in text.splitlines() if prebuild.SOURCE_CHECK in line), None)
+    if missing is not None:
+        raise SourceError(missing.strip().removeprefix("wheelsmith "),
+                          hint=SOURCES_MISSING.remedy, log_file=log_path) from exc
+    mismatch = next((line for line in text.splitlines()
+                     if "wheelsmith pre-build check:" in line), None)
+    if mismatch is not None:
+        raise VerifyError(mismatch.strip().removeprefix("wheelsmith "), hint=IGNORES_ARCH_HINT,
+                          log_file=log_path) from exc
+    configured = read_guard_report(guard)
+    if guard is not None and guard.configure_only and "wheelsmith configure-only:" in text:
+        return configured
+    raise exc
+
+
+def log_path_of(work: Path) -> Path:
+    return work / "build.log"
+

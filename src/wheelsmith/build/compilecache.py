@@ -1,0 +1,108 @@
+"""The compile cache: ccache in front of nvcc and the host compiler.
+
+torch's build honours `PYTORCH_NVCC` (the nvcc in build.ninja), which becomes `ccache nvcc`;
+the host compiler `c++` is a launcher script first on PATH that runs `ccache c++`. Objects go
+to a local directory (default `~/.cache/wheelsmith/ccache`) and, optionally, to a shared
+remote (ccache's redis or http storage) so CI runners reuse each other's objects. Nothing
+else about the build changes, so the cache is not part of the content key.
+
+What may reuse an object: ccache hashes the compiler binary (compiler_check=content), every
+argument (so each -gencode arch), the preprocessed source or its includes, and — as an extra
+file — the toolchain's identity (pins, torch, nvcc, Python). Paths under the work directory
+are made relative (base_dir), so a fresh directory on another runner still hits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from wheelsmith.errors import UsageError
+from wheelsmith.toolchain.env import Toolchain
+
+ENV = "WHEELSMITH_COMPILE_CACHE"
+LOCAL_ENV = "WHEELSMITH_CCACHE_DIR"  # the local object directory (default <cache>/ccache)
+REMOTE_SCHEMES = ("redis://", "redis+unix://", "http://", "https://")
+HIT_COUNTERS = ("direct_cache_hit", "preprocessed_cache_hit")
+
+
+@dataclass(frozen=True, slots=True)
+class CompileCache:
+    ccache: str
+    local: Path
+    remote: str | None = None
+
+    @property
+    def needs_network(self) -> bool:
+        """A TCP remote cannot be reached from inside a fresh network namespace."""
+        return self.remote is not None and not self.remote.startswith("redis+unix://")
+
+    def describe(self) -> str:
+        return f"ccache {self.local}" + (f" + {self.remote}" if self.remote else "")
+
+    def launchers(self) -> dict[str, str]:
+        return compiler_launchers(self.ccache, "wheelsmith compile cache")
+
+    def env(self, toolchain: Toolchain, work: Path) -> dict[str, str]:
+        identity = work / "toolchain-identity.json"
+        identity.write_text(json.dumps(toolchain.identity(), sort_keys=True))
+        env = {
+            "PYTORCH_NVCC": f"{self.ccache} {toolchain.nvcc}",
+            "CCACHE_DIR": str(self.local),
+            "CCACHE_BASEDIR": str(work),
+            "CCACHE_NOHASHDIR": "1",
+            "CCACHE_COMPILERCHECK": "content",
+            "CCACHE_EXTRAFILES": str(identity),
+            "CCACHE_SLOPPINESS": "include_file_mtime,include_file_ctime,time_macros",
+            "CCACHE_STATSLOG": str(work / "ccache-stats.log"),
+        }
+        if self.remote:
+            env["CCACHE_REMOTE_STORAGE"] = self.remote
+        return env
+
+
+def compiler_launchers(wrapper: str, comment: str) -> dict[str, str]:
+    """`c++`/`g++` scripts that run the real compiler through `wrapper` (ccache, sccache).
+    torch checks the compiler named by CXX, so `CXX="ccache c++"` would fail its version
+    check; a script first on PATH does not."""
+    scripts = {}
+    for name in ("c++", "g++"):
+        real = shutil.which(name)
+        if real is not None:
+            scripts[name] = (f"#!/bin/sh\n# {comment}\n"
+                             f"exec {shlex.quote(wrapper)} {shlex.quote(real)} \"$@\"\n")
+    return scripts
+
+
+def resolve(spec: str | None, cache_root: Path) -> CompileCache | None:
+    """`off`, a directory, or a remote URL (local objects are kept too); default: a local
+    directory when ccache is installed, else no cache."""
+    value = spec if spec is not None else os.environ.get(ENV)
+    if value == "off":
+        return None
+    ccache = shutil.which("ccache")
+    if ccache is None:
+        if value:
+            raise UsageError(f"--compile-cache {value} needs ccache, which is not installed",
+                             hint="apt install ccache (4.7 or newer), or --compile-cache off")
+        return None
+    local = Path(os.environ.get(LOCAL_ENV) or cache_root / "ccache")
+    if value and value.startswith(REMOTE_SCHEMES):
+        return CompileCache(ccache, local, value)
+    return CompileCache(ccache, Path(value).resolve() if value else local)
+
+
+def stats(work: Path) -> dict[str, int]:
+    """Hits and misses of this build, from ccache's per-call stats log."""
+    log = work / "ccache-stats.log"
+    if not log.is_file():
+        return {"hits": 0, "misses": 0, "remote_hits": 0}
+    counts = Counter(line.strip() for line in log.read_text().splitlines()
+                     if line and not line.startswith("#"))
+    return {"hits": sum(counts[c] for c in HIT_COUNTERS), "misses": counts["cache_miss"],
+            "remote_hits": counts["remote_storage_hit"]}

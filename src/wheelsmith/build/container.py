@@ -1,0 +1,300 @@
+"""Build inside a pinned container (podman or docker): images and the container runner.
+
+The image is the Dockerfile at the top level, built per toolchain profile: it holds the same
+pinned toolchain venv the host runner makes (from the same profile file) and wheelsmith itself.
+Its tag and its `dev.wheelsmith.profile-key` label carry the profile's hash, so an image whose
+pins changed is stale and refused, never silently used.
+
+A container build: the host fetches and patches the source; the container runs wheelsmith's
+own build on that tree with `--network=none`, the project read-only, and only the source, an
+output directory and the compile cache mounted; no host credentials or environment pass in. The
+container is always removed (`--keep-container` keeps it for debugging), also when the build
+is interrupted. The host then verifies the wheel again with its own cuobjdump.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from packaging.version import Version
+
+import wheelsmith
+from wheelsmith import cmd
+from wheelsmith.errors import CommandError, CompileError, ToolchainError, UsageError
+from wheelsmith.recipes import repos
+from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.toolchain.profile import Profile
+
+log = logging.getLogger(__name__)
+
+IMAGE_PYTHON = "3.11"  # the default image's Python: Debian bookworm's python3
+# The Debian release whose python3 is each Python: the base an image for it is built on
+# (images.lock pins each by digest; baseimage.py locks one on first use where it pins none).
+BASES = {"3.11": "bookworm", "3.13": "trixie"}
+LABEL_PROFILE = "dev.wheelsmith.profile"
+LABEL_KEY = "dev.wheelsmith.profile-key"
+LABEL_BASE = "dev.wheelsmith.base"
+ENGINES = ("podman", "docker")
+CODE_IN_IMAGE = "/opt/wheelsmith/current"  # where the host's wheelsmith package is mounted
+NPROC_CEILING = 32768  # conmon's own limit: asking for more fails with EPERM
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")  # given to the image build as a secret
+BUILDKIT_BUILT_IN_BEFORE = 23  # docker CLIs before 23.0 carry BuildKit; later ones use buildx
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    name: str
+    exe: str
+
+    def common(self) -> list[str]:
+        """Options every `run`/`build` gets. podman: runc (crun fails on hybrid cgroups) and
+        this process's own limits (raising them is what fails without CAP_SYS_RESOURCE)."""
+        if self.name != "podman":
+            return []
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        nproc = NPROC_CEILING if nproc in (resource.RLIM_INFINITY, -1) else min(nproc,
+                                                                               NPROC_CEILING)
+        runtime = ["--runtime", "runc"] if shutil.which("runc") else []
+        return [*runtime, "--ulimit", f"nofile={soft}:{hard}", "--ulimit",
+                f"nproc={nproc}:{nproc}"]
+
+
+def detect(choice: str) -> Engine | None:
+    """`host`: None. `podman`/`docker`: that engine, which must answer. `auto`: the first that
+    answers, else None (the host runner)."""
+    if choice == "host":
+        return None
+    for name in ENGINES if choice == "auto" else (choice,):
+        exe = shutil.which(name)
+        if exe is None:
+            reason = "not installed"
+        else:
+            answer = cmd.run([exe, "info"], stream=False, ok_returncodes=range(256), what=name)
+            if answer.returncode == 0:
+                return Engine(name, exe)
+            reason = (answer.stderr.strip().splitlines() or ["no answer"])[-1]
+        if choice != "auto":
+            raise UsageError(f"--runner {name}: the {name} engine does not work here: {reason}",
+                             hint="use --runner host, or --runner auto to pick what works")
+        log.info("%s is not usable: %s", name, reason)
+    return None
+
+
+def image_ref(profile: Profile, python: str = IMAGE_PYTHON) -> str:
+    """`localhost/wheelsmith:cu130-torch2.14-<pin hash>` (the default Python's image), or
+    `...:cu130-torch2.14-py3.13-<pin hash>`."""
+    tag = profile.name if python == IMAGE_PYTHON else f"{profile.name}-py{python}"
+    return f"localhost/wheelsmith:{tag}-{profile.key(python)[:12]}"
+
+
+def base_for(python: str) -> str:
+    """The Debian release an image for `python` is built on."""
+    if python not in BASES:
+        raise UsageError(f"no build image for Python {python}: images exist for "
+                         f"{', '.join(BASES)} (the python3 of Debian "
+                         f"{', '.join(BASES.values())})",
+                         hint="build on the host with that Python instead: --runner host "
+                              "--python /path/to/python")
+    return BASES[python]
+
+
+def inspect(engine: Engine, ref: str) -> dict[str, Any] | None:
+    result = cmd.run([engine.exe, "image", "inspect", ref], stream=False,
+                     ok_returncodes=range(256), what=f"{engine.name} image inspect")
+    if result.returncode != 0:
+        return None
+    data = json.loads(result.stdout)
+    info: dict[str, Any] = data[0] if isinstance(data, list) else data
+    return info
+
+
+def labels_of(info: dict[str, Any]) -> dict[str, str]:
+    config = info.get("Config") or {}
+    found: dict[str, str] = config.get("Labels") or info.get("Labels") or {}
+    return found
+
+
+def require_image(engine: Engine, profile: Profile, python: str = IMAGE_PYTHON
+                  ) -> tuple[str, dict[str, Any]]:
+    """The image for (`profile`, `python`), refused with the command that makes it if missing
+    or stale."""
+    ref = image_ref(profile, python)
+    info = inspect(engine, ref)
+    build = f"wheelsmith image build --toolchain {profile.name} --engine {engine.name}"
+    if python != IMAGE_PYTHON:
+        build += f" --python {python}"
+    if info is None:
+        raise ToolchainError(f"no {engine.name} image {ref} for the {profile.name} toolchain",
+                             hint=f"build it: {build}")
+    key = labels_of(info).get(LABEL_KEY)
+    if key != profile.key(python):
+        raise ToolchainError(f"{ref} is stale: it was built for pins {key}, the profile now has "
+                             f"{profile.key(python)}", hint=f"rebuild it: {build}")
+    return ref, info
+
+
+def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
+                mirror: Path | None, log_file: IO[str], log_path: Path,
+                python: str = IMAGE_PYTHON) -> str:
+    """Build the Dockerfile for `profile` on `base`, whose python3 must be `python`; returns
+    the image reference."""
+    profile.require_python(python)
+    if profile.file.parent.resolve() != (project / "toolchains").resolve():
+        raise UsageError(f"the image is built from {project}, and profile {profile.name} is not "
+                         f"in its toolchains/ ({profile.file})",
+                         hint="build on the host (--runner host), or copy the profile into a "
+                              "wheelsmith checkout's toolchains/ and build the image there")
+    check_builder(engine, mirror)
+    base_info = inspect(engine, base)
+    if base_info is None and base.startswith("localhost/"):
+        raise ToolchainError(f"base image {base} does not exist in {engine.name}",
+                             hint="make it with scripts/make-base-image.sh (debootstrap; "
+                                  "ENGINE=docker for docker)")
+    ref = image_ref(profile, python)
+    previous = (inspect(engine, ref) or {}).get("Id")
+    argv: list[str | Path] = [
+        engine.exe, "build", *engine.common(), "--file", project / "Dockerfile", "--tag", ref,
+        "--build-arg", f"BASE={base}", "--build-arg", f"PROFILE={profile.name}",
+        "--build-arg", f"PROFILE_KEY={profile.key(python)}", "--build-arg", f"PYTHON={python}",
+        "--build-arg", f"BASE_ID={(base_info or {}).get('Id', base)}"]
+    if HOST_CA.is_file():  # networks that re-sign TLS: a build secret, never in the image
+        argv += ["--secret", f"id=host-ca,src={HOST_CA}"]
+    if engine.name == "docker":
+        argv += ["--progress=plain"]  # BuildKit's log, line by line
+    if mirror is not None:  # podman: a build-time volume
+        argv += ["--volume", f"{mirror.resolve()}:/mirror:ro"]
+    env = {**os.environ, "DOCKER_BUILDKIT": "1"} if engine.name == "docker" else None
+    cmd.run([*argv, project], env=env, log_file=log_file, log_path=log_path,
+            error=ToolchainError, what=f"{engine.name} build of the {profile.name} image")
+    if previous and previous != (inspect(engine, ref) or {}).get("Id"):
+        # the tag moved: drop the image it left behind unless something still uses it
+        cmd.run([engine.exe, "rmi", previous], stream=False, ok_returncodes=range(256),
+                what=f"{engine.name} rmi")
+    return ref
+
+
+def check_builder(engine: Engine, mirror: Path | None) -> None:
+    """Refuse an image build this engine cannot do: docker needs BuildKit (the Dockerfile's
+    RUN --mount and its build secret) and cannot mount a pip mirror directory."""
+    if engine.name != "docker":
+        return
+    if mirror is not None:
+        raise UsageError("--pip-mirror needs podman (docker build cannot mount a host "
+                         "directory)", hint="drop --pip-mirror, or use --engine podman")
+    problem = buildkit_problem(engine)
+    if problem is not None:
+        raise ToolchainError(f"docker image builds need BuildKit (the Dockerfile's RUN "
+                             f"--mount), and {problem}",
+                             hint="install docker's buildx component, or use a docker CLI with "
+                                  "BuildKit built in (Debian's docker.io), or --engine podman")
+
+
+def buildkit_problem(engine: Engine) -> str | None:
+    """Why `docker build` has no BuildKit here, or None. A CLI with the buildx component uses
+    it; one older than 23 has BuildKit built in (DOCKER_BUILDKIT=1); a newer one without buildx
+    has only the legacy builder, which cannot build the Dockerfile."""
+    if cmd.run([engine.exe, "buildx", "version"], stream=False, ok_returncodes=range(256),
+               what="docker buildx version").returncode == 0:
+        return None
+    shown = cmd.run([engine.exe, "version", "--format", "{{.Client.Version}}"], stream=False,
+                    ok_returncodes=range(256), what="docker version")
+    version = shown.stdout.strip()
+    major = version.split(".", 1)[0]
+    if major.isdigit() and int(major) < BUILDKIT_BUILT_IN_BEFORE:
+        return None
+    return (f"the docker CLI {engine.exe} (client {version or 'of unknown version'}) has none: "
+            "its buildx component is missing")
+
+
+def _current_code() -> list[str]:
+    """Run the host's own wheelsmith code inside (the image supplies its dependencies and the
+    toolchain), so host and container never compute plans or keys with different code."""
+    return ["--volume", f"{Path(wheelsmith.__file__).parent}:{CODE_IN_IMAGE}/wheelsmith:ro",
+            "--env", f"PYTHONPATH={CODE_IN_IMAGE}"]
+
+
+def _wheelsmith_in_image(image: str, *args: str) -> list[str]:
+    return [image, "/opt/wheelsmith/venv/bin/python", "-m", "wheelsmith", *args]
+
+
+def toolchain_in(engine: Engine, image: str, profile: Profile) -> Toolchain:
+    """The image's toolchain (paths inside the container): what the content key needs."""
+    result = cmd.run([engine.exe, "run", "--rm", *engine.common(), "--network=none",
+                      *_current_code(),
+                      *_wheelsmith_in_image(image, "toolchain", "ensure", profile.name)],
+                     stream=False, error=ToolchainError, what="the toolchain probe in the image")
+    info = json.loads(result.stdout)
+    return Toolchain(name=profile.name, python=Path(info["python_path"]),
+                     python_version=info["python"], cuda_home=Path(info["cuda_home"]),
+                     torch_version=Version(info["torch"]), torch_cuda=Version(info["torch_cuda"]),
+                     nvcc_version=Version(info["nvcc"]), cuobjdump=None,
+                     pins=tuple(info["pins"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Mounts:
+    project: Path
+    source: Path
+    out: Path
+    work: Path
+    ccache: Path | None
+    recipes: tuple[Path, ...] = ()  # user recipe repositories, at the same paths inside
+
+
+@contextmanager
+def running(engine: Engine, *, keep: bool) -> Iterator[str]:
+    """A container name that is removed afterwards, whatever happens (unless `keep`)."""
+    name = f"wheelsmith-{uuid.uuid4().hex[:12]}"
+    try:
+        yield name
+    finally:
+        if keep:
+            log.warning("kept container %s (--keep-container); remove it with: %s rm %s",
+                        name, engine.name, name)
+        else:  # docker has no --ignore: a container already gone is its exit code 1
+            ignore = ["--ignore"] if engine.name == "podman" else []
+            cmd.run([engine.exe, "rm", "--force", *ignore, name], stream=False,
+                    ok_returncodes=range(256), what=f"{engine.name} rm")
+
+
+def run_argv(engine: Engine, image: str, mounts: Mounts, args: list[str], *,
+             env: dict[str, str], keep: bool, name: str) -> list[str]:
+    """The `run` command line: offline, only these mounts, only these variables."""
+    volumes = [f"{mounts.project}:/project:ro", f"{mounts.source}:/work/src",
+               f"{mounts.out}:/work/out", f"{mounts.work}:/work/build"]
+    if mounts.ccache is not None:
+        volumes.append(f"{mounts.ccache}:/work/ccache")
+    volumes += [f"{repo}:{repo}:ro" for repo in mounts.recipes]
+    argv = [engine.exe, "run", *([] if keep else ["--rm"]), "--name", name, *engine.common(),
+            "--network=none", "--env", "WHEELSMITH_HOME=/project", *_current_code()]
+    if mounts.recipes:  # the same repositories in the same order: the same recipe is found
+        env = {repos.ENV: os.pathsep.join(str(r) for r in mounts.recipes), **env}
+    for key, value in env.items():
+        argv += ["--env", f"{key}={value}"]
+    for volume in volumes:
+        argv += ["--volume", volume]
+    return [*argv, *_wheelsmith_in_image(image, "-vv", "build", *args)]
+
+
+def run_build(engine: Engine, image: str, mounts: Mounts, args: list[str], *,
+              env: dict[str, str], keep: bool, log_file: IO[str], log_path: Path,
+              on_line: Callable[[str], None]) -> None:
+    """Run `wheelsmith build ARGS` inside the image on the prepared tree, offline."""
+    with running(engine, keep=keep) as name:
+        try:
+            cmd.run(run_argv(engine, image, mounts, args, env=env, keep=keep, name=name),
+                    log_file=log_file, log_path=log_path, on_line=on_line, error=CompileError,
+                    what=f"the build in the {engine.name} container")
+        except CommandError as exc:  # the engine itself failed (not the package's build)
+            raise ToolchainError(exc.message, tail=exc.tail, log_file=log_path) from exc

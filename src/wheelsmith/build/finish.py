@@ -1,0 +1,180 @@
+"""After the compile: the device-code gate, the platform tag and the smoke test; the
+provenance record; stamping into a scratch directory inside the output and linking the finished
+wheel into place (never over another). Also whether a wheel of exactly this plan is already
+there."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from wheelsmith import __version__
+from wheelsmith.arch import ArchSet
+from wheelsmith.build import compilecache, manylinux
+from wheelsmith.build.compile import Compiled, log_path_of
+from wheelsmith.build.compilesetup import CompileSetup, read_guard_report
+from wheelsmith.build.parallel import Parallelism
+from wheelsmith.build.plan import BuildPlan
+from wheelsmith.build.request import RUNNER_INFO, BuildRequest, Reporter
+from wheelsmith.build.smoke import smoke_test
+from wheelsmith.build.stamp import stamp
+from wheelsmith.build.verify import check, check_pure, verify_wheel
+from wheelsmith.errors import OutputError
+from wheelsmith.files import place_no_clobber, scratch_dir, sha256_file
+from wheelsmith.inventory import DeviceCode, wheel_inventory
+from wheelsmith.toolchain import target
+from wheelsmith.toolchain.tools import auditwheel_for, cuobjdump_for
+from wheelsmith.wheelfile import WheelName, read_provenance
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """What the checks of a raw wheel found."""
+
+    inventory: list[DeviceCode]
+    smoke_output: str
+    platform: dict[str, Any]  # manylinux.py's assessment: the tag and how it was found
+
+
+def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
+                report: Reporter) -> Checked:
+    """The device-code gate, the platform tag (manylinux.py), then the smoke test."""
+    report.stage("verify", f"device code of {raw.name}")
+    inventory = check_device_code(plan, raw, cuobjdump_for(plan.toolchain, request.python))
+    platform = manylinux.assess(raw, auditwheel_for(plan.toolchain, request.python))
+    report.stage("platform", platform.describe())
+    toolchain = plan.toolchain
+    report.stage("smoke", "import against torch " + str(toolchain.torch_version))
+    smoke_output = smoke_in(plan, raw, toolchain.python, [toolchain.python, "-m", "pip"], work)
+    if request.target is not None and request.target != toolchain.python:
+        env = target.probe(request.target)
+        report.stage("smoke", f"import in {request.target} against its torch {env.torch}")
+        smoke_output += "\n" + smoke_in(plan, raw, request.target, env.pip(), work)
+    return Checked(inventory, smoke_output, platform.as_dict())
+
+
+def smoke_in(plan: BuildPlan, raw: Path, python: Path, pip: list[str | Path], work: Path) -> str:
+    return smoke_test(raw, python=python, pip=pip, cuda_home=plan.toolchain.cuda_home,
+                      imports=plan.recipe.smoke_imports, gpu_code=plan.recipe.smoke_gpu,
+                      archs=plan.archs, scratch=work / "smoke", log_path=log_path_of(work))
+
+
+def check_device_code(plan: BuildPlan, wheel: Path, cuobjdump: Path) -> list[DeviceCode]:
+    """The device-code gate of a plan's wheel: exactly the requested archs, or none at all
+    for a pure recipe. Used where the wheel is built and again on the host after a container."""
+    inventory = wheel_inventory(wheel, cuobjdump)
+    if plan.recipe.kind == "pure":
+        check_pure(wheel.name, inventory)
+    else:
+        check(wheel.name, inventory, plan.archs, plan.recipe.host_only)
+    return inventory
+
+
+def verify(wheel: Path, archs: ArchSet, *, python: Path, host_only: tuple[str, ...] = ()
+           ) -> list[DeviceCode]:
+    """`wheelsmith verify`: the post-build check, on any wheel."""
+    return verify_wheel(wheel, archs, cuobjdump_for(None, python), host_only)
+
+
+def source_epoch(root: Path) -> int:
+    """SOURCE_DATE_EPOCH from the newest file of the unpacked source (stable per sdist)."""
+    newest = 0.0
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                newest = max(newest, path.stat().st_mtime)
+    return int(newest)
+
+
+def expected_prefix(plan: BuildPlan) -> str:
+    dist = plan.recipe.name.replace("-", "_")
+    return f"{dist}-{plan.release.version}+{plan.local_label()}-"
+
+
+def up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
+    """A wheel in `out_dir` built from exactly this plan, if any; refuse silent overwrites."""
+    if not out_dir.is_dir():
+        return None
+    for wheel in sorted(out_dir.glob(expected_prefix(plan) + "*.whl")):
+        key = (read_provenance(wheel) or {}).get("key")
+        if key == plan.key and not rebuild:
+            return wheel
+        if key != plan.key and not rebuild:
+            raise OutputError(
+                f"{wheel} exists and was built from different inputs (key {str(key)[:12]}, "
+                f"now {plan.key[:12]})",
+                hint="pass --rebuild to replace it, or choose another --out directory",
+            )
+    return None
+
+
+def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
+                      compiled: Compiled, *, work: Path, seconds: float) -> dict[str, Any]:
+    """The record stamped into the wheel (`<dist-info>/wheelsmith.json`)."""
+    recipe, release, toolchain = plan.recipe, plan.release, plan.toolchain
+    return {
+        "schema": 1,
+        "tool": f"wheelsmith {__version__}",
+        "key": plan.key,
+        "recipe": {"file": recipe.file.name, "file_sha256": sha256_file(recipe.file),
+                   "package": recipe.name, "version": release.version},
+        "source": plan.key_inputs()["recipe"]["source"],
+        "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],
+        "toolchain": {**toolchain.identity(), "channel": toolchain.channel()},
+        "nvcc": str(toolchain.nvcc_version),
+        "archs_requested": str(plan.archs),
+        "extra_env": dict(plan.extra_env),
+        "device_code": [d.as_dict() for d in checked.inventory],
+        "build": _build_record(setup.parallelism, seconds, compiled),
+        "smoke": checked.smoke_output.strip().splitlines(),
+        "prebuild_check": (list(read_guard_report(setup.guard))
+                           or "not run (the build used no ninja)"),
+        "platform": checked.platform,
+        "runner": json.loads(os.environ.get(RUNNER_INFO, '{"engine": "host"}')),
+        "compile_cache": ({"backend": setup.cache.describe(), **compilecache.stats(work)}
+                          if setup.cache else None),
+        "compile_farm": compiled.farm,
+    }
+
+
+def _build_record(parallelism: Parallelism, seconds: float, compiled: Compiled
+                  ) -> dict[str, Any]:
+    return {"seconds": seconds, "max_jobs": parallelism.jobs,
+            "nvcc_threads": parallelism.nvcc_threads,
+            "split_compile": parallelism.split_setting,
+            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "raw_wheel": compiled.raw.name, "plan": list(compiled.plans)}
+
+
+def write_output(plan: BuildPlan, raw: Path, request: BuildRequest,
+                 provenance: dict[str, Any], epoch: int) -> Path:
+    """Stamp into a scratch directory inside the output, then move the finished file in."""
+    out_dir = request.out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with scratch_dir(out_dir) as scratch:
+        stamped = stamp(raw, scratch, label=plan.local_label(),
+                        torch_requirement=plan.torch_requirement(), provenance=provenance,
+                        epoch=epoch, platform=provenance["platform"]["tag"])
+        return place(stamped, out_dir, rebuild=request.rebuild)
+
+
+def place(finished: Path, out_dir: Path, *, rebuild: bool) -> Path:
+    """Move a finished wheel (on the same filesystem) into `out_dir`, never over another."""
+    final = out_dir / finished.name
+    WheelName.parse(final.name)  # the stamped name must stay a valid wheel filename
+    if rebuild and final.exists():
+        log.info("replacing %s (--rebuild)", final)
+        finished.replace(final)
+    elif not place_no_clobber(finished, final):
+        raise OutputError(f"{final} appeared while building; not overwriting it",
+                          hint="pass --rebuild to replace it")
+    return final
+

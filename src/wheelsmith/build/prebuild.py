@@ -1,0 +1,194 @@
+"""The pre-build check: did the requested archs reach the generated build files?
+
+torch's BuildExtension writes a `build.ninja` and runs `ninja` in that directory. The build
+environment puts a small `ninja` first on PATH that runs this module: it reads the
+`-gencode`/`-arch` targets of the CUDA rules from `build.ninja`, records them, and stops the
+build (exit 86) when they differ from the request — before hours of compiling, where the
+post-build cubin check would only catch it afterwards. With WHEELSMITH_CONFIGURE_ONLY it
+always stops after recording (exit 87): a configure-only build for packages too big to
+compile in CI. Sources the build would compile but the tree does not hold (an sdist without
+its csrc/) stop it too (exit 88), before any arch is looked at. Otherwise it chooses nvcc's
+split-compile from the CUDA files it found (parallel.refine), adds it to NVCC_APPEND_FLAGS
+unless the build already sets one, says so (`wheelsmith plan: ...`) and hands over to the
+real ninja.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from wheelsmith.build import parallel
+
+MISMATCH = 86
+CONFIGURED = 87
+MISSING = 88
+SOURCE_CHECK = "wheelsmith source check: "
+REAL_NINJA = "WHEELSMITH_REAL_NINJA"
+EXPECT_SASS = "WHEELSMITH_EXPECT_SASS"
+EXPECT_PTX = "WHEELSMITH_EXPECT_PTX"
+REPORT = "WHEELSMITH_PREBUILD_REPORT"
+CONFIGURE_ONLY = "WHEELSMITH_CONFIGURE_ONLY"
+
+_CODE_RE = re.compile(r"arch=compute_(\w+?),code=(\[[^\]]*\]|[\w,]+)")
+_ARCH_RE = re.compile(r"(?:^|\s)-arch[= ]sm_(\d+[af]?)(?=\s|$)")
+_UNIT_RE = re.compile(r"^build [^\n]+?: (cuda_compile|compile) ", re.MULTILINE)
+_INPUT_RE = re.compile(r"^build [^\n]+?: (?:cuda_compile|compile) ((?:[^\s$]|\$.)+)",
+                       re.MULTILINE)
+_GIVEN_SPLIT_RE = re.compile(r"(?:^|\s)--?split-compile[= ](\d+)")
+PLAN_LINE = "wheelsmith plan: "
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    sass: frozenset[str]
+    ptx: frozenset[str]
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {"sass": sorted(self.sass), "ptx": sorted(self.ptx)}
+
+
+def gencode_targets(ninja_text: str) -> Targets:
+    """SASS and PTX targets (named `sm_XX` for both, as cuobjdump does) of a build.ninja."""
+    sass: set[str] = set()
+    ptx: set[str] = set()
+    for match in _CODE_RE.finditer(ninja_text):
+        for code in match[2].strip("[]").split(","):
+            kind, _, number = code.strip().partition("_")
+            if kind == "sm":
+                sass.add(f"sm_{number}")
+            elif kind == "compute":
+                ptx.add(f"sm_{number}")
+    for match in _ARCH_RE.finditer(ninja_text):  # -arch=sm_90: SASS and PTX for 90
+        sass.add(f"sm_{match[1]}")
+        ptx.add(f"sm_{match[1]}")
+    return Targets(frozenset(sass), frozenset(ptx))
+
+
+def count_units(ninja_text: str) -> tuple[int, int]:
+    """CUDA and C++ translation units of a build.ninja."""
+    rules = [match[1] for match in _UNIT_RE.finditer(ninja_text)]
+    return rules.count("cuda_compile"), rules.count("compile")
+
+
+def missing_sources(ninja_text: str, directory: Path) -> list[str]:
+    """The compile inputs of a build.ninja that do not exist (relative to its directory)."""
+    inputs = [re.sub(r"\$(.)", r"\1", match[1]) for match in _INPUT_RE.finditer(ninja_text)]
+    return [name for name in dict.fromkeys(inputs) if not (directory / name).exists()]
+
+
+def _given_split(environ: Mapping[str, str]) -> str | None:
+    """A split-compile the build sets itself (NVCC_APPEND/PREPEND_FLAGS: --env or the recipe)."""
+    for var in ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS"):
+        match = _GIVEN_SPLIT_RE.search(environ.get(var, ""))
+        if match:
+            return match[1]
+    return None
+
+
+def apply_parallelism(ninja_text: str, environ: MutableMapping[str, str]) -> str | None:
+    """Refine the build's parallelism with build.ninja's files and put the split-compile flag
+    into NVCC_APPEND_FLAGS; returns the plan line (None without a plan or CUDA files)."""
+    chosen = environ.get(parallel.PLAN_ENV)
+    if not chosen or "rule cuda_compile" not in ninja_text:
+        return None
+    plan = parallel.refine(parallel.Parallelism.from_json(chosen), *count_units(ninja_text))
+    given = _given_split(environ)
+    if given is not None:
+        plan = replace(plan, split_setting=given, split=int(given))
+        return plan.describe_units() + " (set by the build's NVCC flags)"
+    flag = plan.split_flag()
+    if flag is not None:
+        environ["NVCC_APPEND_FLAGS"] = " ".join(filter(None, [
+            environ.get("NVCC_APPEND_FLAGS", ""), flag]))
+    return plan.describe_units()
+
+
+def _ninja_file(argv: list[str]) -> Path:
+    directory, name = Path(), "build.ninja"
+    for flag, value in zip(argv, [*argv[1:], ""], strict=False):
+        if flag == "-C":
+            directory = Path(value)
+        elif flag == "-f":
+            name = value
+    return directory / name
+
+
+def _expected(var: str) -> frozenset[str]:
+    return frozenset(v for v in os.environ.get(var, "").split(",") if v)
+
+
+def check(argv: list[str]) -> int | None:
+    """Exit code to stop with, or None to hand over to the real ninja."""
+    ninja_file = _ninja_file(argv)
+    if "--version" in argv or not ninja_file.is_file():
+        return None
+    text = ninja_file.read_text(errors="replace")
+    missing = missing_sources(text, ninja_file.parent)
+    if missing:  # ninja would stop at them ("missing and no known rule to make it")
+        sys.stderr.write(f"{SOURCE_CHECK}{ninja_file.resolve()} compiles {len(missing)} "
+                         f"file(s) the source tree does not hold: {', '.join(missing)}; "
+                         "stopping before compiling\n")
+        return MISSING
+    if "rule cuda_compile" not in text:
+        return None  # no CUDA sources in this extension
+    found = gencode_targets(text)
+    wanted = Targets(_expected(EXPECT_SASS), _expected(EXPECT_PTX))
+    if os.environ.get(REPORT):
+        cuda, cxx = count_units(text)
+        with Path(os.environ[REPORT]).open("a") as report:
+            report.write(json.dumps({"build_ninja": str(ninja_file.resolve()),
+                                     **found.as_dict(), "cuda_units": cuda,
+                                     "cxx_units": cxx}) + "\n")
+    if found != wanted:
+        sys.stderr.write(
+            f"wheelsmith pre-build check: {ninja_file.resolve()} compiles SASS "
+            f"{', '.join(sorted(found.sass)) or '-'} and PTX {', '.join(sorted(found.ptx)) or '-'}"
+            f", but SASS {', '.join(sorted(wanted.sass)) or '-'} and PTX "
+            f"{', '.join(sorted(wanted.ptx)) or '-'} were requested; stopping before compiling\n")
+        return MISMATCH
+    if os.environ.get(CONFIGURE_ONLY):
+        sys.stderr.write(f"wheelsmith configure-only: {ninja_file.resolve()} targets "
+                         f"{', '.join(sorted(found.sass))}; stopping before compiling\n")
+        return CONFIGURED
+    return None
+
+
+def wrapper_script(python: str, real_ninja: str) -> str:
+    """The `ninja` put first on the build's PATH.
+
+    It imports this module from where it lies (`-I`: no PYTHONPATH, no user site), not from
+    the build's environment: wheelsmith run from a checkout with PYTHONPATH=src would
+    otherwise give a launcher whose `ninja --version` fails, and torch would silently compile
+    one file at a time without the pre-build check."""
+    home = str(Path(__file__).resolve().parents[2])  # the directory holding wheelsmith/
+    code = (f"import sys; sys.path.insert(0, {home!r}); "
+            "from wheelsmith.build.prebuild import main; main()")
+    return (f"#!/bin/sh\n# wheelsmith pre-build check, then the real ninja\n"
+            f"{REAL_NINJA}={shlex.quote(real_ninja)} exec {shlex.quote(python)} -I -c "
+            f"{shlex.quote(code)} \"$@\"\n")
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    code = check(argv)
+    if code is not None:
+        sys.exit(code)
+    ninja_file = _ninja_file(argv)
+    if "--version" not in argv and ninja_file.is_file():
+        line = apply_parallelism(ninja_file.read_text(errors="replace"), os.environ)
+        if line is not None:
+            sys.stderr.write(PLAN_LINE + line + "\n")
+            sys.stderr.flush()
+    real = os.environ[REAL_NINJA]
+    os.execv(real, [real, *argv])  # noqa: S606 - hand over to the real ninja
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""Where a build runs: on the host (orchestrate.build) or inside a pinned container.
+
+The container runner does what only the host can (resolve the image and its toolchain,
+compute the plan and content key, fetch and patch the source) and hands the prepared tree to
+the same wheelsmith build inside the image, offline. The wheel it writes is checked again on
+the host before it is placed into the output directory.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wheelsmith import locations, wheelfile
+from wheelsmith.build import compile, compilecache, container, finish, orchestrate
+from wheelsmith.build.compile import progress_parser
+from wheelsmith.build.plan import BuildPlan
+from wheelsmith.build.request import RUNNER_INFO, BuildRequest, BuildResult, QuietReporter, Reporter
+from wheelsmith.errors import CompileError, UsageError, VerifyError
+from wheelsmith.files import scratch_dir
+from wheelsmith.recipes import repos
+from wheelsmith.toolchain import select, tools
+from wheelsmith.toolchain.profile import SYSTEM
+from wheelsmith.wheelfile import read_provenance
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Where a build will run and its plan (whose content key is the one the build gets)."""
+
+    plan: BuildPlan
+    engine: container.Engine | None = None  # None: the host
+    image: str = ""
+    info: dict[str, object] = field(default_factory=dict)
+
+
+def prepare(request: BuildRequest,
+            reporter: Reporter | None = None) -> Prepared:
+    """Choose the runner and compute the plan: with a container, from the image's toolchain
+    (nothing is installed on the host); on the host, as orchestrate.prepare does."""
+    report = reporter or QuietReporter()
+    engine = container.detect(request.runner)
+    if engine is None:
+        if request.runner == "auto":
+            report.stage("runner", "host (no container engine works here)")
+        return Prepared(orchestrate.prepare(request, report))
+    report.stage("runner", f"{engine.name} ({engine.exe})")
+    if request.toolchain == SYSTEM or request.configure_only:
+        raise UsageError("a container build uses the image's pinned toolchain and builds a "
+                         "wheel", hint="drop --toolchain system / --configure-only, or use "
+                                       "--runner host")
+    if request.target is not None:
+        raise UsageError(f"--python {request.target} names an environment on this machine; a "
+                         "container build is for the image's Python",
+                         hint="use --runner host to build for that environment, or --python "
+                              "X.Y to pick the image's Python")
+    python = request.python_version or container.IMAGE_PYTHON
+    container.base_for(python)  # an image exists for it at all
+    profile = select.profile_named(request.toolchain)
+    image, info = container.require_image(engine, profile, python)
+    report.stage("image", f"{image} ({str(info.get('Id', '?'))[:12]})")
+    plan = orchestrate.prepare(request, report, toolchain=container.toolchain_in(engine, image,
+                                                                              profile))
+    return Prepared(plan, engine, image, info)
+
+
+def build(request: BuildRequest, reporter: Reporter | None = None,
+          prepared: Prepared | None = None) -> BuildResult:
+    report = reporter or QuietReporter()
+    ready = prepared or prepare(request, report)
+    if ready.engine is None:
+        return orchestrate.build(request, report, plan=ready.plan)
+    return orchestrate.already_built(ready.plan, request, report) or _run(
+        ready.engine, ready.image, ready.info, plan=ready.plan, request=request, report=report)
+
+
+def _writable_dir(path: Path) -> Path:
+    """A fresh directory the image's non-root builder may write to."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    path.chmod(0o777)
+    return path
+
+
+def _run(engine: container.Engine, image: str, info: dict[str, object], *, plan: BuildPlan,
+         request: BuildRequest, report: Reporter) -> BuildResult:
+    return orchestrate.exclusively(plan, request, report, lambda locked: _run_locked(
+        engine, image, info, plan=plan, request=request, report=locked))
+
+
+def _run_locked(engine: container.Engine, image: str, info: dict[str, object], *,
+                plan: BuildPlan, request: BuildRequest, report: Reporter
+                ) -> BuildResult:
+    work = request.work_dir.resolve() / plan.slug()
+    work.mkdir(parents=True, exist_ok=True)
+    log_path = compile.log_path_of(work)
+    log_path.write_text(f"wheelsmith container build: {plan.slug()} in {image}\n")
+    source = orchestrate.fetch_and_patch(plan, work, report)
+    for path in [source, *source.rglob("*")]:  # the builder in the image writes build/ here
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | 0o777 if path.is_dir() else
+                       path.stat().st_mode | 0o666)
+    out = _writable_dir(work / "container-out")
+    if request.compile_farm not in (None, "off") or request.compile_farm_required:
+        raise UsageError("container builds run with --network=none, so a compile farm cannot "
+                         "be reached", hint="use --runner host with --compile-farm")
+    cache = compilecache.resolve(request.compile_cache, locations.cache_dir())
+    if cache is not None and cache.needs_network:
+        raise UsageError("container builds run with --network=none, so a TCP compile cache "
+                         "cannot be reached", hint="use a local cache, or --runner host")
+    ccache = None
+    if cache is not None:
+        ccache = cache.local.parent / "ccache-container"
+        ccache.mkdir(parents=True, exist_ok=True)
+        ccache.chmod(0o777)
+    mounts = container.Mounts(project=locations.project_root(), source=source, out=out,
+                              work=_writable_dir(work / "container-work"), ccache=ccache,
+                              recipes=tuple(r.root for r in repos.repos() if r.user))
+    runner_info = {"engine": engine.name, "image": image, "image_id": info.get("Id"),
+                   "digest": info.get("Digest")}
+    target = str(plan.archs) if plan.archs.archs else "pure Python"
+    report.stage("compile", f"{plan.recipe.name} {plan.release.version} for {target} in "
+                            f"{engine.name}, --network=none")
+    with log_path.open("a", encoding="utf-8") as log_file:
+        container.run_build(engine, image, mounts, _inner_args(plan, request, ccache),
+                            env={RUNNER_INFO: json.dumps(runner_info)},
+                            keep=request.keep_container, log_file=log_file, log_path=log_path,
+                            on_line=progress_parser(report.progress))
+    return _check_and_place(plan, request, out, log_path, report)
+
+
+def _inner_args(plan: BuildPlan, request: BuildRequest,
+                ccache: Path | None) -> list[str]:
+    args = [f"{plan.recipe.name}=={plan.release.version}", "--toolchain", plan.toolchain.name,
+            "--prepared-source", "/work/src", "--out", "/work/out", "--work-dir",
+            "/work/build", "--rebuild", "--compile-cache",
+            "/work/ccache" if ccache is not None else "off"]
+    if plan.archs.archs:
+        args += ["--arch", str(plan.archs)]
+    if request.jobs is not None:
+        args += ["--jobs", str(request.jobs)]
+    if request.split_compile is not None:
+        args += ["--split-compile", request.split_compile]
+    for key, value in request.env:
+        args += ["--env", f"{key}={value}"]
+    return args
+
+
+def _check_and_place(plan: BuildPlan, request: BuildRequest, out: Path,
+                     log_path: Path, report: Reporter) -> BuildResult:
+    wheels = sorted(out.glob("*.whl"))
+    if len(wheels) != 1:
+        raise CompileError(f"the container build left {len(wheels)} wheels, expected one",
+                           log_file=log_path)
+    report.stage("verify", f"again on the host: {wheels[0].name}")
+    broken = wheelfile.check(wheels[0])
+    if broken:
+        raise VerifyError(f"the container wrote {wheels[0].name}, which is not a valid wheel",
+                          findings=broken, log_file=log_path)
+    finish.check_device_code(plan, wheels[0], tools.cuobjdump_for(None, Path(sys.executable)))
+    out_dir = request.out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with scratch_dir(out_dir) as scratch:
+        staged = scratch / wheels[0].name  # same filesystem as the output: link works
+        shutil.copyfile(wheels[0], staged)
+        final = finish.place(staged, out_dir, rebuild=request.rebuild)
+    if not request.keep_work:
+        shutil.rmtree(out.parent / "src", ignore_errors=True)
+    return BuildResult(wheel=final, provenance=read_provenance(final) or {},
+                                up_to_date=False, log=log_path)

@@ -1,0 +1,46 @@
+"""Smoke test of a built wheel: import it against a torch — the toolchain's own, and the
+target environment's when the build is for one (`--python`).
+
+The wheel is installed (without dependencies) into a scratch directory and its modules are
+imported by that Python, which catches ABI mismatches and missing symbols. When a GPU is
+present whose arch the wheel was built for, the recipe's tiny GPU op runs too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from wheelsmith import cmd, locations
+from wheelsmith.arch import ArchSet
+from wheelsmith.errors import VerifyError
+
+log = logging.getLogger(__name__)
+
+SMOKE_SCRIPT = locations.RESOURCES / "smoke_check.py"
+
+
+def smoke_test(wheel: Path, *, python: Path, pip: Sequence[str | Path], cuda_home: Path,
+               imports: tuple[str, ...], gpu_code: str | None, archs: ArchSet, scratch: Path,
+               log_path: Path) -> str:
+    """Install `wheel` into `scratch` with `pip` (a pip that installs for `python`) and import
+    `imports` with `python`; return the test's output."""
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    target = scratch / "site"
+    spec = {"imports": list(imports), "gpu": gpu_code, "archs": str(archs),
+            "sass": [[a.major, a.minor] for a in archs.archs if not a.suffix]}
+    env = dict(os.environ, PYTHONPATH=str(target), PYTHONNOUSERSITE="1",
+               PIP_CONFIG_FILE=os.devnull, CUDA_HOME=str(cuda_home))
+    with log_path.open("a", encoding="utf-8") as log_file:
+        cmd.run([*pip, "install", "--no-deps", "--no-index", "--target", target, wheel],
+                env=env, log_file=log_file, stream=False,
+                what="pip install of the wheel for the smoke test", error=VerifyError)
+        result = cmd.run([python, SMOKE_SCRIPT, json.dumps(spec)], cwd=scratch,
+                         env=env, log_file=log_file, log_path=log_path,
+                         what=f"the smoke test of {wheel.name}", error=VerifyError)
+    return result.stdout

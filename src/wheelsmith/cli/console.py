@@ -1,0 +1,217 @@
+"""How wheelsmith looks in a terminal: stage lines, the live progress bar, errors.
+
+Only the CLI uses this module; the library reports through `logging` and the `Reporter`
+protocol and never prints.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from typing import IO, TYPE_CHECKING
+
+from wheelsmith.errors import WheelsmithError
+
+if TYPE_CHECKING:
+    from wheelsmith.doctor.report import Report
+
+BAR_WIDTH = 28
+TICK_S = 1.0
+PLAIN_TICK_S = 30.0
+
+
+def _use_color(stream: IO[str]) -> bool:
+    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class TerminalReporter:
+    """Stage lines with elapsed time; during compile a bar from ninja's [N/M] lines.
+
+    On a terminal the bar redraws every second, so the clock moves while one long translation
+    unit compiles; elsewhere (CI logs) a line is printed when a step finishes and every 30 s.
+    """
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+        self.color = _use_color(self.stream)
+        self.started = time.monotonic()
+        self.stage_started = self.started
+        self.stage_name = ""
+        self.done = 0
+        self.total = 0
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.ticker: threading.Thread | None = None
+
+    def __enter__(self) -> TerminalReporter:
+        self.ticker = threading.Thread(target=self._tick, daemon=True)
+        self.ticker.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.ticker is not None:
+            self.ticker.join()
+        self._clear()
+
+    def stage(self, name: str, detail: str) -> None:
+        with self.lock:
+            self._clear()
+            self.stage_name, self.stage_started = name, time.monotonic()
+            self.done = self.total = 0
+            label = f"\033[1m{name}\033[0m" if self.color else name
+            clock = _elapsed(self.stage_started - self.started)
+            self.stream.write(f"==> [{clock:>6}] {label}: {detail}\n")
+            self.stream.flush()
+
+    def progress(self, done: int, total: int) -> None:
+        with self.lock:
+            self.done, self.total = done, total
+            if not self.live:
+                self._plain_line()
+            else:
+                self._draw()
+
+    def _bar(self) -> str:
+        fraction = self.done / self.total if self.total else 0.0
+        filled = int(fraction * BAR_WIDTH)
+        bar = "█" * filled + "·" * (BAR_WIDTH - filled)
+        step = f"{self.done}/{self.total}" if self.total else "starting"
+        clock = _elapsed(time.monotonic() - self.stage_started)
+        return f"    {self.stage_name} [{bar}] {step} {clock}"
+
+    def _draw(self) -> None:
+        self.stream.write("\r\033[K" + self._bar())
+        self.stream.flush()
+
+    def _plain_line(self) -> None:
+        self.stream.write(self._bar().replace("█", "#").replace("·", "-") + "\n")
+        self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.live:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+    def _tick(self) -> None:
+        interval = TICK_S if self.live else PLAIN_TICK_S
+        while not self.stop.wait(interval):
+            with self.lock:
+                if self.stage_name != "compile":
+                    continue
+                if self.live:
+                    self._draw()
+                else:
+                    self._plain_line()
+
+
+def setup_logging(verbosity: int) -> None:
+    """-v shows commands and stage details, -vv also every line of build output."""
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root = logging.getLogger("wheelsmith")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def render_error(error: WheelsmithError, stream: IO[str] | None = None) -> None:
+    out = stream or sys.stderr
+    color = _use_color(out)
+    prefix = "\033[31;1merror\033[0m" if color else "error"
+    out.write(f"{prefix}: {error.message}\n")
+    for line in error.details():
+        out.write(f"  {line}\n")
+    if error.hint:
+        tip = "\033[33mhint\033[0m" if color else "hint"
+        hint_lines = error.hint.splitlines()
+        out.write(f"{tip}: {hint_lines[0]}\n")
+        for line in hint_lines[1:]:
+            out.write(f"      {line}\n")
+    out.flush()
+
+
+def render_doctor(report: Report, stream: IO[str] | None = None) -> None:
+    out = stream or sys.stdout
+    gpu = report.gpu or "none visible"
+    out.write(f"python   {report.python} ({report.python_version})\n")
+    out.write(f"torch    {report.torch or '-'} (CUDA {report.torch_cuda or '-'})\n")
+    out.write(f"GPU      {gpu}; checking kernels for {report.arch.sm} "
+              f"(from {report.arch_source})\n")
+    out.write(f"channel  {report.channel or '- (no CUDA torch)'}\n")
+    out.write(f"model    {_model_line(report)}\n\n")
+    width = max([len(p.name) for p in report.packages] + [16])
+    out.write(f"{'package':<{width}}  {'version':<40}  kernels for {report.arch.sm}\n")
+    labels = {"sass": "SASS (native)", "ptx": "PTX only (JIT at start)", "none": "NONE"}
+    for package in report.packages:
+        out.write(f"{package.name:<{width}}  {package.version:<40}  {labels[package.status]}\n")
+    if not report.packages:
+        out.write("(no CUDA-extension packages installed)\n")
+    out.write("\nfast path: " + ", ".join(
+        f"{module} {'ok' if state['ok'] else 'MISSING' if state['needed'] else 'not installed'}"
+        for module, state in report.fast_path.items()) + "\n")
+    _render_ops(report, out)
+    for note in report.notes:
+        out.write(f"note: {note}\n")
+    if report.healthy:
+        ran = ", its ops run correctly" if report.ops else ""
+        out.write(f"\nhealthy: every extension has native kernels for {report.arch.sm}, the "
+                  f"fast path imports{ran}\n")
+    out.flush()
+
+
+def _model_line(report: Report) -> str:
+    model = report.model
+    if model.source == "default":
+        return (f"{model.model_type} (the default): {', '.join(model.modules)}; "
+                "--model-type or --model asks transformers")
+    if model.input_error:
+        return f"not examined: {model.message}"
+    said = f"{model.model_type} (transformers {model.transformers or '-'})"
+    if model.error is not None:
+        return f"{said}: cannot tell (see below)"
+    if not model.needs:
+        return f"{said}: uses no fast-path kernels"
+    missing = model.unavailable()
+    if missing:
+        return f"{said}: FALLS BACK to torch without {', '.join(missing)}"
+    return f"{said}: fast path through {', '.join(model.modules)}"
+
+
+def _render_ops(report: Report, out: IO[str]) -> None:
+    if report.ops is None:
+        out.write("ops: not run (no GPU visible; --run runs them anyway)\n"
+                  if report.gpu is None else "ops: not run (--no-run)\n")
+        return
+    if not report.ops:
+        out.write("ops: none installed\n")
+        return
+    out.write("\nop (vs plain PyTorch)              result\n")
+    for op in report.ops:
+        seconds = f"{op['seconds']:.1f} s" if op.get("seconds") is not None else ""
+        if op["status"] in ("ok", "wrong"):
+            result = (f"{'ok' if op['status'] == 'ok' else 'WRONG':<8}max error "
+                      f"{op['max_error'] if op['max_error'] is not None else float('inf'):.2g}")
+        else:
+            result = {"timeout": "TIMEOUT", "not-run": "not run"}.get(
+                op["status"], f"ERROR in {op['phase'] or 'its run'}")
+            compared = [e for e in (op.get("errors") or {}).values() if e is not None]
+            if compared:  # the forward pass was compared before the backward failed
+                result += f" (forward: max error {max(compared):.2g})"
+        out.write(f"{op['op']:<34} {result:<28} {seconds}".rstrip() + "\n")
+
+
+def error_json(error: WheelsmithError) -> dict[str, object]:
+    return {"ok": False, "error": {"type": type(error).__name__, "exit_code": error.exit_code,
+                                   "message": error.message, "hint": error.hint,
+                                   "details": error.details()}}

@@ -1,0 +1,182 @@
+"""What the examined environment runs, as opposed to what it has installed: the fast-path ops run
+on tiny inputs against plain PyTorch, and the fast-path functions a model's transformers code
+needs.
+
+Both run in the examined Python, through scripts that never import wheelsmith:
+`resources/fastpath_ops.py` (one op per process, under a time limit: a crash or a hung kernel
+takes no other op along) and `resources/model_needs.py` (asks the installed transformers'
+modeling module itself).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wheelsmith import cmd, locations
+
+log = logging.getLogger(__name__)
+
+RESOURCES = locations.RESOURCES
+OPS_SCRIPT = RESOURCES / "fastpath_ops.py"
+NEEDS_SCRIPT = RESOURCES / "model_needs.py"
+OP_TIMEOUT_S = 300  # a cold Triton cache compiles fla's kernels (and autotunes) on first use
+KILL_GRACE_S = 5
+TIMED_OUT = (124, 137)  # coreutils timeout: the limit passed (137: it had to SIGKILL)
+
+# op -> the module that provides it, in the order they run
+OPS = {"causal_conv1d_fn": "causal_conv1d", "causal_conv1d_update": "causal_conv1d",
+       "chunk_gated_delta_rule": "fla", "fused_recurrent_gated_delta_rule": "fla",
+       "selective_scan_fn": "mamba_ssm", "flash_attn_func": "flash_attn"}
+
+# Without --model-type/--model: what transformers' GatedDeltaNet hybrids (qwen3_next, qwen3_5,
+# olmo_hybrid) need.
+DEFAULT_MODEL = "GatedDeltaNet hybrids"
+DEFAULT_NEEDS = (("causal_conv1d", "causal_conv1d_fn"), ("causal_conv1d", "causal_conv1d_update"),
+                 ("fla", "chunk_gated_delta_rule"), ("fla", "fused_recurrent_gated_delta_rule"))
+
+# Model types whose transformers (5.24) modeling code uses a fast-path package: one of these
+# unknown to the installed transformers means that transformers is too old for it.
+FAST_PATH_MODEL_TYPES = (
+    "bailing_hybrid", "bamba", "falcon_h1", "falcon_mamba", "glm5_next", "granitemoehybrid",
+    "inkling", "inkling2", "inkling2_loop", "jamba", "kimi_linear", "lara_mini", "lfm2",
+    "lfm2_moe", "lfm3", "mamba", "mamba2", "nemotron_h", "olmo_hybrid", "qwen3_5",
+    "qwen3_5_moe", "qwen3_next", "qwen4_exp", "zamba", "zamba2")
+
+# problems with the model input (the user's to fix: exit 4) vs. with the environment
+INPUT_ERRORS = frozenset({"config-missing", "config-unreadable", "no-model-type", "unknown"})
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    module: str
+    function: str
+    available: bool | None  # None: not asked (the default set is judged by imports and runs)
+    reason: str | None = None  # not-installed | import | missing | unknown
+    message: str | None = None
+
+
+@dataclass(slots=True)
+class ModelView:
+    """Which fast-path functions a model needs, and whether transformers found them."""
+
+    source: str  # "default" | "--model-type" | "--model"
+    model_type: str | None
+    needs: list[Need] = field(default_factory=list)
+    transformers: str | None = None
+    error: str | None = None  # INPUT_ERRORS, no-transformers, too-old, import, failed
+    message: str | None = None
+    known_types: list[str] = field(default_factory=list)
+    config: str | None = None  # --model: the config.json read
+
+    @property
+    def input_error(self) -> bool:
+        return self.error in INPUT_ERRORS
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(n.module for n in self.needs))
+
+    def unavailable(self) -> dict[str, list[Need]]:
+        """module -> the needs transformers will run with its torch code instead."""
+        found: dict[str, list[Need]] = {}
+        for need in self.needs:
+            if need.available is False:
+                found.setdefault(need.module, []).append(need)
+        return found
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_view() -> ModelView:
+    return ModelView("default", DEFAULT_MODEL,
+                     [Need(module, function, None) for module, function in DEFAULT_NEEDS])
+
+
+def model_type_of(directory: Path) -> ModelView:
+    """--model DIR: the `model_type` of its config.json (nothing is downloaded)."""
+    config = directory / "config.json"
+    view = ModelView("--model", None, config=str(config))
+    if not config.is_file():
+        view.error, view.message = "config-missing", f"{directory} has no config.json"
+        return view
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        view.error, view.message = "config-unreadable", f"{config} is not readable JSON: {exc}"
+        return view
+    model_type = data.get("model_type") if isinstance(data, dict) else None
+    if not isinstance(model_type, str) or not model_type:
+        view.error, view.message = "no-model-type", f"{config} has no model_type"
+        return view
+    view.model_type = model_type
+    return view
+
+
+def ask_transformers(python: Path, view: ModelView) -> ModelView:
+    """Fill `view` (a model type, no error yet) from the examined Python's transformers."""
+    assert view.model_type is not None
+    answer = _script(python, NEEDS_SCRIPT, view.model_type, "WHEELSMITH-MODEL ")
+    if answer is None:
+        view.error, view.message = "failed", "the transformers check did not answer"
+        return view
+    view.transformers = answer.get("transformers")
+    error = answer.get("error")
+    if error:
+        view.error, view.message = error["reason"], error["message"]
+    elif answer.get("known") is False:
+        view.known_types = answer.get("fast_path_types") or list(FAST_PATH_MODEL_TYPES)
+        view.error = "too-old" if view.model_type in FAST_PATH_MODEL_TYPES else "unknown"
+    view.needs = [Need(n["module"], n["function"], n["available"], n.get("reason"),
+                       n.get("message")) for n in answer.get("needs", [])]
+    return view
+
+
+def _script(python: Path, script: Path, argument: str, prefix: str,
+            timeout_s: float | None = None) -> dict[str, Any] | None:
+    argv: list[str | Path] = [python, script, argument]
+    if timeout_s is not None:
+        argv = ["timeout", "-k", str(KILL_GRACE_S), str(timeout_s), *argv]
+    result = cmd.run(argv, stream=False, ok_returncodes=range(256),
+                     what=f"{script.name} {argument}")
+    for line in result.stdout.splitlines():
+        if line.startswith(prefix):
+            data: dict[str, Any] = json.loads(line.removeprefix(prefix))
+            return data
+    if timeout_s is not None and result.returncode in TIMED_OUT:
+        return {"status": "timeout", "error": f"did not finish in {timeout_s:g} s",
+                "seconds": timeout_s}
+    tail = (result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
+    log.info("%s %s gave no answer (exit code %d): %s", script.name, argument,
+             result.returncode, tail)
+    if timeout_s is None:
+        return None
+    return {"status": "error", "phase": "crash",
+            "error": f"its process ended with exit code {result.returncode}: {tail.strip()}"}
+
+
+def ops_to_run(importable: set[str]) -> list[str]:
+    return [op for op, module in OPS.items() if module in importable]
+
+
+def run_ops(python: Path, ops: list[str], timeout_s: float) -> list[dict[str, Any]]:
+    """Run each op in its own process of the examined Python, at most `timeout_s` each. When
+    the device itself cannot be used (busy, no memory at all), the rest are not started."""
+    results: list[dict[str, Any]] = []
+    blocked: dict[str, Any] | None = None
+    for op in ops:
+        if blocked is not None:
+            result = {"status": "not-run", "error": blocked["error"], "kind": blocked["kind"],
+                      "phase": "setup"}
+        else:
+            result = _script(python, OPS_SCRIPT, op, "WHEELSMITH-OP ", timeout_s) or {}
+            if result.get("phase") == "setup":
+                blocked = result
+        results.append({"max_error": None, "worst": None, "tolerance": None, "kind": None,
+                        "phase": None, "error": None, "seconds": None, **result,
+                        "op": op, "module": OPS[op]})
+    return results

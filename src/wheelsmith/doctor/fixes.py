@@ -1,0 +1,50 @@
+"""Doctor's fixes: a `pip install` from the environment's channel for what it offers, a
+`wheelsmith build ... --publish` for what it lacks. An index that cannot be read leaves the pip
+line unchecked, and the line says so."""
+
+from __future__ import annotations
+
+import logging
+
+from wheelsmith.arch import Arch
+from wheelsmith.errors import SourceError
+from wheelsmith.index.offers import offers
+from wheelsmith.toolchain.target import Target
+
+log = logging.getLogger(__name__)
+INDEX_TIMEOUT_S = 5
+
+
+def fix_lines(names: list[str], base: str, arch: Arch, target: Target, python: str, *,
+              after: str | None = None) -> list[str]:
+    """A pip line for what the channel at `base` has for this Python and arch (first), a build
+    line for what it lacks (`after`: to run once that is installed)."""
+    offered: list[str] = []
+    builds: list[str] = []
+    readable = True
+    for name in dict.fromkeys(name for entry in names for name in entry.split()):
+        offered_here = _index_has(name, base, arch, target) if readable else None
+        readable = offered_here is not None
+        if offered_here is False:
+            builds.append(
+                f"wheelsmith build {name} --arch {arch} --python {python} "
+                f"--publish   # {f'once {after} is in, ' if after else ''}the index has no "
+                f"{name} wheel for Python {target.version} with {arch.sm} kernels")
+        else:
+            offered.append(name)
+    if not offered:
+        return builds
+    unchecked = "" if readable else "   # not checked: the index could not be read"
+    return [f"pip install --index-url {base} --no-deps --force-reinstall "
+            f"{' '.join(offered)}{unchecked}", *builds]
+
+
+
+def _index_has(project: str, base: str, arch: Arch, target: Target) -> bool | None:
+    """Whether the channel at `base` offers `target` a wheel of `project` with native kernels
+    for `arch` (or a pure one); None when the index cannot be read."""
+    try:
+        return bool(offers(base, project, target, (arch,), timeout=INDEX_TIMEOUT_S))
+    except SourceError as exc:
+        log.info("the fix is not checked against the index: %s", exc)
+        return None

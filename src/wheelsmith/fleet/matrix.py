@@ -1,0 +1,216 @@
+"""The nightly build matrix: recipes x versions x toolchain profiles x arch sets x Pythons.
+
+`matrix.yaml` is validated like a recipe (every problem at once, file:line:col). Expanding
+it gives cells in a stable order; a shard `I/N` takes every N-th cell starting at I, so
+several CI runners split the work without talking to each other.
+
+Each toolchain profile is one index channel (CUDA x torch) holding every Python; a package
+may narrow the top-level `toolchains` and `pythons`. A pure recipe's wheel (py3-none-any) is
+the same for every Python, so it is one cell per channel, built with the first Python.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from wheelsmith import document
+from wheelsmith.arch import ArchParseError, ArchSet
+from wheelsmith.document import Document, KeyPath
+from wheelsmith.errors import UsageError
+from wheelsmith.recipes.model import Recipe, load_recipe
+from wheelsmith.toolchain.profile import Profile
+
+STRINGS = {"type": "array", "items": {"type": "string"}, "minItems": 1}
+NEEDS = ("farm",)  # what a package's cells may need from the runner (nightly checks it)
+MATRIX_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["packages"],
+    "properties": {
+        "toolchains": {**STRINGS, "description": "toolchain profiles (default: the newest)"},
+        "pythons": {**STRINGS, "description": "Python versions, e.g. '3.11' (default: the "
+                    "Python running wheelsmith)"},
+        "packages": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["recipe"],
+                "properties": {
+                    "recipe": {"type": "string"},
+                    "toolchains": {**STRINGS, "description": "default: the top-level list"},
+                    "pythons": {**STRINGS, "description": "default: the top-level list"},
+                    "versions": {**STRINGS, "description": "default: the newest in the recipe"},
+                    "archs": {**STRINGS, "description": "arch sets, one cell each, e.g. "
+                              "'9.0;12.0' (default: the recipe's; not for pure recipes)"},
+                    "needs": {"enum": list(NEEDS), "description": "farm: build only where a "
+                              "compile farm or a big runner is configured, else skip"},
+                },
+            },
+        },
+        "exclude": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {key: {"type": "string"} for key in
+                               ("recipe", "version", "toolchain", "archs", "python")},
+            },
+        },
+    },
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cell:
+    recipe: str
+    version: str
+    toolchain: str
+    archs: str  # "" for pure recipes
+    python: str
+    needs: str = ""  # "farm": only where a compile farm or a big runner is configured
+
+    @property
+    def id(self) -> str:
+        archs = self.archs.replace(";", "-").replace("+", "") or "pure"
+        return f"{self.recipe}-{self.version}-{self.toolchain}-{archs}-py{self.python}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"id": self.id, "recipe": self.recipe, "version": self.version,
+                "toolchain": self.toolchain, "archs": self.archs, "python": self.python}
+
+
+def load(path: Path, find_recipe: Callable[[str], Path], *, default_toolchain: str,
+         default_python: str, profiles: dict[str, Profile] | None = None) -> list[Cell]:
+    """Validate `matrix.yaml` and expand it into cells (stable order, excludes applied);
+    `find_recipe` gives the recipe file of a name (repos.find). With `profiles`, each
+    toolchain must be one of them and cover each of its Pythons."""
+    doc = document.load(path)
+    data = document.validate(doc, MATRIX_SCHEMA)
+    data = data if isinstance(data, dict) else {}
+    toolchains = [t for t in data.get("toolchains", [default_toolchain]) if t]
+    pythons = [p for p in data.get("pythons", [default_python]) if p]
+    cells: list[Cell] = []
+    for index, entry in enumerate(data.get("packages", [])):
+        if entry is not None and "recipe" in entry:
+            path_to = ("packages", index)
+            own_toolchains = [t for t in entry.get("toolchains", toolchains) if t]
+            own_pythons = [p for p in entry.get("pythons", pythons) if p]
+            if profiles is not None:
+                where = path_to if "toolchains" in entry or "pythons" in entry else ()
+                _check_axes(doc, where, profiles, own_toolchains, own_pythons)
+            cells += _expand(doc, find_recipe, path_to, entry,
+                             toolchains=own_toolchains, pythons=own_pythons)
+    excludes = [e for e in data.get("exclude", []) if e]
+    doc.raise_if_problems()
+    kept = [c for c in cells if not any(_excluded(c, e) for e in excludes)]
+    return sorted(set(kept), key=lambda c: c.id)
+
+
+def _expand(doc: Document, find_recipe: Callable[[str], Path], path: KeyPath,
+            entry: dict[str, Any], *, toolchains: list[str], pythons: list[str]) -> list[Cell]:
+    try:
+        recipe = load_recipe(find_recipe(entry["recipe"]))
+    except UsageError as exc:
+        doc.at_value((*path, "recipe"), exc.message, exc.hint)
+        return []
+    versions = _versions(doc, recipe, path, entry.get("versions"))
+    arch_sets = _arch_sets(doc, recipe, path, entry.get("archs"))
+    if len(arch_sets) > 1:
+        doc.at_key((*path, "archs"), f"{recipe.name} has {len(arch_sets)} arch sets, but a "
+                   "channel holds one arch set per version (pip picks by label, not by GPU)",
+                   hint="list one set that covers every GPU you serve, e.g. '9.0;10.0;12.0+PTX'")
+    if recipe.kind == "pure":  # py3-none-any: one wheel per channel, whatever the Python
+        pythons = pythons[:1]
+    needs = str(entry["needs"]) if entry.get("needs") in NEEDS else ""
+    return [Cell(recipe=recipe.name, version=v, toolchain=t, archs=a, python=p, needs=needs)
+            for v in versions for a in arch_sets for t in toolchains for p in pythons]
+
+
+def _check_axes(doc: Document, path: KeyPath, profiles: dict[str, Profile],
+                toolchains: list[str], pythons: list[str]) -> None:
+    """Every toolchain is a profile, and every profile was resolved for every Python."""
+    for position, name in enumerate(toolchains):
+        profile = profiles.get(name)
+        if profile is None:
+            doc.at_value((*path, "toolchains", position), f"no toolchain profile '{name}'",
+                         f"profiles: {', '.join(sorted(profiles))}")
+            continue
+        for index, python in enumerate(pythons):
+            if python not in profile.pythons:
+                doc.at_value((*path, "pythons", index), f"the {name} profile was resolved for "
+                             f"Python {', '.join(profile.pythons)}, not {python}",
+                             f"regenerate it with --python {python}, or exclude the cells")
+
+
+def _versions(doc: Document, recipe: Recipe, path: KeyPath, wanted: list[str] | None
+              ) -> list[str]:
+    if not wanted:
+        return [recipe.latest.version]
+    known = {r.version for r in recipe.releases}
+    for position, version in enumerate(wanted):
+        if version not in known:
+            doc.at_value((*path, "versions", position),
+                         f"recipe {recipe.name} has no version {version}",
+                         f"versions in {recipe.file.name}: {', '.join(sorted(known))}")
+    return [v for v in wanted if v in known]
+
+
+def _arch_sets(doc: Document, recipe: Recipe, path: KeyPath, wanted: list[str] | None
+               ) -> list[str]:
+    if recipe.kind == "pure":
+        if wanted:
+            doc.at_key((*path, "archs"), f"{recipe.name} is pure Python: archs do not apply")
+        return [""]
+    result = []
+    for position, value in enumerate(wanted or [str(recipe.arch.default)]):
+        try:
+            archs = ArchSet.parse([value])
+        except ArchParseError as exc:
+            doc.at_value((*path, "archs", position), exc.message, exc.hint)
+            continue
+        if recipe.arch.unsupported(archs):
+            doc.at_value((*path, "archs", position), f"{recipe.name} cannot be built for "
+                         f"{', '.join(recipe.arch.unsupported(archs))}",
+                         f"its knob only knows {recipe.arch.supported}")
+            continue
+        result.append(str(archs))
+    return result
+
+
+def _excluded(cell: Cell, rule: dict[str, str]) -> bool:
+    values = cell.as_dict()
+    return all(values.get(key) == value for key, value in rule.items())
+
+
+def shard(cells: list[Cell], spec: str | None) -> list[Cell]:
+    """`I/N`: every N-th cell starting at I (0-based)."""
+    if not spec:
+        return cells
+    try:
+        index, count = (int(part) for part in spec.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard: '{spec}' is not I/N", hint="e.g. --shard 0/4") from None
+    if count < 1 or not 0 <= index < count:
+        raise UsageError(f"--shard: '{spec}' needs 0 <= I < N")
+    return cells[index::count]
+
+
+def github_matrix(cells: list[Cell], shards: int) -> str:
+    """The `strategy.matrix` JSON a GitHub Actions plan job emits: each Python's cells split
+    over up to `shards` runners, one entry per runner with its `python` (for setup-python) and
+    its `shard` of that Python's cells (`wheelsmith nightly --python X.Y --shard I/N`)."""
+    include = []
+    for python in sorted({c.python for c in cells}, key=Version):
+        mine = [c for c in cells if c.python == python]
+        count = min(shards, len(mine))
+        include += [{"python": python, "shard": f"{i}/{count}",
+                     "cells": [c.id for c in mine[i::count]]} for i in range(count)]
+    return json.dumps({"include": include}, separators=(",", ":"))

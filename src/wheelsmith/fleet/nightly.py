@@ -1,0 +1,145 @@
+"""Nightly: build every matrix cell that is missing or changed, never letting one failure stop
+the rest, and publish only what passed.
+
+A cell is skipped when its content key (plan.py) is already in the index ledger, or already in
+the output directory: running nightly twice in a row builds nothing the second time. Each
+cell's outcome (built, skipped, failed with the error class and message) goes into the report
+(report.py). Downloads are retried with backoff inside fetch.py; other failures are final for
+the night.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wheelsmith.arch import ArchSet
+from wheelsmith.build import compilefarm, runner
+from wheelsmith.build.request import BuildRequest, BuildResult, QuietReporter, Reporter
+from wheelsmith.errors import MissingToolkitError, UsageError, WheelsmithError
+from wheelsmith.fleet.matrix import Cell
+from wheelsmith.index import ledger, publish
+from wheelsmith.wheelfile import read_provenance
+
+log = logging.getLogger(__name__)
+
+BIG_RUNNER_CORES = 32  # where a `needs: farm` cell may build without a compile farm
+
+
+@dataclass(slots=True)
+class CellResult:
+    cell: Cell
+    status: str  # built | skipped | failed
+    reason: str = ""
+    seconds: float = 0.0
+    wheel: str | None = None
+    size: int | None = None
+    archs_found: list[str] = field(default_factory=list)
+    key: str | None = None
+    published: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    out_dir: Path
+    work_dir: Path
+    index_dir: Path
+    publish: bool
+    jobs: int | None = None
+    compile_cache: str | None = None
+    runner: str = "host"  # host | podman | docker | auto (runner.py)
+
+
+def known_keys(settings: Settings) -> set[str]:
+    """Content keys already built: in the index ledger, or as wheels in the output dir."""
+    keys = {r.key for r in ledger.read(settings.index_dir).by_filename.values() if r.key}
+    if settings.out_dir.is_dir():
+        for wheel in settings.out_dir.glob("*.whl"):
+            key = (read_provenance(wheel) or {}).get("key")
+            if key:
+                keys.add(key)
+    return keys
+
+
+def request_for(cell: Cell, settings: Settings) -> BuildRequest:
+    return BuildRequest(
+        recipe=cell.recipe, version=cell.version,
+        archs=ArchSet.parse([cell.archs]) if cell.archs else None,
+        toolchain=cell.toolchain, python_version=cell.python,
+        out_dir=settings.out_dir, work_dir=settings.work_dir, jobs=settings.jobs,
+        compile_cache=settings.compile_cache, runner=settings.runner)
+
+
+def unmet_needs(cell: Cell) -> str | None:
+    """Why this runner cannot build the cell (matrix.yaml's `needs`), or None."""
+    if cell.needs != "farm":
+        return None
+    farm = os.environ.get(compilefarm.ENV, "")
+    cores = len(os.sched_getaffinity(0))
+    if (farm and farm != "off") or cores >= BIG_RUNNER_CORES:
+        return None
+    return (f"needs a compile farm or a big runner: ${compilefarm.ENV} is not set and this "
+            f"runner has {cores} cores (fewer than {BIG_RUNNER_CORES})")
+
+
+def run_cell(cell: Cell, settings: Settings, keys: set[str],
+             reporter: Reporter) -> CellResult:
+    started = time.monotonic()
+    unmet = unmet_needs(cell)
+    if unmet is not None:  # a precondition of this runner, like a missing toolkit
+        return CellResult(cell, "skipped", unmet)
+    try:
+        request = request_for(cell, settings)
+        prepared = runner.prepare(request, reporter)  # a container's plan: the image's toolchain
+        plan = prepared.plan
+        _check_python(cell, plan.toolchain.python_version, settings.runner)
+        if plan.key in keys:
+            return CellResult(cell, "skipped", "already built (content key in the index or "
+                              "output)", key=plan.key)
+        result = runner.build(request, reporter, prepared=prepared)
+        assert result.wheel is not None
+        outcome = _built(cell, result, time.monotonic() - started)
+        if settings.publish:
+            outcome.published = publish.publish(result.wheel, settings.index_dir).status
+        keys.add(plan.key)
+        return outcome
+    except MissingToolkitError as error:  # a precondition of this runner, not a failure
+        return CellResult(cell, "skipped", error.message, time.monotonic() - started)
+    except WheelsmithError as error:
+        log.warning("cell %s failed: %s", cell.id, error.message)
+        reason = f"{type(error).__name__} (exit {error.exit_code}): {error.message}"
+        if error.hint:
+            reason += f" (hint: {error.hint.splitlines()[0]})"
+        return CellResult(cell, "failed", reason, time.monotonic() - started)
+
+
+def _check_python(cell: Cell, toolchain_python: str, where: str) -> None:
+    """A cell builds for its own Python, never silently for the one an image happens to have."""
+    if toolchain_python != cell.python:
+        raise UsageError(f"{cell.id} is for Python {cell.python}, but its toolchain (--runner "
+                         f"{where}) has Python {toolchain_python}",
+                         hint="exclude that Python from container builds, or use --runner host")
+
+
+def _built(cell: Cell, result: BuildResult, seconds: float) -> CellResult:
+    assert result.wheel is not None
+    found = sorted({sm for d in result.provenance.get("device_code", []) for sm in d["sass"]})
+    return CellResult(cell, "built", "", round(seconds, 1), wheel=result.wheel.name,
+                      size=result.wheel.stat().st_size, archs_found=found,
+                      key=result.provenance.get("key"))
+
+
+def run(cells: Iterable[Cell], settings: Settings,
+        reporter: Reporter | None = None) -> list[CellResult]:
+    report = reporter or QuietReporter()
+    keys = known_keys(settings)
+    results = []
+    for cell in cells:
+        report.stage("cell", cell.id)
+        results.append(run_cell(cell, settings, keys, report))
+        report.stage(results[-1].status, results[-1].reason or results[-1].wheel or cell.id)
+    return results

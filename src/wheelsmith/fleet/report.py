@@ -1,0 +1,80 @@
+"""Nightly reports: versioned JSON (for tools), Markdown (a CI job summary) and JUnit XML
+(CI test views), written atomically into one directory."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from wheelsmith import __version__
+from wheelsmith.files import atomic_write_text
+from wheelsmith.fleet.nightly import CellResult
+
+SCHEMA = 1
+
+
+def summary(results: list[CellResult]) -> dict[str, int]:
+    counts = Counter(r.status for r in results)
+    return {"built": counts["built"], "skipped": counts["skipped"], "failed": counts["failed"],
+            "total": len(results)}
+
+
+def as_json(results: list[CellResult], *, shard: str | None) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "tool": f"wheelsmith {__version__}",
+        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "shard": shard,
+        "summary": summary(results),
+        "cells": [{**r.cell.as_dict(), "status": r.status, "reason": r.reason,
+                   "seconds": r.seconds, "wheel": r.wheel, "size": r.size,
+                   "archs_found": r.archs_found, "key": r.key, "published": r.published}
+                  for r in results],
+    }
+
+
+def as_markdown(results: list[CellResult], *, shard: str | None) -> str:
+    counts = summary(results)
+    icon = {"built": "✅ built", "skipped": "⏭️ skipped", "failed": "❌ failed"}
+    lines = [f"## wheelsmith nightly{f' (shard {shard})' if shard else ''}", "",
+             f"{counts['built']} built, {counts['skipped']} skipped, {counts['failed']} failed "
+             f"of {counts['total']} cells", "",
+             "| cell | status | time | wheel | size | SASS | reason |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        size = f"{r.size / 1e6:.1f} MB" if r.size else ""
+        reason = r.reason.replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `{r.cell.id}` | {icon[r.status]} | {r.seconds:.0f} s | "
+                     f"{r.wheel or ''} | {size} | {', '.join(r.archs_found)} | {reason} |")
+    return "\n".join(lines) + "\n"
+
+
+def as_junit(results: list[CellResult]) -> str:
+    counts = summary(results)
+    suite = ET.Element("testsuite", name="wheelsmith-nightly", tests=str(counts["total"]),
+                       failures=str(counts["failed"]), skipped=str(counts["skipped"]),
+                       time=f"{sum(r.seconds for r in results):.1f}")
+    for r in results:
+        case = ET.SubElement(suite, "testcase", classname=r.cell.recipe, name=r.cell.id,
+                             time=f"{r.seconds:.1f}")
+        if r.status == "failed":
+            ET.SubElement(case, "failure", message=r.reason[:500]).text = r.reason
+        elif r.status == "skipped":
+            ET.SubElement(case, "skipped", message=r.reason)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def write(directory: Path, results: list[CellResult], *, shard: str | None) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    outputs = {
+        "nightly.json": json.dumps(as_json(results, shard=shard), indent=2) + "\n",
+        "nightly.md": as_markdown(results, shard=shard),
+        "junit.xml": as_junit(results),
+    }
+    for name, text in outputs.items():
+        atomic_write_text(directory / name, text)
+    return [directory / name for name in outputs]

@@ -1,0 +1,65 @@
+"""What an index channel offers a given environment: one answer for `install` and `doctor`.
+
+A channel's PEP 691 page lists its wheels; an offer is one the target's pip accepts (its
+Python, platform and glibc) and whose arch set, read from its local label, has native kernels
+(SASS) for every requested arch. A pure wheel, or one wheelsmith did not stamp, is taken to
+run anywhere.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+from wheelsmith.arch import Arch, ArchSet
+from wheelsmith.inventory import DeviceCode, coverage
+from wheelsmith.recipes.fetch import TIMEOUT_S, simple_page
+from wheelsmith.toolchain.target import Target
+from wheelsmith.wheelfile import WheelName
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """A wheel in an index channel that the target accepts."""
+
+    filename: str
+    url: str
+    sha256: str
+    version: Version
+
+
+def offers(base: str, project: str, target: Target, archs: tuple[Arch, ...], *,
+           version: str | None = None, timeout: float = TIMEOUT_S) -> list[Offer]:
+    """The wheels of `project` in the channel at `base` that the target's pip accepts, with
+    native kernels for every arch in `archs` (and of `version`, when given). Raises
+    SourceError when the channel cannot be read; a project it does not have offers nothing."""
+    page_url, page = simple_page(project, base, timeout=timeout, missing_ok=True)
+    found = []
+    for item in (page or {}).get("files", []):
+        name = item["filename"]
+        if not name.endswith(".whl") or item.get("yanked") or not target.accepts(name):
+            continue
+        wheel_version = WheelName.parse(name).version
+        if version is not None and wheel_version.public != Version(version).public:
+            continue
+        if all(serves(name, arch) for arch in archs):
+            found.append(Offer(name, urllib.parse.urljoin(page_url, item["url"]),
+                               item["hashes"]["sha256"], wheel_version))
+    return found
+
+
+def newest(found: list[Offer]) -> Offer | None:
+    return max(found, key=lambda o: o.version, default=None)
+
+
+def serves(filename: str, arch: Arch) -> bool:
+    """Whether a wheel runs natively on `arch`, judged from the arch set in its label; a
+    pure wheel does, and so is assumed of a wheel wheelsmith did not stamp."""
+    local = WheelName.parse(filename).version.local
+    code = ArchSet.label_device_code(local) if local else None
+    if code is None:
+        return True
+    sass, ptx = code
+    return coverage(DeviceCode(filename, sass, ptx), arch) == "sass"

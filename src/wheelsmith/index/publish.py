@@ -1,0 +1,159 @@
+"""Publish wheels into the local index, and yank them. Nothing is ever replaced or deleted.
+
+Order of one publish, under the index lock:
+  1. check the wheel (valid zip, RECORD hashes, METADATA = filename, safe members)
+  2. refuse a filename already published with other bytes (its own exit code)
+  3. store the file and its `.metadata` sidecar (content-addressed, link(2): never clobbers)
+  4. append the ledger line, fsynced (the commit point)
+  5. regenerate that project's pages (and the channel list for a new project) by temp file +
+     rename, then move the pages watermark (see index.py) up to the ledger's end
+Publishing identical bytes again is a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from dataclasses import dataclass
+from email.parser import BytesHeaderParser
+from pathlib import Path
+
+from packaging.version import Version
+
+from wheelsmith import wheelfile
+from wheelsmith.errors import FileConflictError, PublishError
+from wheelsmith.files import sha256_bytes, sha256_file, store_no_clobber
+from wheelsmith.index import ledger
+from wheelsmith.index import store as index
+from wheelsmith.index.ledger import FileRecord, IndexState
+from wheelsmith.wheelfile import read_provenance
+
+log = logging.getLogger(__name__)
+
+CHANNEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    filename: str
+    channel: str
+    project: str
+    status: str  # "published" | "already published"
+
+    @property
+    def page(self) -> str:
+        return f"{self.channel}/simple/{self.project}/"
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    wheel: Path
+    record: FileRecord
+    metadata: bytes
+
+
+def _inspect(wheel: Path, channel: str | None) -> _Candidate:
+    if not wheel.is_file():
+        raise PublishError(f"no such file: {wheel}")
+    problems = wheelfile.check(wheel)
+    if problems:
+        raise PublishError(f"refusing to publish {wheel.name}: it is not a valid wheel: "
+                           + "; ".join(problems), hint="rebuild it; published files must be "
+                           "exactly what a build wrote")
+    metadata = wheelfile.read_metadata(wheel)
+    headers = BytesHeaderParser().parsebytes(metadata)
+    provenance = read_provenance(wheel) or {}
+    chosen = channel or provenance.get("toolchain", {}).get("channel")
+    if not chosen:
+        raise PublishError(f"{wheel.name} has no wheelsmith provenance, so its channel is "
+                           "unknown", hint="pass --channel, e.g. --channel cu130-torch2.14")
+    if not CHANNEL_RE.match(chosen):
+        raise PublishError(f"channel '{chosen}' is not a valid name",
+                           hint="use lowercase letters, digits, '.', '_' and '-'")
+    name = wheelfile.WheelName.parse(wheel.name)
+    record = FileRecord(
+        channel=chosen, project=ledger.normalize(name.name), filename=wheel.name,
+        sha256=sha256_file(wheel), size=wheel.stat().st_size, upload_time=ledger.now(),
+        metadata_sha256=sha256_bytes(metadata), requires_python=headers.get("Requires-Python"),
+        version=str(name.version), key=provenance.get("key"),
+        archs=provenance.get("archs_requested"))
+    return _Candidate(wheel, record, metadata)
+
+
+def publish(wheel: Path, root: Path, *, channel: str | None = None) -> Published:
+    candidate = _inspect(wheel, channel)
+    record = candidate.record
+    with index.locked(root, project=record.project, filename=record.filename) as known:
+        status = _decide(known, record)
+        if status == "already published":
+            return Published(record.filename, record.channel, record.project, status)
+        new_project = record.project not in known.channels.get(record.channel, {})
+        _store(root, candidate)
+        ledger.append(root, ledger.publish_entry(record))  # the commit point
+        known.add(record)
+        # a new project changes the channel's list, which needs the whole ledger
+        state = ledger.read(root) if new_project else known
+        index.write_pages(root, state, record.channel, record.project, lists=new_project)
+        index.pages_done(root)
+    log.info("published %s to %s", record.filename, record.channel)
+    return Published(record.filename, record.channel, record.project, "published")
+
+
+def _decide(state: IndexState, record: FileRecord) -> str:
+    earlier = state.by_filename.get(record.filename)
+    if earlier is not None and earlier.sha256 != record.sha256:
+        raise FileConflictError(
+            f"{record.filename} was published on {earlier.upload_time} with sha256 "
+            f"{earlier.sha256}; this file has {record.sha256}",
+            hint="published files never change: give the new build a new name (a build tag, "
+                 "a .postN version or another label), or yank the old one")
+    project = state.channels.get(record.channel, {}).get(record.project)
+    if project is not None and record.filename in project.files:
+        return "already published"
+    _check_one_arch_set(project, record)
+    return "publish"
+
+
+def _check_one_arch_set(project: ledger.ProjectState | None, record: FileRecord) -> None:
+    """pip picks among local labels by sorting, not by your GPU: one arch set per version."""
+    if project is None or record.archs is None:
+        return
+    public = Version(record.version).public
+    for other in project.files.values():
+        if Version(other.version).public == public and other.archs not in (None, record.archs):
+            raise PublishError(
+                f"channel {record.channel} already holds {record.project} {public} for archs "
+                f"{other.archs}; this wheel is for {record.archs}",
+                hint="pip would pick between them by label, not by your GPU: publish one arch "
+                     "set per version per channel (e.g. --channel "
+                     f"{record.channel}-sm{record.archs.replace(';', '-').replace('+', '')})")
+
+
+def _store(root: Path, candidate: _Candidate) -> None:
+    """File and sidecar at their content-addressed paths; an existing one has the same bytes
+    (its name contains its sha256), which `index check` verifies."""
+    target = root / candidate.record.path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = index.tmp_dir(root)
+    store_no_clobber(target, lambda tmp: shutil.copyfile(candidate.wheel, tmp), scratch)
+    store_no_clobber(target.with_name(target.name + ".metadata"),
+                     lambda tmp: tmp.write_bytes(candidate.metadata), scratch)
+
+
+def yank(root: Path, filename: str, reason: str | None) -> FileRecord:
+    """Mark a file yanked (reason given) or not yanked (None) in every channel listing it."""
+    with index.locked(root, filename=filename) as found:
+        record = found.by_filename.get(filename)
+        if record is None:
+            raise PublishError(f"{filename} is not in the index at {root}",
+                               hint="yank takes a published file name, e.g. from the page")
+        state = ledger.read(root, project=record.project)
+        channels = [(c, record.project) for c, projects in state.channels.items()
+                    if record.project in projects and filename in projects[record.project].files]
+        ledger.append(root, ledger.yank_entry(record, reason))
+        state = ledger.read(root, project=record.project)
+        for channel, project in channels:
+            index.write_pages(root, state, channel, project, lists=False)
+        index.pages_done(root)
+    return record

@@ -1,0 +1,325 @@
+"""Recipes: one YAML file per package in `recipes/`, turned into frozen, typed models.
+
+Structure is checked against RECIPE_SCHEMA (schema.py, published for editors by `wheelsmith
+schema`); meaning (archs, versions, sources, patch files and their sha256) is checked here.
+Every problem is reported at once with its file:line:col.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from wheelsmith import document
+from wheelsmith.arch import ArchParseError, ArchSet, parse_arch
+from wheelsmith.document import Document, KeyPath
+from wheelsmith.errors import UsageError
+from wheelsmith.files import sha256_file
+from wheelsmith.recipes.schema import RECIPE_SCHEMA
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PypiSource:
+    project: str
+    version: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UrlSource:
+    url: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GitSource:
+    url: str
+    commit: str
+    tag: str | None = None  # must name `commit` when given
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LocalSource:
+    path: Path
+
+
+Source = PypiSource | UrlSource | GitSource | LocalSource
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PatchRef:
+    path: Path
+    sha256: str
+    description: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ArchPolicy:
+    env: str
+    format: Literal["torch", "numbers"]
+    default: ArchSet
+    min_cuda: tuple[tuple[str, Version], ...]
+    supported: ArchSet | None = None  # None: whatever torch and nvcc accept
+
+    def render(self, archs: ArchSet) -> str:
+        return archs.torch_arch_list() if self.format == "torch" else archs.numbers_list()
+
+    def unsupported(self, archs: ArchSet) -> list[str]:
+        """Requested archs (with +PTX where asked) the package cannot be told to build."""
+        if self.supported is None:
+            return []
+        allowed = {str(a) for a in self.supported.archs}
+        return [str(a) for a in archs.archs if str(a) not in allowed]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Release:
+    version: str
+    source: Source
+    patches: tuple[PatchRef, ...]
+    env: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Recipe:
+    name: str
+    kind: Literal["extension", "pure"]
+    file: Path
+    summary: str
+    homepage: str
+    arch: ArchPolicy
+    env: tuple[tuple[str, str], ...]
+    memory_per_job_gb: float
+    host_only: tuple[str, ...]
+    smoke_imports: tuple[str, ...]
+    smoke_gpu: str | None
+    releases: tuple[Release, ...]
+
+    @property
+    def latest(self) -> Release:
+        return max(self.releases, key=lambda r: Version(r.version))
+
+    def release(self, version: str | None) -> Release:
+        if version is None:
+            return self.latest
+        for release in self.releases:
+            if Version(release.version) == Version(version):
+                return release
+        known = ", ".join(r.version for r in self.releases)
+        raise UsageError(f"recipe {self.name} has no version {version}",
+                         hint=f"versions in {self.file.name}: {known}")
+
+
+def patch_dir(recipe_file: Path, package: str, version: str) -> Path:
+    """`patches/<package>/<version>/`, next to the `recipes/` directory of `recipe_file`."""
+    return recipe_file.resolve().parent.parent / "patches" / package / version
+
+
+def load_recipe(path: Path, display: str | None = None) -> Recipe:
+    """Load and fully validate one recipe; raises RecipeError listing every problem."""
+    doc = document.load(path, display or _shown(path))
+    data = document.validate(doc, RECIPE_SCHEMA)
+    recipe = _build(doc, path, data if isinstance(data, dict) else {})
+    doc.raise_if_problems()
+    return recipe
+
+
+def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
+    """Check meaning and build the model; `data` holds only structurally valid parts."""
+    name = data.get("package", "")
+    if name and not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", name):
+        doc.at_value(("package",), f"'package' is not a valid project name: '{name}'")
+    arch = data.get("arch", {})
+    build = data.get("build", {})
+    smoke = data.get("smoke", {})
+    releases = tuple(_release(doc, path, name, i, entry) for i, entry in
+                     enumerate(data.get("versions", [])) if entry is not None)
+    _check_unique_versions(doc, releases)
+    return Recipe(
+        name=canonicalize_name(name),
+        kind=data.get("kind", "extension"),
+        file=path,
+        summary=data.get("summary", ""),
+        homepage=data.get("homepage", ""),
+        arch=ArchPolicy(
+            env=arch.get("env", "TORCH_CUDA_ARCH_LIST"),
+            format=arch.get("format", "torch"),
+            default=_arch_set(doc, arch.get("default", ["12.0"]), ("arch", "default")),
+            min_cuda=_min_cuda(doc, arch.get("min_cuda", {})),
+            supported=_arch_set(doc, arch["supported"], ("arch", "supported"))
+            if "supported" in arch else None,
+        ),
+        env=tuple(sorted(build.get("env", {}).items())),
+        memory_per_job_gb=float(build.get("memory_per_job_gb", 3.0)),
+        host_only=tuple(build.get("host_only", [])),
+        smoke_imports=tuple(smoke.get("import", [])),
+        smoke_gpu=smoke.get("gpu"),
+        releases=releases,
+    )
+
+
+def _arch_set(doc: Document, values: list[str | None], path: KeyPath) -> ArchSet:
+    bad = False
+    for index, value in enumerate(values):
+        if value is None:
+            bad = True
+            continue
+        try:
+            parse_arch(value)
+        except ArchParseError as exc:
+            doc.at_value((*path, index), exc.message, exc.hint)
+            bad = True
+    if bad:
+        return ArchSet(())
+    try:
+        return ArchSet.parse([v for v in values if v is not None])
+    except ArchParseError as exc:
+        doc.at_value(path, exc.message, exc.hint)
+        return ArchSet(())
+
+
+def _min_cuda(doc: Document, table: dict[str, str]) -> tuple[tuple[str, Version], ...]:
+    result = []
+    for key, value in table.items():
+        path: KeyPath = ("arch", "min_cuda", key)
+        try:
+            arch = parse_arch(key)
+        except ArchParseError as exc:
+            doc.at_key(path, exc.message, exc.hint)
+            continue
+        try:
+            result.append((arch.capability, Version(value)))
+        except InvalidVersion:
+            doc.at_value(path, f"'arch.min_cuda.{key}' is not a CUDA version: '{value}'",
+                         "write e.g. '12.8'")
+    return tuple(sorted(result))
+
+
+def _release(doc: Document, path: Path, package: str, index: int,
+             entry: dict[str, Any]) -> Release:
+    base: KeyPath = ("versions", index)
+    version = entry.get("version", "0")
+    try:
+        Version(version)
+    except InvalidVersion:
+        doc.at_value((*base, "version"), f"'{version}' is not a valid version (PEP 440)")
+    source = (_source(doc, path, entry["source"], version, (*base, "source"))
+              if "source" in entry else LocalSource(path=Path()))
+    patches = _patches(doc, path, package, version,
+                       entries=entry.get("patches", []), base=base)
+    env = tuple(sorted(entry.get("env", {}).items()))
+    return Release(version=version, source=source, patches=patches, env=env)
+
+
+def _source(doc: Document, recipe: Path, data: dict[str, Any], version: str,
+            path: KeyPath) -> Source:
+    kinds = [k for k in ("pypi", "url", "git", "path") if k in data]
+    if len(kinds) != 1:
+        found = ", ".join(kinds) or "none"
+        doc.at_value(path, f"'{document.render_path(path)}' needs exactly one of pypi, url, git, "
+                           f"path (found {found})")
+        return LocalSource(path=Path())
+    kind = kinds[0]
+    for extra, applies in (("sha256", ("pypi", "url")), ("commit", ("git",)), ("tag", ("git",))):
+        if extra in data and kind not in applies:
+            doc.at_key((*path, extra), f"'{extra}' does not apply to a {kind} source")
+    if kind == "pypi":
+        return PypiSource(project=data["pypi"], version=version, sha256=data.get("sha256", ""))
+    if kind == "url":
+        return UrlSource(url=data["url"], sha256=data.get("sha256", ""))
+    if kind == "git":
+        return GitSource(url=data["git"], commit=data.get("commit", ""), tag=data.get("tag"))
+    # its existence is checked when it is fetched: a recipe stays valid on machines (or in a
+    # container) where the directory is not, as long as nothing is fetched from it there
+    return LocalSource(path=(recipe.resolve().parent / data["path"]).resolve())
+
+
+def _patches(doc: Document, recipe: Path, package: str, version: str, *,
+             entries: list[dict[str, Any] | None], base: KeyPath) -> tuple[PatchRef, ...]:
+    directory = patch_dir(recipe, package, version)
+    refs = []
+    for index, entry in enumerate(entries):
+        where: KeyPath = (*base, "patches", index)
+        if entry is None or "file" not in entry or "sha256" not in entry:
+            continue  # reported by the schema
+        patch = directory / entry["file"]
+        refs.append(PatchRef(path=patch, sha256=entry["sha256"],
+                             description=entry.get("description", "")))
+        shown = _in_project(recipe, patch)
+        if not patch.is_file():
+            doc.at_value((*where, "file"), f"patch file not found: {shown}",
+                         f"patches for {package} {version} live in "
+                         f"{_in_project(recipe, directory)}/")
+            continue
+        actual = sha256_file(patch)
+        if actual != entry["sha256"]:
+            doc.at_value((*where, "sha256"), f"sha256 mismatch for {shown}: the file has {actual}",
+                         "if you changed the patch on purpose, put the new sha256 here")
+    listed = {r.path.name for r in refs}
+    if directory.is_dir():
+        for stray in sorted(p.name for p in directory.glob("*.patch")):
+            if stray not in listed:
+                doc.at_value((*base, "version"), f"{_in_project(recipe, directory / stray)} is "
+                             "not listed in this version's patches",
+                             "list it (with its sha256) or delete it")
+    return tuple(refs)
+
+
+def _in_project(recipe: Path, path: Path) -> str:
+    """`path` relative to the project (the directory above recipes/)."""
+    return str(path.relative_to(recipe.resolve().parent.parent))
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _check_unique_versions(doc: Document, releases: tuple[Release, ...]) -> None:
+    seen: set[Version] = set()
+    for index, release in enumerate(releases):
+        try:
+            parsed = Version(release.version)
+        except InvalidVersion:
+            continue
+        if parsed in seen:
+            doc.at_value(("versions", index, "version"),
+                         f"version {release.version} is listed twice")
+        seen.add(parsed)
+
+
+def recipe_files(recipes_dir: Path) -> Iterator[Path]:
+    yield from sorted(recipes_dir.glob("*.yaml"))
+
+
+def canonical(recipe: Recipe, release: Release) -> dict[str, Any]:
+    """Everything about (recipe, release) that changes the built wheel, as plain data."""
+    return {
+        "package": recipe.name,
+        "kind": recipe.kind,
+        "version": release.version,
+        "source": _source_data(release.source),
+        "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],
+        "arch": {"env": recipe.arch.env, "format": recipe.arch.format},
+        "env": dict(recipe.env) | dict(release.env),
+    }
+
+
+def _source_data(source: Source) -> dict[str, str]:
+    if isinstance(source, PypiSource):
+        return {"pypi": source.project, "sha256": source.sha256}
+    if isinstance(source, UrlSource):
+        return {"url": source.url, "sha256": source.sha256}
+    if isinstance(source, GitSource):
+        return {"git": source.url, "commit": source.commit,
+                **({"tag": source.tag} if source.tag else {})}
+    return {"path": str(source.path)}
+

@@ -1,0 +1,127 @@
+"""The recipe JSON Schema: the structure every recipe file is checked against (with
+document.py's positions), printed by `wheelsmith schema` and kept in
+recipes/recipe.schema.json for editors (`make schema`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$",
+          "x-message": "must be 64 lowercase hex digits (a sha256)"}
+
+
+ENV_MAP = {
+    "type": "object",
+    "description": "environment variables set for the package's own build",
+    "patternProperties": {"^[A-Za-z_][A-Za-z0-9_]*$": {"type": "string"}},
+    "additionalProperties": False,
+}
+
+
+RECIPE_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://wheelsmith.dev/schema/recipe.schema.json",
+    "title": "wheelsmith recipe",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["package", "versions"],
+    "properties": {
+        "package": {"type": "string", "description": "the distribution name on PyPI"},
+        "kind": {"type": "string", "enum": ["extension", "pure"],
+                 "description": "extension (default): CUDA code, verified per arch; pure: a "
+                 "pure-Python wheel with no device code, labelled +pure"},
+        "summary": {"type": "string", "description": "one line shown by `wheelsmith recipes`"},
+        "homepage": {"type": "string"},
+        "arch": {
+            "type": "object",
+            "description": "how the package receives the arch list",
+            "additionalProperties": False,
+            "properties": {
+                "env": {"type": "string", "description": "variable the package reads "
+                        "(default TORCH_CUDA_ARCH_LIST; TORCH_CUDA_ARCH_LIST is always set too)"},
+                "format": {"type": "string", "enum": ["torch", "numbers"],
+                           "description": "torch: '9.0;12.0+PTX'; numbers: '90;120'"},
+                "default": {"type": "array", "minItems": 1, "items": {"type": "string"},
+                            "description": "archs built when --arch is not given"},
+                "supported": {"type": "array", "minItems": 1, "items": {"type": "string"},
+                              "description": "the only archs the package's knob understands "
+                              "(e.g. flash-attn: 8.0, 9.0, 10.0, 12.0); others are refused"},
+                "min_cuda": {"type": "object", "description": "minimum nvcc CUDA per arch, "
+                             "where the package needs more than nvcc itself",
+                             "patternProperties": {".*": {"type": "string"}}},
+            },
+        },
+        "build": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "env": ENV_MAP,
+                "memory_per_job_gb": {"type": "number", "description": "peak memory of one "
+                                      "compile job; bounds MAX_JOBS"},
+                "host_only": {"type": "array", "items": {"type": "string"},
+                              "description": "globs of .so files that carry no device code"},
+            },
+        },
+        "smoke": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "import": {"type": "array", "items": {"type": "string"},
+                           "description": "modules imported against the toolchain's torch"},
+                "gpu": {"type": "string", "description": "Python run when a GPU is present"},
+            },
+        },
+        "versions": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["version", "source"],
+                "properties": {
+                    "version": {"type": "string", "description": "the upstream version"},
+                    "source": {
+                        "type": "object",
+                        "description": "one of pypi, url, git or path",
+                        "additionalProperties": False,
+                        "dependentRequired": {"pypi": ["sha256"], "url": ["sha256"],
+                                              "git": ["commit"]},
+                        "properties": {
+                            "pypi": {"type": "string", "description": "sdist of this project"},
+                            "url": {"type": "string"},
+                            "git": {"type": "string", "description": "repository URL or path"},
+                            "path": {"type": "string", "description": "local directory "
+                                     "(development), relative to the recipe file"},
+                            "sha256": SHA256,
+                            "commit": {"type": "string", "pattern": "^[0-9a-f]{40}$",
+                                       "x-message": "must be a full 40-digit commit hash"},
+                            "tag": {"type": "string", "description": "the tag that must "
+                                    "name `commit` (checked at fetch: a moved tag is an error)"},
+                        },
+                    },
+                    "patches": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["file", "sha256"],
+                            "properties": {
+                                "file": {"type": "string", "description":
+                                         "name under patches/<package>/<version>/"},
+                                "sha256": SHA256,
+                                "description": {"type": "string"},
+                            },
+                        },
+                    },
+                    "env": ENV_MAP,
+                },
+            },
+        },
+    },
+}
+
+
+def schema_json() -> str:
+    return json.dumps(RECIPE_SCHEMA, indent=2) + "\n"
+

@@ -1,0 +1,144 @@
+"""A `Toolchain`: a usable build environment (Python, CUDA_HOME, torch and nvcc versions),
+whether a profile's venv or `system` (the current interpreter's torch and an installed CUDA
+toolkit). Interpreters are asked about themselves by the probe script (resources/probe.py),
+never by importing their torch here."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from wheelsmith import cmd, locations
+from wheelsmith.errors import CommandError, ToolchainError
+from wheelsmith.toolchain.profile import SYSTEM
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Toolchain:
+    """A usable build environment, probed and ready for the pre-flight check."""
+
+    name: str
+    python: Path
+    python_version: str
+    cuda_home: Path
+    torch_version: Version
+    torch_cuda: Version
+    nvcc_version: Version
+    cuobjdump: Path | None
+    pins: tuple[str, ...]
+
+    @property
+    def nvcc(self) -> Path:
+        return self.cuda_home / "bin" / "nvcc"
+
+    @property
+    def bin_dirs(self) -> tuple[Path, ...]:
+        return (self.python.parent, self.cuda_home / "bin")
+
+    def channel(self) -> str:
+        """`cu130-torch2.14`: the index channel wheels of this toolchain belong to."""
+        cuda = f"{self.torch_cuda.major}{self.torch_cuda.minor}"
+        return f"cu{cuda}-torch{self.torch_version.major}.{self.torch_version.minor}"
+
+    def identity(self) -> dict[str, Any]:
+        """What the content key and the provenance record say about the toolchain."""
+        return {"name": self.name, "python": self.python_version,
+                "torch": str(self.torch_version), "torch_cuda": str(self.torch_cuda),
+                "nvcc": str(self.nvcc_version), "pins": list(self.pins)}
+
+
+PROBE_SCRIPT = locations.RESOURCES / "probe.py"
+
+
+def probe_python(python: Path, env: dict[str, str] | None = None,
+                 sections: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Ask an interpreter about itself and its torch (run in a subprocess: torch is not ours);
+    `sections`: also "gpu" and/or "packages" (the installed extensions, for doctor)."""
+    if not Path(python).exists():
+        raise ToolchainError(f"{python} does not exist", hint="give the path of a Python "
+                             "interpreter, e.g. /path/to/venv/bin/python")
+    try:
+        result = cmd.run([python, PROBE_SCRIPT, *sections], stream=False, env=env,
+                         what=f"the probe of {python}")
+    except CommandError as exc:  # not executable, not a program, not a working Python
+        raise ToolchainError(f"{python} is not a Python interpreter: {exc.message}",
+                             hint="give the path of a Python interpreter", tail=exc.tail) from exc
+    for line in result.stdout.splitlines():
+        if line.startswith("WHEELSMITH-PROBE "):
+            data: dict[str, Any] = json.loads(line.removeprefix("WHEELSMITH-PROBE "))
+            return data
+    raise ToolchainError(f"{python} did not answer the probe", hint="is it a Python "
+                         "interpreter (3.8 or newer)?")
+
+
+def nvcc_version(nvcc: Path) -> Version:
+    result = cmd.run([nvcc, "--version"], stream=False, error=ToolchainError, what="nvcc")
+    match = re.search(r"release [\d.]+, V(\d+\.\d+\.\d+)", result.stdout)
+    if match is None:
+        raise ToolchainError(f"cannot read the CUDA version from `{nvcc} --version`")
+    return Version(match[1])
+
+
+def find_cuobjdump(root: Path) -> Path | None:
+    hits = sorted(root.glob("**/bin/cuobjdump"))
+    return hits[0] if hits else None
+
+
+def is_toolkit(home: Path) -> bool:
+    return (home / "bin" / "nvcc").is_file() and (home / "include" / "cuda_runtime.h").is_file()
+
+
+def system_cuda_home() -> Path:
+    """CUDA_HOME or CUDA_PATH when set; else the toolkit around `nvcc` on PATH, then
+    /usr/local/cuda. A guess must look like a toolkit (bin/nvcc and include/cuda_runtime.h):
+    `/usr/local/bin/nvcc` is often a link or a wrapper script, and `/usr/local` is no toolkit
+    (the trap torch's own guess falls into)."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    nvcc = shutil.which("nvcc")
+    guesses = [Path(nvcc).resolve().parent.parent] if nvcc else []
+    guesses.append(Path("/usr/local/cuda"))
+    return next((g for g in guesses if is_toolkit(g)), guesses[0])
+
+
+def system_cuobjdump() -> Path | None:
+    """cuobjdump of an installed CUDA toolkit (CUDA_HOME first, then PATH), if any."""
+    candidate = system_cuda_home() / "bin" / "cuobjdump"
+    if candidate.is_file():
+        return candidate
+    found = shutil.which("cuobjdump")
+    return Path(found) if found else None
+
+
+def system_toolchain(python: Path) -> Toolchain:
+    cuda_home = system_cuda_home()
+    if not (cuda_home / "bin" / "nvcc").is_file():
+        raise ToolchainError(f"no nvcc in {cuda_home}/bin",
+                             hint="set CUDA_HOME to an installed CUDA toolkit, or use a profile")
+    info = probe_python(python)
+    if "torch_error" in info:
+        raise ToolchainError(f"torch does not import in {python}: {info['torch_error']}",
+                             hint="install torch there, or use a pinned toolchain profile")
+    if not info.get("torch_cuda"):
+        raise ToolchainError(f"the torch in {python} is a CPU-only build ({info['torch']})",
+                             hint="a CUDA extension needs a CUDA build of torch")
+    return Toolchain(
+        name=SYSTEM,
+        python=python,
+        python_version=info["python"],
+        cuda_home=cuda_home,
+        torch_version=Version(info["torch"]),
+        torch_cuda=Version(info["torch_cuda"]),
+        nvcc_version=nvcc_version(cuda_home / "bin" / "nvcc"),
+        cuobjdump=system_cuobjdump(),
+        pins=(),
+    )
+

@@ -1,0 +1,76 @@
+"""Pre-flight before hours of compiling: the arch set against nvcc's CUDA version (floors and
+removals), `nvcc --list-gpu-code`, torch's own `_get_cuda_arch_flags` (run in the
+toolchain's Python), and matching nvcc/torch CUDA majors."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+
+from packaging.version import Version
+
+from wheelsmith import cmd
+from wheelsmith.arch import ArchSet
+from wheelsmith.errors import CommandError, ToolchainError
+from wheelsmith.files import atomic_write_text
+from wheelsmith.toolchain.env import PROBE_SCRIPT, Toolchain, probe_python
+from wheelsmith.toolchain.profile import SYSTEM
+
+
+def preflight(toolchain: Toolchain, archs: ArchSet,
+              min_cuda: tuple[tuple[str, Version], ...] = ()) -> None:
+    """Refuse, before compiling, what would fail or silently mis-build later."""
+    problems: list[str] = []
+    nvcc = toolchain.nvcc_version
+    if nvcc.major != toolchain.torch_cuda.major:
+        problems.append(f"CUDA major mismatch: nvcc is {nvcc}, torch {toolchain.torch_version} "
+                        f"was built with CUDA {toolchain.torch_cuda}")
+    problems += archs.toolkit_problems(Version(f"{nvcc.major}.{nvcc.minor}"))
+    needed = dict(min_cuda)
+    for arch in archs.archs:
+        floor = needed.get(arch.capability)
+        if floor is not None and nvcc < floor:
+            problems.append(f"the recipe needs CUDA >= {floor} for arch {arch}, nvcc is {nvcc}")
+    problems += _nvcc_arch_problems(toolchain, archs)
+    problems += _torch_arch_problems(toolchain, archs)
+    if problems:
+        raise ToolchainError(
+            f"the {toolchain.name} toolchain cannot build {archs}: " + "; ".join(problems),
+            hint="pick other archs (--arch) or another toolchain (--toolchain)",
+        )
+
+
+def _nvcc_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
+    if not archs.archs:
+        return []
+    try:
+        result = cmd.run([toolchain.nvcc, "--list-gpu-code"], stream=False, what="nvcc")
+    except CommandError:
+        return []  # older nvcc without the flag: the version table above still applies
+    known = set(result.stdout.split())
+    return [f"nvcc {toolchain.nvcc_version} cannot generate {arch.sm}"
+            for arch in archs.archs if arch.sm not in known]
+
+
+def _torch_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
+    """Ask the toolchain's torch whether it accepts the arch list. Importing torch takes
+    seconds, so a profile venv remembers the answers (they cannot change for its pins)."""
+    if not archs.archs:
+        return []
+    probe = hashlib.sha256(PROBE_SCRIPT.read_bytes()).hexdigest()[:12]  # a new probe re-asks
+    memo = (toolchain.python.parent.parent / f"wheelsmith-arch-checks-{probe}.json"
+            if toolchain.name != SYSTEM else None)
+    known: dict[str, list[str]] = json.loads(memo.read_text()) if memo and memo.is_file() else {}
+    wanted = archs.torch_arch_list()
+    if wanted not in known:
+        env = dict(os.environ, TORCH_CUDA_ARCH_LIST=wanted, CUDA_HOME=str(toolchain.cuda_home))
+        info = probe_python(toolchain.python, env=env)
+        known[wanted] = ([f"torch {toolchain.torch_version} refuses the arch list: "
+                          f"{info['arch_error']}"] if "arch_error" in info else [])
+        if memo is not None:
+            with contextlib.suppress(OSError):  # a read-only toolchain (an image) just re-asks
+                atomic_write_text(memo, json.dumps(known, indent=1, sort_keys=True) + "\n")
+    return known[wanted]
+

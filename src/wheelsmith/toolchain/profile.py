@@ -1,0 +1,227 @@
+"""Toolchain profiles: `toolchains/<name>.yaml`, written by `wheelsmith toolchain new`
+(resolve.py), pin torch, the CUDA compiler and the build tools exactly, per Python where the
+pins differ. Loading checks every pin; the profile directories are searched in order (the
+user's own first), and `default.txt` names the default."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from wheelsmith import document
+from wheelsmith.document import Document
+from wheelsmith.errors import ToolchainError, UsageError
+
+SYSTEM = "system"
+
+
+INSTALLED = "installed"  # cuda_home: an installed CUDA toolkit (no nvcc for it on PyPI)
+
+
+PIN = {"type": "string",
+       "pattern": r"^[A-Za-z0-9._-]+(\[[a-z0-9,_-]+\])?===?[A-Za-z0-9.+!-]+(\s*;\s*\S.*)?$",
+       "x-message": "must be an exact pin, NAME==VERSION, optionally '; python_version == \"3.X\"'"}
+
+
+NVCC_PACKAGES = ("nvidia-cuda-nvcc", "nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc-cu11")
+
+
+PROFILE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "torch", "cuda", "pythons", "cuda_home", "requirements", "tools"],
+    "properties": {
+        "name": {"type": "string", "pattern": r"^cu\d+-torch\d+\.\d+$",
+                 "x-message": "must look like cu130-torch2.14"},
+        "torch": {"type": "string", "description": "the torch version pinned in requirements"},
+        "cuda": {"type": "string", "description": "the CUDA version that torch was built with"},
+        "pythons": {"type": "array", "minItems": 1,
+                    "items": {"type": "string", "pattern": r"^3\.\d+$",
+                              "x-message": "must be a Python version like '3.12'"},
+                    "description": "the Python versions the pins were resolved for"},
+        "index": {"type": "string", "pattern": r"^(https?|file)://",
+                  "x-message": "must be a URL of a simple index",
+                  "description": "extra index torch comes from (e.g. a per-CUDA PyTorch root)"},
+        "cuda_home": {"type": "string",
+                      "description": "the nvcc wheels' toolkit relative to site-packages, or "
+                                     "'installed'"},
+        "requirements": {"type": "array", "minItems": 1, "items": PIN},
+        "tools": {"type": "array", "items": PIN},
+    },
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Profile:
+    name: str
+    file: Path
+    torch: Version
+    cuda: Version
+    pythons: tuple[str, ...]
+    cuda_home: str
+    requirements: tuple[str, ...]
+    tools: tuple[str, ...]
+    index: str | None = None
+
+    @property
+    def pins(self) -> tuple[str, ...]:
+        """Every pin of the venv, once each (a tool may also be a requirement)."""
+        return tuple(dict.fromkeys(self.requirements + self.tools))
+
+    @property
+    def installed_compiler(self) -> bool:
+        """True when nvcc comes from an installed toolkit, not from the profile's pins."""
+        return self.cuda_home == INSTALLED
+
+    def key(self, python_version: str) -> str:
+        """Hash of everything that ends up in the venv: names the venv, image and channel."""
+        data: dict[str, Any] = {"requirements": self.requirements, "tools": self.tools,
+                                "cuda_home": self.cuda_home, "python": python_version}
+        if self.index:
+            data["index"] = self.index
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def require_python(self, version: str) -> None:
+        if version not in self.pythons:
+            raise ToolchainError(
+                f"the {self.name} profile was resolved for Python {', '.join(self.pythons)}, "
+                f"not {version}",
+                hint=f"add it: wheelsmith toolchain new --torch {self.torch} "
+                     f"{' '.join('--python ' + p for p in (*self.pythons, version))} --force")
+
+    def pip_index_args(self) -> list[str]:
+        """pip options that make the profile's extra index (if any) visible."""
+        return ["--extra-index-url", self.index] if self.index else []
+
+
+def load_profile(path: Path) -> Profile:
+    doc = document.load(path)
+    document.validate(doc, PROFILE_SCHEMA)
+    doc.raise_if_problems()
+    data = doc.data
+    versions = {}
+    for key in ("torch", "cuda"):
+        try:
+            versions[key] = Version(str(data[key]))
+        except InvalidVersion:
+            doc.at_value((key,), f"'{key}' is not a version: '{data[key]}'")
+    if path.stem != data["name"]:
+        doc.at_value(("name",), f"profile name '{data['name']}' differs from its file name "
+                     f"'{path.name}'", f"rename the file to {data['name']}.yaml")
+    doc.raise_if_problems()
+    _check_pins(doc, data, versions["torch"])
+    doc.raise_if_problems()
+    return Profile(name=data["name"], file=path, torch=versions["torch"], cuda=versions["cuda"],
+                   pythons=tuple(data["pythons"]), cuda_home=data["cuda_home"],
+                   requirements=tuple(data["requirements"]), tools=tuple(data["tools"]),
+                   index=data.get("index"))
+
+
+def applies(requirement: Requirement, python: str) -> bool:
+    """Whether a pin's marker (if any) selects it on Python `python` (Linux x86_64)."""
+    if requirement.marker is None:
+        return True
+    return requirement.marker.evaluate({  # merged over this interpreter's environment
+        "python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux",
+        "platform_system": "Linux", "platform_machine": "x86_64"})
+
+
+def pinned_version(requirement: Requirement) -> str:
+    """The version of an exact pin (`==V`, or `===V`: that string and no local variant)."""
+    return str(requirement.specifier).lstrip("=")
+
+
+def _check_pins(doc: Document, data: dict[str, Any], torch: Version) -> None:
+    """A missing or conflicting pin, for each Python the profile covers."""
+    parsed: list[tuple[int, Requirement]] = []
+    for position, line in enumerate(data["requirements"]):
+        try:
+            parsed.append((position, Requirement(line)))
+        except InvalidRequirement as exc:
+            doc.at_value(("requirements", position), f"not a requirement: {exc}")
+    for python in data["pythons"]:
+        chosen: dict[str, tuple[int, str]] = {}
+        for position, req in parsed:
+            if not applies(req, python):
+                continue
+            name, version = canonicalize_name(req.name), pinned_version(req)
+            if name in chosen and chosen[name][1] != version:
+                doc.at_value(("requirements", position),
+                             f"conflicting pins for {name} on Python {python}: "
+                             f"{chosen[name][1]} (requirements[{chosen[name][0]}]) and "
+                             f"{version}", "keep one; their markers must not overlap")
+            chosen.setdefault(name, (position, version))
+        _check_required_pins(doc, data, python, {n: v for n, (_, v) in chosen.items()}, torch)
+
+
+def _check_required_pins(doc: Document, data: dict[str, Any], python: str,
+                         chosen: dict[str, str], torch: Version) -> None:
+    hint = "regenerate the profile: wheelsmith toolchain new --torch VERSION --force"
+    if "torch" not in chosen:
+        doc.at_key(("requirements",), f"no torch pin for Python {python}", hint)
+    elif Version(chosen["torch"]) != torch:
+        doc.at_value(("torch",), f"'torch' says {torch} but requirements pin torch=="
+                     f"{chosen['torch']} for Python {python}", hint)
+    if data["cuda_home"] != INSTALLED and not any(p in chosen for p in NVCC_PACKAGES):
+        doc.at_key(("requirements",), f"no CUDA compiler pin for Python {python} (cuda_home "
+                   f"is {data['cuda_home']})", "pin cuda-toolkit[nvcc,cudart,cccl] and its parts"
+                   " (" + hint.removeprefix("regenerate the profile: ") + "), or set cuda_home: "
+                   "installed")
+
+
+ProfileDirs = Path | Sequence[Path]  # one toolchains/ directory, or several: first match wins
+
+
+def _dirs(where: ProfileDirs) -> tuple[Path, ...]:
+    return (where,) if isinstance(where, Path) else tuple(where)
+
+
+def profile_files(where: ProfileDirs) -> dict[str, Path]:
+    """name -> file of every profile in `where`, by name; the first directory wins."""
+    found: dict[str, Path] = {}
+    for directory in _dirs(where):
+        for path in sorted(directory.glob("*.yaml")):
+            found.setdefault(path.stem, path)
+    return dict(sorted(found.items()))
+
+
+def find_profile(where: ProfileDirs, name: str) -> Profile:
+    files = profile_files(where)
+    if name not in files:
+        places = ", ".join(str(d) for d in _dirs(where))
+        raise UsageError(f"no toolchain profile '{name}' in {places}",
+                         hint=f"known profiles: {', '.join(files)}, or '{SYSTEM}' for an "
+                              "installed CUDA")
+    return load_profile(files[name])
+
+
+def load_profiles(where: ProfileDirs) -> list[Profile]:
+    return [load_profile(p) for p in profile_files(where).values()]
+
+
+DEFAULT_FILE = "default.txt"
+
+
+def default_profile_name(where: ProfileDirs) -> str:
+    """The profile a build without --toolchain (or a target environment) uses: the one named
+    in `toolchains/default.txt` (the first directory that has one), else the newest (by torch
+    version)."""
+    for chosen in (d / DEFAULT_FILE for d in _dirs(where)):
+        lines = [line.strip() for line in chosen.read_text().splitlines()
+                 if line.strip() and not line.startswith("#")] if chosen.is_file() else []
+        if lines:
+            return find_profile(where, lines[0]).name
+    profiles = load_profiles(where)
+    if not profiles:
+        places = ", ".join(str(d) for d in _dirs(where))
+        raise UsageError(f"no toolchain profiles in {places}")
+    return max(profiles, key=lambda p: (p.torch, p.cuda)).name
+

@@ -1,0 +1,91 @@
+"""Which toolchain serves a request: the one place that decides.
+
+By name (`--toolchain`), `system`, or, for a target environment (`--python PATH`), the profile
+whose torch and CUDA match the target's (probe → select → ensure). Without either: the
+default profile. A target no profile serves gets the nearest ones and the `toolchain new`
+command that makes one."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from packaging.version import Version
+
+from wheelsmith import locations
+from wheelsmith.errors import ToolchainError
+from wheelsmith.toolchain import target
+from wheelsmith.toolchain.env import Toolchain, system_toolchain
+from wheelsmith.toolchain.profile import (
+    SYSTEM,
+    Profile,
+    default_profile_name,
+    find_profile,
+    load_profiles,
+)
+from wheelsmith.toolchain.target import Target
+from wheelsmith.toolchain.venv import ensure_profile
+
+log = logging.getLogger(__name__)
+
+
+def profile_named(name: str | None) -> Profile:
+    """A profile from the profile directories (None: the default, else the newest)."""
+    toolchains = locations.profile_dirs()
+    return find_profile(toolchains, name or default_profile_name(toolchains))
+
+
+def resolve_toolchain(name: str | None, python: Path, *, for_target: bool = False,
+                      say: Callable[[str], None] = log.info) -> Toolchain:
+    """The toolchain called `name`; without a name, the one for the target environment
+    `python` (for_target; `say` is told which profile was chosen and why) or else the
+    default profile."""
+    if name == SYSTEM:
+        return system_toolchain(python)
+    if name is None and for_target:
+        found = target.probe(python)
+        profiles = load_profiles(locations.profile_dirs())
+        profile = select_profile(found, profiles)
+        torch, cuda = found.cuda_torch()
+        say(f"{profile.name}, chosen for {python} (Python {found.version}, torch {torch}, "
+            f"CUDA {cuda})")
+        return ensure_profile(profile, python, locations.cache_dir())
+    return ensure_profile(profile_named(name), python, locations.cache_dir())
+
+
+def select_profile(target: Target, profiles: list[Profile]) -> Profile:
+    """The profile that builds for `target`: the same torch minor and CUDA major (the same
+    CUDA minor preferred), which must also cover its Python."""
+    torch, cuda = target.cuda_torch()
+    matches = [p for p in profiles if (p.torch.major, p.torch.minor) == (torch.major, torch.minor)
+               and p.cuda.major == cuda.major]
+    if not matches:
+        raise ToolchainError(
+            f"no toolchain profile builds for {target.python}: its torch {torch} uses CUDA "
+            f"{cuda}, and a wheel must match torch {torch.major}.{torch.minor} and CUDA "
+            f"{cuda.major}.x; closest: {', '.join(closest(torch, cuda, profiles))}",
+            hint=f"create it: {new_profile_command(torch, cuda)}")
+    chosen = max(matches, key=lambda p: ((p.cuda.major, p.cuda.minor) == (cuda.major,
+                                                                            cuda.minor),
+                                         p.cuda, p.torch))
+    chosen.require_python(target.version)
+    return chosen
+
+
+def closest(torch: Version, cuda: Version, profiles: list[Profile], count: int = 3) -> list[str]:
+    """Profile names nearest to (torch, CUDA): same CUDA major first, then nearest torch."""
+    def distance(p: Profile) -> tuple[int, int]:
+        return (p.cuda.major != cuda.major,
+                abs((p.torch.major * 100 + p.torch.minor) - (torch.major * 100 + torch.minor)))
+    return [p.name for p in sorted(profiles, key=distance)[:count]]
+
+
+def new_profile_command(torch: Version, cuda: Version) -> str:
+    """The one command that creates the missing profile; a torch with a local label came from
+    another index, which `--index` must name."""
+    command = f"wheelsmith toolchain new --torch {torch} --cuda {cuda.major}.{cuda.minor}"
+    if torch.local:
+        command += " --index URL   (URL: the index that torch came from)"
+    return command
+

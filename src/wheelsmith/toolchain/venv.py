@@ -1,0 +1,157 @@
+"""A profile's venv: created once per (profile, Python) and reused, keyed by the hash of its
+pins and the Python version, installed `--no-deps` and `pip check`ed, completed by a marker
+written last under a lock (an interrupted creation is redone, never half-used). Its CUDA
+compiler comes from PyPI (`cuda_home: nvidia/cu13`) or, for a CUDA major PyPI ships no nvcc
+for, from an installed toolkit (`cuda_home: installed`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from pathlib import Path
+
+from packaging.version import Version
+
+from wheelsmith import cmd
+from wheelsmith.errors import MissingToolkitError, ToolchainError, WheelsmithError
+from wheelsmith.files import atomic_write_text, exclusive_lock
+from wheelsmith.toolchain.env import (
+    Toolchain,
+    find_cuobjdump,
+    is_toolkit,
+    nvcc_version,
+    probe_python,
+    system_cuda_home,
+)
+from wheelsmith.toolchain.profile import Profile
+
+log = logging.getLogger(__name__)
+
+
+MARKER = "wheelsmith-toolchain.json"
+
+
+def venv_root(profile: Profile, python_version: str, cache: Path) -> Path:
+    return cache / "toolchains" / f"{profile.name}-py{python_version}-{profile.key(python_version)}"
+
+
+def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
+    """The toolchain of (profile, python): its venv, created on first use and reused after
+    that, and its compiler (the venv's nvcc, or an installed toolkit's, checked first)."""
+    cuda_home = installed_cuda_home(profile) if profile.installed_compiler else None
+    root = ensure_venv(profile, python, cache)
+    info = json.loads((root / MARKER).read_text())
+    if cuda_home is None:
+        cuda_home, nvcc = Path(info["cuda_home"]), Version(info["nvcc"])
+    else:
+        nvcc = nvcc_version(cuda_home / "bin" / "nvcc")
+    return Toolchain(
+        name=profile.name,
+        python=root / "bin" / "python",
+        python_version=info["python"],
+        cuda_home=cuda_home,
+        torch_version=Version(info["torch"]),
+        torch_cuda=Version(info["torch_cuda"]),
+        nvcc_version=nvcc,
+        cuobjdump=find_cuobjdump(Path(info["purelib"]) / "nvidia"),
+        pins=profile.pins,
+    )
+
+
+def ensure_venv(profile: Profile, python: Path, cache: Path) -> Path:
+    """The profile's venv for `python` (its root), created under a lock if missing."""
+    version = probe_python(python)["python"]
+    profile.require_python(version)
+    root = venv_root(profile, version, cache)
+    marker = root / MARKER
+    if not marker.is_file():  # the marker is written last: with it, the venv is complete
+        with exclusive_lock(root.parent / f"{root.name}.lock"):
+            if not marker.is_file():
+                _create_venv(profile, python, root)
+    return root
+
+
+def _create_venv(profile: Profile, python: Path, root: Path) -> None:
+    log.info("creating the %s toolchain venv in %s (once; about 2 minutes)", profile.name, root)
+    install_pinned(python, root, profile.pins, profile)
+    info = probe_python(root / "bin" / "python")
+    if "torch_error" in info:
+        raise ToolchainError(f"torch does not import in the new toolchain: {info['torch_error']}")
+    if not profile.installed_compiler:
+        cuda_home = Path(info["purelib"]) / profile.cuda_home
+        _link_cuda_libs(cuda_home)
+        info.update(cuda_home=str(cuda_home), nvcc=str(nvcc_version(cuda_home / "bin" / "nvcc")))
+    atomic_write_text(root / MARKER, json.dumps(info, indent=2) + "\n")
+
+
+def installed_cuda_home(profile: Profile) -> Path:
+    """The installed toolkit a profile without a PyPI compiler builds with: CUDA_HOME (or the
+    usual guesses), else the newest /usr/local/cuda-<major>.* of the profile's CUDA major."""
+    major = profile.cuda.major
+    guesses = [system_cuda_home(), *sorted(Path("/usr/local").glob(f"cuda-{major}.*"),
+                                           key=lambda p: version_suffix(p.name), reverse=True)]
+    others = []
+    for home in dict.fromkeys(guesses):
+        if not is_toolkit(home):
+            continue
+        found = nvcc_version(home / "bin" / "nvcc")
+        if found.major == major:
+            return home
+        others.append(f"CUDA {found} at {home}")
+    seen = f" (found only {', '.join(others)})" if others else ""
+    raise MissingToolkitError(
+        f"the {profile.name} profile needs an installed CUDA {major} toolkit: PyPI ships no "
+        f"CUDA {major} compiler, and none is installed here{seen}",
+        hint=f"install CUDA {profile.cuda} or a newer {major}.x (NVIDIA's cuda-nvcc-{major}-"
+             f"{profile.cuda.minor} and cuda-cudart-dev-{major}-{profile.cuda.minor} packages) "
+             "and set CUDA_HOME to it")
+
+
+def version_suffix(name: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", name))
+
+
+def install_pinned(python: Path, root: Path, pins: tuple[str, ...], profile: Profile) -> None:
+    """A fresh venv at `root` with exactly `pins` (no dependency resolution, then `pip check`);
+    removed again if anything fails. The log goes next to it."""
+    if root.exists():
+        log.info("removing the incomplete venv %s", root)
+        shutil.rmtree(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    log_path = root.parent / f"{root.name}.log"
+    venv_python = root / "bin" / "python"
+    requirements = root.parent / f"{root.name}.requirements.txt"
+    requirements.write_text("\n".join(pins) + "\n")
+    steps: list[tuple[list[str | Path], str]] = [
+        ([python, "-m", "venv", root], "python -m venv"),
+        ([venv_python, "-m", "pip", "install", "--no-input", "--no-deps",
+          *profile.pip_index_args(), "-r", requirements], "pip install of the pinned packages"),
+        ([venv_python, "-m", "pip", "check"], "pip check (are all dependencies pinned?)"),
+    ]
+    try:
+        with log_path.open("w") as log_file:
+            for argv, what in steps:
+                cmd.run(argv, what=what, log_file=log_file, log_path=log_path)
+    except WheelsmithError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        raise ToolchainError(f"could not create {root.name}: {exc.message}",
+                             hint=f"pins live in {profile.file}", tail=exc.tail,
+                             log_file=log_path) from exc
+
+
+def _link_cuda_libs(cuda_home: Path) -> None:
+    """The pip CUDA wheels lack lib64/ and libcudart.so, which torch's linker line needs."""
+    lib = cuda_home / "lib"
+    if not (cuda_home / "bin" / "nvcc").is_file() or not lib.is_dir():
+        raise ToolchainError(f"no CUDA compiler at {cuda_home}",
+                             hint="the profile's cuda_home must point at the nvcc wheel's tree")
+    lib64 = cuda_home / "lib64"
+    if not lib64.exists():
+        lib64.symlink_to("lib")
+    unversioned = lib / "libcudart.so"
+    versioned = sorted(lib.glob("libcudart.so.*"))
+    if not unversioned.exists() and versioned:
+        unversioned.symlink_to(versioned[0].name)
+
