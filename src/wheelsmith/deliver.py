@@ -8,12 +8,18 @@ rest are the user's) and are followed by an import of the package's modules ther
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith import cmd
+from wheelsmith.build import runner
+from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
+from wheelsmith.build.runner import Prepared
 from wheelsmith.build.smoke import SMOKE_SCRIPT
 from wheelsmith.errors import VerifyError
+from wheelsmith.index.publish import Published, publish
 from wheelsmith.recipes.model import Recipe
+from wheelsmith.recipes.repos import resolve_recipe
 from wheelsmith.toolchain.target import Target
 
 
@@ -30,3 +36,30 @@ def check_imports(target: Target, recipe: Recipe) -> tuple[str, ...]:
     return tuple(line.removeprefix("imported ") for line in result.stdout.splitlines()
                  if line.startswith("imported "))
 
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    result: BuildResult  # its wheel is None after --configure-only
+    published: Published | None = None  # None: not asked to publish
+    imports: tuple[str, ...] | None = None  # None: not asked to install
+
+
+def deliver(request: BuildRequest, report: Reporter, *, prepared: Prepared | None = None,
+            publish_to: Path | None = None, install_into: Target | None = None) -> Delivered:
+    """Build (verified, on the runner the request names), then publish the wheel to the index
+    at `publish_to` and install it into `install_into`, as asked. A build that made no wheel
+    (configure-only) goes no further."""
+    result = runner.build(request, report, prepared)
+    if result.wheel is None:
+        return Delivered(result)
+    published = None
+    if publish_to is not None:
+        published = publish(result.wheel, publish_to)
+        report.stage("publish", f"{published.status}: {publish_to}/{published.page}")
+    imports = None
+    if install_into is not None:
+        report.stage("install", f"{result.wheel.name} into {install_into.python}")
+        install_file(install_into, result.wheel)
+        imports = check_imports(install_into, resolve_recipe(request.recipe))
+    return Delivered(result, published, imports)

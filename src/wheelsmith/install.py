@@ -19,11 +19,10 @@ from pathlib import Path
 
 from wheelsmith import cmd
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import plan, runner
+from wheelsmith.build import plan
 from wheelsmith.build.request import BuildRequest, Reporter
-from wheelsmith.deliver import check_imports, install_file
+from wheelsmith.deliver import check_imports, deliver
 from wheelsmith.errors import SourceError, UsageError
-from wheelsmith.index import publish
 from wheelsmith.index.offers import Offer, newest, offers
 from wheelsmith.recipes import repos
 from wheelsmith.recipes.model import Recipe
@@ -65,15 +64,12 @@ def install(request: InstallRequest, target: Target, report: Reporter) -> Instal
         return Installed(offer.filename, "index", base, check_imports(target, recipe))
     report.stage("index", f"{base} has no {recipe.name} wheel for Python {target.version}"
                           f"{f' with {archs} kernels' if archs.archs else ''}: building one")
-    built = runner.build(_build_request(request, archs, target), report)
-    assert built.wheel is not None
-    published = None
-    if request.publish_to is not None:
-        done = publish.publish(built.wheel, request.publish_to)
-        report.stage("publish", f"{done.status}: {request.publish_to}/{done.page}")
-        published = done.status
-    install_file(target, built.wheel)
-    return Installed(built.wheel.name, "built", base, check_imports(target, recipe), published)
+    done = deliver(_build_request(request, archs, target), report,
+                   publish_to=request.publish_to, install_into=target)
+    assert done.result.wheel is not None
+    assert done.imports is not None
+    return Installed(done.result.wheel.name, "built", base, done.imports,
+                     done.published.status if done.published else None)
 
 
 def archs_for(recipe: Recipe, requested: ArchSet | None, target: Target) -> ArchSet:

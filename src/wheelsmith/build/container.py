@@ -46,6 +46,11 @@ LABEL_KEY = "dev.wheelsmith.profile-key"
 LABEL_BASE = "dev.wheelsmith.base"
 ENGINES = ("podman", "docker")
 CODE_IN_IMAGE = "/opt/wheelsmith/current"  # where the host's wheelsmith package is mounted
+PYTHON_IN_IMAGE = "/opt/wheelsmith/venv/bin/python"  # the Python wheelsmith runs with there
+SOURCE_IN_IMAGE = "/work/src"  # the prepared (fetched and patched) source
+OUT_IN_IMAGE = "/work/out"  # where the inner build writes its wheel
+WORK_IN_IMAGE = "/work/build"  # the inner build's work directory (its request.json too)
+CCACHE_IN_IMAGE = "/work/ccache"
 NPROC_CEILING = 32768  # conmon's own limit: asking for more fails with EPERM
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")  # given to the image build as a secret
 BUILDKIT_BUILT_IN_BEFORE = 23  # docker CLIs before 23.0 carry BuildKit; later ones use buildx
@@ -225,7 +230,7 @@ def _current_code() -> list[str]:
 
 
 def _wheelsmith_in_image(image: str, *args: str) -> list[str]:
-    return [image, "/opt/wheelsmith/venv/bin/python", "-m", "wheelsmith", *args]
+    return [image, PYTHON_IN_IMAGE, "-m", "wheelsmith", *args]
 
 
 def toolchain_in(engine: Engine, image: str, profile: Profile) -> Toolchain:
@@ -271,10 +276,10 @@ def running(engine: Engine, *, keep: bool) -> Iterator[str]:
 def run_argv(engine: Engine, image: str, mounts: Mounts, args: list[str], *,
              env: dict[str, str], keep: bool, name: str) -> list[str]:
     """The `run` command line: offline, only these mounts, only these variables."""
-    volumes = [f"{mounts.project}:/project:ro", f"{mounts.source}:/work/src",
-               f"{mounts.out}:/work/out", f"{mounts.work}:/work/build"]
+    volumes = [f"{mounts.project}:/project:ro", f"{mounts.source}:{SOURCE_IN_IMAGE}",
+               f"{mounts.out}:{OUT_IN_IMAGE}", f"{mounts.work}:{WORK_IN_IMAGE}"]
     if mounts.ccache is not None:
-        volumes.append(f"{mounts.ccache}:/work/ccache")
+        volumes.append(f"{mounts.ccache}:{CCACHE_IN_IMAGE}")
     volumes += [f"{repo}:{repo}:ro" for repo in mounts.recipes]
     argv = [engine.exe, "run", *([] if keep else ["--rm"]), "--name", name, *engine.common(),
             "--network=none", "--env", "WHEELSMITH_HOME=/project", *_current_code()]
@@ -284,13 +289,13 @@ def run_argv(engine: Engine, image: str, mounts: Mounts, args: list[str], *,
         argv += ["--env", f"{key}={value}"]
     for volume in volumes:
         argv += ["--volume", volume]
-    return [*argv, *_wheelsmith_in_image(image, "-vv", "build", *args)]
+    return [*argv, *_wheelsmith_in_image(image, "-vv", *args)]
 
 
 def run_build(engine: Engine, image: str, mounts: Mounts, args: list[str], *,
               env: dict[str, str], keep: bool, log_file: IO[str], log_path: Path,
               on_line: Callable[[str], None]) -> None:
-    """Run `wheelsmith build ARGS` inside the image on the prepared tree, offline."""
+    """Run `wheelsmith ARGS` inside the image on the prepared tree, offline."""
     with running(engine, keep=keep) as name:
         try:
             cmd.run(run_argv(engine, image, mounts, args, env=env, keep=keep, name=name),

@@ -8,8 +8,12 @@ line of code.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import sys
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -74,3 +78,51 @@ class BuildResult:
     log: Path | None
     configured: tuple[dict[str, Any], ...] = ()  # what each build.ninja targets
 
+
+
+# --- one serialisation, read by both sides of a container build ---------------------------
+
+
+def to_json(request: BuildRequest) -> str:
+    """Every field of the request as JSON (`from_json` gives the same request back)."""
+    return json.dumps({f.name: _encode(getattr(request, f.name))
+                       for f in dataclasses.fields(BuildRequest)}, indent=2, sort_keys=True)
+
+
+def from_json(text: str) -> BuildRequest:
+    data = json.loads(text)
+    hints = typing.get_type_hints(BuildRequest)
+    unknown = set(data) - set(hints)
+    if unknown:  # written by another wheelsmith: never silently drop a setting
+        raise ValueError(f"unknown build request field(s): {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {name: _decode(hints[name], value) for name, value in data.items()}
+    return BuildRequest(**values)
+
+
+def _encode(value: object) -> object:
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, (Path, ArchSet)):
+        return str(value)
+    if isinstance(value, tuple):
+        return [_encode(item) for item in value]
+    raise TypeError(f"a BuildRequest field holds a {type(value).__name__}, which to_json "
+                    "cannot write: teach _encode and _decode that type")
+
+
+def _decode(hint: Any, value: object) -> object:
+    if value is None:
+        return None
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        (hint,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    if hint in (Path, ArchSet):
+        assert isinstance(value, str)
+        return Path(value) if hint is Path else ArchSet.parse([value])
+    if typing.get_origin(hint) is tuple:
+        assert isinstance(value, list)
+        args = typing.get_args(hint)
+        items = [args[0]] * len(value) if args[-1] is Ellipsis else list(args)
+        return tuple(_decode(item, entry) for item, entry in zip(items, value, strict=True))
+    if not isinstance(value, hint):
+        raise ValueError(f"a build request field holds {value!r}, not a {hint.__name__}")
+    return value

@@ -11,20 +11,29 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wheelsmith import locations, wheelfile
-from wheelsmith.build import compile, compilecache, container, finish, orchestrate
-from wheelsmith.build.compile import progress_parser
+from wheelsmith.build import compilecache, container, finish, orchestrate
+from wheelsmith.build.compile import log_path_of, progress_parser
 from wheelsmith.build.plan import BuildPlan
-from wheelsmith.build.request import RUNNER_INFO, BuildRequest, BuildResult, QuietReporter, Reporter
+from wheelsmith.build.request import (
+    RUNNER_INFO,
+    BuildRequest,
+    BuildResult,
+    QuietReporter,
+    Reporter,
+    to_json,
+)
 from wheelsmith.errors import CompileError, UsageError, VerifyError
 from wheelsmith.files import scratch_dir
 from wheelsmith.recipes import repos
 from wheelsmith.toolchain import select, tools
 from wheelsmith.toolchain.profile import SYSTEM
 from wheelsmith.wheelfile import read_provenance
+
+REQUEST_FILE = "request.json"  # the inner build's request, in its work directory
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,18 +101,39 @@ def _run(engine: container.Engine, image: str, info: dict[str, object], *, plan:
 
 
 def _run_locked(engine: container.Engine, image: str, info: dict[str, object], *,
-                plan: BuildPlan, request: BuildRequest, report: Reporter
-                ) -> BuildResult:
+                plan: BuildPlan, request: BuildRequest, report: Reporter) -> BuildResult:
+    _refuse_network_needs(request)
     work = request.work_dir.resolve() / plan.slug()
     work.mkdir(parents=True, exist_ok=True)
-    log_path = compile.log_path_of(work)
+    log_path = log_path_of(work)
     log_path.write_text(f"wheelsmith container build: {plan.slug()} in {image}\n")
     source = orchestrate.fetch_and_patch(plan, work, report)
     for path in [source, *source.rglob("*")]:  # the builder in the image writes build/ here
         if not path.is_symlink():
             path.chmod(path.stat().st_mode | 0o777 if path.is_dir() else
                        path.stat().st_mode | 0o666)
-    out = _writable_dir(work / "container-out")
+    ccache = _container_ccache(request)
+    mounts = container.Mounts(project=locations.project_root(), source=source,
+                              out=_writable_dir(work / "container-out"),
+                              work=_writable_dir(work / "container-work"), ccache=ccache,
+                              recipes=tuple(r.root for r in repos.repos() if r.user))
+    (mounts.work / REQUEST_FILE).write_text(to_json(inner_request(plan, request, ccache)))
+    runner_info = {"engine": engine.name, "image": image, "image_id": info.get("Id"),
+                   "digest": info.get("Digest")}
+    target = str(plan.archs) if plan.archs.archs else "pure Python"
+    report.stage("compile", f"{plan.recipe.name} {plan.release.version} for {target} in "
+                            f"{engine.name}, --network=none")
+    with log_path.open("a", encoding="utf-8") as log_file:
+        container.run_build(engine, image, mounts,
+                            ["build-request", f"{container.WORK_IN_IMAGE}/{REQUEST_FILE}"],
+                            env={RUNNER_INFO: json.dumps(runner_info)},
+                            keep=request.keep_container, log_file=log_file, log_path=log_path,
+                            on_line=progress_parser(report.progress))
+    return _check_and_place(plan, request, mounts.out, log_path, report)
+
+
+def _refuse_network_needs(request: BuildRequest) -> None:
+    """Before anything is fetched: a container build has no network."""
     if request.compile_farm not in (None, "off") or request.compile_farm_required:
         raise UsageError("container builds run with --network=none, so a compile farm cannot "
                          "be reached", hint="use --runner host with --compile-farm")
@@ -111,42 +141,33 @@ def _run_locked(engine: container.Engine, image: str, info: dict[str, object], *
     if cache is not None and cache.needs_network:
         raise UsageError("container builds run with --network=none, so a TCP compile cache "
                          "cannot be reached", hint="use a local cache, or --runner host")
-    ccache = None
-    if cache is not None:
-        ccache = cache.local.parent / "ccache-container"
-        ccache.mkdir(parents=True, exist_ok=True)
-        ccache.chmod(0o777)
-    mounts = container.Mounts(project=locations.project_root(), source=source, out=out,
-                              work=_writable_dir(work / "container-work"), ccache=ccache,
-                              recipes=tuple(r.root for r in repos.repos() if r.user))
-    runner_info = {"engine": engine.name, "image": image, "image_id": info.get("Id"),
-                   "digest": info.get("Digest")}
-    target = str(plan.archs) if plan.archs.archs else "pure Python"
-    report.stage("compile", f"{plan.recipe.name} {plan.release.version} for {target} in "
-                            f"{engine.name}, --network=none")
-    with log_path.open("a", encoding="utf-8") as log_file:
-        container.run_build(engine, image, mounts, _inner_args(plan, request, ccache),
-                            env={RUNNER_INFO: json.dumps(runner_info)},
-                            keep=request.keep_container, log_file=log_file, log_path=log_path,
-                            on_line=progress_parser(report.progress))
-    return _check_and_place(plan, request, out, log_path, report)
 
 
-def _inner_args(plan: BuildPlan, request: BuildRequest,
-                ccache: Path | None) -> list[str]:
-    args = [f"{plan.recipe.name}=={plan.release.version}", "--toolchain", plan.toolchain.name,
-            "--prepared-source", "/work/src", "--out", "/work/out", "--work-dir",
-            "/work/build", "--rebuild", "--compile-cache",
-            "/work/ccache" if ccache is not None else "off"]
-    if plan.archs.archs:
-        args += ["--arch", str(plan.archs)]
-    if request.jobs is not None:
-        args += ["--jobs", str(request.jobs)]
-    if request.split_compile is not None:
-        args += ["--split-compile", request.split_compile]
-    for key, value in request.env:
-        args += ["--env", f"{key}={value}"]
-    return args
+def _container_ccache(request: BuildRequest) -> Path | None:
+    """The local compile cache's directory for container builds (its own: the image's
+    compilers are not the host's), writable by the image's builder; None without a cache."""
+    cache = compilecache.resolve(request.compile_cache, locations.cache_dir())
+    if cache is None:
+        return None
+    ccache = cache.local.parent / "ccache-container"
+    ccache.mkdir(parents=True, exist_ok=True)
+    ccache.chmod(0o777)
+    return ccache
+
+
+def inner_request(plan: BuildPlan, request: BuildRequest, ccache: Path | None
+                  ) -> BuildRequest:
+    """The request the wheelsmith inside the image runs: the host's, with the plan's
+    resolved choices and the container's paths. Every other field is carried as it is, so a
+    field added to BuildRequest reaches the container build without a line here."""
+    return replace(
+        request, recipe=plan.recipe.name, version=plan.release.version,
+        archs=plan.archs if plan.archs.archs else None, toolchain=plan.toolchain.name,
+        python=Path(container.PYTHON_IN_IMAGE), target=None, python_version=None,
+        out_dir=Path(container.OUT_IN_IMAGE), work_dir=Path(container.WORK_IN_IMAGE),
+        prepared_source=Path(container.SOURCE_IN_IMAGE), rebuild=True,
+        compile_cache=container.CCACHE_IN_IMAGE if ccache is not None else "off",
+        runner="host", keep_container=False)
 
 
 def _check_and_place(plan: BuildPlan, request: BuildRequest, out: Path,

@@ -9,10 +9,8 @@ from typing import Any
 
 import click
 
-from wheelsmith import deliver
 from wheelsmith.build import compilesetup, finish
-from wheelsmith.build import runner as runner_module
-from wheelsmith.build.request import BuildRequest, BuildResult
+from wheelsmith.build.request import BuildRequest, BuildResult, from_json
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     arch_option,
@@ -28,12 +26,13 @@ from wheelsmith.cli._common import (
     runner_option,
 )
 from wheelsmith.cli.index import published_json
+from wheelsmith.deliver import deliver
 from wheelsmith.errors import RecipeError
-from wheelsmith.index import publish
 from wheelsmith.recipes import repos
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.recipes.schema import schema_json
 from wheelsmith.toolchain import target
+from wheelsmith.toolchain.target import Target
 
 
 @main.command()
@@ -82,8 +81,6 @@ from wheelsmith.toolchain import target
                    "installed.")
 @runner_option
 @click.option("--keep-container", is_flag=True, help="Keep the build container (debugging).")
-@click.option("--prepared-source", type=click.Path(path_type=Path), hidden=True,
-              help="A tree already fetched and patched (what the container runner passes in).")
 @click.option("--configure-only", is_flag=True,
               help="Stop once the build files are generated and show the arch targets they "
                    "hold (for packages too big to compile here).")
@@ -91,16 +88,14 @@ from wheelsmith.toolchain import target
               help="Publish the verified wheel to --index afterwards.")
 @index_option
 @json_option
-def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: str | None,
-          install_into: bool, out_dir: Path, work_dir: Path, jobs: int | None,
-          split_compile: str | None, compile_farm: str | None, compile_farm_required: bool,
-          env: tuple[str, ...], rebuild: bool, keep_work: bool, no_wait: bool,
-          compile_cache: str | None, runner: str, keep_container: bool,
-          prepared_source: Path | None, configure_only: bool, publish_to: bool,
-          index_dir: Path, as_json: bool) -> None:
+def build(recipe: str, archs: tuple[str, ...], python: str | None, install_into: bool,
+          split_compile: str | None, env: tuple[str, ...], no_wait: bool, publish_to: bool,
+          index_dir: Path, as_json: bool, **same_named: Any) -> None:
     """Build RECIPE into a wheel that provably carries device code for --arch."""
+    # Options named like a BuildRequest field arrive in `same_named` and go into the request
+    # as they are: a new build flag is one field plus one option (docs/architecture.md).
     name, _, version = recipe.partition("==")
-    if configure_only and (publish_to or install_into):
+    if same_named["configure_only"] and (publish_to or install_into):
         raise click.UsageError("--configure-only builds no wheel, so there is nothing to "
                                "publish or install")
     chosen_python = parse_python(python)
@@ -108,34 +103,35 @@ def build(recipe: str, archs: tuple[str, ...], toolchain: str | None, python: st
     if install_into and target_env is None:
         raise click.UsageError("--install needs --python PATH: the environment to install into")
     request = BuildRequest(
-        recipe=name, version=version or None, archs=parse_archs(archs), toolchain=toolchain,
-        **chosen_python, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
+        recipe=name, version=version or None, archs=parse_archs(archs), **chosen_python,
         split_compile=None if split_compile is None else compilesetup.split_setting(split_compile),
-        compile_farm=compile_farm,
-        compile_farm_required=compile_farm_required, env=parse_env(env),
-        configure_only=configure_only, compile_cache=compile_cache,
-        runner=runner, keep_container=keep_container, prepared_source=prepared_source,
-        rebuild=rebuild, keep_work=keep_work, wait=not no_wait)
+        env=parse_env(env), wait=not no_wait, **same_named)
+    install_target = target.probe(target_env) if install_into and target_env else None
+    _deliver(request, publish_to=index_dir if publish_to else None,
+             install_into=install_target, as_json=as_json)
+
+
+@main.command("build-request", hidden=True)
+@click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+def build_request(file: Path) -> None:
+    """Run the build a container runner wrote to FILE (build/request.py's JSON)."""
+    _deliver(from_json(file.read_text()), publish_to=None, install_into=None, as_json=False)
+
+
+def _deliver(request: BuildRequest, *, publish_to: Path | None, install_into: Target | None,
+             as_json: bool) -> None:
     with console.TerminalReporter() as reporter:
-        result = runner_module.build(request, reporter)
-        if result.wheel is None:
-            _report_configured(result, as_json)
-            return
-        published = publish.publish(result.wheel, index_dir) if publish_to else None
-        if published is not None:
-            reporter.stage("publish", f"{published.status}: {index_dir}/{published.page}")
-        imported = None
-        if install_into and target_env is not None:
-            environment = target.probe(target_env)
-            reporter.stage("install", f"{result.wheel.name} into {target_env}")
-            deliver.install_file(environment, result.wheel)
-            imported = deliver.check_imports(environment, repos.resolve_recipe(name))
+        done = deliver(request, reporter, publish_to=publish_to, install_into=install_into)
+    result = done.result
+    if result.wheel is None:
+        _report_configured(result, as_json)
+        return
     if as_json:
         emit_json({"ok": True, "wheel": str(result.wheel), "up_to_date": result.up_to_date,
-                    "log": str(result.log) if result.log else None,
-                    "published": published_json(published), "provenance": result.provenance,
-                    "installed": None if imported is None else {
-                        "python": str(target_env), "imports": list(imported)}})
+                   "log": str(result.log) if result.log else None,
+                   "published": published_json(done.published), "provenance": result.provenance,
+                   "installed": None if install_into is None or done.imports is None else {
+                       "python": str(install_into.python), "imports": list(done.imports)}})
         return
     click.echo(str(result.wheel))
     for item in result.provenance.get("device_code", []):

@@ -20,9 +20,10 @@ from pathlib import Path
 from wheelsmith.arch import ArchSet
 from wheelsmith.build import compilefarm, runner
 from wheelsmith.build.request import BuildRequest, BuildResult, QuietReporter, Reporter
+from wheelsmith.deliver import deliver
 from wheelsmith.errors import MissingToolkitError, UsageError, WheelsmithError
 from wheelsmith.fleet.matrix import Cell
-from wheelsmith.index import ledger, publish
+from wheelsmith.index import ledger
 from wheelsmith.wheelfile import read_provenance
 
 log = logging.getLogger(__name__)
@@ -100,11 +101,10 @@ def run_cell(cell: Cell, settings: Settings, keys: set[str],
         if plan.key in keys:
             return CellResult(cell, "skipped", "already built (content key in the index or "
                               "output)", key=plan.key)
-        result = runner.build(request, reporter, prepared=prepared)
-        assert result.wheel is not None
-        outcome = _built(cell, result, time.monotonic() - started)
-        if settings.publish:
-            outcome.published = publish.publish(result.wheel, settings.index_dir).status
+        done = deliver(request, reporter, prepared=prepared,
+                       publish_to=settings.index_dir if settings.publish else None)
+        outcome = _built(cell, done.result, time.monotonic() - started)
+        outcome.published = done.published.status if done.published else None
         keys.add(plan.key)
         return outcome
     except MissingToolkitError as error:  # a precondition of this runner, not a failure

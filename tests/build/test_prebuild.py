@@ -9,7 +9,7 @@ from pathlib import Path
 import ninja
 import pytest
 
-from tests.test_buildenv import plan
+from tests.build.test_buildenv import plan
 from wheelsmith.build import compilesetup
 from wheelsmith.build.prebuild import (
     MISSING,

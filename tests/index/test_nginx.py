@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.test_index_clients import INSTALLERS, get, installed, venv
+from tests.index.test_index_clients import INSTALLERS, get, installed, venv
 from tests.wheels import make_wheel
 from wheelsmith.index.publish import publish
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.build.test_container import PROBLEM, no_registry_env
 from tests.conftest import REPO, Docker
-from tests.test_container import PROBLEM, no_registry_env
 
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no podman build: {PROBLEM}")
 

@@ -15,7 +15,7 @@ LINES = {
     "oom-killed": "Killed\nninja: build stopped: subcommand failed.",
     "download-attempt": "error: <urlopen error [Errno -3] Temporary failure in name resolution>",
     "no-torch": "ModuleNotFoundError: No module named 'torch'",
-    # sccache's own lines, seen with a real sccache-dist farm (tests/test_compile_farm.py)
+    # sccache's own lines, seen with a real sccache-dist farm (tests/build/test_compile_farm.py)
     # fast-hadamard-transform 1.1.0's sdist (no csrc/), and the pre-build check's line for it
     "sources-missing": "ninja: error: '/w/fast_hadamard_transform-1.1.0/csrc/fast_hadamard_"
                        "transform.cpp', needed by '/w/fast_hadamard_transform-1.1.0/build/temp."

@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from tests.build.test_build_tiny import build_json
+from tests.build.test_manylinux import FILESYSTEM_CXX, TO_CHARS_CXX
 from tests.conftest import add_variant, wheelsmith
-from tests.test_build_tiny import build_json
-from tests.test_manylinux import FILESYSTEM_CXX, TO_CHARS_CXX
 from tests.wheels import compile_shared, extension_wheel
 from wheelsmith import locations
 from wheelsmith.build import manylinux
