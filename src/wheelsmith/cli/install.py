@@ -13,6 +13,7 @@ from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     arch_option,
     emit_json,
+    index_url_option,
     json_option,
     main,
     parse_archs,
@@ -27,9 +28,8 @@ from wheelsmith.toolchain import target
 @click.option("--python", "python", type=click.Path(path_type=Path), required=True,
               help="The environment to install into (its Python, torch, CUDA and GPU decide "
                    "which wheel fits).")
-@click.option("--index", "index_url", default="http://127.0.0.1:8080", show_default=True,
-              help="Base URL of the wheelsmith index; the channel matching the environment's "
-                   "torch and CUDA is read below it.")
+@index_url_option("Base URL of the wheelsmith index; the channel matching the environment's "
+                  "torch and CUDA is read below it.")
 @arch_option
 @click.option("--publish", "publish_to", type=click.Path(path_type=Path), is_flag=False,
               flag_value=Path("index"), default=None, metavar="[DIR]",
