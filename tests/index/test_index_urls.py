@@ -1,15 +1,24 @@
 """`--index` of install and doctor: which values are an index, and one-line errors for the
-rest (checked once, in cli/_common.py, for both commands)."""
+rest (checked once, in cli/_common.py, for both commands); a file:// index read from disk."""
 
 from __future__ import annotations
 
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from tests.wheels import make_wheel
+from wheelsmith.arch import parse_arch
 from wheelsmith.cli import main
 from wheelsmith.cli._common import parse_index_url
+from wheelsmith.errors import SourceError
+from wheelsmith.files import sha256_file
+from wheelsmith.index.offers import offers
+from wheelsmith.index.publish import publish
+from wheelsmith.toolchain.target import Target
 
 NOT_AN_INDEX_HINT = ("hint: give the URL `wheelsmith serve` listens on, e.g. --index "
                      "http://127.0.0.1:8080, or an index directory, e.g. --index "
@@ -45,3 +54,41 @@ def test_an_existing_directory_is_read_as_its_file_url(tmp_path: Path,
     (tmp_path / "my index").mkdir()
     monkeypatch.chdir(tmp_path)
     assert parse_index_url("my index") == f"file://{tmp_path}/my%20index"
+
+
+CHANNEL = "cu130-torch2.14"
+LABEL = "cu.13.0.torch.2.14.sm.120"
+
+
+def environment(python: str = "3.11") -> Target:
+    """A Target as the probe would report a Python with torch 2.14.1+cu130 and an sm_120 GPU."""
+    return Target.from_probe(Path("/env/bin/python"), {
+        "python": python, "torch_full": "2.14.1+cu130", "torch_dist": "2.14.1",
+        "torch_cuda": "13.0", "glibc": "2.36", "machine": "x86_64", "pip": True,
+        "gpu": {"name": "RTX PRO 6000", "capability": [12, 0]}})
+
+
+def test_a_file_index_is_read_from_disk_and_a_missing_project_is_not_there(
+        tmp_path: Path) -> None:
+    root = tmp_path / "my index"  # a space: the file:// URL quotes it
+    wheel = make_wheel(tmp_path, "demo-ext", f"1.0.0+{LABEL}")
+    publish(wheel, root, channel=CHANNEL)
+    base = f"{root.as_uri()}/{CHANNEL}/simple/"
+    found = offers(base, "demo-ext", environment(), (parse_arch("12.0"),))
+    assert [(o.filename, o.sha256) for o in found] == [(wheel.name, sha256_file(wheel))]
+    stored = Path(urllib.request.url2pathname(urllib.parse.urlsplit(found[0].url).path))
+    assert stored.read_bytes() == wheel.read_bytes()
+    assert offers(base, "not-here", environment(), ()) == []
+    assert offers(f"{(tmp_path / 'new').as_uri()}/{CHANNEL}/simple/", "demo-ext",
+                  environment(), ()) == []  # an index not created yet holds nothing
+
+
+def test_a_file_index_page_that_is_not_json_is_an_error_naming_it(tmp_path: Path) -> None:
+    page = tmp_path / CHANNEL / "simple" / "demo-ext"
+    page.mkdir(parents=True)
+    (page / "index.json").write_text("<html>")
+    with pytest.raises(SourceError) as caught:
+        offers(f"{tmp_path.as_uri()}/{CHANNEL}/simple/", "demo-ext", environment(), ())
+    assert caught.value.message == (
+        f"cannot read the index page {tmp_path.as_uri()}/{CHANNEL}/simple/demo-ext/: "
+        "Expecting value: line 1 column 1 (char 0)")
