@@ -23,7 +23,7 @@ from wheelsmith.build import plan
 from wheelsmith.build.request import BuildRequest, Reporter
 from wheelsmith.deliver import check_imports, deliver
 from wheelsmith.errors import SourceError, UsageError
-from wheelsmith.index.offers import Offer, newest, offers
+from wheelsmith.index.offers import Offer, channel_url, newest, offers
 from wheelsmith.recipes import repos
 from wheelsmith.recipes.model import Recipe
 from wheelsmith.toolchain.target import Target
@@ -34,7 +34,7 @@ class InstallRequest:
     recipe: str
     version: str | None
     python: Path
-    index_url: str  # base URL of a wheelsmith index (its channels below it)
+    index_url: str  # a wheelsmith index (its channels below it), or the target's channel in it
     archs: ArchSet | None  # default: the GPU's
     publish_to: Path | None  # an index directory a freshly built wheel is published to
     build: BuildRequest  # how a missing wheel is built (out, work dir, jobs, ...)
@@ -52,7 +52,7 @@ class Installed:
 def install(request: InstallRequest, target: Target, report: Reporter) -> Installed:
     recipe = repos.resolve_recipe(request.recipe)
     archs = archs_for(recipe, request.archs, target)
-    base = f"{request.index_url.rstrip('/')}/{target.channel}/simple/"
+    base = channel_url(request.index_url, target)
     try:
         offer = newest(offers(base, recipe.name, target, archs.archs, version=request.version))
     except SourceError as exc:

@@ -1,11 +1,13 @@
 """`--index` of install and doctor: which values are an index, and one-line errors for the
-rest (checked once, in cli/_common.py, for both commands); a file:// index read from disk."""
+rest (checked once, in cli/_common.py, for both commands); a file:// index read from disk; a
+channel's own URL taken as its index, another channel's refused."""
 
 from __future__ import annotations
 
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -14,9 +16,10 @@ from tests.wheels import make_wheel
 from wheelsmith.arch import parse_arch
 from wheelsmith.cli import main
 from wheelsmith.cli._common import parse_index_url
-from wheelsmith.errors import SourceError
+from wheelsmith.doctor.examine import examine
+from wheelsmith.errors import SourceError, UsageError
 from wheelsmith.files import sha256_file
-from wheelsmith.index.offers import offers
+from wheelsmith.index.offers import channel_url, offers
 from wheelsmith.index.publish import publish
 from wheelsmith.toolchain.target import Target
 
@@ -92,3 +95,46 @@ def test_a_file_index_page_that_is_not_json_is_an_error_naming_it(tmp_path: Path
     assert caught.value.message == (
         f"cannot read the index page {tmp_path.as_uri()}/{CHANNEL}/simple/demo-ext/: "
         "Expecting value: line 1 column 1 (char 0)")
+
+
+@pytest.mark.parametrize(("index", "channel"), [
+    ("http://127.0.0.1:8080", "http://127.0.0.1:8080/cu130-torch2.14/simple/"),
+    ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/cu130-torch2.14/simple/"),
+    ("https://host/wheels/", "https://host/wheels/cu130-torch2.14/simple/"),
+    ("http://127.0.0.1:8080/cu130-torch2.14/simple/",
+     "http://127.0.0.1:8080/cu130-torch2.14/simple/"),
+    ("http://127.0.0.1:8080/cu130-torch2.14/simple", "http://127.0.0.1:8080/cu130-torch2.14/simple/"),
+    ("https://host/wheels/cu130-torch2.14/simple/", "https://host/wheels/cu130-torch2.14/simple/"),
+    ("file:///srv/index/cu130-torch2.14/simple/", "file:///srv/index/cu130-torch2.14/simple/"),
+    ("file:///srv/index", "file:///srv/index/cu130-torch2.14/simple/"),
+])
+def test_the_environments_channel_is_read_below_a_base_or_its_own_channel_url(
+        index: str, channel: str) -> None:
+    assert channel_url(index, environment()) == channel
+
+
+def test_another_channels_url_is_refused_naming_both_channels() -> None:
+    with pytest.raises(UsageError) as caught:
+        channel_url("http://127.0.0.1:8080/cu128-torch2.11/simple/", environment())
+    assert caught.value.message == (
+        "--index http://127.0.0.1:8080/cu128-torch2.11/simple/ is the channel cu128-torch2.11, "
+        "but /env/bin/python (torch 2.14.1+cu130) needs the channel cu130-torch2.14")
+    assert caught.value.hint == ("give the index's base URL, --index http://127.0.0.1:8080: "
+                                 "the channel for the environment is read below it")
+
+
+def test_doctor_takes_the_channel_url_it_prints_and_refuses_another() -> None:
+    info: dict[str, Any] = {
+        "python": "3.11", "executable": "/env/bin/python", "torch": "2.14.1",
+        "torch_full": "2.14.1+cu130", "torch_cuda": "13.0", "glibc": "2.36", "machine": "x86_64",
+        "gpu": None, "packages": [], "fast_path": {}}
+    printed = "http://127.0.0.1:8080/cu130-torch2.14/simple/"
+    report = examine(info, parse_arch("12.0"), "--arch", Path("/no/cuobjdump"),
+                     index_url=printed)
+    assert report.channel == printed
+    with pytest.raises(UsageError) as caught:
+        examine(info, parse_arch("12.0"), "--arch", Path("/no/cuobjdump"),
+                index_url="http://127.0.0.1:8080/cu130-torch2.11/simple/")
+    assert caught.value.message == (
+        "--index http://127.0.0.1:8080/cu130-torch2.11/simple/ is the channel cu130-torch2.11, "
+        "but /env/bin/python (torch 2.14.1+cu130) needs the channel cu130-torch2.14")
