@@ -235,7 +235,8 @@ def _upgrade(report: Report, rule: RuntimeRule, target: Target,
     found = torch_for_triton(rule.fix_triton, target, profiles) if rule.fix_triton else None
     if found is not None:
         profile, triton = found
-        newer = dataclasses.replace(target, torch=profile.torch, torch_cuda=profile.cuda)
+        newer = dataclasses.replace(target, torch=profile.torch, torch_dist=profile.torch,
+                                    torch_cuda=profile.cuda)
         base = split_channel(report.channel)[0] if report.channel else ""
         rebuilt = fix_lines([p.name for p in report.packages if not p.name.startswith("torch")],
                             f"{base}/{profile.name}/simple/", report.arch, newer, report.python,
