@@ -5,7 +5,9 @@ itself, for the kernels torch does not ship: it asks the environment for its Pyt
 CUDA, glibc and GPU (target.py), looks in the index channel that matches them for a wheel its
 pip accepts and whose arch set has native kernels for the GPU, and pip-installs that file with
 its sha256 pinned. When the channel has none, it builds one for the environment (the same
-build as `wheelsmith build --python ENV`), publishes it if asked, and installs it.
+build as `wheelsmith build --python ENV`), publishes it if asked, and installs it. A wheel it
+publishes must then be served at `--index`: read back there, or the next install would miss it
+again.
 
 Every install is `--no-deps` (torch and the rest are the user's) and is followed by an import
 of the package's modules in that environment.
@@ -14,6 +16,8 @@ of the package's modules in that environment.
 from __future__ import annotations
 
 import tempfile
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,7 +27,8 @@ from wheelsmith.build import plan
 from wheelsmith.build.request import BuildRequest, Reporter
 from wheelsmith.deliver import check_imports, deliver
 from wheelsmith.errors import SourceError, UsageError
-from wheelsmith.index.offers import Offer, newest, offers
+from wheelsmith.index.offers import Offer, channel_url, newest, offers, split_channel
+from wheelsmith.index.publish import Published
 from wheelsmith.recipes import repos
 from wheelsmith.recipes.model import Recipe
 from wheelsmith.toolchain.target import Target
@@ -34,9 +39,10 @@ class InstallRequest:
     recipe: str
     version: str | None
     python: Path
-    index_url: str  # base URL of a wheelsmith index (its channels below it)
+    index_url: str  # a wheelsmith index (its channels below it), or the target's channel in it
     archs: ArchSet | None  # default: the GPU's
-    publish_to: Path | None  # an index directory a freshly built wheel is published to
+    publish: bool  # publish a freshly built wheel
+    publish_to: Path | None  # there; None: --index's directory (file://), else ./index
     build: BuildRequest  # how a missing wheel is built (out, work dir, jobs, ...)
 
 
@@ -52,7 +58,7 @@ class Installed:
 def install(request: InstallRequest, target: Target, report: Reporter) -> Installed:
     recipe = repos.resolve_recipe(request.recipe)
     archs = archs_for(recipe, request.archs, target)
-    base = f"{request.index_url.rstrip('/')}/{target.channel}/simple/"
+    base = channel_url(request.index_url, target)
     try:
         offer = newest(offers(base, recipe.name, target, archs.archs, version=request.version))
     except SourceError as exc:
@@ -64,12 +70,49 @@ def install(request: InstallRequest, target: Target, report: Reporter) -> Instal
         return Installed(offer.filename, "index", base, check_imports(target, recipe))
     report.stage("index", f"{base} has no {recipe.name} wheel for Python {target.version}"
                           f"{f' with {archs} kernels' if archs.archs else ''}: building one")
+    directory = publish_dir(request)
     done = deliver(_build_request(request, archs, target), report,
-                   publish_to=request.publish_to, install_into=target)
+                   publish_to=directory, install_into=target)
     assert done.result.wheel is not None
     assert done.imports is not None
+    if done.published is not None and directory is not None:
+        check_served(done.published, done.result.wheel, directory, request.index_url, target)
     return Installed(done.result.wheel.name, "built", base, done.imports,
                      done.published.status if done.published else None)
+
+
+def publish_dir(request: InstallRequest) -> Path | None:
+    """Where a built wheel is published: --publish DIR; without DIR the directory of a
+    file:// --index, else ./index. None: not asked to publish."""
+    if not request.publish:
+        return None
+    if request.publish_to is not None:
+        return request.publish_to
+    base, _ = split_channel(request.index_url)
+    if base.startswith("file:"):
+        return Path(urllib.request.url2pathname(urllib.parse.urlsplit(base).path))
+    return Path("index")
+
+
+def check_served(published: Published, wheel: Path, directory: Path, index: str,
+                 target: Target) -> None:
+    """The channel `wheel` was published to, read back through `index`, must offer it: else
+    --publish went to a directory --index does not serve, and every later install would miss
+    it again."""
+    channel = f"{split_channel(index)[0]}/{published.channel}/simple/"
+    try:
+        found = offers(channel, published.project, target, ())
+        unreadable = ""
+    except SourceError as exc:
+        found, unreadable = [], f" (it cannot be read: {exc.message})"
+    if any(offer.filename == published.filename for offer in found):
+        return
+    where = directory if directory.is_absolute() else f"{directory} ({directory.resolve()})"
+    raise UsageError(
+        f"{published.filename} is installed in {target.python} and published to {where}, but "
+        f"--index {index} does not serve it{unreadable}: the next install will not find it",
+        hint="pass --publish DIR, the DIR that `wheelsmith serve --index DIR` serves (this "
+             f"wheel: wheelsmith publish {wheel} --index DIR)")
 
 
 def archs_for(recipe: Recipe, requested: ArchSet | None, target: Target) -> ArchSet:

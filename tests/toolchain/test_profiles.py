@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from packaging.requirements import Requirement
 
 from tests.conftest import REPO, Served, wheelsmith
+from wheelsmith.cli import main
 from wheelsmith.errors import RecipeError
 from wheelsmith.toolchain.profile import (
     INSTALLED,
@@ -142,6 +144,22 @@ def test_toolchain_new_refuses_a_torch_that_does_not_exist(tmp_path: Path) -> No
     assert result.stderr.splitlines()[-2:-1] == [
         "error: there is no torch 2.99.0 on your pip index for Python 3.11"]
     assert "hint: newest torch releases there: " in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("option", "value", "hint"), [
+    ("--torch", "banana", "give a torch release, e.g. --torch 2.14.1"),
+    ("--torch", "", "give a torch release, e.g. --torch 2.14.1"),
+    ("--cuda", "twelve", "e.g. --cuda 12.8"),
+])
+def test_toolchain_new_refuses_a_value_that_is_not_a_version_by_name(
+        tmp_path: Path, option: str, value: str, hint: str) -> None:
+    args = {"--torch": "2.14.1", "--cuda": "13.0", option: value}
+    result = CliRunner().invoke(main, ["toolchain", "new", *(w for pair in args.items()
+                                                              for w in pair),
+                                       "--dir", str(tmp_path)])
+    assert (result.exit_code, result.stderr) == (
+        4, f"error: {option}: '{value}' is not a version\nhint: {hint}\n")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -3,6 +3,7 @@ one-line errors for an environment wheelsmith cannot build for."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from tests.conftest import REPO, add_variant, wheelsmith
 from wheelsmith.errors import ToolchainError, UsageError
+from wheelsmith.toolchain.env import probe_python
 from wheelsmith.toolchain.profile import load_profiles
 from wheelsmith.toolchain.select import select_profile
 from wheelsmith.toolchain.target import Target
@@ -19,10 +21,11 @@ PROFILES = load_profiles(REPO / "toolchains")
 
 
 def target(torch: str | None, cuda: str | None, python: str = "3.12",
-           glibc: str | None = "2.36") -> Target:
-    """A Target as the probe would report it."""
+           glibc: str | None = "2.36", dist: str | None = None) -> Target:
+    """A Target as the probe would report it (`dist`: torch's distribution version)."""
     return Target.from_probe(Path("/env/bin/python"), {
-        "python": python, "torch_full": torch, "torch_cuda": cuda, "glibc": glibc,
+        "python": python, "torch_full": torch, "torch_dist": dist, "torch_cuda": cuda,
+        "glibc": glibc,
         "machine": "x86_64", "pip": True, "gpu": {"name": "RTX PRO 6000", "capability": [12, 0]},
         "torch_error": None if torch else "ModuleNotFoundError: No module named 'torch'"})
 
@@ -40,8 +43,9 @@ def test_the_profile_follows_the_torch_minor_and_cuda_major(torch: str, cuda: st
 
 
 def test_no_profile_names_the_closest_and_the_command_that_makes_one() -> None:
+    """torch 2.11.0+cu128 from a per-CUDA index: its distribution has the label too."""
     with pytest.raises(ToolchainError) as caught:
-        select_profile(target("2.11.0+cu128", "12.8"), PROFILES)
+        select_profile(target("2.11.0+cu128", "12.8", dist="2.11.0+cu128"), PROFILES)
     assert caught.value.message == (
         "no toolchain profile builds for /env/bin/python: its torch 2.11.0+cu128 uses CUDA "
         "12.8, and a wheel must match torch 2.11 and CUDA 12.x; closest: cu128-torch2.10, "
@@ -49,6 +53,31 @@ def test_no_profile_names_the_closest_and_the_command_that_makes_one() -> None:
     assert caught.value.hint == ("create it: wheelsmith toolchain new --torch 2.11.0+cu128 "
                                  "--cuda 12.8 --index URL   (URL: the index that torch came "
                                  "from)")
+
+
+def test_a_pypi_cuda_torch_without_a_profile_gets_the_command_for_pypi() -> None:
+    """PyPI's torch 2.8.0 wheel says 2.8.0+cu128 in torch.__version__ but is the release 2.8.0:
+    `--torch 2.8.0+cu128` is on no index, and PyPI needs no --index."""
+    with pytest.raises(ToolchainError) as caught:
+        select_profile(target("2.8.0+cu128", "12.8", dist="2.8.0"), PROFILES)
+    assert caught.value.message.startswith("no toolchain profile builds for /env/bin/python: "
+                                           "its torch 2.8.0+cu128 uses CUDA 12.8, ")
+    assert caught.value.hint == "create it: wheelsmith toolchain new --torch 2.8.0 --cuda 12.8"
+
+
+def test_the_probe_reports_the_torch_distributions_version_beside_torch_version(
+        tmp_path: Path) -> None:
+    """A stand-in torch laid out as PyPI's wheel installs it (module and dist-info)."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(
+        '__version__ = "2.8.0+cu128"\n\nclass version:\n    cuda = "12.8"\n')
+    info = tmp_path / "torch-2.8.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.8.0\n")
+    probed = Target.from_probe(Path(sys.executable), probe_python(
+        Path(sys.executable), env={**os.environ, "PYTHONPATH": str(tmp_path)}))
+    assert (str(probed.torch), str(probed.torch_dist), str(probed.torch_cuda)) == (
+        "2.8.0+cu128", "2.8.0", "12.8")
 
 
 def test_a_python_the_profile_was_not_resolved_for_is_refused() -> None:

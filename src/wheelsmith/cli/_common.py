@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import re
 import signal
+import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -72,6 +74,48 @@ def parse_archs(values: tuple[str, ...]) -> ArchSet | None:
         return ArchSet.parse(values)
     except ArchParseError as exc:
         raise UsageError(f"--arch: {exc.message}", hint=exc.hint) from exc
+
+
+INDEX_URL_HINT = ("give the URL `wheelsmith serve` listens on, e.g. --index "
+                  "http://127.0.0.1:8080, or an index directory, e.g. --index "
+                  "file:///path/to/index")
+
+
+def parse_index_url(value: str) -> str:
+    """An `--index` value as a URL: http://HOST..., https://HOST... or file:///PATH; an
+    existing directory becomes its file:// URL. Anything else is an error naming the value."""
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme in ("http", "https") and parts.hostname and _port_ok(parts):
+        return value
+    if parts.scheme == "file" and parts.netloc in ("", "localhost") and parts.path.startswith("/"):
+        return value
+    if not parts.scheme and value and Path(value).is_dir():
+        return Path(value).resolve().as_uri()
+    raise UsageError(f"--index: '{value}' is not an http://, https:// or file:// URL, nor an "
+                     "existing directory", hint=INDEX_URL_HINT)
+
+
+def _port_ok(parts: urllib.parse.SplitResult) -> bool:
+    try:
+        parts.port  # noqa: B018 - reading it checks it
+    except ValueError:
+        return False
+    return True
+
+
+def _index_url(_: click.Context, __: click.Parameter, value: str) -> str:
+    return parse_index_url(value)
+
+
+Decorated = TypeVar("Decorated", bound=Callable[..., Any])
+
+
+def index_url_option(help_text: str) -> Callable[[Decorated], Decorated]:
+    """`--index URL` of the commands that read an index (install, doctor): checked once, here."""
+    return click.option("--index", "index_url", default="http://127.0.0.1:8080",
+                        show_default=True, metavar="URL", callback=_index_url,
+                        help=f"{help_text} An http://, https:// or file:// URL; an existing "
+                             "directory is read as its file:// URL.")
 
 
 def emit_json(data: Any) -> None:

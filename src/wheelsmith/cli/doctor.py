@@ -9,7 +9,13 @@ import click
 
 from wheelsmith.arch import Arch
 from wheelsmith.cli import console
-from wheelsmith.cli._common import emit_json, json_option, main, parse_archs
+from wheelsmith.cli._common import (
+    emit_json,
+    index_url_option,
+    json_option,
+    main,
+    parse_archs,
+)
 from wheelsmith.doctor import examine, fastpath, judge
 from wheelsmith.errors import DoctorError, UsageError
 from wheelsmith.toolchain import tools
@@ -18,9 +24,8 @@ from wheelsmith.toolchain import tools
 @main.command()
 @click.option("--arch", "arch_value", metavar="X.Y",
               help="Check for this compute capability (default: the GPU's).")
-@click.option("--index", "index_url", default="http://127.0.0.1:8080", show_default=True,
-              help="Base URL of the wheelsmith index the fixes install from; each fix is checked "
-                   "against it (what it lacks gets a `wheelsmith build` line).")
+@index_url_option("Base URL of the wheelsmith index the fixes install from; each fix is "
+                  "checked against it (what it lacks gets a `wheelsmith build` line).")
 @click.option("--python", "python", type=click.Path(path_type=Path), default=sys.executable,
               show_default="this Python", help="The Python environment to examine.")
 @click.option("--need", "need", multiple=True,

@@ -13,6 +13,7 @@ from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     arch_option,
     emit_json,
+    index_url_option,
     json_option,
     main,
     parse_archs,
@@ -27,14 +28,14 @@ from wheelsmith.toolchain import target
 @click.option("--python", "python", type=click.Path(path_type=Path), required=True,
               help="The environment to install into (its Python, torch, CUDA and GPU decide "
                    "which wheel fits).")
-@click.option("--index", "index_url", default="http://127.0.0.1:8080", show_default=True,
-              help="Base URL of the wheelsmith index; the channel matching the environment's "
-                   "torch and CUDA is read below it.")
+@index_url_option("Base URL of the wheelsmith index; the channel matching the environment's "
+                  "torch and CUDA is read below it.")
 @arch_option
-@click.option("--publish", "publish_to", type=click.Path(path_type=Path), is_flag=False,
-              flag_value=Path("index"), default=None, metavar="[DIR]",
+@click.option("--publish", "publish_to", type=click.Path(), is_flag=False, flag_value="",
+              default=None, metavar="[DIR]",
               help="When a wheel has to be built, publish it to this index directory "
-                   "(default ./index).")
+                   "(default: the --index directory when it is file://, else ./index); "
+                   "--index must then serve it.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("wheelhouse"),
               show_default=True, help="Where a wheel built on a miss goes.")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
@@ -45,7 +46,7 @@ from wheelsmith.toolchain import target
               default="host", show_default=True, help="Where a build on a miss runs.")
 @json_option
 def install_command(recipe: str, python: Path, index_url: str, archs: tuple[str, ...],
-                    publish_to: Path | None, out_dir: Path, work_dir: Path, jobs: int | None,
+                    publish_to: str | None, out_dir: Path, work_dir: Path, jobs: int | None,
                     compile_cache: str | None, runner: str, as_json: bool) -> None:
     """Install RECIPE into the --python environment: the index's wheel that fits it (sha256
     pinned), or one built for it when the index has none."""
@@ -56,7 +57,8 @@ def install_command(recipe: str, python: Path, index_url: str, archs: tuple[str,
         reporter.stage("target", describe(environment))
         request = install.InstallRequest(
             recipe=name, version=version or None, python=python, index_url=index_url,
-            archs=parse_archs(archs), publish_to=publish_to,
+            archs=parse_archs(archs), publish=publish_to is not None,
+            publish_to=Path(publish_to) if publish_to else None,
             build=BuildRequest(recipe=name, out_dir=out_dir, work_dir=work_dir,
                                         jobs=jobs, compile_cache=compile_cache,
                                         runner=runner))

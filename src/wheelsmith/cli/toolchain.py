@@ -81,8 +81,9 @@ def toolchain_new(torch: str, cuda: str | None, index: str | None, pythons: tupl
                   force: bool, directory: Path | None) -> None:
     """Write toolchains/<name>.yaml for a torch release: its exact closure from pip's resolver
     (metadata only), the CUDA compiler wheels at torch's CUDA version, the build tools."""
+    _version("--torch", torch, hint="give a torch release, e.g. --torch 2.14.1")
     request = resolve.NewProfileRequest(
-        torch=torch, cuda=_version("--cuda", cuda), index=index,
+        torch=torch, cuda=_version("--cuda", cuda, hint="e.g. --cuda 12.8"), index=index,
         pythons=pythons or resolve.DEFAULT_PYTHONS,
         toolchains_dir=directory or locations.new_profile_dir(), force=force)
     with tempfile.TemporaryDirectory(prefix="wheelsmith-new-") as scratch:
@@ -94,10 +95,10 @@ def toolchain_new(torch: str, cuda: str | None, index: str | None, pythons: tupl
                f"{compiler}")
 
 
-def _version(option: str, value: str | None) -> Version | None:
+def _version(option: str, value: str | None, *, hint: str) -> Version | None:
     if value is None:
         return None
     try:
         return Version(value)
     except InvalidVersion:
-        raise UsageError(f"{option}: '{value}' is not a version", hint="e.g. 12.8") from None
+        raise UsageError(f"{option}: '{value}' is not a version", hint=hint) from None

@@ -28,6 +28,7 @@ from wheelsmith.doctor.fastpath import ModelView
 from wheelsmith.doctor.fixes import fix_lines
 from wheelsmith.doctor.report import Report, family
 from wheelsmith.errors import UsageError
+from wheelsmith.index.offers import channel_url, split_channel
 from wheelsmith.recipes import knownbad
 from wheelsmith.recipes.knownbad import TORCH_ABI, RuntimeRule
 from wheelsmith.toolchain.profile import Profile, applies, load_profiles, pinned_version
@@ -72,7 +73,7 @@ def judge(report: Report, info: dict[str, Any], index_url: str, knowledge: Knowl
         report.problems.append(f"torch {report.torch} is a CPU-only build: no CUDA kernel runs")
         return
     target = Target.from_probe(Path(report.python), info)
-    base = f"{index_url.rstrip('/')}/{target.channel}/simple/"
+    base = channel_url(index_url, target)
     report.channel = base
     for package in report.packages:
         if package.status == "ptx":
@@ -234,8 +235,9 @@ def _upgrade(report: Report, rule: RuntimeRule, target: Target,
     found = torch_for_triton(rule.fix_triton, target, profiles) if rule.fix_triton else None
     if found is not None:
         profile, triton = found
-        newer = dataclasses.replace(target, torch=profile.torch, torch_cuda=profile.cuda)
-        base = report.channel.rsplit("/", 3)[0] if report.channel else ""
+        newer = dataclasses.replace(target, torch=profile.torch, torch_dist=profile.torch,
+                                    torch_cuda=profile.cuda)
+        base = split_channel(report.channel)[0] if report.channel else ""
         rebuilt = fix_lines([p.name for p in report.packages if not p.name.startswith("torch")],
                             f"{base}/{profile.name}/simple/", report.arch, newer, report.python,
                             after=f"torch {profile.torch}")

@@ -1,4 +1,5 @@
-"""What an index channel offers a given environment: one answer for `install` and `doctor`.
+"""What an index channel offers a given environment: one answer for `install` and `doctor`,
+and which channel of an index is the environment's (`channel_url`).
 
 A channel's PEP 691 page lists its wheels; an offer is one the target's pip accepts (its
 Python, platform and glibc) and whose arch set, read from its local label, has native kernels
@@ -8,16 +9,45 @@ run anywhere.
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from dataclasses import dataclass
 
 from packaging.version import Version
 
 from wheelsmith.arch import Arch, ArchSet
+from wheelsmith.errors import UsageError
 from wheelsmith.inventory import DeviceCode, coverage
 from wheelsmith.recipes.fetch import TIMEOUT_S, simple_page
 from wheelsmith.toolchain.target import Target
 from wheelsmith.wheelfile import WheelName
+
+_CHANNEL_PATH = re.compile(r"^(?P<base>.*)/(?P<channel>[a-z0-9][a-z0-9._-]*)/simple/?$")
+
+
+def channel_url(index: str, target: Target) -> str:
+    """`<index>/<channel>/simple/`: the target's channel in the index at `index`. A channel's
+    own URL (`<base>/<channel>/simple/`, as doctor prints it) is taken as its base when it is
+    the target's channel, and refused naming both channels when it is another."""
+    base, given = split_channel(index)
+    channel = target.channel
+    if given is not None and given != channel:
+        raise UsageError(f"--index {index} is the channel {given}, but {target.python} "
+                         f"(torch {target.torch}) needs the channel {channel}",
+                         hint=f"give the index's base URL, --index {base}: the channel for the "
+                              "environment is read below it")
+    return f"{base}/{channel}/simple/"
+
+
+def split_channel(index: str) -> tuple[str, str | None]:
+    """An index URL as (its base, the channel it names): `http://H/cu130-torch2.14/simple/`
+    is (`http://H`, `cu130-torch2.14`); a base URL names none."""
+    parts = urllib.parse.urlsplit(index)
+    match = _CHANNEL_PATH.match(parts.path)
+    if match is None:
+        return index.rstrip("/"), None
+    base = urllib.parse.urlunsplit(parts._replace(path=match["base"], query="", fragment=""))
+    return base, match["channel"]
 
 
 @dataclass(frozen=True, slots=True)

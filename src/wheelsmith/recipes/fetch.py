@@ -189,9 +189,12 @@ def simple_page(project: str, base: str | None = None, *, timeout: float = TIMEO
 def simple_page(project: str, base: str | None = None, *, timeout: float = TIMEOUT_S,
                 missing_ok: bool = False) -> tuple[str, dict[str, Any] | None]:
     """A project's PEP 691 page on a simple index (default: `index_url()`): (its URL, its
-    JSON). With `missing_ok`, a project the index does not have (404) gives None."""
+    JSON). With `missing_ok`, a project the index does not have (404) gives None. A file://
+    index is read from disk, as a wheelsmith index writes it."""
     index = package_index() if base is None else None
     page = f"{(base or index_url()).rstrip('/')}/{canonicalize_name(project)}/"
+    if page.startswith("file:"):
+        return page, _page_on_disk(page, missing_ok=missing_ok)
     request = urllib.request.Request(page, headers={"Accept": SIMPLE_JSON})  # noqa: S310
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
@@ -209,6 +212,22 @@ def simple_page(project: str, base: str | None = None, *, timeout: float = TIMEO
     except ValueError as exc:
         raise _unreadable(page, exc) from exc
     return page, data
+
+
+def _page_on_disk(page: str, *, missing_ok: bool) -> dict[str, Any] | None:
+    """The JSON page in a file:// page's directory (`index.json` beside `index.html`, as
+    index/pages.py writes them); with `missing_ok`, a project not on disk gives None, as a
+    404 does."""
+    path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(page).path)) / "index.json"
+    try:
+        data: dict[str, Any] = json.loads(path.read_bytes())
+    except FileNotFoundError as exc:
+        if missing_ok:
+            return None
+        raise _unreadable(page, exc) from exc
+    except (OSError, ValueError) as exc:
+        raise _unreadable(page, exc) from exc
+    return data
 
 
 def _unreadable(page: str, exc: Exception) -> SourceError:

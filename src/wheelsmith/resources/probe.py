@@ -9,6 +9,7 @@ Never imports wheelsmith: it runs in other environments.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -76,6 +77,7 @@ out: dict[str, Any] = {
     "pip": any((Path(p) / "pip" / "__init__.py").is_file() for p in sys.path if p),
     "torch": None,
     "torch_full": None,
+    "torch_dist": None,  # the installed distribution's version: PyPI's has no +cuXYZ label
     "torch_cuda": None,
     "gpu": None,
 }
@@ -84,6 +86,8 @@ try:
 
     out["torch_full"] = torch.__version__
     out["torch"] = torch.__version__.split("+")[0]
+    with contextlib.suppress(metadata.PackageNotFoundError):  # a torch without its metadata
+        out["torch_dist"] = metadata.version("torch")
     out["torch_cuda"] = torch.version.cuda
     if "gpu" in sys.argv[1:] and torch.cuda.is_available():
         out["gpu"] = {"name": torch.cuda.get_device_name(0),

@@ -65,7 +65,7 @@ def select_profile(target: Target, profiles: list[Profile]) -> Profile:
             f"no toolchain profile builds for {target.python}: its torch {torch} uses CUDA "
             f"{cuda}, and a wheel must match torch {torch.major}.{torch.minor} and CUDA "
             f"{cuda.major}.x; closest: {', '.join(closest(torch, cuda, profiles))}",
-            hint=f"create it: {new_profile_command(torch, cuda)}")
+            hint=f"create it: {new_profile_command(torch, cuda, target.torch_dist)}")
     chosen = max(matches, key=lambda p: ((p.cuda.major, p.cuda.minor) == (cuda.major,
                                                                             cuda.minor),
                                          p.cuda, p.torch))
@@ -81,11 +81,14 @@ def closest(torch: Version, cuda: Version, profiles: list[Profile], count: int =
     return [p.name for p in sorted(profiles, key=distance)[:count]]
 
 
-def new_profile_command(torch: Version, cuda: Version) -> str:
-    """The one command that creates the missing profile; a torch with a local label came from
-    another index, which `--index` must name."""
-    command = f"wheelsmith toolchain new --torch {torch} --cuda {cuda.major}.{cuda.minor}"
-    if torch.local:
+def new_profile_command(torch: Version, cuda: Version, dist: Version | None = None) -> str:
+    """The one command that creates the missing profile, for the torch release as installed:
+    its distribution's version `dist` when known (PyPI's CUDA wheel is 2.8.0 although
+    torch.__version__ says 2.8.0+cu128), else `torch`. Only a release with a local label came
+    from another index (a per-CUDA root), which `--index` must name."""
+    release = dist or torch
+    command = f"wheelsmith toolchain new --torch {release} --cuda {cuda.major}.{cuda.minor}"
+    if release.local:
         command += " --index URL   (URL: the index that torch came from)"
     return command
 

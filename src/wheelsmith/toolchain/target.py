@@ -44,13 +44,16 @@ class Target:
 
     python: Path  # the interpreter as the user named it
     version: str  # "3.12"
-    torch: Version | None  # with its local label: 2.11.0+cu128
+    torch: Version | None  # torch.__version__, with its local label: 2.11.0+cu128
     torch_cuda: Version | None
     torch_error: str | None
     glibc: tuple[int, int] | None
     machine: str
     gpu: Arch | None
     has_pip: bool
+    # the installed torch distribution's version: 2.8.0 for PyPI's wheel (whose
+    # torch.__version__ is 2.8.0+cu128), 2.8.0+cu126 from a per-CUDA index; None: unknown
+    torch_dist: Version | None = None
 
     @classmethod
     def from_probe(cls, python: Path, info: dict[str, Any]) -> Target:
@@ -62,7 +65,8 @@ class Target:
                    torch_error=info.get("torch_error"),
                    glibc=(int(major), int(minor)) if glibc and minor.isdigit() else None,
                    machine=info.get("machine") or "x86_64",
-                   gpu=_gpu_arch(info.get("gpu")), has_pip=bool(info.get("pip")))
+                   gpu=_gpu_arch(info.get("gpu")), has_pip=bool(info.get("pip")),
+                   torch_dist=Version(info["torch_dist"]) if info.get("torch_dist") else None)
 
     def cuda_torch(self) -> tuple[Version, Version]:
         """Its torch and torch's CUDA; an error naming the environment when it has no CUDA
