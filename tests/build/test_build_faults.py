@@ -88,8 +88,11 @@ class Site:
         return Path.home() / ".cache" / "wheelsmith" / "downloads" / sha[:2] / sha
 
     def start(self, *args: str) -> subprocess.Popen[str]:
+        # --fresh: each build starts clean, as a build after a kill did before builds resumed
+        # (tests/build/test_resume.py): the kill points wait for the fetch and patch stages
         proc = subprocess.Popen([sys.executable, "-m", "wheelsmith", "build", "tiny-ext",
-                                 "--out", "out", "--work-dir", "work", *args], cwd=self.root,
+                                 "--out", "out", "--work-dir", "work", "--fresh", *args],
+                                cwd=self.root,
                                 env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         self.started.append(proc)

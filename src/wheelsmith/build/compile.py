@@ -22,7 +22,7 @@ from wheelsmith.build import buildenv, prebuild
 from wheelsmith.build.compilesetup import CompileSetup, farm_done, read_guard_report
 from wheelsmith.build.diagnose import SOURCES_MISSING, diagnose, explain
 from wheelsmith.build.plan import BuildPlan
-from wheelsmith.build.prebuild import PLAN_LINE
+from wheelsmith.build.prebuild import PLAN_LINE, RESUME_LINE
 from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
 from wheelsmith.build.verify import IGNORES_ARCH_HINT
 from wheelsmith.errors import CompileError, SourceError, VerifyError, WheelsmithError
@@ -66,14 +66,19 @@ def offline_prefix() -> tuple[str, ...]:
 
 
 def progress_parser(on_progress: ProgressCallback | None,
-                    on_plan: Callable[[str], None] | None = None) -> Callable[[str], None]:
-    """ninja's `[N/M]` to `on_progress`; the pre-build check's plan line to `on_plan`."""
+                    on_plan: Callable[[str], None] | None = None,
+                    on_resume: Callable[[str], None] | None = None) -> Callable[[str], None]:
+    """ninja's `[N/M]` to `on_progress`; the pre-build check's plan line to `on_plan`, its
+    resume line (what an unfinished build left) to `on_resume`."""
     def on_line(line: str) -> None:
         match = PROGRESS_RE.match(line)
+        text = line.strip()
         if match and on_progress is not None:
             on_progress(int(match[1]), int(match[2]))
-        elif on_plan is not None and line.lstrip().startswith(PLAN_LINE):
-            on_plan(line.strip().removeprefix(PLAN_LINE))
+        elif on_plan is not None and text.startswith(PLAN_LINE):
+            on_plan(text.removeprefix(PLAN_LINE))
+        elif on_resume is not None and text.startswith(RESUME_LINE):
+            on_resume(text.removeprefix(RESUME_LINE))
 
     return on_line
 
@@ -100,6 +105,7 @@ def compile_wheel(
     log_path: Path,
     on_progress: ProgressCallback | None = None,
     on_plan: Callable[[str], None] | None = None,
+    on_resume: Callable[[str], None] | None = None,
     isolate_network: bool = True,
 ) -> Path:
     """Build `source` into exactly one wheel in the empty directory `dist`.
@@ -117,7 +123,8 @@ def compile_wheel(
     try:
         with log_path.open("a", encoding="utf-8") as log_file:
             cmd.run(argv, cwd=source, env=env, log_file=log_file, log_path=log_path,
-                    on_line=progress_parser(on_progress, on_plan), error=CompileError,
+                    on_line=progress_parser(on_progress, on_plan, on_resume),
+                    error=CompileError,
                     what=f"the build of {what}")
     except CompileError as exc:
         text = log_path.read_text(errors="replace")
@@ -156,7 +163,9 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
         raw = compile_wheel(what=f"{plan.recipe.name} {plan.release.version}",
                             toolchain=plan.toolchain, source=source, env=setup.env,
                             dist=work / "dist", log_path=log_path, on_progress=report.progress,
-                            on_plan=on_plan, isolate_network=not setup.needs_network)
+                            on_plan=on_plan,
+                            on_resume=lambda line: report.stage("resuming", line),
+                            isolate_network=not setup.needs_network)
     except CompileError as exc:
         farm_done(setup, report, failed=True)  # the compile's own error is the one to show
         return configured_result(prebuild_outcome(setup.guard, log_path, exc), log_path, report)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from wheelsmith import __version__, locations, locks
+from wheelsmith.build import resume
 from wheelsmith.build.compile import compile_package, log_path_of
 from wheelsmith.build.compilesetup import compile_setup
 from wheelsmith.build.finish import (
@@ -122,6 +123,7 @@ def exclusively(plan: BuildPlan, request: BuildRequest, report: Reporter,
         out_dir = request.out_dir.resolve()
         if out_dir.is_dir():
             remove_stale_scratch(out_dir)
+        resume.prune(request.work_dir.resolve(), keep=plan.slug())
         return already_built(plan, request, locked) or build(locked)
 
 
@@ -139,7 +141,7 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
     if request.prepared_source is not None:  # fetched and patched outside (container runs)
         source = request.prepared_source.resolve()
     else:
-        source = fetch_and_patch(plan, work, report)
+        source = fetch_and_patch(plan, work, report, fresh=request.fresh)
     epoch = source_epoch(source)
     setup = compile_setup(plan, request, work, epoch)
     target = "pure Python" if plan.recipe.kind == "pure" else str(plan.archs)
@@ -153,17 +155,28 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
                                    seconds=round(time.monotonic() - started, 1))
     report.stage("stamp", plan.local_label())
     wheel = write_output(plan, compiled.raw, request, provenance, epoch)
+    resume.finished(work, keep_source=request.keep_work)
     if not request.keep_work:
-        shutil.rmtree(work / "src", ignore_errors=True)
         shutil.rmtree(work / "smoke", ignore_errors=True)
     return BuildResult(wheel=wheel, provenance=provenance, up_to_date=False, log=log_path)
 
 
-def fetch_and_patch(plan: BuildPlan, work: Path, report: Reporter) -> Path:
+def fetch_and_patch(plan: BuildPlan, work: Path, report: Reporter, *, fresh: bool = False
+                    ) -> Path:
+    """The patched source tree: the one an unfinished build of this key left (resume.py),
+    else fetched and patched anew."""
     what = f"{plan.recipe.name} {plan.release.version}"
+    if fresh:
+        resume.forget(work)
+    kept = resume.kept_source(work, plan.key)
+    if kept is not None:
+        report.stage("resuming", f"{what}: the patched source and build tree an unfinished build "
+                               f"left in {kept.parent} (--fresh starts clean)")
+        resume.mark_prepared(work, plan.key, kept)  # in use again: not pruned for its age
+        return kept
     report.stage("fetch", f"{what} ({type(plan.release.source).__name__})")
-    source = fetch(plan.release.source, work / "src", locations.cache_dir())
+    source = fetch(plan.release.source, resume.source_dir(work), locations.cache_dir())
     report.stage("patch", f"{len(plan.release.patches)} patch(es)")
     apply_all(plan.release.patches, source)
+    resume.mark_prepared(work, plan.key, source)
     return source
-

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
@@ -43,6 +44,8 @@ _INPUT_RE = re.compile(r"^build [^\n]+?: (?:cuda_compile|compile) ((?:[^\s$]|\$.
                        re.MULTILINE)
 _GIVEN_SPLIT_RE = re.compile(r"(?:^|\s)--?split-compile[= ](\d+)")
 PLAN_LINE = "wheelsmith plan: "
+RESUME_LINE = "wheelsmith resume: "
+_DRY_RUN_STEP_RE = re.compile(r"^\[\d+/(\d+)\]", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,18 +178,37 @@ def wrapper_script(python: str, real_ninja: str) -> str:
             f"{shlex.quote(code)} \"$@\"\n")
 
 
+def already_built(real: str, argv: list[str], ninja_file: Path) -> str | None:
+    """`K/N objects already built` when an unfinished build left K of the N compiles done
+    (resume.py), else None. ninja's own dry run says what it will compile: an object whose
+    compiler did not exit 0 has no entry in .ninja_log and is compiled again."""
+    if not (ninja_file.parent / ".ninja_log").is_file():
+        return None
+    total = sum(count_units(ninja_file.read_text(errors="replace")))
+    dry = subprocess.run([real, "-n", *argv], capture_output=True, text=True, check=False)  # noqa: TID251 - a launcher inside the package's build, stdlib only
+    if dry.returncode != 0:
+        return None
+    steps = _DRY_RUN_STEP_RE.search(dry.stdout)
+    done = total - (int(steps[1]) if steps else 0)
+    return f"{done}/{total} objects already built" if 0 < done <= total else None
+
+
+def _say(prefix: str, line: str | None) -> None:
+    if line is not None:
+        sys.stderr.write(prefix + line + "\n")
+        sys.stderr.flush()
+
+
 def main() -> None:
     argv = sys.argv[1:]
     code = check(argv)
     if code is not None:
         sys.exit(code)
     ninja_file = _ninja_file(argv)
-    if "--version" not in argv and ninja_file.is_file():
-        line = apply_parallelism(ninja_file.read_text(errors="replace"), os.environ)
-        if line is not None:
-            sys.stderr.write(PLAN_LINE + line + "\n")
-            sys.stderr.flush()
     real = os.environ[REAL_NINJA]
+    if "--version" not in argv and ninja_file.is_file():
+        _say(PLAN_LINE, apply_parallelism(ninja_file.read_text(errors="replace"), os.environ))
+        _say(RESUME_LINE, already_built(real, argv, ninja_file))
     os.execv(real, [real, *argv])  # noqa: S606 - hand over to the real ninja
 
 

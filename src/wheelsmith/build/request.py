@@ -67,6 +67,7 @@ class BuildRequest:
     prepared_source: Path | None = None  # a tree already fetched and patched (inside a container)
     rebuild: bool = False
     keep_work: bool = False
+    fresh: bool = False  # ignore what an unfinished build of the same key left (resume.py)
     wait: bool = True  # for another build of the same key in the work dir (else refuse)
 
 

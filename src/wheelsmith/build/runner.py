@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wheelsmith import locations, wheelfile
-from wheelsmith.build import compilecache, container, finish, orchestrate
+from wheelsmith.build import compilecache, container, finish, orchestrate, resume
 from wheelsmith.build.compile import log_path_of, progress_parser
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.request import (
@@ -107,7 +107,7 @@ def _run_locked(engine: container.Engine, image: str, info: dict[str, object], *
     work.mkdir(parents=True, exist_ok=True)
     log_path = log_path_of(work)
     log_path.write_text(f"wheelsmith container build: {plan.slug()} in {image}\n")
-    source = orchestrate.fetch_and_patch(plan, work, report)
+    source = orchestrate.fetch_and_patch(plan, work, report, fresh=request.fresh)
     for path in [source, *source.rglob("*")]:  # the builder in the image writes build/ here
         if not path.is_symlink():
             path.chmod(path.stat().st_mode | 0o777 if path.is_dir() else
@@ -128,7 +128,8 @@ def _run_locked(engine: container.Engine, image: str, info: dict[str, object], *
                             ["build-request", f"{container.WORK_IN_IMAGE}/{REQUEST_FILE}"],
                             env={RUNNER_INFO: json.dumps(runner_info)},
                             keep=request.keep_container, log_file=log_file, log_path=log_path,
-                            on_line=progress_parser(report.progress))
+                            on_line=progress_parser(report.progress, on_resume=lambda line:
+                                                    report.stage("resuming", line)))
     return _check_and_place(plan, request, mounts.out, log_path, report)
 
 
@@ -188,7 +189,6 @@ def _check_and_place(plan: BuildPlan, request: BuildRequest, out: Path,
         staged = scratch / wheels[0].name  # same filesystem as the output: link works
         shutil.copyfile(wheels[0], staged)
         final = finish.place(staged, out_dir, rebuild=request.rebuild)
-    if not request.keep_work:
-        shutil.rmtree(out.parent / "src", ignore_errors=True)
+    resume.finished(out.parent, keep_source=request.keep_work)
     return BuildResult(wheel=final, provenance=read_provenance(final) or {},
                                 up_to_date=False, log=log_path)

@@ -71,6 +71,9 @@ from wheelsmith.toolchain.target import Target
 @click.option("--rebuild", is_flag=True, help="Build even if an identical build is in --out, "
               "and replace it.")
 @click.option("--keep-work", is_flag=True, help="Keep the patched source after success.")
+@click.option("--fresh", is_flag=True,
+              help="Start clean: do not resume from the objects an unfinished build of the "
+                   "same content key left in --work-dir.")
 @click.option("--no-wait", is_flag=True,
               help="Refuse (exit 18) instead of waiting when another build of the same "
                    "content key is running in --work-dir.")

@@ -1,0 +1,102 @@
+"""Resumable builds: a build that stopped, however it stopped, goes on from the objects it had
+finished when the same build (the same content key) runs again.
+
+The work directory of a content key (`<work-dir>/<slug>/`, the key in the slug) keeps the
+patched source tree until the build succeeds, and with it the package's own build tree
+(`build/temp.*`: objects, `build.ninja` and ninja's `.ninja_log`). The rerun uses that tree
+instead of fetching and patching anew (a marker written after the last patch says it is
+complete), and ninja decides what is left to compile. An object counts only once its compiler
+exited 0: ninja writes an output's log entry after its command succeeded, and rebuilds an
+output with no entry, so a file a killed compiler left half-written is compiled again.
+
+Why this and not a per-key object store or the compile cache: ninja already knows which
+objects are complete and which command made them (a changed command line rebuilds), and the
+tree is the one the build would use anyway; the compile cache stays optional (off, remote or
+shared) and still serves other keys.
+
+`--fresh` removes the kept tree first. Kept trees of other keys that nothing has touched for
+`WHEELSMITH_KEEP_PARTIAL_DAYS` days (default 14) are removed at the start of a build in the
+same work directory, unless a build holds their lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+from wheelsmith.files import atomic_write_text, exclusive_lock
+
+log = logging.getLogger(__name__)
+
+MARKER = "wheelsmith-prepared.json"  # written into <work>/src once fetched and patched
+KEEP_DAYS_ENV = "WHEELSMITH_KEEP_PARTIAL_DAYS"
+KEEP_DAYS = 14.0
+
+
+class _Busy(Exception):
+    pass
+
+
+def source_dir(work: Path) -> Path:
+    return work / "src"
+
+
+def kept_source(work: Path, key: str) -> Path | None:
+    """The prepared source tree an unfinished build of `key` left in `work`, if any."""
+    marker = source_dir(work) / MARKER
+    try:
+        data = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    root = source_dir(work) / str(data.get("root", ""))
+    if data.get("key") != key or not root.is_dir() or root == source_dir(work):
+        return None
+    return root
+
+
+def mark_prepared(work: Path, key: str, root: Path) -> None:
+    """Say that `root` is fetched and patched completely for `key` (written last)."""
+    atomic_write_text(source_dir(work) / MARKER, json.dumps(
+        {"key": key, "root": str(root.relative_to(source_dir(work)))}) + "\n")
+
+
+def finished(work: Path, *, keep_source: bool) -> None:
+    """The build succeeded: nothing is left to resume (`keep_source`: --keep-work keeps the
+    tree to look at, but a later build starts from a fresh one)."""
+    if keep_source:
+        (source_dir(work) / MARKER).unlink(missing_ok=True)
+    else:
+        forget(work)
+
+
+def forget(work: Path) -> None:
+    """`--fresh`: nothing of an earlier build of this key is used."""
+    shutil.rmtree(source_dir(work), ignore_errors=True)
+
+
+def prune(work_dir: Path, keep: str, *, now: float | None = None) -> list[Path]:
+    """Remove the kept trees of other keys in `work_dir` untouched for longer than the limit
+    (their lock must be free); returns what was removed."""
+    limit = float(os.environ.get(KEEP_DAYS_ENV, KEEP_DAYS)) * 86400
+    removed = []
+    for marker in sorted(work_dir.glob(f"*/src/{MARKER}")):
+        work = marker.parent.parent
+        if work.name == keep or (now or time.time()) - marker.stat().st_mtime < limit:
+            continue
+        try:
+            with exclusive_lock(work_dir / f"{work.name}.lock", on_busy=_busy):
+                log.info("removing %s: an unfinished build nothing touched for %.0f days",
+                         work, limit / 86400)
+                forget(work)
+                removed.append(work)
+        except _Busy:
+            continue
+    return removed
+
+
+def _busy() -> None:
+    raise _Busy

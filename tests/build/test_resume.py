@@ -1,0 +1,150 @@
+"""Resumable builds: a killed build goes on from the objects it finished; an object counts only
+once its compiler exited 0 (ninja's log decides), so a half-written one is compiled again."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import add_variant
+from tests.leftovers import left_after, new_env
+from wheelsmith.build import resume
+from wheelsmith.build.prebuild import already_built
+from wheelsmith.files import exclusive_lock
+from wheelsmith.toolchain.env import Toolchain
+
+NINJA = shutil.which("ninja", path=str(Path(sys.executable).parent)) or shutil.which("ninja")
+DAY = 86400.0
+
+
+def prepared(work_dir: Path, slug: str, key: str) -> Path:
+    root = resume.source_dir(work_dir / slug) / "pkg-1.0"
+    root.mkdir(parents=True)
+    resume.mark_prepared(work_dir / slug, key, root)
+    return root
+
+
+def test_the_tree_an_unfinished_build_left_is_used_again_for_its_key_only(
+        tmp_path: Path) -> None:
+    root = prepared(tmp_path, "pkg-1.0-aaaa", "a" * 64)
+    assert resume.kept_source(tmp_path / "pkg-1.0-aaaa", "a" * 64) == root
+    assert resume.kept_source(tmp_path / "pkg-1.0-aaaa", "b" * 64) is None
+    assert resume.kept_source(tmp_path / "nothing-here", "a" * 64) is None
+
+
+def test_a_tree_whose_patching_did_not_finish_is_not_used(tmp_path: Path) -> None:
+    work = tmp_path / "pkg-1.0-aaaa"
+    (resume.source_dir(work) / "pkg-1.0").mkdir(parents=True)  # fetched; killed while patching
+    assert resume.kept_source(work, "a" * 64) is None
+
+
+def test_a_finished_build_leaves_nothing_to_resume(tmp_path: Path) -> None:
+    kept = prepared(tmp_path, "kept", "a" * 64)
+    resume.finished(tmp_path / "kept", keep_source=True)  # --keep-work: there to look at
+    assert kept.is_dir()
+    assert resume.kept_source(tmp_path / "kept", "a" * 64) is None
+    prepared(tmp_path, "gone", "b" * 64)
+    resume.finished(tmp_path / "gone", keep_source=False)
+    assert not resume.source_dir(tmp_path / "gone").exists()
+
+
+def test_old_unfinished_trees_of_other_keys_are_pruned_unless_a_build_holds_them(
+        tmp_path: Path) -> None:
+    for slug in ("old", "old-but-building", "recent", "mine"):
+        prepared(tmp_path, slug, slug.ljust(64, "0"))
+    now = time.time()
+    for slug in ("old", "old-but-building", "mine"):
+        marker = resume.source_dir(tmp_path / slug) / resume.MARKER
+        os.utime(marker, (now - 30 * DAY, now - 30 * DAY))
+    with exclusive_lock(tmp_path / "old-but-building.lock"):
+        held = subprocess.run(
+            [sys.executable, "-c", "import sys; from pathlib import Path; "
+             "from wheelsmith.build import resume; "
+             "print(*[p.name for p in resume.prune(Path(sys.argv[1]), keep='mine')])",
+             str(tmp_path)], capture_output=True, text=True, check=True)
+    assert held.stdout.split() == ["old"]  # the lock of a running build is another process's
+    assert sorted(p.parent.parent.name for p in tmp_path.glob(f"*/src/{resume.MARKER}")) == [
+        "mine", "old-but-building", "recent"]
+
+
+@pytest.mark.skipif(NINJA is None, reason="no ninja in this environment (pip install ninja)")
+def test_ninja_counts_only_objects_whose_compiler_exited_0(tmp_path: Path) -> None:
+    assert NINJA is not None
+    for name in "abc":
+        (tmp_path / f"{name}.c").write_text(f"int {name};\n")
+    ninja_file = tmp_path / "build.ninja"
+    ninja_file.write_text("rule compile\n  command = cp $in $out\n" + "".join(
+        f"build {tmp_path}/{name}.o: compile {tmp_path}/{name}.c\n" for name in "abc"))
+    subprocess.run([NINJA, "-C", str(tmp_path), f"{tmp_path}/a.o"], check=True,
+                   capture_output=True)
+    (tmp_path / "b.o").write_bytes(b"\x7fELF half-writ")  # a compiler killed mid-write
+    argv = ["-C", str(tmp_path)]
+    assert already_built(NINJA, argv, ninja_file) == "1/3 objects already built"
+    run = subprocess.run([NINJA, *argv], check=True, capture_output=True, text=True)
+    assert re.findall(r"^\[\d+/(\d+)\]", run.stdout, re.MULTILINE)[-1] == "2"
+    assert (tmp_path / "b.o").read_text() == "int b;\n"  # compiled again, not trusted
+
+
+@pytest.mark.toolchain
+def test_a_build_killed_after_its_first_object_compiles_only_the_rest(
+        project: Path, toolchain: Toolchain) -> None:
+    add_variant(project, "tiny-ext")
+    mark, env = new_env(WHEELSMITH_COMPILE_CACHE="off")  # watch real compilers
+    args = [sys.executable, "-m", "wheelsmith", "build", "tiny-ext", "--jobs", "1",
+            "--work-dir", "work", "--json"]
+    first = subprocess.Popen(args, cwd=project, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    log = wait_for_first_object(project / "work", first)
+    first.send_signal(signal.SIGKILL)
+    first.communicate()
+    assert left_after(mark, 10) == []
+    done = log_entries(log)
+    ninja_text = (log.parent / "build.ninja").read_text()
+    objects = re.findall(r"^build (\S+\.o): (?:cuda_)?compile ", ninja_text, re.MULTILINE)
+    assert len(objects) == 2
+    assert len(done) == 1, done  # --jobs 1: the second was compiling when the kill came
+    (missing,) = [o for o in objects if o not in done]
+    Path(missing).write_bytes(b"\x7fELF cut off by the kill")  # as a killed compiler leaves it
+
+    second = subprocess.run(args, cwd=project, env=env, capture_output=True, text=True,
+                            check=False)
+    assert second.returncode == 0, second.stderr
+    assert "==> resuming: 1/2 objects already built" in re.sub(
+        r"\[[^]]*\] ", "", second.stderr)
+    build_log = next((project / "work").glob("tiny-ext-*/build.log")).read_text()
+    steps = re.findall(r"^\[\d+/(\d+)\]", build_log, re.MULTILINE)
+    assert steps[-1] == "1"  # ninja compiled exactly the missing object
+    provenance = json.loads(second.stdout)["provenance"]
+    assert provenance["smoke"][0] == "imported tiny_ext"  # the recompiled object links and loads
+
+
+def wait_for_first_object(work: Path, proc: subprocess.Popen[str]) -> Path:
+    """The build's .ninja_log once it records a finished object."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        for log in work.glob("*/src/*/build/temp*/.ninja_log"):
+            if log_entries(log):
+                return log
+        time.sleep(0.05)
+    proc.kill()
+    _, stderr = proc.communicate()
+    raise AssertionError(f"no object finished before the build ended:\n{stderr}")
+
+
+def log_entries(log: Path) -> dict[str, str]:
+    """Output path -> its .ninja_log line (`start end mtime output hash`)."""
+    entries = {}
+    for line in log.read_text().splitlines()[1:]:
+        fields = line.split("\t")
+        if len(fields) == 5:
+            entries[fields[3]] = line
+    return entries
