@@ -110,6 +110,11 @@ def build_env(
         PIP_NO_INDEX="1",
         PIP_NO_INPUT="1",
         PIP_DISABLE_PIP_VERSION_CHECK="1",
+        # newer torch (2.14 does; 2.11 does not) puts a ccache or sccache it finds on PATH in
+        # front of the compilers by itself; wheelsmith decides that (compilecache.py,
+        # compilefarm.py): --compile-cache off means real compiles, and a cache is the one
+        # configured for the build
+        TORCH_NO_COMPILER_WRAPPER="1",
     )
     for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
                 "all_proxy"):
