@@ -1,8 +1,9 @@
-"""The command line: a thin layer over `pipeline` and friends.
+"""The command line: a thin layer over the parts (build/, index/, doctor/, fleet/, ...).
 
 Every WheelsmithError is turned into a message and its exit code here, in one place
 (`Main.invoke`); domain code never imports click. The commands live in one module per area
-(build.py, index.py, doctor.py, nightly.py); this module holds the group and shared options.
+(build, install, doctor, nightly, index, toolchain, image, recipe); this module holds the
+group and shared options, console.py the rendering.
 """
 
 from __future__ import annotations

@@ -59,9 +59,8 @@ def install_command(recipe: str, python: Path, index_url: str, archs: tuple[str,
             recipe=name, version=version or None, python=python, index_url=index_url,
             archs=parse_archs(archs), publish=publish_to is not None,
             publish_to=Path(publish_to) if publish_to else None,
-            build=BuildRequest(recipe=name, out_dir=out_dir, work_dir=work_dir,
-                                        jobs=jobs, compile_cache=compile_cache,
-                                        runner=runner))
+            build=BuildRequest(recipe=name, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
+                               compile_cache=compile_cache, runner=runner))
         done = install.install(request, environment, reporter)
         reporter.stage("installed", f"{done.wheel} ({done.source}); imports "
                                     f"{', '.join(done.imports) or 'nothing'}")

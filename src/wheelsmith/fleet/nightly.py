@@ -4,8 +4,8 @@ the rest, and publish only what passed.
 A cell is skipped when its content key (plan.py) is already in the index ledger, or already in
 the output directory: running nightly twice in a row builds nothing the second time. Each
 cell's outcome (built, skipped, failed with the error class and message) goes into the report
-(report.py). Downloads are retried with backoff inside fetch.py; other failures are final for
-the night.
+(report.py). Downloads are retried with backoff inside recipes/fetch.py; other failures are
+final for the night.
 """
 
 from __future__ import annotations
