@@ -45,7 +45,7 @@ causal_chain() {
   install causal-conv1d && echo "installed causal-conv1d from the index"
   cp -r "$work"/b-causal/causal-conv1d-*/src/causal_conv1d-*/tests "$work/upstream-tests"
   (cd "$work" && CUDA_DISABLE_PTX_JIT=1 python3 -m pytest -q -p no:cacheprovider -n 8 \
-    "$work/upstream-tests/build/test_causal_conv1d.py" 2>&1 | tail -n 1 > "$results/upstream-tests.txt")
+    "$work/upstream-tests/test_causal_conv1d.py" 2>&1 | tail -n 1 > "$results/upstream-tests.txt")
   echo "causal chain done at $(( $(date +%s) - start )) s"
 }
 if [ "$stage" != mamba ]; then

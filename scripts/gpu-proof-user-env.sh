@@ -33,7 +33,7 @@ code=$?
 echo "wheelsmith install exit code: $code in $(( ($(date +%s%N) - start) / 1000000 )) ms" \
   | tee "$results/install-exit.txt"
 (cd "$work" && CUDA_DISABLE_PTX_JIT=1 python3 -m pytest -q -p no:cacheprovider -n 8 \
-  -p no:benchmark "$tests/build/test_causal_conv1d.py" 2>&1 | tail -n 1 > "$results/upstream-tests.txt")
+  -p no:benchmark "$tests/test_causal_conv1d.py" 2>&1 | tail -n 1 > "$results/upstream-tests.txt")
 cat "$results/upstream-tests.txt"
 ws doctor --need causal_conv1d --index http://127.0.0.1:8766 > "$results/doctor.txt" 2>&1
 echo "doctor exit code: $?" >> "$results/doctor.txt"

@@ -33,7 +33,7 @@ cp -r "$work"/build/causal-conv1d-*/src/causal_conv1d-*/tests "$work/upstream-te
 cd "$work"   # not the source tree: the tests must import the installed wheel
 start=$(date +%s)
 CUDA_DISABLE_PTX_JIT=1 PYTHONPATH="$work/site" python3 -m pytest -q -p no:cacheprovider \
-  ${PYTEST_XDIST:--n 8} "$work/upstream-tests/build/test_causal_conv1d.py" 2>&1 \
+  ${PYTEST_XDIST:--n 8} "$work/upstream-tests/test_causal_conv1d.py" 2>&1 \
   | tail -n 5 | tee "$results/upstream-tests.txt"
 echo "tests: $(( $(date +%s) - start )) s" | tee -a "$results/timing.txt"
 PYTHONPATH="$work/site" python3 -c 'import torch, causal_conv1d_cuda as m; print(m.__file__)' \
