@@ -130,3 +130,18 @@ def test_scratch_of_a_process_that_is_gone_is_removed_and_no_other(tmp_path: Pat
         assert files.remove_stale_scratch(tmp_path) == [stale]
         assert mine.is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == [".tmp-abcdef"]
+
+
+def test_a_time_limit_stops_the_running_command_and_its_whole_tree() -> None:
+    mark, env = new_env()
+    started = time.monotonic()
+    with pytest.raises(cmd.TimeLimitReached, match=r"^the time limit of 1 s ran out$"), \
+            cmd.time_limit(1):
+        cmd.run(["sh", "-c", TREE], env=env)
+    assert time.monotonic() - started < 1 + cmd.STOP_WAIT_S
+    assert left_after(mark, cmd.STOP_GRACE_S + 2) == []
+
+
+def test_no_time_limit_lets_the_command_finish() -> None:
+    with cmd.time_limit(None):
+        assert cmd.run(["sh", "-c", "sleep 0.2; echo done"], stream=False).stdout == "done\n"

@@ -36,7 +36,37 @@ TAIL_LINES = 40
 SUPERVISOR = Path(__file__).parent / "resources" / "supervise.py"
 STOP_GRACE_S = 3.0  # SIGTERM to the command's tree, then SIGKILL
 STOP_WAIT_S = STOP_GRACE_S + 10.0  # then the supervisor itself is killed
-INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
+INTERRUPTS = {signal.SIGINT, signal.SIGTERM, signal.SIGALRM}  # SIGALRM: time_limit
+
+
+class TimeLimitReached(BaseException):  # an interrupt, like KeyboardInterrupt
+    """A time limit ran out: raised where the code was, and handled like an interrupt (the
+    running command's tree is stopped, nothing half-written is kept, a build's work directory
+    keeps what it finished)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the time limit of {seconds:g} s ran out")
+        self.seconds = seconds
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise TimeLimitReached in this (the main) thread once `seconds` have passed inside the
+    block; None: no limit."""
+    if seconds is None:
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:  # noqa: ARG001 - a signal handler
+        raise TimeLimitReached(seconds)
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,11 +46,14 @@ class Delivered:
 
 
 def deliver(request: BuildRequest, report: Reporter, *, prepared: Prepared | None = None,
-            publish_to: Path | None = None, install_into: Target | None = None) -> Delivered:
+            publish_to: Path | None = None, install_into: Target | None = None,
+            time_limit: float | None = None) -> Delivered:
     """Build (verified, on the runner the request names), then publish the wheel to the index
     at `publish_to` and install it into `install_into`, as asked. A build that made no wheel
-    (configure-only) goes no further."""
-    result = runner.build(request, report, prepared)
+    (configure-only) goes no further. A build still running after `time_limit` seconds is
+    stopped (cmd.TimeLimitReached) and keeps what it finished for the next run."""
+    with cmd.time_limit(time_limit):
+        result = runner.build(request, report, prepared)
     if result.wheel is None:
         return Delivered(result)
     published = None

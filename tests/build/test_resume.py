@@ -76,6 +76,18 @@ def test_old_unfinished_trees_of_other_keys_are_pruned_unless_a_build_holds_them
         "mine", "old-but-building", "recent"]
 
 
+def test_progress_counts_the_compiles_ninja_logged_as_finished(tmp_path: Path) -> None:
+    root = prepared(tmp_path, "pkg", "a" * 64)
+    assert resume.progress(tmp_path / "pkg") is None  # stopped before compiling
+    build = root / "build" / "temp.linux-x86_64-cpython-311"
+    build.mkdir(parents=True)
+    (build / "build.ninja").write_text("".join(
+        f"build {build}/{name}.o: {rule} {root}/{name}.cu\n"
+        for name, rule in (("a", "cuda_compile"), ("b", "cuda_compile"), ("c", "compile"))))
+    (build / ".ninja_log").write_text(f"# ninja log v7\n1\t9\t5\t{build}/b.o\tabc\n")
+    assert resume.progress(tmp_path / "pkg") == (1, 3)
+
+
 @pytest.mark.skipif(NINJA is None, reason="no ninja in this environment (pip install ninja)")
 def test_ninja_counts_only_objects_whose_compiler_exited_0(tmp_path: Path) -> None:
     assert NINJA is not None

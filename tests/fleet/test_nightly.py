@@ -5,6 +5,7 @@ directories, published afterwards, give the same index as one process."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -54,7 +55,8 @@ def test_failing_cell_does_not_stop_the_others_and_the_rerun_builds_nothing(
     first = nightly(nightly_project, "--report", "r1")
     assert first.returncode == 17, first.stderr
     data = json.loads((nightly_project / "r1" / "nightly.json").read_text())
-    assert data["summary"] == {"built": 2, "skipped": 0, "failed": 1, "total": 3}
+    assert data["summary"] == {"built": 2, "skipped": 0, "partial": 0, "failed": 1,
+                               "total": 3}
     failed = next(c for c in data["cells"] if c["status"] == "failed")
     assert failed["recipe"] == "broken-ext"
     assert failed["reason"].startswith("CompileError (exit 9): the build of broken-ext 0.1.0 "
@@ -99,3 +101,27 @@ def test_two_shards_then_one_publish_equal_a_single_run(nightly_project: Path,
     assert single.returncode == 0, single.stderr
     assert index_view(nightly_project / "index-fanout") == index_view(
         nightly_project / "index-single")
+
+
+def test_a_cell_out_of_time_is_partial_and_the_next_run_resumes_it(
+    nightly_project: Path, toolchain: Toolchain
+) -> None:
+    (nightly_project / "matrix.yaml").write_text(
+        'packages:\n  - recipe: tiny-ext\n    archs: ["12.0"]\n')
+    first = nightly(nightly_project, "--report", "r1", "--no-publish", "--jobs", "1",
+                    "--compile-cache", "off", "--cell-time-limit", "6")
+    assert first.returncode == 0, first.stderr  # partial is not failed
+    assert first.stdout.startswith("0 built, 0 skipped, 1 partial, 0 failed; reports: ")
+    (cell,) = json.loads((nightly_project / "r1" / "nightly.json").read_text())["cells"]
+    assert cell["status"] == "partial"
+    assert re.fullmatch(r"partial \((\d/2 objects|stopped before compiling)\), resumes next run",
+                        cell["reason"]), cell["reason"]
+    junit = ET.parse(nightly_project / "r1" / "junit.xml").getroot()
+    assert (junit.get("failures"), junit.get("skipped")) == ("0", "1")
+
+    second = nightly(nightly_project, "--report", "r2", "--no-publish", "--compile-cache", "off")
+    assert second.returncode == 0, second.stderr
+    assert "resuming: tiny-ext 0.1.0: the patched source and build tree an unfinished build " \
+           "left in" in second.stderr
+    assert json.loads((nightly_project / "r2" / "nightly.json").read_text())["summary"] == {
+        "built": 1, "skipped": 0, "partial": 0, "failed": 0, "total": 1}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 MARKER = "wheelsmith-prepared.json"  # written into <work>/src once fetched and patched
 KEEP_DAYS_ENV = "WHEELSMITH_KEEP_PARTIAL_DAYS"
 KEEP_DAYS = 14.0
+_COMPILE_OUTPUT_RE = re.compile(r"^build (\S+): (?:cuda_)?compile ", re.MULTILINE)
 
 
 class _Busy(Exception):
@@ -62,6 +64,26 @@ def mark_prepared(work: Path, key: str, root: Path) -> None:
     """Say that `root` is fetched and patched completely for `key` (written last)."""
     atomic_write_text(source_dir(work) / MARKER, json.dumps(
         {"key": key, "root": str(root.relative_to(source_dir(work)))}) + "\n")
+
+
+def progress(work: Path) -> tuple[int, int] | None:
+    """(finished, all) compile steps of the build tree an unfinished build left in `work`;
+    None when it has no build.ninja yet (stopped before compiling)."""
+    done = total = 0
+    for ninja_file in sorted(source_dir(work).glob("*/build/*/build.ninja")):
+        outputs = _COMPILE_OUTPUT_RE.findall(ninja_file.read_text(errors="replace"))
+        finished = _logged_outputs(ninja_file.parent / ".ninja_log")
+        total += len(outputs)
+        done += sum(output in finished for output in outputs)
+    return (done, total) if total else None
+
+
+def _logged_outputs(log_file: Path) -> set[str]:
+    """The outputs ninja logged (their command exited 0)."""
+    if not log_file.is_file():
+        return set()
+    return {fields[3] for line in log_file.read_text(errors="replace").splitlines()
+            if len(fields := line.split("\t")) == 5}
 
 
 def finished(work: Path, *, keep_source: bool) -> None:

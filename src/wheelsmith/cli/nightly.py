@@ -80,10 +80,13 @@ def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
 @click.option("--compile-cache", metavar="off|DIR|URL",
               help="As for build: share compiled objects between runners (redis://...).")
 @runner_option
+@click.option("--cell-time-limit", type=click.FloatRange(min=1), metavar="SECONDS",
+              help="Stop a cell's build after SECONDS: it is reported partial (N/M objects) "
+                   "and resumes from them on the next run with the same --work-dir.")
 def nightly_command(matrix_file: Path | None, python: str | None, shard: str | None,
                     report_dir: Path, publish: bool, index_dir: Path, out_dir: Path,
                     work_dir: Path, jobs: int | None, compile_cache: str | None,
-                    runner: str) -> None:
+                    runner: str, cell_time_limit: float | None) -> None:
     """Build every cell that is missing or changed; one failure never stops the others."""
 
     cells = [c for c in _cells(matrix_file) if python in (None, c.python)]
@@ -92,13 +95,14 @@ def nightly_command(matrix_file: Path | None, python: str | None, shard: str | N
     cells = matrix.shard(cells, shard)
     settings = nightly.Settings(out_dir=out_dir, work_dir=work_dir, index_dir=index_dir,
                                 publish=publish, jobs=jobs, compile_cache=compile_cache,
-                                runner=runner)
+                                runner=runner, time_limit=cell_time_limit)
     with console.TerminalReporter() as reporter:
         results = nightly.run(cells, settings, reporter)
     written = report.write(report_dir, results, shard=shard)
     counts = report.summary(results)
-    click.echo(f"{counts['built']} built, {counts['skipped']} skipped, {counts['failed']} "
-               f"failed; reports: {', '.join(str(p) for p in written)}")
+    partial = f", {counts['partial']} partial" if counts["partial"] else ""
+    click.echo(f"{counts['built']} built, {counts['skipped']} skipped{partial}, "
+               f"{counts['failed']} failed; reports: {', '.join(str(p) for p in written)}")
     failed = [r for r in results if r.status == "failed"]
     if failed:
         raise NightlyError(f"{len(failed)} of {len(results)} cell(s) failed",

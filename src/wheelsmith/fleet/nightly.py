@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import compilefarm, runner
+from wheelsmith.build import compilefarm, resume, runner
 from wheelsmith.build.request import BuildRequest, BuildResult, QuietReporter, Reporter
+from wheelsmith.cmd import TimeLimitReached
 from wheelsmith.deliver import deliver
 from wheelsmith.errors import MissingToolkitError, UsageError, WheelsmithError
 from wheelsmith.fleet.matrix import Cell
@@ -34,7 +35,7 @@ BIG_RUNNER_CORES = 32  # where a `needs: farm` cell may build without a compile 
 @dataclass(slots=True)
 class CellResult:
     cell: Cell
-    status: str  # built | skipped | failed
+    status: str  # built | skipped | partial (out of time; resumes next run) | failed
     reason: str = ""
     seconds: float = 0.0
     wheel: str | None = None
@@ -53,6 +54,7 @@ class Settings:
     jobs: int | None = None
     compile_cache: str | None = None
     runner: str = "host"  # host | podman | docker | auto (runner.py)
+    time_limit: float | None = None  # seconds a cell's build may run; then it is partial
 
 
 def known_keys(settings: Settings) -> set[str]:
@@ -101,11 +103,10 @@ def run_cell(cell: Cell, settings: Settings, keys: set[str],
         if plan.key in keys:
             return CellResult(cell, "skipped", "already built (content key in the index or "
                               "output)", key=plan.key)
-        done = deliver(request, reporter, prepared=prepared,
-                       publish_to=settings.index_dir if settings.publish else None)
-        outcome = _built(cell, done.result, time.monotonic() - started)
-        outcome.published = done.published.status if done.published else None
-        keys.add(plan.key)
+        outcome = _build_cell(cell, settings, request, prepared=prepared, reporter=reporter,
+                              started=started)
+        if outcome.status == "built":
+            keys.add(plan.key)
         return outcome
     except MissingToolkitError as error:  # a precondition of this runner, not a failure
         return CellResult(cell, "skipped", error.message, time.monotonic() - started)
@@ -115,6 +116,27 @@ def run_cell(cell: Cell, settings: Settings, keys: set[str],
         if error.hint:
             reason += f" (hint: {error.hint.splitlines()[0]})"
         return CellResult(cell, "failed", reason, time.monotonic() - started)
+
+
+def _build_cell(cell: Cell, settings: Settings, request: BuildRequest, *,
+                prepared: runner.Prepared, reporter: Reporter, started: float) -> CellResult:
+    """Build, publish; out of its time budget, a cell is partial and keeps what it finished."""
+    try:
+        done = deliver(request, reporter, prepared=prepared, time_limit=settings.time_limit,
+                       publish_to=settings.index_dir if settings.publish else None)
+    except TimeLimitReached:
+        return _partial(cell, settings.work_dir.resolve() / prepared.plan.slug(),
+                        time.monotonic() - started)
+    outcome = _built(cell, done.result, time.monotonic() - started)
+    outcome.published = done.published.status if done.published else None
+    return outcome
+
+
+def _partial(cell: Cell, work: Path, seconds: float) -> CellResult:
+    found = resume.progress(work)
+    done = f"{found[0]}/{found[1]} objects" if found else "stopped before compiling"
+    log.warning("cell %s ran out of its time: partial (%s)", cell.id, done)
+    return CellResult(cell, "partial", f"partial ({done}), resumes next run", round(seconds, 1))
 
 
 def _check_python(cell: Cell, toolchain_python: str, where: str) -> None:

@@ -19,8 +19,8 @@ SCHEMA = 1
 
 def summary(results: list[CellResult]) -> dict[str, int]:
     counts = Counter(r.status for r in results)
-    return {"built": counts["built"], "skipped": counts["skipped"], "failed": counts["failed"],
-            "total": len(results)}
+    return {"built": counts["built"], "skipped": counts["skipped"], "partial": counts["partial"],
+            "failed": counts["failed"], "total": len(results)}
 
 
 def as_json(results: list[CellResult], *, shard: str | None) -> dict[str, Any]:
@@ -39,10 +39,11 @@ def as_json(results: list[CellResult], *, shard: str | None) -> dict[str, Any]:
 
 def as_markdown(results: list[CellResult], *, shard: str | None) -> str:
     counts = summary(results)
-    icon = {"built": "✅ built", "skipped": "⏭️ skipped", "failed": "❌ failed"}
+    icon = {"built": "✅ built", "skipped": "⏭️ skipped", "partial": "⏸️ partial",
+            "failed": "❌ failed"}
     lines = [f"## wheelsmith nightly{f' (shard {shard})' if shard else ''}", "",
-             f"{counts['built']} built, {counts['skipped']} skipped, {counts['failed']} failed "
-             f"of {counts['total']} cells", "",
+             f"{counts['built']} built, {counts['skipped']} skipped, {counts['partial']} partial, "
+             f"{counts['failed']} failed of {counts['total']} cells", "",
              "| cell | status | time | wheel | size | SASS | reason |",
              "|---|---|---|---|---|---|---|"]
     for r in results:
@@ -56,14 +57,15 @@ def as_markdown(results: list[CellResult], *, shard: str | None) -> str:
 def as_junit(results: list[CellResult]) -> str:
     counts = summary(results)
     suite = ET.Element("testsuite", name="wheelsmith-nightly", tests=str(counts["total"]),
-                       failures=str(counts["failed"]), skipped=str(counts["skipped"]),
+                       failures=str(counts["failed"]),
+                       skipped=str(counts["skipped"] + counts["partial"]),
                        time=f"{sum(r.seconds for r in results):.1f}")
     for r in results:
         case = ET.SubElement(suite, "testcase", classname=r.cell.recipe, name=r.cell.id,
                              time=f"{r.seconds:.1f}")
         if r.status == "failed":
             ET.SubElement(case, "failure", message=r.reason[:500]).text = r.reason
-        elif r.status == "skipped":
+        elif r.status in ("skipped", "partial"):
             ET.SubElement(case, "skipped", message=r.reason)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 

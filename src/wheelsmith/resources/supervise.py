@@ -126,7 +126,8 @@ def main(argv: list[str]) -> None:
     for signum in STOP_SIGNALS:
         signal.signal(signum, _stop)
     try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # wheelsmith blocks them
+        # wheelsmith blocks them (and its time limit's SIGALRM) while it starts us
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {*STOP_SIGNALS, signal.SIGALRM})
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # wheelsmith died before the kernel could be asked
