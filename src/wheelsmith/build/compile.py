@@ -117,9 +117,11 @@ def compile_wheel(
         shutil.rmtree(dist)
     dist.mkdir(parents=True)
     prefix = offline_prefix() if isolate_network else ()
+    # --use-pep517: pip's legacy `setup.py bdist_wheel` path runs `setup.py clean --all` after
+    # a failed build, which deletes the build tree (objects, ninja's log) a rerun resumes from
     argv = [*prefix, str(toolchain.python), "-m", "pip", "wheel", "-v",
-            "--no-build-isolation", "--no-deps", "--no-index", "--wheel-dir", str(dist),
-            str(source)]
+            "--no-build-isolation", "--use-pep517", "--no-deps", "--no-index",
+            "--wheel-dir", str(dist), str(source)]
     try:
         with log_path.open("a", encoding="utf-8") as log_file:
             cmd.run(argv, cwd=source, env=env, log_file=log_file, log_path=log_path,
