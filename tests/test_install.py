@@ -5,9 +5,12 @@ behind a `python` script, so that the probe, the channel and the CLI's output ar
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from click.testing import CliRunner
@@ -15,9 +18,11 @@ from click.testing import CliRunner
 from tests.conftest import add_variant, serve
 from tests.wheels import make_wheel
 from wheelsmith import install
-from wheelsmith.build.request import BuildResult
+from wheelsmith.build import runner
+from wheelsmith.build.request import BuildRequest, BuildResult, QuietReporter
 from wheelsmith.cli import main
-from wheelsmith.deliver import Delivered
+from wheelsmith.deliver import Delivered, deliver
+from wheelsmith.errors import FileConflictError
 from wheelsmith.index import ledger
 from wheelsmith.index.publish import publish
 
@@ -113,3 +118,119 @@ def test_another_channels_url_as_index_is_refused_before_a_build(
         "hint: give the index's base URL, --index http://127.0.0.1:9: the channel for the "
         "environment is read below it"]
     assert built == []
+
+
+def test_a_wheel_another_build_published_first_is_installed_from_the_index(
+        project: Path, tmp_path: Path, python: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two installs missed the same wheel and both built it; builds are not bit-reproducible,
+    so the other build's file, published while this one built, differs from this build's under
+    the same name. Only the build step is replaced: publish, serve, pip and the import are
+    real."""
+    add_variant(project, "tiny-ext")
+    served = tmp_path / "served"
+    version, tags = "0.1.0+cu.13.0.torch.2.14.sm.120", f"{PY}-{PY}-linux_x86_64"
+    others = make_wheel(tmp_path, "tiny-ext", version, tags=tags)
+    (tmp_path / "wheelhouse").mkdir()
+    provenance = json.dumps({"toolchain": {"channel": CHANNEL}}).encode()
+    ours = make_wheel(tmp_path / "wheelhouse", "tiny-ext", version, tags=tags, files={
+        "tiny_ext/__init__.py": b"x = 2\n",
+        f"tiny_ext-{version}.dist-info/wheelsmith.json": provenance})
+    assert others.name == ours.name == WHEEL
+
+    def build(*_: object, **__: object) -> BuildResult:
+        publish(others, served, channel=CHANNEL)  # the other build got there first
+        return BuildResult(wheel=ours, provenance={}, up_to_date=False, log=None)
+
+    monkeypatch.setattr(runner, "build", build)
+    site = tmp_path / "site"
+    monkeypatch.setenv("PIP_TARGET", str(site))  # pip installs beside the stand-in torch
+    with serve(served, tmp_path / "serve.log") as server:
+        result = install_cli(python, "--index", server.url, "--publish", str(served))
+        read = server.requests()
+    record = ledger.read(served).by_filename[WHEEL]
+    assert (result.exit_code, result.stdout) == (0, f"{WHEEL}\n"), result.output
+    assert [line.split("] ", 1)[1] for line in result.stderr.splitlines()[1:]] == [
+        f"index: {server.url}/{CHANNEL}/simple/ has no tiny-ext wheel for Python "
+        f"{sys.version_info[0]}.{sys.version_info[1]} with 12.0 kernels: building one",
+        f"publish: the index already has {WHEEL} (published by another build); installing "
+        "its copy",
+        f"installed: {WHEEL} (index); imports tiny_ext"]
+    assert record.sha256 == hashlib.sha256(others.read_bytes()).hexdigest()
+    assert f"/files/{record.sha256[:2]}/{record.sha256}/{quote(WHEEL)}" in read  # pip's download
+    assert (site / "tiny_ext" / "__init__.py").read_bytes() == b"x = 1\n"  # the index's copy
+    ledger_lines = (served / "ledger.jsonl").read_text().splitlines()
+    assert sum(WHEEL in line for line in ledger_lines) == 1  # ours was not published
+
+
+def test_the_same_bytes_published_by_another_build_are_already_published_and_installed(
+        project: Path, tmp_path: Path, python: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    add_variant(project, "tiny-ext")
+    served = tmp_path / "served"
+    (tmp_path / "wheelhouse").mkdir()
+    provenance = json.dumps({"toolchain": {"channel": CHANNEL}}).encode()
+    version = "0.1.0+cu.13.0.torch.2.14.sm.120"
+    ours = make_wheel(tmp_path / "wheelhouse", "tiny-ext", version,
+                      tags=f"{PY}-{PY}-linux_x86_64", files={
+                          "tiny_ext/__init__.py": b"x = 2\n",
+                          f"tiny_ext-{version}.dist-info/wheelsmith.json": provenance})
+
+    def build(*_: object, **__: object) -> BuildResult:
+        publish(ours, served)  # a bit-identical build got there first
+        return BuildResult(wheel=ours, provenance={}, up_to_date=False, log=None)
+
+    monkeypatch.setattr(runner, "build", build)
+    monkeypatch.setenv("PIP_TARGET", str(tmp_path / "site"))
+    with serve(served, tmp_path / "serve.log") as server:
+        result = install_cli(python, "--index", server.url, "--publish", str(served))
+    assert (result.exit_code, result.stdout) == (0, f"{WHEEL}\n"), result.output
+    assert [line.split("] ", 1)[1] for line in result.stderr.splitlines()[2:]] == [
+        f"publish: already published: {served}/{CHANNEL}/simple/tiny-ext/",
+        f"install: {WHEEL} into {python}",
+        f"installed: {WHEEL} (built); imports tiny_ext"]
+    assert (tmp_path / "site" / "tiny_ext" / "__init__.py").read_bytes() == b"x = 2\n"
+
+
+def test_a_build_that_publishes_still_refuses_other_bytes_under_a_published_name(
+        project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only install takes the index's copy: `wheelsmith build --publish` (deliver without
+    keep_index_copy) fails as `wheelsmith publish` does, exit code 13."""
+    add_variant(project, "tiny-ext")
+    version = "0.1.0+cu.13.0.torch.2.14.sm.120"
+    publish(make_wheel(tmp_path, "tiny-ext", version), tmp_path / "index", channel=CHANNEL)
+    (tmp_path / "out").mkdir()
+    ours = make_wheel(tmp_path / "out", "tiny-ext", version, files={
+        "tiny_ext/__init__.py": b"x = 2\n",
+        f"tiny_ext-{version}.dist-info/wheelsmith.json":
+            json.dumps({"toolchain": {"channel": CHANNEL}}).encode()})
+    monkeypatch.setattr(runner, "build", lambda *_, **__: BuildResult(
+        wheel=ours, provenance={}, up_to_date=False, log=None))
+    with pytest.raises(FileConflictError) as caught:
+        deliver(BuildRequest(recipe="tiny-ext"), QuietReporter(), publish_to=tmp_path / "index")
+    assert caught.value.exit_code == 13
+
+
+def test_another_builds_copy_where_the_index_does_not_read_fails_saying_so(
+        project: Path, tmp_path: Path, python: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    add_variant(project, "tiny-ext")
+    elsewhere = tmp_path / "elsewhere"
+    version, tags = "0.1.0+cu.13.0.torch.2.14.sm.120", f"{PY}-{PY}-linux_x86_64"
+    others = make_wheel(tmp_path, "tiny-ext", version, tags=tags)
+    (tmp_path / "wheelhouse").mkdir()
+    ours = make_wheel(tmp_path / "wheelhouse", "tiny-ext", version, tags=tags, files={
+        "tiny_ext/__init__.py": b"x = 2\n",
+        f"tiny_ext-{version}.dist-info/wheelsmith.json":
+            json.dumps({"toolchain": {"channel": CHANNEL}}).encode()})
+
+    def build(*_: object, **__: object) -> BuildResult:
+        publish(others, elsewhere, channel=CHANNEL)
+        return BuildResult(wheel=ours, provenance={}, up_to_date=False, log=None)
+
+    monkeypatch.setattr(runner, "build", build)
+    with serve(tmp_path / "served", tmp_path / "serve.log") as server:
+        result = install_cli(python, "--index", server.url, "--publish", str(elsewhere))
+    assert result.exit_code == 4, result.output
+    assert result.stderr.splitlines()[-2:] == [
+        f"error: the index in {elsewhere} already has {WHEEL} (published by another build, "
+        f"other bytes than this build's), but --index {server.url} does not serve it, so "
+        "neither can be installed",
+        "hint: pass --publish DIR, the DIR that `wheelsmith serve --index DIR` serves"]

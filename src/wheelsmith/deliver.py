@@ -16,7 +16,7 @@ from wheelsmith.build import runner
 from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
 from wheelsmith.build.runner import Prepared
 from wheelsmith.build.smoke import SMOKE_SCRIPT
-from wheelsmith.errors import VerifyError
+from wheelsmith.errors import FileConflictError, VerifyError
 from wheelsmith.index.publish import Published, publish
 from wheelsmith.recipes.model import Recipe
 from wheelsmith.recipes.repos import resolve_recipe
@@ -43,22 +43,34 @@ class Delivered:
     result: BuildResult  # its wheel is None after --configure-only
     published: Published | None = None  # None: not asked to publish
     imports: tuple[str, ...] | None = None  # None: not asked to install
+    # publishing met the index's own copy of this filename, with other bytes (keep_index_copy):
+    # neither published nor installed; the caller installs the index's copy
+    index_copy: bool = False
 
 
 def deliver(request: BuildRequest, report: Reporter, *, prepared: Prepared | None = None,
             publish_to: Path | None = None, install_into: Target | None = None,
-            time_limit: float | None = None) -> Delivered:
+            keep_index_copy: bool = False, time_limit: float | None = None) -> Delivered:
     """Build (verified, on the runner the request names), then publish the wheel to the index
     at `publish_to` and install it into `install_into`, as asked. A build that made no wheel
     (configure-only) goes no further. A build still running after `time_limit` seconds is
-    stopped (cmd.TimeLimitReached) and keeps what it finished for the next run."""
+    stopped (cmd.TimeLimitReached) and keeps what it finished for the next run.
+
+    Publishing refuses a filename the index holds with other bytes (builds are not yet
+    bit-reproducible, so two builds of one missing wheel differ): with `keep_index_copy` the
+    flow stops there instead, `index_copy` set, for the caller to install the index's copy."""
     with cmd.time_limit(time_limit):
         result = runner.build(request, report, prepared)
     if result.wheel is None:
         return Delivered(result)
     published = None
     if publish_to is not None:
-        published = publish(result.wheel, publish_to)
+        try:
+            published = publish(result.wheel, publish_to)
+        except FileConflictError:
+            if not keep_index_copy:
+                raise
+            return Delivered(result, index_copy=True)
         report.stage("publish", f"{published.status}: {publish_to}/{published.page}")
     imports = None
     if install_into is not None:

@@ -7,7 +7,8 @@ pip accepts and whose arch set has native kernels for the GPU, and pip-installs 
 its sha256 pinned. When the channel has none, it builds one for the environment (the same
 build as `wheelsmith build --python ENV`), publishes it if asked, and installs it. A wheel it
 publishes must then be served at `--index`: read back there, or the next install would miss it
-again.
+again. When another build of the same missing wheel published it first (with other bytes:
+builds are not yet bit-reproducible), it installs the index's copy instead.
 
 Every install is `--no-deps` (torch and the rest are the user's) and is followed by an import
 of the package's modules in that environment.
@@ -32,6 +33,8 @@ from wheelsmith.index.publish import Published
 from wheelsmith.recipes import repos
 from wheelsmith.recipes.model import Recipe
 from wheelsmith.toolchain.target import Target
+
+INDEX_COPY = "published by another build"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,11 +62,7 @@ def install(request: InstallRequest, target: Target, report: Reporter) -> Instal
     recipe = repos.resolve_recipe(request.recipe)
     archs = archs_for(recipe, request.archs, target)
     base = channel_url(request.index_url, target)
-    try:
-        offer = newest(offers(base, recipe.name, target, archs.archs, version=request.version))
-    except SourceError as exc:
-        raise UsageError(f"cannot read the index: {exc.message}",
-                         hint="start it (wheelsmith serve), or point --index at it") from exc
+    offer = newest(read_offers(base, recipe.name, target, archs, request.version))
     if offer is not None:
         report.stage("index", f"{offer.filename} (sha256 {offer.sha256[:12]}…)")
         install_offer(target, recipe.name, offer, base)
@@ -72,13 +71,44 @@ def install(request: InstallRequest, target: Target, report: Reporter) -> Instal
                           f"{f' with {archs} kernels' if archs.archs else ''}: building one")
     directory = publish_dir(request)
     done = deliver(_build_request(request, archs, target), report,
-                   publish_to=directory, install_into=target)
+                   publish_to=directory, install_into=target, keep_index_copy=True)
     assert done.result.wheel is not None
+    if done.index_copy:
+        assert directory is not None
+        return install_index_copy(done.result.wheel.name, recipe, target,
+                                  index=request.index_url, directory=directory, report=report)
     assert done.imports is not None
     if done.published is not None and directory is not None:
         check_served(done.published, done.result.wheel, directory, request.index_url, target)
     return Installed(done.result.wheel.name, "built", base, done.imports,
                      done.published.status if done.published else None)
+
+
+def read_offers(base: str, project: str, target: Target, archs: ArchSet | None = None,
+                version: str | None = None) -> list[Offer]:
+    try:
+        return offers(base, project, target, archs.archs if archs else (), version=version)
+    except SourceError as exc:
+        raise UsageError(f"cannot read the index: {exc.message}",
+                         hint="start it (wheelsmith serve), or point --index at it") from exc
+
+
+def install_index_copy(filename: str, recipe: Recipe, target: Target, *, index: str,
+                       directory: Path, report: Reporter) -> Installed:
+    """Another build of the same missing wheel published `filename` first, with other bytes
+    (builds are not yet bit-reproducible): install the index's copy, sha256 pinned, as every
+    later install will, instead of failing after a full build."""
+    base = channel_url(index, target)
+    found = [o for o in read_offers(base, recipe.name, target) if o.filename == filename]
+    if not found:
+        raise UsageError(
+            f"the index in {directory} already has {filename} ({INDEX_COPY}, other bytes than "
+            f"this build's), but --index {index} does not serve it, so neither can be installed",
+            hint="pass --publish DIR, the DIR that `wheelsmith serve --index DIR` serves")
+    report.stage("publish", f"the index already has {filename} ({INDEX_COPY}); installing "
+                            "its copy")
+    install_offer(target, recipe.name, found[0], base)
+    return Installed(filename, "index", base, check_imports(target, recipe), INDEX_COPY)
 
 
 def publish_dir(request: InstallRequest) -> Path | None:
