@@ -241,6 +241,7 @@ def test_a_checkpoint_directory_gives_its_model_type(tmp_path: Path, config: str
 
 TRANSFORMERS = "transformers==5.24.0"
 STAND_INS = FIXTURES / "fastpath-cpu"
+ON_CPU = {fastpath.OPS_ON_CPU_ENV: "1"}  # the stand-ins run on the CPU; real ops need a GPU
 
 
 @pytest.fixture(scope="module")
@@ -262,10 +263,11 @@ def site(name: str, *requirements: str) -> Path:
 
 def run_doctor(python: Path, *args: str, path: tuple[Path, ...] = (),
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI of the wheelsmith these tests import (a worktree's, not the one installed in
+    the venv), examining `python` with `path` on its PYTHONPATH."""
     environ = {**os.environ, **(env or {})}
-    environ.pop("PYTHONPATH", None)
-    if path:
-        environ["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
+    this = Path(locations.__file__).parents[1]  # the directory holding this wheelsmith
+    environ["PYTHONPATH"] = os.pathsep.join(str(p) for p in (*path, this))
     return subprocess.run([sys.executable, "-m", "wheelsmith", "doctor", "--python", str(python),
                            "--arch", "9.0", "--index", DEAD_INDEX, *args],
                           capture_output=True, text=True, env=environ, cwd=REPO, check=False)
@@ -336,7 +338,8 @@ def test_bad_model_input_is_one_line_and_the_report_is_still_printed(user_env: P
 
 
 def test_ops_run_against_plain_pytorch_ok_with_their_max_error(user_env: Path) -> None:
-    result = run_doctor(user_env, "--model-type", "lfm2", "--run", path=(STAND_INS,))
+    result = run_doctor(user_env, "--model-type", "lfm2", "--run", path=(STAND_INS,),
+                        env=ON_CPU)
     table = result.stdout.split("op (vs plain PyTorch)")[1].splitlines()
     assert [line.split()[:3] for line in table[1:5]] == [
         ["causal_conv1d_fn", "ok", "max"], ["causal_conv1d_update", "ok", "max"],
@@ -365,7 +368,8 @@ def test_an_op_that_is_wrong_fails_or_hangs_is_named_and_the_rest_still_run(
         user_env: Path, behaviour: str, conv1d_fn: str, note: str) -> None:
     limit = "3" if behaviour == "hang" else "120"  # a loaded machine imports torch slowly
     result = run_doctor(user_env, "--model-type", "lfm2", "--run", "--op-timeout", limit,
-                        "--json", path=(STAND_INS,), env={"WHEELSMITH_FIXTURE_OPS": behaviour})
+                        "--json", path=(STAND_INS,),
+                        env={"WHEELSMITH_FIXTURE_OPS": behaviour, **ON_CPU})
     report = json.loads(result.stdout)
     assert result.returncode == 15
     assert report["problems"][0].startswith(conv1d_fn)
@@ -448,3 +452,38 @@ def test_the_fix_for_an_import_error_depends_on_the_module_it_names(
     info = probe_info(dists={}, fast=("causal_conv1d",))
     info["fast_path"]["fla"] = {"dist": "flash-linear-attention fla-core", "ok": False, **state}
     assert judged(info, "9.0").fixes == fixes
+
+
+# --- no GPU: the ops are not run (issue 21) --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("run", "gpu", "environ", "expected"),
+    [
+        (True, False, {}, False),   # --run without a GPU: every op would fail on is_cuda()
+        (None, False, {}, False),
+        (None, True, {}, True),
+        (True, True, {}, True),
+        (False, True, {}, False),   # --no-run
+        (True, False, ON_CPU, True),  # the CPU stand-ins of the tests
+        (False, False, ON_CPU, False),
+    ],
+)
+def test_ops_run_only_where_the_examined_torch_sees_a_gpu(run: bool | None, gpu: bool,
+                                                          environ: dict[str, str],
+                                                          expected: bool) -> None:
+    assert fastpath.should_run(run, gpu, environ) is expected
+
+
+def test_run_without_a_gpu_says_once_that_the_ops_need_one_and_counts_no_failure(
+        user_env: Path) -> None:
+    result = run_doctor(user_env, "--model-type", "lfm2", "--run", path=(STAND_INS,))
+    assert (f"ops: not run: no GPU is visible to the torch in {user_env}, and the ops need "
+            "one\n") in result.stdout
+    assert "ERROR" not in result.stdout
+    assert "op (vs plain PyTorch)" not in result.stdout
+    assert result.stderr.endswith(  # the one problem: the CPU torch, no op
+        "1 problem(s)\n  torch 2.13.0+cpu is a CPU-only build: no CUDA kernel runs\n")
+    report = json.loads(run_doctor(user_env, "--model-type", "lfm2", "--run", "--json",
+                                   path=(STAND_INS,)).stdout)
+    assert (report["ops"], report["notes"]) == (None, [])

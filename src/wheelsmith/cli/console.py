@@ -203,7 +203,8 @@ def _model_line(report: Report) -> str:
 
 def _render_ops(report: Report, out: IO[str]) -> None:
     if report.ops is None:
-        out.write("ops: not run (no GPU visible; --run runs them anyway)\n"
+        out.write(f"ops: not run: no GPU is visible to the torch in {report.python}, and the "
+                  "ops need one\n"
                   if report.gpu is None else "ops: not run (--no-run)\n")
         return
     if not report.ops:
