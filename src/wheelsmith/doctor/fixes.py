@@ -20,6 +20,8 @@ INDEX_TIMEOUT_S = 5
 # import may be missing (a module not here: the fix names the module and says so)
 DISTRIBUTIONS = {"einops": "einops", "triton": "triton", "packaging": "packaging",
                  "ninja": "ninja", "transformers": "transformers", "yaml": "pyyaml"}
+
+
 def dependency_lines(dependencies: dict[str, str]) -> list[str]:
     """`pip install DIST` for each missing dependency (-> the fast-path module needing it)."""
     lines = []
