@@ -4,6 +4,7 @@ transformers asked what a model needs and the op runner run against plain PyTorc
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from tests.conftest import FIXTURES, REPO, torch_env
 from wheelsmith import locations
 from wheelsmith.arch import parse_arch
+from wheelsmith.cli import console
 from wheelsmith.doctor import fastpath, judge
 from wheelsmith.doctor.examine import examine
 from wheelsmith.doctor.fastpath import ModelView, Need, model_type_of
@@ -239,6 +241,7 @@ def test_a_checkpoint_directory_gives_its_model_type(tmp_path: Path, config: str
 
 TRANSFORMERS = "transformers==5.24.0"
 STAND_INS = FIXTURES / "fastpath-cpu"
+ON_CPU = {fastpath.OPS_ON_CPU_ENV: "1"}  # the stand-ins run on the CPU; real ops need a GPU
 
 
 @pytest.fixture(scope="module")
@@ -260,10 +263,11 @@ def site(name: str, *requirements: str) -> Path:
 
 def run_doctor(python: Path, *args: str, path: tuple[Path, ...] = (),
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI of the wheelsmith these tests import (a worktree's, not the one installed in
+    the venv), examining `python` with `path` on its PYTHONPATH."""
     environ = {**os.environ, **(env or {})}
-    environ.pop("PYTHONPATH", None)
-    if path:
-        environ["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
+    this = Path(locations.__file__).parents[1]  # the directory holding this wheelsmith
+    environ["PYTHONPATH"] = os.pathsep.join(str(p) for p in (*path, this))
     return subprocess.run([sys.executable, "-m", "wheelsmith", "doctor", "--python", str(python),
                            "--arch", "9.0", "--index", DEAD_INDEX, *args],
                           capture_output=True, text=True, env=environ, cwd=REPO, check=False)
@@ -334,7 +338,8 @@ def test_bad_model_input_is_one_line_and_the_report_is_still_printed(user_env: P
 
 
 def test_ops_run_against_plain_pytorch_ok_with_their_max_error(user_env: Path) -> None:
-    result = run_doctor(user_env, "--model-type", "lfm2", "--run", path=(STAND_INS,))
+    result = run_doctor(user_env, "--model-type", "lfm2", "--run", path=(STAND_INS,),
+                        env=ON_CPU)
     table = result.stdout.split("op (vs plain PyTorch)")[1].splitlines()
     assert [line.split()[:3] for line in table[1:5]] == [
         ["causal_conv1d_fn", "ok", "max"], ["causal_conv1d_update", "ok", "max"],
@@ -363,7 +368,8 @@ def test_an_op_that_is_wrong_fails_or_hangs_is_named_and_the_rest_still_run(
         user_env: Path, behaviour: str, conv1d_fn: str, note: str) -> None:
     limit = "3" if behaviour == "hang" else "120"  # a loaded machine imports torch slowly
     result = run_doctor(user_env, "--model-type", "lfm2", "--run", "--op-timeout", limit,
-                        "--json", path=(STAND_INS,), env={"WHEELSMITH_FIXTURE_OPS": behaviour})
+                        "--json", path=(STAND_INS,),
+                        env={"WHEELSMITH_FIXTURE_OPS": behaviour, **ON_CPU})
     report = json.loads(result.stdout)
     assert result.returncode == 15
     assert report["problems"][0].startswith(conv1d_fn)
@@ -371,3 +377,113 @@ def test_an_op_that_is_wrong_fails_or_hangs_is_named_and_the_rest_still_run(
                                                 "selective_scan_fn", "flash_attn_func"]
     assert any(n.startswith(note) and n.endswith("— not needed by lfm2")
                for n in report["notes"])
+
+
+# --- a fast-path package installed without a dependency (issue 21) ---------------------------
+
+NO_EINOPS = {"dist": "flash-linear-attention fla-core", "ok": False,
+             "error": "ModuleNotFoundError: No module named 'einops'", "missing": "einops"}
+
+
+def test_the_probe_imports_what_the_fast_path_uses_and_names_the_missing_module(
+        tmp_path: Path) -> None:
+    """`import fla` alone succeeds without einops (fla imports lazily); the probe imports
+    fla.ops.gated_delta_rule, as the ops and transformers do."""
+    ops = tmp_path / "fla" / "ops"
+    ops.mkdir(parents=True)
+    (tmp_path / "fla" / "__init__.py").write_text("")
+    (ops / "__init__.py").write_text("")
+    (ops / "gated_delta_rule.py").write_text("import einops\n")
+    result = subprocess.run([sys.executable, str(locations.RESOURCES / "probe.py"), "packages"],
+                            capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    info = json.loads(result.stdout.partition("WHEELSMITH-PROBE ")[2])
+    assert info["fast_path"]["fla"] == NO_EINOPS
+    assert info["fast_path"]["mamba_ssm"]["missing"] == "mamba_ssm"
+
+
+def test_a_missing_dependency_is_said_once_and_installed_not_the_package_again() -> None:
+    info = probe_info(dists={}, fast=("causal_conv1d",))
+    info["fast_path"]["fla"] = NO_EINOPS
+    report = judged(info, "9.0")
+    assert report.problems == [
+        "fast path: fla does not import: it needs einops, which is not installed "
+        "(ModuleNotFoundError: No module named 'einops'): models fall back to slow PyTorch code"]
+    assert report.fixes == ["pip install einops   # fla imports einops, which is not installed"]
+    out = io.StringIO()
+    console.render_doctor(report, out)
+    assert ("fast path: fla DOES NOT IMPORT (einops is missing), causal_conv1d ok, mamba_ssm not "
+            "installed, flash_attn not installed\n") in out.getvalue()
+    assert "fla ok" not in out.getvalue()
+
+
+def test_a_model_that_falls_back_for_a_missing_dependency_gets_the_dependency_installed() -> None:
+    message = "ModuleNotFoundError: No module named 'einops'"
+    qwen = ModelView("--model-type", "qwen3_5", [
+        Need("causal_conv1d", "causal_conv1d_fn", True),
+        Need("fla", "chunk_gated_delta_rule", False, "import", message)],
+        transformers="5.24.0")
+    info = probe_info(dists={}, fast=("causal_conv1d",))
+    info["fast_path"]["fla"] = NO_EINOPS
+    report = judged(info, "9.0", model=qwen)
+    assert report.problems == [
+        "qwen3_5: transformers will fall back to torch — fla (chunk_gated_delta_rule) does not "
+        "import: ModuleNotFoundError: No module named 'einops'"]
+    assert report.fixes == ["pip install einops   # fla imports einops, which is not installed"]
+
+
+@pytest.mark.parametrize(
+    ("state", "fixes"),
+    [
+        ({"error": "ModuleNotFoundError: No module named 'opt_einsum_x'",
+          "missing": "opt_einsum_x"},
+         ["pip install opt_einsum_x   # 'opt_einsum_x' is the module named by fla's import "
+          "error; its distribution may have another name"]),
+        ({"error": "ModuleNotFoundError: No module named 'einops'"},  # no "missing": the text
+         ["pip install einops   # fla imports einops, which is not installed"]),
+        ({"error": "ModuleNotFoundError: No module named 'fla.ops'", "missing": "fla.ops"},
+         [f"pip install --index-url {DEAD_INDEX}/cu130-torch2.11/simple/ --no-deps "
+          "--force-reinstall flash-linear-attention fla-core   # not checked: the index could "
+          "not be read"]),  # fla without fla-core: the package itself is incomplete
+    ],
+)
+def test_the_fix_for_an_import_error_depends_on_the_module_it_names(
+        state: dict[str, str], fixes: list[str]) -> None:
+    info = probe_info(dists={}, fast=("causal_conv1d",))
+    info["fast_path"]["fla"] = {"dist": "flash-linear-attention fla-core", "ok": False, **state}
+    assert judged(info, "9.0").fixes == fixes
+
+
+# --- no GPU: the ops are not run (issue 21) --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("run", "gpu", "environ", "expected"),
+    [
+        (True, False, {}, False),   # --run without a GPU: every op would fail on is_cuda()
+        (None, False, {}, False),
+        (None, True, {}, True),
+        (True, True, {}, True),
+        (False, True, {}, False),   # --no-run
+        (True, False, ON_CPU, True),  # the CPU stand-ins of the tests
+        (False, False, ON_CPU, False),
+    ],
+)
+def test_ops_run_only_where_the_examined_torch_sees_a_gpu(run: bool | None, gpu: bool,
+                                                          environ: dict[str, str],
+                                                          expected: bool) -> None:
+    assert fastpath.should_run(run, gpu, environ) is expected
+
+
+def test_run_without_a_gpu_says_once_that_the_ops_need_one_and_counts_no_failure(
+        user_env: Path) -> None:
+    result = run_doctor(user_env, "--model-type", "lfm2", "--run", path=(STAND_INS,))
+    assert (f"ops: not run: no GPU is visible to the torch in {user_env}, and the ops need "
+            "one\n") in result.stdout
+    assert "ERROR" not in result.stdout
+    assert "op (vs plain PyTorch)" not in result.stdout
+    assert result.stderr.endswith(  # the one problem: the CPU torch, no op
+        "1 problem(s)\n  torch 2.13.0+cpu is a CPU-only build: no CUDA kernel runs\n")
+    report = json.loads(run_doctor(user_env, "--model-type", "lfm2", "--run", "--json",
+                                   path=(STAND_INS,)).stdout)
+    assert (report["ops"], report["notes"]) == (None, [])

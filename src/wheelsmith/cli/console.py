@@ -11,8 +11,9 @@ import os
 import sys
 import threading
 import time
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
+from wheelsmith.doctor.report import missing_dependency
 from wheelsmith.errors import WheelsmithError
 
 if TYPE_CHECKING:
@@ -158,8 +159,8 @@ def render_doctor(report: Report, stream: IO[str] | None = None) -> None:
     if not report.packages:
         out.write("(no CUDA-extension packages installed)\n")
     out.write("\nfast path: " + ", ".join(
-        f"{module} {'ok' if state['ok'] else 'MISSING' if state['needed'] else 'not installed'}"
-        for module, state in report.fast_path.items()) + "\n")
+        f"{module} {_import_state(module, state)}" for module, state in report.fast_path.items())
+        + "\n")
     _render_ops(report, out)
     for note in report.notes:
         out.write(f"note: {note}\n")
@@ -168,6 +169,18 @@ def render_doctor(report: Report, stream: IO[str] | None = None) -> None:
         out.write(f"\nhealthy: every extension has native kernels for {report.arch.sm}, the "
                   f"fast path imports{ran}\n")
     out.flush()
+
+
+def _import_state(module: str, state: dict[str, Any]) -> str:
+    """ok, or why not: the package is not there, or it is there but does not import (a
+    dependency missing, or another error such as an undefined symbol)."""
+    if state["ok"]:
+        return "ok"
+    dependency = missing_dependency(module, state)
+    if dependency is None and (state.get("error") or "").startswith("ModuleNotFoundError"):
+        return "MISSING" if state["needed"] else "not installed"
+    said = "DOES NOT IMPORT" if state["needed"] else "does not import"
+    return f"{said} ({dependency} is missing)" if dependency else said
 
 
 def _model_line(report: Report) -> str:
@@ -190,7 +203,8 @@ def _model_line(report: Report) -> str:
 
 def _render_ops(report: Report, out: IO[str]) -> None:
     if report.ops is None:
-        out.write("ops: not run (no GPU visible; --run runs them anyway)\n"
+        out.write(f"ops: not run: no GPU is visible to the torch in {report.python}, and the "
+                  "ops need one\n"
                   if report.gpu is None else "ops: not run (--no-run)\n")
         return
     if not report.ops:

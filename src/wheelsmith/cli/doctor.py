@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -42,7 +43,8 @@ from wheelsmith.toolchain import tools
                    "is downloaded).")
 @click.option("--run/--no-run", "run", default=None,
               help="Run the installed fast-path ops on tiny inputs against plain PyTorch "
-                   "(default: when a GPU is visible).")
+                   "(default: yes; they need a GPU visible to the examined torch, and are "
+                   "not run without one).")
 @click.option("--op-timeout", "op_timeout", type=click.FloatRange(min=1), metavar="SECONDS",
               default=fastpath.OP_TIMEOUT_S, show_default=True,
               help="Time limit of each op's run (a cold Triton cache compiles first).")
@@ -69,7 +71,7 @@ def doctor(arch_value: str | None, index_url: str, python: Path, need: tuple[str
     model = _model(python, model_type, model_dir)
     importable = {m for m, state in info.get("fast_path", {}).items() if state["ok"]}
     ops = (fastpath.run_ops(python, fastpath.ops_to_run(importable), op_timeout)
-           if (run if run is not None else bool(info.get("gpu"))) else None)
+           if fastpath.should_run(run, bool(info.get("gpu")), os.environ) else None)
     cuobjdump = tools.cuobjdump_for(None, Path(sys.executable))
     report = examine.examine(info, arch, source, cuobjdump, index_url=index_url, need=need,
                              model=model, ops=ops, knowledge=judge.knowledge())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,19 @@ def _script(python: Path, script: Path, argument: str, prefix: str,
         return None
     return {"status": "error", "phase": "crash",
             "error": f"its process ended with exit code {result.returncode}: {tail.strip()}"}
+
+
+# The ops are CUDA kernels: with no GPU visible to the examined torch they are not run, --run or
+# not (each would fail with "Expected x.is_cuda()"). The CPU stand-ins of the tests
+# (tests/fixtures/fastpath-cpu) run on the CPU where this is set.
+OPS_ON_CPU_ENV = "WHEELSMITH_DOCTOR_OPS_ON_CPU"
+
+
+def should_run(run: bool | None, gpu_visible: bool, environ: Mapping[str, str]) -> bool:
+    """--run/--no-run (None: not given) against whether the examined torch sees a GPU."""
+    if run is False:
+        return False
+    return gpu_visible or environ.get(OPS_ON_CPU_ENV) == "1"
 
 
 def ops_to_run(importable: set[str]) -> list[str]:

@@ -1,6 +1,8 @@
 """Doctor's fixes: a `pip install` from the environment's channel for what it offers, a
 `wheelsmith build ... --publish` for what it lacks. An index that cannot be read leaves the pip
-line unchecked, and the line says so."""
+line unchecked, and the line says so. A fast-path package that is installed but does not import
+because a module it imports is missing (fla without einops) gets that dependency installed, not
+itself again."""
 
 from __future__ import annotations
 
@@ -13,6 +15,25 @@ from wheelsmith.toolchain.target import Target
 
 log = logging.getLogger(__name__)
 INDEX_TIMEOUT_S = 5
+
+# the distribution that provides a module, for the dependencies of the fast-path packages whose
+# import may be missing (a module not here: the fix names the module and says so)
+DISTRIBUTIONS = {"einops": "einops", "triton": "triton", "packaging": "packaging",
+                 "ninja": "ninja", "transformers": "transformers", "yaml": "pyyaml"}
+
+
+def dependency_lines(dependencies: dict[str, str]) -> list[str]:
+    """`pip install DIST` for each missing dependency (-> the fast-path module needing it)."""
+    lines = []
+    for dependency, module in dependencies.items():
+        dist = DISTRIBUTIONS.get(dependency)
+        if dist is not None:
+            lines.append(f"pip install {dist}   # {module} imports {dependency}, which is "
+                         "not installed")
+        else:
+            lines.append(f"pip install {dependency}   # '{dependency}' is the module named by "
+                         f"{module}'s import error; its distribution may have another name")
+    return lines
 
 
 def fix_lines(names: list[str], base: str, arch: Arch, target: Target, python: str, *,

@@ -25,8 +25,8 @@ from packaging.version import InvalidVersion, Version
 
 from wheelsmith import locations
 from wheelsmith.doctor.fastpath import ModelView
-from wheelsmith.doctor.fixes import fix_lines
-from wheelsmith.doctor.report import Report, family
+from wheelsmith.doctor.fixes import dependency_lines, fix_lines
+from wheelsmith.doctor.report import Report, family, missing_dependency
 from wheelsmith.errors import UsageError
 from wheelsmith.index.offers import channel_url, split_channel
 from wheelsmith.recipes import knownbad
@@ -64,7 +64,8 @@ _TORCH_LABEL = re.compile(r"torch\.?(\d+)\.(\d+)")  # +cu.13.0.torch.2.14.sm.90,
 
 
 def judge(report: Report, info: dict[str, Any], index_url: str, knowledge: Knowledge) -> None:
-    to_install: dict[str, None] = dict.fromkeys(_judge_model(report))
+    dependencies: dict[str, str] = {}  # a missing dependency -> the fast-path module needing it
+    to_install: dict[str, None] = dict.fromkeys(_judge_model(report, dependencies))
     _judge_ops(report)
     if report.torch is None:
         report.problems.append(f"torch does not import: {info.get('torch_error', 'missing')}")
@@ -86,17 +87,27 @@ def judge(report: Report, info: dict[str, Any], index_url: str, knowledge: Knowl
             to_install[package.name] = None
     covered = set(report.model.unavailable()) if report.model.source != "default" else set()
     for module, state in report.fast_path.items():
-        if state["needed"] and not state["ok"] and module not in covered:
+        if not state["needed"] or state["ok"] or module in covered:
+            continue
+        dependency = missing_dependency(module, state)
+        if dependency is not None:
+            report.problems.append(f"fast path: {module} does not import: it needs {dependency}, "
+                                   f"which is not installed ({state['error']}): models fall "
+                                   "back to slow PyTorch code")
+            dependencies.setdefault(dependency, module)
+        else:
             report.problems.append(f"fast path: `import {module}` fails ({state['error']}): "
                                    "models fall back to slow PyTorch code")
             to_install[state["dist"]] = None
     upgrades = _judge_rules(report, info, knowledge, target, to_install)
-    report.fixes[:0] = fix_lines(list(to_install), base, report.arch, target, report.python)
+    report.fixes[:0] = [*dependency_lines(dependencies),
+                        *fix_lines(list(to_install), base, report.arch, target, report.python)]
     report.fixes += upgrades
 
 
-def _judge_model(report: Report) -> list[str]:
-    """Problems from the model's view; returns the distributions to install."""
+def _judge_model(report: Report, dependencies: dict[str, str]) -> list[str]:
+    """Problems from the model's view; returns the distributions to install (a module that
+    does not import for want of a dependency adds that to `dependencies` instead)."""
     model = report.model
     name = model.model_type or "the model"
     if model.error in ("no-transformers", "too-old", "import", "failed"):
@@ -110,7 +121,11 @@ def _judge_model(report: Report) -> list[str]:
         report.problems.append(f"{name}: transformers will fall back to torch — {module} "
                                f"({functions}) {reason}")
         state = report.fast_path.get(module)
-        dists.append(state["dist"] if state else module.replace("_", "-"))
+        dependency = missing_dependency(module, state) if state else None
+        if dependency is not None:
+            dependencies.setdefault(dependency, module)
+        else:
+            dists.append(state["dist"] if state else module.replace("_", "-"))
     return dists
 
 

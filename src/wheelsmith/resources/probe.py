@@ -25,6 +25,10 @@ from typing import Any
 warnings.simplefilter("ignore")
 FAST_PATH = {"fla": "flash-linear-attention fla-core", "causal_conv1d": "causal-conv1d",
              "mamba_ssm": "mamba-ssm", "flash_attn": "flash-attn"}
+# what the fast path is used through, where that is more than the package's top level: `import fla`
+# alone succeeds without einops (fla imports lazily), `import fla.ops.gated_delta_rule` does not
+FAST_PATH_IMPORTS = {"fla": "fla.ops.gated_delta_rule",
+                     "mamba_ssm": "mamba_ssm.ops.selective_scan_interface"}
 NOT_EXTENSIONS = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*|jax.*|cupy.*)$")
 
 
@@ -58,11 +62,15 @@ def packages(out: dict[str, Any]) -> None:
                                     "shared_objects": shared})
     for module, dist_name in FAST_PATH.items():
         try:
-            importlib.import_module(module)
-            out["fast_path"][module] = {"dist": dist_name, "ok": True, "error": None}
+            importlib.import_module(FAST_PATH_IMPORTS.get(module, module))
+            out["fast_path"][module] = {"dist": dist_name, "ok": True, "error": None,
+                                        "missing": None}
         except Exception as exc:  # any failure means the model falls back
+            # missing: the module a ModuleNotFoundError names (the package, or a dependency)
+            missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
             out["fast_path"][module] = {"dist": dist_name, "ok": False,
-                                        "error": f"{type(exc).__name__}: {exc}"}
+                                        "error": f"{type(exc).__name__}: {exc}",
+                                        "missing": missing}
 
 
 out: dict[str, Any] = {
