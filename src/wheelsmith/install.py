@@ -2,12 +2,12 @@
 
 `wheelsmith install NAME --python ENV` is the role uv's `--torch-backend=auto` plays for torch
 itself, for the kernels torch does not ship: it asks the environment for its Python, torch,
-CUDA, glibc and GPU (target.py), looks in the index channel that matches them for a wheel its
-pip accepts and whose arch set has native kernels for the GPU, and pip-installs that file with
-its sha256 pinned. When the channel has none, it builds one for the environment (the same
-build as `wheelsmith build --python ENV`), publishes it if asked, and installs it. A wheel it
-publishes must then be served at `--index`: read back there, or the next install would miss it
-again. When another build of the same missing wheel published it first (with other bytes:
+CUDA, glibc and GPU (toolchain/target.py), looks in the index channel that matches them for a
+wheel its pip accepts and whose arch set has native kernels for the GPU, and pip-installs that
+file with its sha256 pinned. When the channel has none, it builds one for the environment (the
+same build as `wheelsmith build --python ENV`), publishes it if asked, and installs it. A wheel
+it publishes must then be served at `--index`: read back there, or the next install would miss
+it again. When another build of the same missing wheel published it first (with other bytes:
 builds are not yet bit-reproducible), it installs the index's copy instead.
 
 Every install is `--no-deps` (torch and the rest are the user's) and is followed by an import

@@ -102,7 +102,7 @@ def _run(engine: container.Engine, image: str, info: dict[str, object], *, plan:
 
 def _run_locked(engine: container.Engine, image: str, info: dict[str, object], *,
                 plan: BuildPlan, request: BuildRequest, report: Reporter) -> BuildResult:
-    _refuse_network_needs(request)
+    cache = _local_cache_only(request)
     work = request.work_dir.resolve() / plan.slug()
     work.mkdir(parents=True, exist_ok=True)
     log_path = log_path_of(work)
@@ -112,7 +112,7 @@ def _run_locked(engine: container.Engine, image: str, info: dict[str, object], *
         if not path.is_symlink():
             path.chmod(path.stat().st_mode | 0o777 if path.is_dir() else
                        path.stat().st_mode | 0o666)
-    ccache = _container_ccache(request)
+    ccache = _container_ccache(cache)
     mounts = container.Mounts(project=locations.project_root(), source=source,
                               out=_writable_dir(work / "container-out"),
                               work=_writable_dir(work / "container-work"), ccache=ccache,
@@ -133,8 +133,9 @@ def _run_locked(engine: container.Engine, image: str, info: dict[str, object], *
     return _check_and_place(plan, request, mounts.out, log_path, report)
 
 
-def _refuse_network_needs(request: BuildRequest) -> None:
-    """Before anything is fetched: a container build has no network."""
+def _local_cache_only(request: BuildRequest) -> compilecache.CompileCache | None:
+    """Before anything is fetched: a container build has no network, so no farm and no TCP
+    cache; the compile cache it may use (None: off)."""
     if request.compile_farm not in (None, "off") or request.compile_farm_required:
         raise UsageError("container builds run with --network=none, so a compile farm cannot "
                          "be reached", hint="use --runner host with --compile-farm")
@@ -142,12 +143,12 @@ def _refuse_network_needs(request: BuildRequest) -> None:
     if cache is not None and cache.needs_network:
         raise UsageError("container builds run with --network=none, so a TCP compile cache "
                          "cannot be reached", hint="use a local cache, or --runner host")
+    return cache
 
 
-def _container_ccache(request: BuildRequest) -> Path | None:
+def _container_ccache(cache: compilecache.CompileCache | None) -> Path | None:
     """The local compile cache's directory for container builds (its own: the image's
     compilers are not the host's), writable by the image's builder; None without a cache."""
-    cache = compilecache.resolve(request.compile_cache, locations.cache_dir())
     if cache is None:
         return None
     ccache = cache.local.parent / "ccache-container"
