@@ -59,7 +59,7 @@ def runner(tmp_path: Path, name: str, remote: str, *args: str) -> dict[str, int]
                              "tiny-ext", "--compile-cache", remote, "--json", *args], cwd=home,
                             env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
-    stats: dict[str, int] = json.loads(result.stdout)["provenance"]["compile_cache"]
+    stats: dict[str, int] = json.loads(result.stdout)["run"]["compile_cache"]
     return stats
 
 

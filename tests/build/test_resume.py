@@ -136,8 +136,8 @@ def test_a_build_killed_after_its_first_object_compiles_only_the_rest(
     build_log = next((project / "work").glob("tiny-ext-*/build.log")).read_text()
     steps = re.findall(r"^\s*\[\d+/(\d+)\]", build_log, re.MULTILINE)
     assert steps[-1] == "1"  # ninja compiled exactly the missing object
-    provenance = json.loads(second.stdout)["provenance"]
-    assert provenance["smoke"][0] == "imported tiny_ext"  # the recompiled object links and loads
+    run = json.loads(second.stdout)["run"]
+    assert run["smoke"][0] == "imported tiny_ext"  # the recompiled object links and loads
 
 
 def wait_for_first_object(work: Path, proc: subprocess.Popen[str]) -> Path:

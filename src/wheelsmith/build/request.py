@@ -78,6 +78,7 @@ class BuildResult:
     up_to_date: bool
     log: Path | None
     configured: tuple[dict[str, Any], ...] = ()  # what each build.ninja targets
+    run: dict[str, Any] = field(default_factory=dict)  # one run's facts (reproducible.py)
 
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from wheelsmith.build import compilesetup, finish
+from wheelsmith.build.rebuild import rebuild as rebuild_wheel
 from wheelsmith.build.request import BuildRequest, BuildResult, from_json
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
@@ -27,7 +28,7 @@ from wheelsmith.cli._common import (
 )
 from wheelsmith.cli.index import published_json
 from wheelsmith.deliver import deliver
-from wheelsmith.errors import RecipeError
+from wheelsmith.errors import RecipeError, VerifyError
 from wheelsmith.recipes import repos
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.recipes.schema import schema_json
@@ -133,6 +134,7 @@ def _deliver(request: BuildRequest, *, publish_to: Path | None, install_into: Ta
         emit_json({"ok": True, "wheel": str(result.wheel), "up_to_date": result.up_to_date,
                    "log": str(result.log) if result.log else None,
                    "published": published_json(done.published), "provenance": result.provenance,
+                   "run": result.run,
                    "installed": None if install_into is None or done.imports is None else {
                        "python": str(install_into.python), "imports": list(done.imports)}})
         return
@@ -161,10 +163,21 @@ def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:
 @arch_option
 @click.option("--host-only", multiple=True, metavar="GLOB",
               help="Shared objects allowed to carry no device code.")
+@click.option("--rebuild", is_flag=True,
+              help="Build each WHEEL again from its provenance (no compile cache) and compare "
+                   "sha256; a mismatch names the members that differ. --arch is not needed.")
+@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
+              show_default=True, help="With --rebuild: sources, logs and the rebuilt wheel.")
+@runner_option
+@recipes_option
 @json_option
 def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[str, ...],
-           as_json: bool) -> None:
-    """Check that each WHEEL carries SASS for exactly --arch (and PTX iff +PTX)."""
+           rebuild: bool, work_dir: Path, runner: str, as_json: bool) -> None:
+    """Check that each WHEEL carries SASS for exactly --arch (and PTX iff +PTX), or with
+    --rebuild that building it again gives the same bytes."""
+    if rebuild:
+        _verify_rebuild(wheels, work_dir, runner, as_json)
+        return
     requested = parse_archs(archs)
     if requested is None:
         raise click.UsageError("--arch is required, e.g. --arch 12.0")
@@ -179,6 +192,27 @@ def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[st
                 _echo_device_code(item.as_dict(), err=False)
     if as_json:
         emit_json({"ok": True, "archs": str(requested), "wheels": results})
+
+
+def _verify_rebuild(wheels: tuple[Path, ...], work_dir: Path, runner: str,
+                    as_json: bool) -> None:
+    results = []
+    for wheel in wheels:
+        with console.TerminalReporter() as reporter:
+            compared = rebuild_wheel(wheel, work_dir=work_dir, runner_name=runner,
+                                     report=reporter)
+        if not compared.identical:
+            raise VerifyError(
+                f"{wheel.name} differs from its rebuild (sha256 {compared.sha256[:16]}, "
+                f"rebuilt {compared.rebuilt_sha256[:16]})", findings=compared.differences,
+                hint=f"the rebuilt wheel is {compared.rebuilt}; a member whose content differs "
+                     "was changed after the build, or the build is not reproducible there")
+        results.append({"wheel": str(wheel), "sha256": compared.sha256,
+                        "rebuilt": str(compared.rebuilt)})
+        if not as_json:
+            click.echo(f"identical: {wheel.name} rebuilt to the same sha256 {compared.sha256}")
+    if as_json:
+        emit_json({"ok": True, "wheels": results})
 
 
 @main.command("recipes")

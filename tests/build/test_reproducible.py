@@ -1,0 +1,194 @@
+"""Same inputs, same bytes: prefix maps, the provenance split, and `verify --rebuild`.
+
+The toolchain tests build the tiny extension for real (about 30-50 s each on 2 cores) with
+the compile cache off; the real causal-conv1d proof is marked slow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, add_variant, wheelsmith
+from tests.wheels import make_wheel
+from wheelsmith.build import reproducible
+from wheelsmith.build.rebuild import differences
+from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.wheelfile import record_hash
+
+
+def error_lines(stderr: str) -> list[str]:
+    lines = stderr.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith("error: ")):]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tampered(wheel: Path, member: str, directory: Path) -> Path:
+    """`wheel` with `member` changed and RECORD made to match, as a careful attacker would:
+    the wheel stays valid, only a rebuild can tell."""
+    directory.mkdir()
+    out = directory / wheel.name
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(out, "w") as zout:
+        record = next(n for n in zin.namelist() if n.endswith(".dist-info/RECORD"))
+        changed = zin.read(member) + b"import os  # planted\n"
+        rows = [f"{member},{record_hash(changed)},{len(changed)}" if row.startswith(member + ",")
+                else row for row in zin.read(record).decode().splitlines()]
+        for info in zin.infolist():
+            data = {member: changed, record: ("\n".join(rows) + "\n").encode()}.get(
+                info.filename, zin.read(info))
+            zout.writestr(info, data)
+    return out
+
+
+# --- no toolchain -------------------------------------------------------------------------
+
+
+def test_prefix_maps_put_the_most_specific_last_and_skip_system_prefixes(
+        tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to("/usr/bin/python3")  # base prefix /usr: not mapped
+    cuda = venv / "lib" / "nvidia" / "cu13"
+    toolchain = Toolchain(name="p", python=venv / "bin" / "python", python_version="3.11",
+                          cuda_home=cuda, torch_version=None, torch_cuda=None,  # type: ignore[arg-type]
+                          nvcc_version=None, cuobjdump=None, pins=())  # type: ignore[arg-type]
+    source = tmp_path / "work" / "src" / "pkg"
+    assert reproducible.path_maps(toolchain, source) == [
+        (str(venv), "/wheelsmith/toolchain"), (str(source), "/wheelsmith/src"),
+        (str(cuda), "/wheelsmith/cuda")]  # inside the venv: after it
+
+
+def test_compiler_flags_come_before_what_the_build_sets_itself() -> None:
+    env = reproducible.compiler_env([("/w/src", "/wheelsmith/src")],
+                                    {"CFLAGS": "-O1", "NVCC_PREPEND_FLAGS": "-lineinfo"})
+    assert env == {
+        "CFLAGS": "-ffile-prefix-map=/w/src=/wheelsmith/src -O1",
+        "CXXFLAGS": "-ffile-prefix-map=/w/src=/wheelsmith/src",
+        "NVCC_PREPEND_FLAGS": "-objtemp -Xcompiler -ffile-prefix-map=/w/src=/wheelsmith/src "
+                              "-lineinfo"}
+
+
+def test_run_facts_leave_the_provenance() -> None:
+    defining, run = reproducible.split_record(
+        {"key": "k", "device_code": [], "build": {"seconds": 3.0}, "smoke": ["ok"],
+         "runner": {"engine": "host"}, "compile_cache": None})
+    assert defining == {"key": "k", "device_code": []}
+    assert run == {"build": {"seconds": 3.0}, "smoke": ["ok"], "runner": {"engine": "host"},
+                   "compile_cache": None}
+
+
+def test_differences_name_the_changed_missing_and_extra_members(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ours = make_wheel(tmp_path / "a", files={"demo/__init__.py": b"x = 1\n",
+                                             "demo/gone.py": b""})
+    theirs = make_wheel(tmp_path / "b", files={"demo/__init__.py": b"x = 2\n",
+                                               "demo/new.py": b""})
+    assert [d.split(" (")[0] for d in differences(ours, theirs)] == [
+        "demo-1.0.0.dist-info/RECORD: content differs",
+        "demo/__init__.py: content differs",
+        "demo/gone.py: only in the wheel, not in its rebuild",
+        "demo/new.py: only in the rebuild, missing from the wheel"]
+
+
+def test_verify_rebuild_refuses_a_wheel_without_provenance(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path)
+    result = wheelsmith("verify", "--rebuild", str(wheel), cwd=tmp_path)
+    assert result.returncode == 10
+    assert error_lines(result.stderr) == [
+        "error: demo-1.0.0-cp311-cp311-linux_x86_64.whl carries no wheelsmith provenance "
+        "(<dist-info>/wheelsmith.json)",
+        "hint: only a wheel wheelsmith built can be rebuilt from itself"]
+
+
+# --- real builds of the tiny extension ----------------------------------------------------
+
+
+def build_tiny(project: Path, work: str) -> dict[str, object]:
+    result = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--compile-cache", "off",
+                        "--work-dir", work, "--out", f"out-{work}", "--json", cwd=project,
+                        check=True)
+    data: dict[str, object] = json.loads(result.stdout)
+    return data
+
+
+@pytest.mark.toolchain
+def test_two_work_dirs_give_one_sha256_and_verify_rebuild_says_identical(
+        project: Path, toolchain: Toolchain) -> None:
+    add_variant(project, "tiny-ext")
+    data = build_tiny(project, "work-a")
+    wheel = Path(str(data["wheel"]))
+    provenance = data["provenance"]
+    assert isinstance(provenance, dict)
+    assert not set(provenance) & set(reproducible.RUN_KEYS)
+    run = data["run"]
+    assert isinstance(run, dict)
+    assert run["build"]["seconds"] > 0
+    assert json.loads(next(project.glob("work-a/tiny-ext-*/run.json")).read_text()) == run
+
+    result = wheelsmith("verify", "--rebuild", str(wheel), "--work-dir", "work-bb",
+                        cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (f"identical: {wheel.name} rebuilt to the same sha256 "
+                             f"{sha256(wheel)}\n")
+    rebuilt = next(project.glob(f"work-bb/rebuilt/*/{wheel.name}"))
+    assert sha256(rebuilt) == sha256(wheel)
+
+
+@pytest.mark.toolchain
+def test_verify_rebuild_of_a_tampered_wheel_names_the_member(
+        project: Path, toolchain: Toolchain, tmp_path: Path) -> None:
+    add_variant(project, "tiny-ext")
+    wheel = Path(str(build_tiny(project, "work-a")["wheel"]))
+    bad = tampered(wheel, "tiny_ext/__init__.py", tmp_path / "tampered")
+    assert wheelsmith("verify", str(bad), "--arch", "12.0", cwd=project).returncode == 0
+    result = wheelsmith("verify", "--rebuild", str(bad), "--work-dir", "work-b", cwd=project)
+    assert result.returncode == 10, result.stderr
+    info = "tiny_ext-0.1.0+cu.13.0.torch.2.14.sm.120.dist-info"
+    lines = error_lines(result.stderr)
+    assert lines[0] == (f"error: {wheel.name} differs from its rebuild (sha256 "
+                        f"{sha256(bad)[:16]}, rebuilt {sha256(wheel)[:16]})")
+    assert [line.split(" (")[0] for line in lines[1:3]] == [
+        f"  {info}/RECORD: content differs", "  tiny_ext/__init__.py: content differs"]
+    assert lines[3].startswith("hint: the rebuilt wheel is ")
+
+
+@pytest.mark.toolchain
+def test_verify_rebuild_refuses_when_the_recipe_changed(project: Path,
+                                                        toolchain: Toolchain) -> None:
+    source = add_variant(project, "tiny-ext")
+    wheel = Path(str(build_tiny(project, "work-a")["wheel"]))
+    recipe = project / "recipes" / "tiny-ext.yaml"
+    recipe.write_text(recipe.read_text() + "env:\n  EXTRA: \"1\"\n")
+    assert source.is_dir()
+    result = wheelsmith("verify", "--rebuild", str(wheel), "--work-dir", "work-b", cwd=project)
+    assert result.returncode == 10, result.stderr
+    assert error_lines(result.stderr)[0].startswith(
+        f"error: cannot rebuild {wheel.name} as it was built: the recipe, patches and toolchain "
+        "here give content key ")
+    assert not (project / "work-b" / "rebuilt").exists()
+
+
+# --- the real package ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_cold_builds_of_causal_conv1d_have_one_sha256(tmp_path: Path,
+                                                          toolchain: Toolchain) -> None:
+    """About 11 minutes on 2 cores: two full builds, different work dirs, no compile cache."""
+    wheels = []
+    for work in ("a", "bb"):
+        result = wheelsmith("build", "causal-conv1d", "--arch", "12.0", "--compile-cache", "off",
+                            "--json", "--out", str(tmp_path / f"out-{work}"),
+                            "--work-dir", str(tmp_path / f"work-{work}"), cwd=REPO, check=True)
+        wheels.append(Path(json.loads(result.stdout)["wheel"]))
+    assert wheels[0].name == wheels[1].name
+    assert differences(wheels[0], wheels[1]) == []
+    assert sha256(wheels[0]) == sha256(wheels[1])
