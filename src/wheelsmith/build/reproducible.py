@@ -39,6 +39,8 @@ TOOLCHAIN_AS = "/wheelsmith/toolchain"
 PYTHON_AS = "/wheelsmith/python"
 CUDA_AS = "/wheelsmith/cuda"
 SYSTEM_PREFIXES = frozenset({"/", "/usr", "/usr/local"})  # the same on every machine
+# what the compile cache adds to its key: objects made under another scheme differ in bytes
+SCHEME = "file-prefix-map to /wheelsmith/*, nvcc -objtemp"
 RUN_FILE = "run.json"
 # provenance keys that describe one run, not the build: they go to the side file
 RUN_KEYS = ("build", "smoke", "prebuild_check", "runner", "compile_cache", "compile_farm")
