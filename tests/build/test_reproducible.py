@@ -67,10 +67,9 @@ def test_prefix_maps_put_the_most_specific_last_and_skip_system_prefixes(
 
 def test_compiler_flags_come_before_what_the_build_sets_itself() -> None:
     env = reproducible.compiler_env([("/w/src", "/wheelsmith/src")],
-                                    {"CFLAGS": "-O1", "NVCC_PREPEND_FLAGS": "-lineinfo"})
+                                    {"CPPFLAGS": "-DX", "NVCC_PREPEND_FLAGS": "-lineinfo"})
     assert env == {
-        "CFLAGS": "-ffile-prefix-map=/w/src=/wheelsmith/src -O1",
-        "CXXFLAGS": "-ffile-prefix-map=/w/src=/wheelsmith/src",
+        "CPPFLAGS": "-ffile-prefix-map=/w/src=/wheelsmith/src -DX",
         "NVCC_PREPEND_FLAGS": "-objtemp -Xcompiler -ffile-prefix-map=/w/src=/wheelsmith/src "
                               "-lineinfo"}
 

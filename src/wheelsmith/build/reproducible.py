@@ -6,7 +6,7 @@ one sha256, whatever the work directory or runner. What made them differ, and th
 - absolute paths in the binaries: `__FILE__` in host code and the DWARF of the `-g` that
   Python's own CFLAGS carry name the source tree, the toolchain venv, the base Python and the
   CUDA headers. `-ffile-prefix-map` rewrites each to a fixed name (`/wheelsmith/src`, ...) for
-  the host compiler (CFLAGS, CXXFLAGS: setuptools appends them) and, through nvcc's
+  the host compiler (CPPFLAGS, which setuptools appends to Python's flags) and, through nvcc's
   NVCC_PREPEND_FLAGS, for the host compile of every `.cu` (`-Xcompiler`).
 - nvcc's temporary names: without `-objtemp` nvcc writes its intermediates to
   `/tmp/tmpxft_<pid>_00000000-6_<name>.cudafe1.cpp`, and the host compiler records that name
@@ -66,7 +66,7 @@ def path_maps(toolchain: Toolchain, source: Path) -> list[tuple[str, str]]:
 
 
 def compiler_env(maps: list[tuple[str, str]], env: Mapping[str, str]) -> dict[str, str]:
-    """CFLAGS, CXXFLAGS and NVCC_PREPEND_FLAGS of `env` with the prefix maps and nvcc's
+    """CPPFLAGS and NVCC_PREPEND_FLAGS of `env` with the prefix maps and nvcc's
     `-objtemp` added (what the build sets itself stays, after ours)."""
     flags = [f"-ffile-prefix-map={old}={new}" for old, new in maps]
     nvcc = ["-objtemp", *(part for flag in flags for part in ("-Xcompiler", flag))]
@@ -74,7 +74,9 @@ def compiler_env(maps: list[tuple[str, str]], env: Mapping[str, str]) -> dict[st
     def joined(var: str, ours: list[str]) -> str:
         return " ".join([*ours, env[var]] if env.get(var) else ours)
 
-    return {"CFLAGS": joined("CFLAGS", flags), "CXXFLAGS": joined("CXXFLAGS", flags),
+    # CPPFLAGS, not CFLAGS: setuptools appends CPPFLAGS to Python's own compile flags, while
+    # a CFLAGS replaces them (-O3, -DNDEBUG and -g would be gone)
+    return {"CPPFLAGS": joined("CPPFLAGS", flags),
             "NVCC_PREPEND_FLAGS": joined("NVCC_PREPEND_FLAGS", nvcc)}
 
 
