@@ -14,8 +14,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from wheelsmith import locations
-from wheelsmith.errors import ToolchainError
-from wheelsmith.toolchain import target
+from wheelsmith.errors import MissingToolkitError, ToolchainError
+from wheelsmith.toolchain import driver, target
 from wheelsmith.toolchain.env import Toolchain, system_toolchain
 from wheelsmith.toolchain.profile import (
     SYSTEM,
@@ -50,8 +50,35 @@ def resolve_toolchain(name: str | None, python: Path, *, for_target: bool = Fals
         torch, cuda = found.cuda_torch()
         say(f"{profile.name}, chosen for {python} (Python {found.version}, torch {torch}, "
             f"CUDA {cuda})")
+        return _ensure(profile, python, profiles, python_named=True)
+    return _ensure(profile_named(name), python, load_profiles(locations.profile_dirs()))
+
+
+def _ensure(profile: Profile, python: Path, profiles: list[Profile], *,
+            python_named: bool = False) -> Toolchain:
+    """`ensure_profile`; a profile whose CUDA toolkit is not installed also gets the other way
+    out: a CUDA 13 profile, where the driver runs CUDA 13."""
+    try:
         return ensure_profile(profile, python, locations.cache_dir())
-    return ensure_profile(profile_named(name), python, locations.cache_dir())
+    except MissingToolkitError as exc:
+        exc.hint = "\n".join(filter(None, [exc.hint, _newer_cuda(profile, profiles, python,
+                                                                  python_named)]))
+        raise
+
+
+def _newer_cuda(profile: Profile, profiles: list[Profile], python: Path,
+                python_named: bool) -> str | None:
+    newer = [p for p in profiles if p.cuda.major > profile.cuda.major
+             and p.cuda.major in driver.MIN_DRIVER and not p.installed_compiler]
+    if not newer:
+        return None
+    nearest = min(newer, key=lambda p: (abs(p.torch.minor - profile.torch.minor), p.cuda))
+    found = driver.find_driver()
+    here = f"this machine's: {found.version}" if found.version else "no driver found here"
+    use = (f"install torch {nearest.torch} built for CUDA {nearest.cuda} into {python} and build "
+           "again" if python_named else f"build with --toolchain {nearest.name}")
+    return (f"or, with an NVIDIA {driver.needs(nearest.cuda.major)}; {here}: {use} (torch "
+            f"{nearest.torch.major}.{nearest.torch.minor}, whose CUDA compiler PyPI ships)")
 
 
 def select_profile(target: Target, profiles: list[Profile]) -> Profile:
