@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -77,3 +79,39 @@ def test_an_unknown_platform_is_refused_with_the_known_ones(project: Path) -> No
     result = wheelsmith("build", "tiny-ext", "--platform", "riscv64", cwd=project, check=False)
     assert "unknown --platform 'riscv64'" in result.stderr
     assert "one of x86_64, aarch64" in result.stderr
+
+
+def test_a_cross_build_in_a_container_is_refused_by_name(project: Path) -> None:
+    add_variant(project, "tiny-ext")
+    result = wheelsmith("build", "tiny-ext", "--platform", "aarch64", "--runner", "podman",
+                        cwd=project, check=False)
+    assert ("--platform aarch64: a cross build runs on the host runner (the image has no cross "
+            "compiler)") in result.stderr
+
+
+def pip_target(index: Path, target: Path, *platform: str) -> subprocess.CompletedProcess[str]:
+    """What pip installs of tiny-ext from the channel's simple index for those platform tags
+    (none: this machine's)."""
+    tags = [arg for tag in platform for arg in ("--platform", tag)]
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--isolated", "--no-deps", "--only-binary",
+         ":all:", *tags, "--python-version", "3.11", "--target", str(target), "--index-url",
+         (index / "cu130-torch2.14" / "simple").as_uri(), "tiny-ext"],
+        capture_output=True, text=True, check=False)
+
+
+def test_one_channel_serves_both_cpus_and_pip_picks_by_tag(
+        project: Path, toolchain: Toolchain, tmp_path: Path) -> None:
+    add_variant(project, "tiny-ext")
+    index = tmp_path / "index"
+    for machine in ("x86_64", "aarch64"):
+        wheelsmith("build", "tiny-ext", "--arch", "12.0", "--platform", machine, "--publish",
+                   "--index", str(index), cwd=project, check=True)
+    arm = pip_target(index, tmp_path / "arm", "manylinux_2_28_aarch64")
+    assert arm.returncode == 0, arm.stderr
+    assert [p.name for p in (tmp_path / "arm" / "tiny_ext").glob("*.so")] == [
+        "_C.cpython-311-aarch64-linux-gnu.so"]
+    here = pip_target(index, tmp_path / "here")
+    assert here.returncode == 0, here.stderr
+    assert [p.name for p in (tmp_path / "here" / "tiny_ext").glob("*.so")] == [
+        "_C.cpython-311-x86_64-linux-gnu.so"]
