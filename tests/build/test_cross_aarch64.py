@@ -100,14 +100,22 @@ def pip_target(index: Path, target: Path, *platform: str) -> subprocess.Complete
         capture_output=True, text=True, check=False)
 
 
+def glibc_tags(minor: int) -> list[str]:
+    """pip's platform tags on an aarch64 system with glibc 2.`minor` (pip expands none)."""
+    return [f"manylinux_2_{m}_aarch64" for m in range(minor, 16, -1)]
+
+
 def test_one_channel_serves_both_cpus_and_pip_picks_by_tag(
         project: Path, toolchain: Toolchain, tmp_path: Path) -> None:
+    """An aarch64 system with glibc 2.35 (Ubuntu 22.04, DGX OS 6) gets the aarch64 wheel,
+    this machine its own, from one channel; an aarch64 system below the wheel's floor (glibc
+    2.28: RHEL 8) none."""
     add_variant(project, "tiny-ext")
     index = tmp_path / "index"
     for machine in ("x86_64", "aarch64"):
         wheelsmith("build", "tiny-ext", "--arch", "12.0", "--platform", machine, "--publish",
                    "--index", str(index), cwd=project, check=True)
-    arm = pip_target(index, tmp_path / "arm", "manylinux_2_28_aarch64")
+    arm = pip_target(index, tmp_path / "arm", *glibc_tags(35))
     assert arm.returncode == 0, arm.stderr
     assert [p.name for p in (tmp_path / "arm" / "tiny_ext").glob("*.so")] == [
         "_C.cpython-311-aarch64-linux-gnu.so"]
@@ -115,3 +123,5 @@ def test_one_channel_serves_both_cpus_and_pip_picks_by_tag(
     assert here.returncode == 0, here.stderr
     assert [p.name for p in (tmp_path / "here" / "tiny_ext").glob("*.so")] == [
         "_C.cpython-311-x86_64-linux-gnu.so"]
+    old = pip_target(index, tmp_path / "old", *glibc_tags(28))
+    assert "No matching distribution found for tiny-ext" in old.stderr
