@@ -46,6 +46,10 @@ from wheelsmith.toolchain.target import Target
               help="The environment the wheel is for: its Python, and (without --toolchain) "
                    "its torch and CUDA choose the profile; the wheel is import-tested there. "
                    "X.Y: just that Python version (python3.X on PATH). Default: this Python.")
+@click.option("--platform", metavar="aarch64|x86_64",
+              help="The CPU the wheel is for. Another than this machine's is cross-compiled "
+                   "(its GNU compiler, the profile's pins for that CPU) and import-tested "
+                   "under qemu-user. Default: this machine's.")
 @click.option("--install", "install_into", is_flag=True,
               help="pip-install the verified wheel into the --python environment (--no-deps).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("wheelhouse"),
