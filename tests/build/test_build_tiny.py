@@ -45,11 +45,15 @@ def test_builds_exactly_sm_120(project: Path, toolchain: Toolchain) -> None:
         {"path": "tiny_ext/_C.cpython-311-x86_64-linux-gnu.so", "sass": ["sm_120"], "ptx": []}]
     assert provenance["toolchain"]["channel"] == "cu130-torch2.14"
     assert provenance["smoke"][0] == "imported tiny_ext"
-    assert [c["sass"] for c in provenance["prebuild_check"]] == [["sm_120"]]
+    assert [(c["extension"], c["sass"]) for c in provenance["prebuild_check"]] == [
+        ("_C", ["sm_120"])]
+    assert (provenance["archs_requested"], provenance["host_only"]) == ("12.0", [])
 
     ok = wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=project)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.splitlines()[0] == f"ok: {wheel.name} carries exactly 12.0"
+    recorded = wheelsmith("verify", str(wheel), cwd=project)  # no flags: its provenance's
+    assert recorded.stdout.splitlines()[0] == f"ok: {wheel.name} carries exactly 12.0"
 
     wrong = wheelsmith("verify", str(wheel), "--arch", "9.0;12.0", cwd=project)
     assert wrong.returncode == 10

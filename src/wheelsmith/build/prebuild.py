@@ -42,6 +42,7 @@ _ARCH_RE = re.compile(r"(?:^|\s)-arch[= ]sm_(\d+[af]?)(?=\s|$)")
 _UNIT_RE = re.compile(r"^build [^\n]+?: (cuda_compile|compile) ", re.MULTILINE)
 _INPUT_RE = re.compile(r"^build [^\n]+?: (?:cuda_compile|compile) ((?:[^\s$]|\$.)+)",
                        re.MULTILINE)
+_NAME_RE = re.compile(r"-DTORCH_EXTENSION_NAME=(\w+)")
 _GIVEN_SPLIT_RE = re.compile(r"(?:^|\s)--?split-compile[= ](\d+)")
 PLAN_LINE = "wheelsmith plan: "
 RESUME_LINE = "wheelsmith resume: "
@@ -72,6 +73,13 @@ def gencode_targets(ninja_text: str) -> Targets:
         sass.add(f"sm_{match[1]}")
         ptx.add(f"sm_{match[1]}")
     return Targets(frozenset(sass), frozenset(ptx))
+
+
+def extension_name(ninja_text: str) -> str | None:
+    """The extension a build.ninja compiles (torch writes one per extension, each into the
+    same build directory, with -DTORCH_EXTENSION_NAME=NAME in its flags)."""
+    match = _NAME_RE.search(ninja_text)
+    return match[1] if match else None
 
 
 def count_units(ninja_text: str) -> tuple[int, int]:
@@ -147,6 +155,7 @@ def check(argv: list[str]) -> int | None:
         cuda, cxx = count_units(text)
         with Path(os.environ[REPORT]).open("a") as report:
             report.write(json.dumps({"build_ninja": str(ninja_file.resolve()),
+                                     "extension": extension_name(text),
                                      **found.as_dict(), "cuda_units": cuda,
                                      "cxx_units": cxx}) + "\n")
     if found != wanted:
@@ -207,7 +216,9 @@ def main() -> None:
     ninja_file = _ninja_file(argv)
     real = os.environ[REAL_NINJA]
     if "--version" not in argv and ninja_file.is_file():
-        _say(PLAN_LINE, apply_parallelism(ninja_file.read_text(errors="replace"), os.environ))
+        text = ninja_file.read_text(errors="replace")
+        plan = apply_parallelism(text, os.environ)
+        _say(PLAN_LINE, plan and f"{extension_name(text) or ninja_file.parent.name}: {plan}")
         _say(RESUME_LINE, already_built(real, argv, ninja_file))
     os.execv(real, [real, *argv])  # noqa: S606 - hand over to the real ninja
 
