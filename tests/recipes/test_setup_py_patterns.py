@@ -278,3 +278,31 @@ def test_a_package_s_own_arch_variable_becomes_the_recipe_s_arch_knob(tmp_path: 
     assert recipe_body(found).split("versions:")[0] == (
         'arch:\n  env: DEMO_CUDA_ARCHS\n  format: numbers\n  default: ["9.0a"]\n'
         '  supported: ["8.0", "9.0a"]\nsmoke:\n  import: [demo_cuda]\n')
+
+
+def test_an_extension_class_chosen_in_a_branch_counts_as_cuda(tmp_path: Path) -> None:
+    """chamferdist's and spatial-correlation-sampler's shape: `extension = CppExtension`, then
+    `extension = CUDAExtension` under a condition; the sources list is extended with the .cu
+    file there."""
+    tree = tree_with(tmp_path, "import os\n"
+                     "from torch.utils.cpp_extension import CppExtension, CUDAExtension\n"
+                     "sources = ['csrc/ext.cpp']\nextension = CppExtension\n"
+                     "if os.getenv('FORCE_CUDA', '0') == '1':\n"
+                     "    extension = CUDAExtension\n    sources.append('csrc/kernel.cu')\n"
+                     "ext = extension('demo._C', sources)\n", "csrc/ext.cpp", "csrc/kernel.cu")
+    found = findings(tree)
+    assert render.report_lines(found)[2] == (
+        "setup.py:8: extension demo._C (extension: CUDAExtension or CppExtension): CUDA")
+    assert found.host_only == ()
+
+
+def test_a_cpu_fallback_of_a_cuda_module_is_not_host_only(tmp_path: Path) -> None:
+    """torch-harmonics' shape: the same module is a CUDAExtension or, without CUDA, a
+    CppExtension; globbing the CPU one would exempt the CUDA one from the check."""
+    tree = tree_with(tmp_path, "from torch.utils.cpp_extension import CppExtension, "
+                     "CUDAExtension\nsources = ['a.cpp']\nif CUDA:\n"
+                     "    sources += ['a.cu']\n    ext = CUDAExtension('demo._C', sources)\n"
+                     "else:\n    ext = CppExtension('demo._C', sources)\n", "a.cpp", "a.cu")
+    found = findings(tree)
+    assert [e.name for e in found.setup.extensions] == ["demo._C"]
+    assert found.host_only == ()

@@ -97,6 +97,33 @@ def _host_choice(alias: ast.IfExp) -> tuple[str, str] | None:
     return (test.left.id, value) if host == "CppExtension" else None
 
 
+def _aliases(module: ast.Module) -> dict[str, set[str]]:
+    """Names setup.py calls torch's extension classes by: `Extension = CUDAExtension` (in any
+    branch), `extension = CppExtension`, `import CUDAExtension as Ext`."""
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(module):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                node.targets[0], ast.Name):
+            values = [node.value.body, node.value.orelse] if isinstance(
+                node.value, ast.IfExp) else [node.value]
+            kinds = {dotted(v).rpartition(".")[2] for v in values} & {"CUDAExtension",
+                                                                      "CppExtension"}
+            if kinds:
+                found.setdefault(node.targets[0].id, set()).update(kinds)
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.asname and alias.name in ("CUDAExtension", "CppExtension"):
+                    found.setdefault(alias.asname, set()).add(alias.name)
+    return found
+
+
+def _literal(node: ast.expr | None) -> bool:
+    """A sources list written out in full (no name that code may extend)."""
+    return isinstance(node, ast.List | ast.Tuple) and all(
+        isinstance(e, ast.Constant) or (isinstance(e, ast.Call) and callee(e) in PATH_CALLS)
+        for e in node.elts)
+
+
 def _rocm_branches(module: ast.Module) -> set[int]:
     """The nodes under `if IS_ROCM:` (`IS_HIP_EXTENSION`, `torch.version.hip`): the extensions
     built there are not the CUDA build's."""
@@ -115,28 +142,31 @@ def _rocm_branches(module: ast.Module) -> set[int]:
 
 def extensions_of(module: ast.Module, names: dict[str, ast.expr]) -> tuple[Extension, ...]:
     found: list[Extension] = []
-    rocm = _rocm_branches(module)
+    rocm, aliases = _rocm_branches(module), _aliases(module)
     for node in ast.walk(module):
-        if not isinstance(node, ast.Call) or not callee(node).endswith("Extension") or \
-                callee(node) == "BuildExtension" or id(node) in rocm:
+        called = callee(node) if isinstance(node, ast.Call) else ""
+        if not isinstance(node, ast.Call) or id(node) in rocm or called == "BuildExtension" or \
+                not (called.endswith("Extension") or called in aliases):
             continue
         keywords = {k.arg: k.value for k in node.keywords if k.arg}
         name_node = keywords.get("name", node.args[0] if node.args else None)
-        name = pattern(name_node) or "*"
-        sources = tuple(s for s in strings(keywords.get("sources", node.args[1] if len(
-            node.args) > 1 else None), names) if s.endswith(SOURCE_SUFFIXES))
-        alias = names.get(callee(node))
+        given = keywords.get("sources", node.args[1] if len(node.args) > 1 else None)
+        sources = tuple(s for s in strings(given, names) if s.endswith(SOURCE_SUFFIXES))
+        alias = names.get(called)
         if isinstance(alias, ast.IfExp):
             choice = _host_choice(alias)
             found.append(Extension(
-                name, node.lineno, ast.unparse(alias), sources, cuda=True,
+                pattern(name_node) or "*", node.lineno, ast.unparse(alias), sources, cuda=True,
                 host_variant=pattern(name_node, dict([choice])) if choice else None))
             continue
-        kind = callee(node) if callee(node) in KNOWN else "Extension"
+        kinds = aliases.get(called, {called} if called in KNOWN else {"Extension"})
+        kind = "CUDAExtension" if "CUDAExtension" in kinds else min(kinds)
+        label = kind if called == kind else f"{called}: {' or '.join(sorted(kinds))}"
         cuda = any(s.endswith(CUDA_SUFFIXES) for s in sources) or (
-            kind == "CUDAExtension" and not sources)
-        found.append(Extension(name, node.lineno, kind, sources, cuda))
-    return tuple(found)
+            kind == "CUDAExtension" and not _literal(given))
+        found.append(Extension(pattern(name_node) or "*", node.lineno, label, sources, cuda))
+    cuda_names = {e.name for e in found if e.cuda}  # a CPU fallback of a CUDA module
+    return tuple(e for e in found if e.cuda or e.name not in cuda_names)
 
 
 def _holds(tree: Path, path: str) -> bool:
