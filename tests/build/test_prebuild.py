@@ -41,9 +41,10 @@ HARD_CODED = ("cuda_post_cflags = -O3 --threads 4 -gencode arch=compute_75,code=
         (HARD_CODED, {"sm_75", "sm_80", "sm_103"}, set()),
         ("x = -gencode=arch=compute_90a,code=[sm_90a,compute_90a]\n", {"sm_90a"}, {"sm_90a"}),
         ("x = -arch=sm_90 -O3\n", {"sm_90"}, {"sm_90"}),
+        ("x = -arch=compute_50 -O3\n", set(), {"sm_50"}),  # pytorch-fast-transformers 0.4.0
         ("x = -march=native -O3\n", set(), set()),
     ],
-    ids=["torch-emitted", "hard-coded", "bracket-list", "short-arch", "host-march"],
+    ids=["torch-emitted", "hard-coded", "bracket-list", "short-arch", "ptx-arch", "host-march"],
 )
 def test_targets_are_read_like_cuobjdump_names(text: str, sass: set[str], ptx: set[str]) -> None:
     found = gencode_targets(text)

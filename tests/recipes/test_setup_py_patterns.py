@@ -306,3 +306,21 @@ def test_a_cpu_fallback_of_a_cuda_module_is_not_host_only(tmp_path: Path) -> Non
     found = findings(tree)
     assert [e.name for e in found.setup.extensions] == ["demo._C"]
     assert found.host_only == ()
+
+
+def test_an_arch_flag_in_a_list_literal_is_kept_only_without_the_arch_list(
+        tmp_path: Path) -> None:
+    """pytorch-fast-transformers 0.4.0: `extra_compile_args=["-arch=compute_50"]` on each
+    CUDAExtension (torch then adds no arch flag of its own)."""
+    tree = tree_with(tmp_path, "import os\nfrom torch.utils.cpp_extension import CUDAExtension\n"
+                     "e = CUDAExtension('demo.k_cuda', ['k.cu'],\n"
+                     "                  extra_compile_args=['-arch=compute_50'])\n", "k.cu")
+    found = findings(tree)
+    assert render.report_lines(found)[1:3] == [
+        "setup.py:4: hard-coded -gencode family: 50",
+        "setup.py:4: hard-coded -gencode list: wrote 0001-honour-torch-cuda-arch-list.patch: "
+        "keep the hard-coded -gencode list only when TORCH_CUDA_ARCH_LIST is unset, so torch "
+        "emits exactly the requested archs"]
+    assert applied(tree, found, tmp_path).splitlines()[3] == (
+        "                  extra_compile_args=[*([] if os.environ.get(\"TORCH_CUDA_ARCH_LIST\") "
+        "else ['-arch=compute_50'])])")

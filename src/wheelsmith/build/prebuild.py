@@ -42,6 +42,7 @@ CONFIGURE_ONLY = "WHEELSMITH_CONFIGURE_ONLY"
 
 _CODE_RE = re.compile(r"arch=compute_(\w+?),code=(\[[^\]]*\]|[\w,]+)")
 _ARCH_RE = re.compile(r"(?:^|\s)-arch[= ]sm_(\d+[af]?)(?=\s|$)")
+_ARCH_PTX_RE = re.compile(r"(?:^|\s)-arch[= ]compute_(\d+[af]?)(?=\s|$)")
 _UNIT_RE = re.compile(r"^build [^\n]+?: (cuda_compile|compile) ", re.MULTILINE)
 _OUTPUT_RE = re.compile(r"^build ((?:[^\s$:]|\$.)+): (?:cuda_compile|compile) ", re.MULTILINE)
 _INPUT_RE = re.compile(r"^build [^\n]+?: (?:cuda_compile|compile) ((?:[^\s$]|\$.)+)",
@@ -75,6 +76,8 @@ def gencode_targets(ninja_text: str) -> Targets:
                 ptx.add(f"sm_{number}")
     for match in _ARCH_RE.finditer(ninja_text):  # -arch=sm_90: SASS and PTX for 90
         sass.add(f"sm_{match[1]}")
+        ptx.add(f"sm_{match[1]}")
+    for match in _ARCH_PTX_RE.finditer(ninja_text):  # -arch=compute_50: PTX for 50 alone
         ptx.add(f"sm_{match[1]}")
     return Targets(frozenset(sass), frozenset(ptx))
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith import locations
-from wheelsmith.scaffold.setup_py import GENCODE_RE, Setup
+from wheelsmith.scaffold.setup_py import ARCH_FLAG_RE, GENCODE_RE, Setup
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,13 +93,29 @@ GUARD = 'if not os.environ.get("TORCH_CUDA_ARCH_LIST"): '
 
 
 def _is_gencode(text: str) -> bool:
-    return text == "-gencode" or GENCODE_RE.search(text) is not None
+    return text == "-gencode" or GENCODE_RE.search(text) is not None or \
+        ARCH_FLAG_RE.match(text) is not None
+
+
+def _in_lists(module: ast.Module) -> dict[int, tuple[int, int]]:
+    """Hard-coded arch flags that are items of a list literal, by line: (start, end) column
+    (one a line: `extra_compile_args=["-arch=compute_50"]`)."""
+    found: dict[int, list[tuple[int, int]]] = {}
+    for node in ast.walk(module):
+        if isinstance(node, ast.List | ast.Tuple):
+            for item in node.elts:
+                if isinstance(item, ast.Constant) and isinstance(item.value, str) and \
+                        _is_gencode(item.value) and item.lineno == item.end_lineno:
+                    found.setdefault(item.lineno, []).append(
+                        (item.col_offset, item.end_col_offset or 0))
+    return {line: cols[0] for line, cols in found.items() if len(cols) == 1}
 
 
 def _honour_arch_list(text: str, setup: Setup) -> str | None:
     """Each one-line statement that adds hard-coded -gencode flags (`cc_flag.append(...)`,
-    `flags += [...]`) runs only without TORCH_CUDA_ARCH_LIST. None when a -gencode flag sits
-    anywhere else (a list literal, a flag of its own): that patch is written by hand."""
+    `flags += [...]`) runs only without TORCH_CUDA_ARCH_LIST, and a flag that is an item of a
+    list literal becomes `*([] if TORCH_CUDA_ARCH_LIST else [flag])`. None when one sits
+    anywhere else: that patch is written by hand."""
     if not setup.gencode or setup.arch_list_line is not None or setup.arch_knob is not None \
             or "import os" not in text:
         return None
@@ -116,14 +132,19 @@ def _honour_arch_list(text: str, setup: Setup) -> str | None:
             guarded.add(node.lineno)
     placed = [n.lineno for n in ast.walk(module) if isinstance(n, ast.Constant)
               and isinstance(n.value, str) and _is_gencode(n.value)]
-    if not guarded or any(line not in guarded for line in placed):
+    items = {line: cols for line, cols in _in_lists(module).items() if line not in guarded}
+    if any(line not in guarded and line not in items for line in placed):
         return None
     lines = text.splitlines(keepends=True)
     for line in guarded:
         row = lines[line - 1]
         indent = len(row) - len(row.lstrip())
         lines[line - 1] = row[:indent] + GUARD + row[indent:]
-    return "".join(lines)
+    for line, (start, end) in items.items():
+        row = lines[line - 1]
+        lines[line - 1] = (f'{row[:start]}*([] if os.environ.get("TORCH_CUDA_ARCH_LIST") else '
+                           f"[{row[start:end]}]){row[end:]}")
+    return "".join(lines) if placed else None
 
 
 def _use_ninja(text: str, setup: Setup) -> str | None:

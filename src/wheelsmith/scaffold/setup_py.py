@@ -28,6 +28,7 @@ from wheelsmith.scaffold.extensions import (
 )
 
 GENCODE_RE = re.compile(r"arch=compute_(\d+[af]?),code=sm_\d+[af]?")
+ARCH_FLAG_RE = re.compile(r"^-arch[= ](?:compute|sm)_(\d+[af]?)$")  # nvcc -arch=compute_50
 # variables that make setup.py build its CUDA extensions where no GPU is visible
 FORCE_RE = re.compile(r"(^|_)FORCE_BUILD$|(^|_)FORCE_CUDA$|^WITH_CUDA$|^BUILD_CUDA_EXT$")
 ARCH_KNOB_RE = re.compile(r"^[A-Z][A-Z0-9_]*_CUDA_ARCHS?$|^[A-Z][A-Z0-9_]*_ARCH_LIST$")
@@ -157,7 +158,7 @@ def _constants(module: ast.Module) -> Iterator[tuple[str, int]]:
 
 def _gencode(module: ast.Module) -> list[tuple[str, int]]:
     return [(match[1], line) for text, line in _constants(module)
-            for match in GENCODE_RE.finditer(text)]
+            for match in [*GENCODE_RE.finditer(text), *ARCH_FLAG_RE.finditer(text)]]
 
 
 def _setup_requires(module: ast.Module) -> tuple[tuple[str, ...], int] | None:
