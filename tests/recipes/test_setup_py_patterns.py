@@ -324,3 +324,13 @@ def test_an_arch_flag_in_a_list_literal_is_kept_only_without_the_arch_list(
     assert applied(tree, found, tmp_path).splitlines()[3] == (
         "                  extra_compile_args=[*([] if os.environ.get(\"TORCH_CUDA_ARCH_LIST\") "
         "else ['-arch=compute_50'])])")
+
+
+def test_force_cuda_extension_is_set_like_force_cuda(tmp_path: Path) -> None:
+    """torch-harmonics 0.8.1 builds its CUDA extensions without a GPU only with it."""
+    tree = tree_with(tmp_path, "import os\nfrom torch.utils.cpp_extension import CUDAExtension\n"
+                     'FORCE = os.getenv("FORCE_CUDA_EXTENSION", "0") == "1"\n'
+                     "if FORCE:\n    e = CUDAExtension('demo._C', ['a.cu'])\n", "a.cu")
+    assert render.report_lines(findings(tree))[1] == (
+        'setup.py:3: FORCE_CUDA_EXTENSION == "1" builds its CUDA extensions where no GPU is '
+        'visible: build.env FORCE_CUDA_EXTENSION: "1"')

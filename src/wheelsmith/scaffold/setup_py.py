@@ -30,7 +30,8 @@ from wheelsmith.scaffold.extensions import (
 GENCODE_RE = re.compile(r"arch=compute_(\d+[af]?),code=sm_\d+[af]?")
 ARCH_FLAG_RE = re.compile(r"^-arch[= ](?:compute|sm)_(\d+[af]?)$")  # nvcc -arch=compute_50
 # variables that make setup.py build its CUDA extensions where no GPU is visible
-FORCE_RE = re.compile(r"(^|_)FORCE_BUILD$|(^|_)FORCE_CUDA$|^WITH_CUDA$|^BUILD_CUDA_EXT$")
+FORCE_RE = re.compile(r"(^|_)FORCE_BUILD$|(^|_)FORCE_CUDA(_EXT|_EXTENSIONS?)?$|^WITH_CUDA$"
+                      r"|^BUILD_CUDA_EXT$")
 ARCH_KNOB_RE = re.compile(r"^[A-Z][A-Z0-9_]*_CUDA_ARCHS?$|^[A-Z][A-Z0-9_]*_ARCH_LIST$")
 DOWNLOADS = ("urlretrieve", "urlopen", "requests.get", "urllib.request.urlretrieve")
 # what every wheelsmith toolchain holds: setup_requires of these needs no download
