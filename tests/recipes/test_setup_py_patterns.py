@@ -312,7 +312,8 @@ def test_an_arch_flag_in_a_list_literal_is_kept_only_without_the_arch_list(
         tmp_path: Path) -> None:
     """pytorch-fast-transformers 0.4.0: `extra_compile_args=["-arch=compute_50"]` on each
     CUDAExtension (torch then adds no arch flag of its own)."""
-    tree = tree_with(tmp_path, "import os\nfrom torch.utils.cpp_extension import CUDAExtension\n"
+    tree = tree_with(tmp_path, "from os import path\n"  # and no `import os`
+                     "from torch.utils.cpp_extension import CUDAExtension\n"
                      "e = CUDAExtension('demo.k_cuda', ['k.cu'],\n"
                      "                  extra_compile_args=['-arch=compute_50'])\n", "k.cu")
     found = findings(tree)
@@ -322,8 +323,8 @@ def test_an_arch_flag_in_a_list_literal_is_kept_only_without_the_arch_list(
         "keep the hard-coded -gencode list only when TORCH_CUDA_ARCH_LIST is unset, so torch "
         "emits exactly the requested archs"]
     assert applied(tree, found, tmp_path).splitlines()[3] == (
-        "                  extra_compile_args=[*([] if os.environ.get(\"TORCH_CUDA_ARCH_LIST\") "
-        "else ['-arch=compute_50'])])")
+        "                  extra_compile_args=[*([] if __import__(\"os\").environ.get("
+        "\"TORCH_CUDA_ARCH_LIST\") else ['-arch=compute_50'])])")
 
 
 def test_force_cuda_extension_is_set_like_force_cuda(tmp_path: Path) -> None:

@@ -89,7 +89,7 @@ def written(tree: Path, setup: Setup) -> tuple[Written, ...]:
     return tuple(made)
 
 
-GUARD = 'if not os.environ.get("TORCH_CUDA_ARCH_LIST"): '
+ARCH_LIST = 'os.environ.get("TORCH_CUDA_ARCH_LIST")'
 
 
 def _is_gencode(text: str) -> bool:
@@ -116,9 +116,10 @@ def _honour_arch_list(text: str, setup: Setup) -> str | None:
     `flags += [...]`) runs only without TORCH_CUDA_ARCH_LIST, and a flag that is an item of a
     list literal becomes `*([] if TORCH_CUDA_ARCH_LIST else [flag])`. None when one sits
     anywhere else: that patch is written by hand."""
-    if not setup.gencode or setup.arch_list_line is not None or setup.arch_knob is not None \
-            or "import os" not in text:
+    if not setup.gencode or setup.arch_list_line is not None or setup.arch_knob is not None:
         return None
+    arch_list = ARCH_LIST if re.search(r"^import os$", text, re.MULTILINE) else \
+        f'__import__("os").{ARCH_LIST.removeprefix("os.")}'  # setup.py has no `import os`
     module = ast.parse(text)
     guarded: set[int] = set()
     for node in ast.walk(module):
@@ -139,11 +140,10 @@ def _honour_arch_list(text: str, setup: Setup) -> str | None:
     for line in guarded:
         row = lines[line - 1]
         indent = len(row) - len(row.lstrip())
-        lines[line - 1] = row[:indent] + GUARD + row[indent:]
+        lines[line - 1] = f"{row[:indent]}if not {arch_list}: {row[indent:]}"
     for line, (start, end) in items.items():
         row = lines[line - 1]
-        lines[line - 1] = (f'{row[:start]}*([] if os.environ.get("TORCH_CUDA_ARCH_LIST") else '
-                           f"[{row[start:end]}]){row[end:]}")
+        lines[line - 1] = f"{row[:start]}*([] if {arch_list} else [{row[start:end]}]){row[end:]}"
     return "".join(lines) if placed else None
 
 
