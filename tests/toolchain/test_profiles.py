@@ -3,6 +3,7 @@ and a profile with a missing or conflicting pin refused with its line."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -199,3 +200,14 @@ def test_toolchain_new_takes_torch_from_the_given_index(tmp_path: Path,
         "no CUDA runtime)")
     assert "/simple/torch/" in http_dir.requests
     assert not out.exists()
+
+
+def test_the_readme_and_the_recipe_reference_name_exactly_the_shipped_profiles() -> None:
+    """docs/recipes.md once named a cu130-torch2.15 that was shipped as cu132-torch2.15."""
+    shipped = sorted(p.stem for p in (REPO / "toolchains").glob("cu*.yaml"))
+    table = re.findall(r"^\| `(cu\d+-torch[\d.]+)` \|", (REPO / "README.md").read_text(),
+                       re.MULTILINE)
+    reference = (REPO / "docs" / "recipes.md").read_text()
+    listed = reference[reference.index("Shipped: one profile"):].split("The one used")[0]
+    assert (sorted(table), sorted(re.findall(r"`(cu\d+-torch[\d.]+)`", listed))) == (
+        shipped, shipped)

@@ -157,6 +157,7 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
                       "cuda_home": str(toolchain.cuda_home)},  # which toolkit compiled it
         "nvcc": str(toolchain.nvcc_version),
         "archs_requested": str(plan.archs),
+        "host_only": list(recipe.host_only),  # `wheelsmith verify` reads both
         "extra_env": dict(plan.extra_env),
         "device_code": [d.as_dict() for d in checked.inventory],
         "build": _build_record(setup.parallelism, seconds, compiled),

@@ -18,7 +18,7 @@ from pathlib import Path
 from wheelsmith import __version__, locations, locks
 from wheelsmith.build import resume
 from wheelsmith.build.compile import compile_package, log_path_of
-from wheelsmith.build.compilesetup import compile_setup
+from wheelsmith.build.compilesetup import compile_setup, refuse_without_ninja
 from wheelsmith.build.finish import (
     check_wheel,
     provenance_record,
@@ -144,6 +144,7 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
         source = request.prepared_source.resolve()
     else:
         source = fetch_and_patch(plan, work, report, fresh=request.fresh)
+    refuse_without_ninja(plan, source)
     epoch = source_epoch(source)
     setup = compile_setup(plan, request, work, epoch)
     target = "pure Python" if plan.recipe.kind == "pure" else str(plan.archs)
