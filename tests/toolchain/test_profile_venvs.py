@@ -71,9 +71,12 @@ def test_a_cuda_12_torch_without_a_cuda_12_toolkit_stops_before_compiling(
     result = wheelsmith("build", "tiny-ext", "--arch", "9.0", "--python", str(cu12_env),
                         cwd=project)
     assert result.returncode == 7
-    assert result.stderr.splitlines()[-2].startswith(
+    assert result.stderr.splitlines()[-3].startswith(
         "error: the cu128-torch2.9 profile needs an installed CUDA 12 toolkit: PyPI ships no "
         "CUDA 12 compiler, and none is installed here")
+    assert result.stderr.splitlines()[-2] == (
+        "hint: install CUDA 12.8 or a newer 12.x (NVIDIA's cuda-nvcc-12-8 and "
+        "cuda-cudart-dev-12-8 packages) and set CUDA_HOME to it")
     assert result.stderr.splitlines()[-1] == (
         f"      or, with an NVIDIA driver >= 580.65.06 (CUDA 13); {HERE}: install "
         f"torch 2.11.0 built for CUDA 13.0 into {cu12_env} and build again (torch 2.11, whose "
