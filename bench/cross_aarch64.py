@@ -23,7 +23,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO / "tests" / "fixtures"
+sys.path.insert(0, str(REPO))
+
+from tests.conftest import add_variant  # noqa: E402
+
 BINFMT = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
 
 
@@ -32,10 +35,7 @@ def project(work: Path) -> Path:
     home = work / "home"
     (home / "recipes").mkdir(parents=True)
     shutil.copytree(REPO / "toolchains", home / "toolchains")
-    source = work / "tiny-ext"
-    shutil.copytree(FIXTURES / "tiny-ext", source)
-    recipe = (FIXTURES / "tiny-ext.recipe.yaml").read_text().replace("PATH", str(source))
-    (home / "recipes" / "tiny-ext.yaml").write_text(recipe)
+    add_variant(home, "tiny-ext")
     return home
 
 

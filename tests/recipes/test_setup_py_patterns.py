@@ -8,6 +8,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from wheelsmith.build.compilesetup import ninja_switched_off
 from wheelsmith.recipes.patch import apply_one
 from wheelsmith.scaffold import patches, render, setup_py
@@ -172,14 +174,20 @@ def test_a_gencode_list_literal_is_left_to_a_hand_written_patch(tmp_path: Path) 
         "patches/mamba-ssm/2.3.1/0001-honour-torch-cuda-arch-list.patch)")
 
 
-def test_with_cuda_read_from_the_environment_is_set_to_what_it_is_compared_with(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize(("condition", "expected"), [
+    ("if os.environ.get('WITH_CUDA', 'no').lower() in ('yes', 'on'):\n",
+     'setup.py:3: WITH_CUDA == "yes" builds its CUDA extensions where no GPU is visible: '
+     'build.env WITH_CUDA: "yes"'),
+    # torch-harmonics 0.8.1 builds its CUDA extensions without a GPU only with it
+    ('FORCE = os.getenv("FORCE_CUDA_EXTENSION", "0") == "1"\nif FORCE:\n',
+     'setup.py:3: FORCE_CUDA_EXTENSION == "1" builds its CUDA extensions where no GPU is '
+     'visible: build.env FORCE_CUDA_EXTENSION: "1"'),
+])
+def test_a_cuda_switch_read_from_the_environment_is_set_to_what_it_is_compared_with(
+        tmp_path: Path, condition: str, expected: str) -> None:
     tree = tree_with(tmp_path, "import os\nfrom torch.utils.cpp_extension import CUDAExtension\n"
-                     "if os.environ.get('WITH_CUDA', 'no').lower() in ('yes', 'on'):\n"
-                     "    ext = CUDAExtension('demo._C', ['a.cu'])\n", "a.cu")
-    assert render.report_lines(findings(tree))[1] == (
-        'setup.py:3: WITH_CUDA == "yes" builds its CUDA extensions where no GPU is visible: '
-        'build.env WITH_CUDA: "yes"')
+                     f"{condition}    ext = CUDAExtension('demo._C', ['a.cu'])\n", "a.cu")
+    assert render.report_lines(findings(tree))[1] == expected
 
 
 def test_setup_requires_is_dropped_by_a_written_patch(tmp_path: Path) -> None:
@@ -326,12 +334,3 @@ def test_an_arch_flag_in_a_list_literal_is_kept_only_without_the_arch_list(
         "                  extra_compile_args=[*([] if __import__(\"os\").environ.get("
         "\"TORCH_CUDA_ARCH_LIST\") else ['-arch=compute_50'])])")
 
-
-def test_force_cuda_extension_is_set_like_force_cuda(tmp_path: Path) -> None:
-    """torch-harmonics 0.8.1 builds its CUDA extensions without a GPU only with it."""
-    tree = tree_with(tmp_path, "import os\nfrom torch.utils.cpp_extension import CUDAExtension\n"
-                     'FORCE = os.getenv("FORCE_CUDA_EXTENSION", "0") == "1"\n'
-                     "if FORCE:\n    e = CUDAExtension('demo._C', ['a.cu'])\n", "a.cu")
-    assert render.report_lines(findings(tree))[1] == (
-        'setup.py:3: FORCE_CUDA_EXTENSION == "1" builds its CUDA extensions where no GPU is '
-        'visible: build.env FORCE_CUDA_EXTENSION: "1"')

@@ -56,24 +56,23 @@ def resolve_toolchain(name: str | None, python: Path, *, for_target: bool = Fals
         torch, cuda = found.cuda_torch()
         say(f"{profile.name}, chosen for {python} (Python {found.version}, torch {torch}, "
             f"CUDA {cuda})")
-        return _ensure(profile, python, profiles, python_named=True)
-    return _ensure(profile_named(name), python, load_profiles(locations.profile_dirs()))
+        return _ensure(profile, python, python_named=True)
+    return _ensure(profile_named(name), python)
 
 
-def _ensure(profile: Profile, python: Path, profiles: list[Profile], *,
-            python_named: bool = False) -> Toolchain:
+def _ensure(profile: Profile, python: Path, *, python_named: bool = False) -> Toolchain:
     """`ensure_profile`; a profile whose CUDA toolkit is not installed also gets the other way
     out: a CUDA 13 profile, where the driver runs CUDA 13."""
     try:
         return ensure_profile(profile, python, locations.cache_dir())
     except MissingToolkitError as exc:
-        exc.hint = "\n".join(filter(None, [exc.hint, _newer_cuda(profile, profiles, python,
+        exc.hint = "\n".join(filter(None, [exc.hint, _newer_cuda(profile, python,
                                                                   python_named)]))
         raise
 
 
-def _newer_cuda(profile: Profile, profiles: list[Profile], python: Path,
-                python_named: bool) -> str | None:
+def _newer_cuda(profile: Profile, python: Path, python_named: bool) -> str | None:
+    profiles = load_profiles(locations.profile_dirs())
     newer = [p for p in profiles if p.cuda.major > profile.cuda.major
              and p.cuda.major in driver.MIN_DRIVER and not p.installed_compiler]
     if not newer:
@@ -98,7 +97,7 @@ def cross_toolchain(name: str | None, python: Path, machine: str, *, for_target:
                               "--python X.Y")
     profile = profile_named(name)
     cross_compiler(machine)  # before fetching GBs for it
-    toolchain = ensure_profile(profile, python, locations.cache_dir())
+    toolchain = _ensure(profile, python)
     site = ensure_target_site(profile, toolchain.python, toolchain.python_version, machine,
                               locations.cache_dir())
     return dataclasses.replace(toolchain, platform=machine, target_site=site)
