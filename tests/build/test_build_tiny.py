@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import add_variant, assert_platform_tagged, wheelsmith
+from tests.conftest import (
+    SMALL_FS,
+    add_variant,
+    assert_platform_tagged,
+    wheelsmith,
+    wheelsmith_on_small_fs,
+)
+from wheelsmith import locations
 from wheelsmith.recipes import fetch
 from wheelsmith.toolchain.env import Toolchain
 
@@ -88,6 +95,25 @@ def test_second_build_is_up_to_date_and_rebuild_replaces(project: Path,
         "filename": Path(str(first["wheel"])).name, "channel": "cu130-torch2.14",
         "status": "published", "page": "cu130-torch2.14/simple/tiny-ext/"}
     assert wheelsmith("index", "check", "--index", "idx", cwd=project).returncode == 0
+
+
+@SMALL_FS
+def test_a_full_disk_is_named_with_the_file_and_leaves_no_partial_wheel(
+        project: Path, toolchain: Toolchain) -> None:
+    add_variant(project, "tiny-ext")
+    out = project / "wheelhouse"
+    result = wheelsmith_on_small_fs(out, "16k", "build", "tiny-ext", "--arch", "12.0",
+                                    cwd=project)
+    assert result.returncode == 19, result.stderr
+    message, hint = error_lines(result.stderr)[:2]
+    written = Path(message.removeprefix("error: no space left on the device writing "))
+    assert (written.parent.parent, written.suffix) == (out, ".whl"), message  # the stamped wheel
+    assert hint == (f"hint: free space where it was writing (df -h {written.parent}); "
+                    f"wheelsmith's caches are in {locations.cache_dir()} (toolchains/ and "
+                    "test-envs/ are made again when needed); then run the same command again: "
+                    "a build resumes from the objects it had finished")
+    assert "Traceback" not in result.stderr
+    assert (project / "wheelhouse.left").read_text() == ""  # no partial wheel, no scratch
 
 
 HARD_CODED = ('"nvcc": ["-O2"]', '"nvcc": ["-O2", "-gencode", "arch=compute_90,code=sm_90"]')

@@ -3,10 +3,9 @@ and a profile with a missing or conflicting pin refused with its line."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from click.testing import CliRunner
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from tests.conftest import REPO, Served, wheelsmith
+from tests.conftest import REPO, SMALL_FS, Served, wheelsmith, wheelsmith_on_small_fs
 from wheelsmith.cli import main
 from wheelsmith.errors import RecipeError
 from wheelsmith.toolchain.profile import (
@@ -141,26 +140,16 @@ def test_toolchain_new_for_a_cuda_12_torch_asks_for_an_installed_compiler(
     assert load_profile(path).cuda_home == INSTALLED
 
 
-def _small_temp_dir_works() -> bool:
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
-                           capture_output=True, check=False) if shutil.which("unshare") else None
-    return probe is not None and probe.returncode == 0
-
-
-@pytest.mark.skipif(not _small_temp_dir_works(), reason="cannot mount a small tmpfs here "
-                    "(needs util-linux unshare and user namespaces) to bound pip's temporary space")
+@SMALL_FS
 def test_toolchain_new_resolves_from_metadata_in_a_temp_dir_smaller_than_torch(
         tmp_path: Path) -> None:
     """An index without PEP 658 metadata files makes a plain pip dry run download every wheel
     it weighs: torch 2.10 with its CUDA 12 libraries is about 4 GB, and CI ran out of disk on it.
     In 400 MB of temporary space (torch's wheel alone is 915 MB) the profile is still made."""
     temp = tmp_path / "tmp"
-    temp.mkdir()
-    script = (f'mount -t tmpfs -o size=400m tmpfs "{temp}" && TMPDIR="{temp}" exec '
-              f'"{sys.executable}" -m wheelsmith toolchain new --torch 2.10.0 --cuda 12.8 '
-              f'--python 3.11 --dir "{tmp_path}"')
-    result = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO, capture_output=True,
-                            text=True, check=False)
+    result = wheelsmith_on_small_fs(
+        temp, "400m", "toolchain", "new", "--torch", "2.10.0", "--cuda", "12.8", "--python",
+        "3.11", "--dir", str(tmp_path), cwd=REPO, env={**os.environ, "TMPDIR": str(temp)})
     assert result.returncode == 0, result.stderr
     assert load_profile(tmp_path / "cu128-torch2.10.yaml").torch == Version("2.10.0")
 

@@ -35,6 +35,7 @@ from wheelsmith.errors import SourceError
 from wheelsmith.files import (
     atomic_write_text,
     exclusive_lock,
+    naming,
     place_no_clobber,
     sha256_file,
     temp_file_in,
@@ -270,12 +271,14 @@ def unpack(archive: Path, dest: Path) -> Path:
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
                 _check_tar_member(archive, member)
-            tar.extractall(dest, filter="data")
+            with naming(dest):
+                tar.extractall(dest, filter="data")
     elif zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
             for info in zf.infolist():
                 _check_zip_member(archive, info)
-            zf.extractall(dest)  # noqa: S202 - every member was checked above
+            with naming(dest):
+                zf.extractall(dest)  # noqa: S202 - every member was checked above
     else:
         raise SourceError(f"{archive} is neither a tar nor a zip archive")
     entries = list(dest.iterdir())
