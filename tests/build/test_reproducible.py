@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 
 from tests.conftest import REPO, add_variant, wheelsmith
 from tests.wheels import make_wheel
-from wheelsmith.build import reproducible
+from wheelsmith.build import parallel, reproducible
 from wheelsmith.build.rebuild import differences
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.wheelfile import record_hash
@@ -45,6 +47,29 @@ def tampered(wheel: Path, member: str, directory: Path) -> Path:
                 info.filename, zin.read(info))
             zout.writestr(info, data)
     return out
+
+
+def build_paths_in(wheel: Path, paths: list[Path]) -> list[str]:
+    """Which of `paths` (as given or resolved) appear in the bytes of the wheel's `.so`s."""
+    with zipfile.ZipFile(wheel) as archive:
+        blobs = [archive.read(n) for n in archive.namelist() if n.endswith(".so")]
+    assert blobs
+    names = ({str(p) for p in paths} | {os.path.realpath(p) for p in paths}
+             ) - reproducible.SYSTEM_PREFIXES
+    return sorted(n for n in names if any(n.encode() in blob for blob in blobs))
+
+
+# 16 kernels: enough functions for a split compile to divide
+MULTI_KERNEL = "\n".join([
+    "template <int N, typename T> __global__ void k(const T* x, T* y, long n) {",
+    "  long i = blockIdx.x * (long)blockDim.x + threadIdx.x; if (i >= n) return;",
+    "  T acc = x[i];",
+    "  #pragma unroll",
+    "  for (int j = 0; j < N; ++j) { acc = acc * (T)1.0001 + x[(i + j * 17) % n] * (T)(j + 1);",
+    "    if (acc > (T)100) acc -= x[(i * j) % n]; }",
+    "  y[i] = acc; }",
+    *(f"template __global__ void k<{n}, {t}>(const {t}*, {t}*, long);"
+      for n in (4, 8, 12, 16, 20, 24, 32, 40) for t in ("float", "double"))]) + "\n"
 
 
 # --- no toolchain -------------------------------------------------------------------------
@@ -119,11 +144,33 @@ def build_tiny(project: Path, work: str) -> dict[str, object]:
 
 
 @pytest.mark.toolchain
-def test_two_work_dirs_give_one_sha256_and_verify_rebuild_says_identical(
+def test_the_split_compile_wheelsmith_passes_gives_one_cubin_every_run(
+        tmp_path: Path, toolchain: Toolchain) -> None:
+    """nvcc's own `--split-compile=2` gave this file 3 different PTX in 6 runs (cicc's split
+    optimisation); the split wheelsmith passes (ptxas only) gives one cubin."""
+    source = tmp_path / "multi.cu"
+    source.write_text(MULTI_KERNEL)
+    flag = parallel.refine(parallel.choose(4, 22.8, 3.0, 1), 1, 0).split_flag()
+    assert flag == "--ptxas-options=--split-compile=4"
+    digests = set()
+    for run in range(6):
+        out = tmp_path / f"{run}.cubin"
+        subprocess.run([str(toolchain.nvcc), "-O2", "-gencode=arch=compute_120,code=sm_120",
+                        "-cubin", str(source), "-o", str(out)], check=True,
+                       capture_output=True, env=dict(os.environ, NVCC_APPEND_FLAGS=flag))
+        digests.add(sha256(out))
+    assert len(digests) == 1
+
+
+@pytest.mark.toolchain
+def test_a_wheel_holds_no_build_path_and_its_rebuild_elsewhere_is_identical(
         project: Path, toolchain: Toolchain) -> None:
     add_variant(project, "tiny-ext")
     data = build_tiny(project, "work-a")
     wheel = Path(str(data["wheel"]))
+    venv = toolchain.python.parent.parent
+    assert build_paths_in(wheel, [project.parent, venv, toolchain.cuda_home, Path.home(),
+                                  Path(os.path.realpath(toolchain.python)).parent.parent]) == []
     provenance = data["provenance"]
     assert isinstance(provenance, dict)
     assert not set(provenance) & set(reproducible.RUN_KEYS)
@@ -165,7 +212,7 @@ def test_verify_rebuild_refuses_when_the_recipe_changed(project: Path,
     source = add_variant(project, "tiny-ext")
     wheel = Path(str(build_tiny(project, "work-a")["wheel"]))
     recipe = project / "recipes" / "tiny-ext.yaml"
-    recipe.write_text(recipe.read_text() + "env:\n  EXTRA: \"1\"\n")
+    recipe.write_text(recipe.read_text() + "build:\n  env:\n    EXTRA: \"1\"\n")
     assert source.is_dir()
     result = wheelsmith("verify", "--rebuild", str(wheel), "--work-dir", "work-b", cwd=project)
     assert result.returncode == 10, result.stderr

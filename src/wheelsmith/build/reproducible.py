@@ -13,6 +13,12 @@ one sha256, whatever the work directory or runner. What made them differ, and th
   (its hex process id) as the object's STT_FILE symbol. `-objtemp` puts them beside the object
   as `<object>.cudafe1.cpp`. nvcc's module id (`__NV_MODULE_ID`) was found to depend on neither
   the path nor the run (one object from two trees and two runs: one sha256).
+- nvcc's split-compile: `nvcc --split-compile=N` also splits cicc's optimisation, and that
+  split is not deterministic (the tiny kernel's SASS differed between a build and its
+  rebuild: a 16-byte longer `.nv_fatbin`, 2,784 bytes of the `.so`). wheelsmith's split goes
+  to ptxas only (parallel.PTXAS_SPLIT), which gives the same code as no split; its worker
+  count stays in the cubin's `.note.nv.tkinfo` (ptxas's command line), so wheels are
+  bit-identical where the split count is: the same machine, or `--split-compile off|N`.
 - the time: SOURCE_DATE_EPOCH is the sdist's newest file (finish.source_epoch); zip entries
   are sorted, dated from it and get fixed permissions (wheelfile.rewrite).
 - the provenance: `wheelsmith.json` holds what defines the build; the facts of one run (times,
@@ -40,7 +46,7 @@ PYTHON_AS = "/wheelsmith/python"
 CUDA_AS = "/wheelsmith/cuda"
 SYSTEM_PREFIXES = frozenset({"/", "/usr", "/usr/local"})  # the same on every machine
 # what the compile cache adds to its key: objects made under another scheme differ in bytes
-SCHEME = "file-prefix-map to /wheelsmith/*, nvcc -objtemp"
+SCHEME = "file-prefix-map to /wheelsmith/*, nvcc -objtemp, split-compile in ptxas only"
 RUN_FILE = "run.json"
 # provenance keys that describe one run, not the build: they go to the side file
 RUN_KEYS = ("build", "smoke", "prebuild_check", "runner", "compile_cache", "compile_farm")

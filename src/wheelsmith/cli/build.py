@@ -62,7 +62,7 @@ from wheelsmith.wheelfile import read_provenance
 @click.option("--jobs", type=click.IntRange(min=1), help="MAX_JOBS (default: from cores, free "
               "memory and a compile farm's CPUs).")
 @click.option("--split-compile", "split_compile", metavar="auto|off|N",
-              help="nvcc --split-compile workers, so one heavy file uses idle cores. auto: "
+              help="ptxas --split-compile workers, so one heavy file uses idle cores. auto: "
                    "from cores, memory and build.ninja's CUDA files. Not part of the content "
                    "key. Default: $WHEELSMITH_SPLIT_COMPILE, else auto.")
 @click.option("--compile-farm", "compile_farm", metavar="URL|off",
