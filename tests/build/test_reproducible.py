@@ -9,16 +9,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, add_variant, wheelsmith
+from tests.build.test_buildenv import TOOLCHAIN
+from tests.conftest import FIXTURES, REPO, add_variant, wheelsmith
 from tests.wheels import make_wheel
-from wheelsmith.build import parallel, reproducible
+from wheelsmith.build import orchestrate, parallel, reproducible
+from wheelsmith.build.finish import source_epoch
+from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.rebuild import differences
+from wheelsmith.build.request import QuietReporter
+from wheelsmith.files import sha256_file
+from wheelsmith.recipes.model import load_recipe
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.wheelfile import record_hash
 
@@ -97,6 +104,38 @@ def test_compiler_flags_come_before_what_the_build_sets_itself() -> None:
         "CPPFLAGS": "-ffile-prefix-map=/w/src=/wheelsmith/src -DX",
         "NVCC_PREPEND_FLAGS": "-objtemp -Xcompiler -ffile-prefix-map=/w/src=/wheelsmith/src "
                               "-lineinfo"}
+
+
+SDIST_TIME = 1_700_000_000
+PATCH = """--- a/setup.py
++++ b/setup.py
+@@ -1 +1,2 @@
+ \"\"\"A tiny torch CUDA extension: honours TORCH_CUDA_ARCH_LIST like a well-behaved package.\"\"\"
++# patched
+"""
+
+
+def test_a_patched_source_keeps_the_sdists_time(tmp_path: Path) -> None:
+    """SOURCE_DATE_EPOCH is the source's newest file: the patch's write must not make it the
+    time of the build (causal-conv1d's two cold builds differed in every zip entry's time)."""
+    source = tmp_path / "sources" / "tiny-ext"
+    shutil.copytree(FIXTURES / "tiny-ext", source)
+    for path in source.rglob("*"):
+        os.utime(path, (SDIST_TIME, SDIST_TIME))
+    patches = tmp_path / "patches" / "tiny-ext" / "0.1.0"
+    patches.mkdir(parents=True)
+    (patches / "0001-mark.patch").write_text(PATCH)
+    recipe = (FIXTURES / "tiny-ext.recipe.yaml").read_text().replace("PATH", str(source))
+    recipe += (f"    patches:\n      - file: 0001-mark.patch\n"
+               f"        sha256: {sha256_file(patches / '0001-mark.patch')}\n")
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "tiny-ext.yaml").write_text(recipe)
+    loaded = load_recipe(tmp_path / "recipes" / "tiny-ext.yaml")
+    plan = BuildPlan(recipe=loaded, release=loaded.latest, archs=loaded.arch.default,
+                     toolchain=TOOLCHAIN)
+    patched = orchestrate.fetch_and_patch(plan, tmp_path / "work", QuietReporter())
+    assert (patched / "setup.py").read_text().splitlines()[1] == "# patched"
+    assert source_epoch(patched) == SDIST_TIME
 
 
 def test_run_facts_leave_the_provenance() -> None:

@@ -182,7 +182,9 @@ def fetch_and_patch(plan: BuildPlan, work: Path, report: Reporter, *, fresh: boo
         return kept
     report.stage("fetch", f"{what} ({type(plan.release.source).__name__})")
     source = fetch(plan.release.source, resume.source_dir(work), locations.cache_dir())
+    epoch = source_epoch(source)
     report.stage("patch", f"{len(plan.release.patches)} patch(es)")
     apply_all(plan.release.patches, source)
+    reproducible.clamp_mtimes(source, epoch)  # the patched tree keeps the sdist's time
     resume.mark_prepared(work, plan.key, source)
     return source

@@ -19,7 +19,8 @@ one sha256, whatever the work directory or runner. What made them differ, and th
   to ptxas only (parallel.PTXAS_SPLIT), which gives the same code as no split; its worker
   count stays in the cubin's `.note.nv.tkinfo` (ptxas's command line), so wheels are
   bit-identical where the split count is: the same machine, or `--split-compile off|N`.
-- the time: SOURCE_DATE_EPOCH is the sdist's newest file (finish.source_epoch); zip entries
+- the time: SOURCE_DATE_EPOCH is the sdist's newest file (finish.source_epoch), also after the
+  recipe's patches, which would make it the time of the build (`clamp_mtimes`); zip entries
   are sorted, dated from it and get fixed permissions (wheelfile.rewrite).
 - the provenance: `wheelsmith.json` holds what defines the build; the facts of one run (times,
   durations, parallelism, smoke output, cache and farm use, runner, paths) go to the side file
@@ -84,6 +85,15 @@ def compiler_env(maps: list[tuple[str, str]], env: Mapping[str, str]) -> dict[st
     # a CFLAGS replaces them (-O3, -DNDEBUG and -g would be gone)
     return {"CPPFLAGS": joined("CPPFLAGS", flags),
             "NVCC_PREPEND_FLAGS": joined("NVCC_PREPEND_FLAGS", nvcc)}
+
+
+def clamp_mtimes(root: Path, epoch: int) -> None:
+    """Files newer than `epoch` (what the patches wrote) get `epoch` as their time."""
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            if not path.is_symlink() and path.stat().st_mtime > epoch:
+                os.utime(path, (epoch, epoch))
 
 
 def split_record(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
