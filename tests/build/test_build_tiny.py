@@ -166,6 +166,19 @@ def test_configure_only_reports_the_targets_and_builds_nothing(project: Path,
     assert not (project / "wheelhouse").exists()
 
 
+def test_configure_only_names_an_extension_whose_build_ninja_has_only_cpp_rules(
+        project: Path, toolchain: Toolchain) -> None:
+    add_variant(project, "with-host-module", ("        )\n    ],", (
+        '        ),\n        CUDAExtension(name="tiny_ext._host", sources=["csrc/add.cpp"]),\n'
+        "    ],")))
+    result = wheelsmith("build", "with-host-module", "--arch", "12.0", "--configure-only",
+                        "--json", cwd=project)
+    assert result.returncode == 0, result.stderr
+    done = json.loads(result.stdout)
+    assert [(c["extension"], c["sass"]) for c in done["configured"]] == [("_C", ["sm_120"])]
+    assert done["host_modules"] == ["_host"]
+
+
 def test_wheel_without_device_code_fails(project: Path, toolchain: Toolchain) -> None:
     source = add_variant(project, "no-device-code", (
         'sources=["csrc/add.cpp", "csrc/add_kernel.cu"]', 'sources=["csrc/add.cpp"]'))
