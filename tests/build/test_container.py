@@ -161,8 +161,8 @@ def test_a_python_without_an_image_is_refused_by_name(tiny_project: Path) -> Non
     result = run_in(tiny_project, "build", "tiny-ext", "--runner", "podman", "--python", "3.12")
     assert result.returncode == 4
     assert result.stderr.splitlines()[-2:] == [
-        "error: no build image for Python 3.12: images exist for 3.11, 3.13 (the python3 of "
-        "Debian bookworm, trixie)",
+        "error: no build image for Python 3.12: images exist for 3.11 (Debian bookworm), 3.13 "
+        "(Debian trixie), 3.14 (Debian forky), 3.15 (Debian forky)",
         "hint: build on the host with that Python instead: --runner host --python "
         "/path/to/python"]
 
@@ -185,9 +185,9 @@ def test_nightly_builds_cells_in_the_image_and_never_for_another_python(
     assert provenance is not None
     assert provenance["runner"]["image"] == image
     assert cells["3.12"]["reason"] == (
-        "UsageError (exit 4): no build image for Python 3.12: images exist for 3.11, 3.13 (the "
-        "python3 of Debian bookworm, trixie) (hint: build on the host with that Python instead: "
-        "--runner host --python /path/to/python)")
+        "UsageError (exit 4): no build image for Python 3.12: images exist for 3.11 (Debian "
+        "bookworm), 3.13 (Debian trixie), 3.14 (Debian forky), 3.15 (Debian forky) (hint: build "
+        "on the host with that Python instead: --runner host --python /path/to/python)")
     again = run_in(tiny_project, "nightly", "--python", "3.11", "--runner", "podman",
                    "--no-publish", "--report", "r2")
     assert again.returncode == 0, again.stderr

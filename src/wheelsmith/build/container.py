@@ -34,13 +34,14 @@ from wheelsmith.errors import CommandError, CompileError, ToolchainError, UsageE
 from wheelsmith.recipes import repos
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.profile import Profile
+from wheelsmith.toolchain.target import refuse_free_threaded
 
 log = logging.getLogger(__name__)
 
 IMAGE_PYTHON = "3.11"  # the default image's Python: Debian bookworm's python3
-# The Debian release whose python3 is each Python: the base an image for it is built on
-# (images.lock pins each by digest; baseimage.py locks one on first use where it pins none).
-BASES = {"3.11": "bookworm", "3.13": "trixie"}
+# The Debian release that packages each Python (python3.X): the base an image for it is built
+# on (images.lock pins each by digest; baseimage.py locks one on first use where it pins none).
+BASES = {"3.11": "bookworm", "3.13": "trixie", "3.14": "forky", "3.15": "forky"}
 LABEL_PROFILE = "dev.wheelsmith.profile"
 LABEL_KEY = "dev.wheelsmith.profile-key"
 LABEL_BASE = "dev.wheelsmith.base"
@@ -105,10 +106,10 @@ def image_ref(profile: Profile, python: str = IMAGE_PYTHON) -> str:
 
 def base_for(python: str) -> str:
     """The Debian release an image for `python` is built on."""
+    refuse_free_threaded(python)
     if python not in BASES:
         raise UsageError(f"no build image for Python {python}: images exist for "
-                         f"{', '.join(BASES)} (the python3 of Debian "
-                         f"{', '.join(BASES.values())})",
+                         + ", ".join(f"{p} (Debian {r})" for p, r in BASES.items()),
                          hint="build on the host with that Python instead: --runner host "
                               "--python /path/to/python")
     return BASES[python]

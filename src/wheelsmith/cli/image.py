@@ -67,6 +67,7 @@ def image_group() -> None:
 def image_build(toolchain: str | None, engine: str, base: str | None,
                 pip_mirror: Path | None, python: str) -> None:
     """Build the image for a toolchain profile (tagged with the hash of its pins)."""
+    container.base_for(python)  # a Python without an image: refused before anything is done
     chosen = _engine(engine)
     container.check_builder(chosen, pip_mirror)  # before a base is locked or moved for it
     profile = select.profile_named(toolchain)

@@ -82,8 +82,12 @@ class Profile:
         return self.cuda_home == INSTALLED
 
     def key(self, python_version: str) -> str:
-        """Hash of everything that ends up in the venv: names the venv, image and channel."""
-        data: dict[str, Any] = {"requirements": self.requirements, "tools": self.tools,
+        """Hash of everything that ends up in the venv for that Python (the pins its markers
+        select, so a Python added to the profile leaves the others' venvs and images valid):
+        names the venv and image."""
+        selected = tuple(line.partition(";")[0].strip() for line in self.requirements
+                         if applies(Requirement(line), python_version))
+        data: dict[str, Any] = {"requirements": selected, "tools": self.tools,
                                 "cuda_home": self.cuda_home, "python": python_version}
         if self.index:
             data["index"] = self.index
