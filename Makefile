@@ -35,7 +35,7 @@ typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
 test: lint typecheck
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -m "not slow" --durations=25
 
 unit: $(BIN)/.installed
 	$(BIN)/pytest -m "not toolchain and not build and not slow"

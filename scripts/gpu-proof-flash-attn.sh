@@ -9,6 +9,12 @@
 #   scripts/gpu-proof-flash-attn.sh prove ARCH OUT   cuobjdump, wheelsmith verify, the GPU
 #                                                    smoke, and upstream's tests (a subset)
 #
+# A device machine keeps its work tree only while it is held, so a build spread over sessions
+# moves its work directory along: `pack ARCH OUT` writes it to OUT as xz parts (<= 15.5 MB each,
+# the size files may come back in); put them together as .carry/fa-ARCH-workdir.tar.xz, and
+# `build` unpacks it into build/wheelsmith/ before the first run on a fresh machine (the same
+# checkout path, /work/main, so ninja's absolute paths and log still match and it resumes).
+#
 # OUT gets the logs: build-ARCH.log (every run appended), result-ARCH.json, memory-ARCH.txt
 # (the build's peak memory), cuobjdump-ARCH.txt, verify-ARCH.txt, upstream-ARCH.txt.
 set -euo pipefail
@@ -36,6 +42,11 @@ objects_done() {  # finished objects in ninja's log of the kept build tree
 
 case $step in
 build)
+  packed=.carry/fa-$arch-workdir.tar.xz
+  if [ -f "$packed" ] && ! ls -d build/wheelsmith/flash-attn-2.8.3-* >/dev/null 2>&1; then
+    mkdir -p build/wheelsmith && tar -C build/wheelsmith -xJf "$packed"
+    echo "=== unpacked $packed (checkout at $repo)" >> "$out/build-$arch.log"
+  fi
   sample_memory >> "$out/memory-$arch.txt" &
   sampler=$!
   echo "=== run at $(date -u +%FT%TZ), limit ${LIMIT:-540}s, $(nproc) cores; before: $(objects_done)" \
@@ -49,6 +60,12 @@ build)
   echo "peak memory used: $(sort -k2 -n "$out/memory-$arch.txt" | tail -1 | cut -d' ' -f2) GiB" \
     | tee -a "$out/build-$arch.log"
   tail -5 "$out/build-$arch.log"
+  ;;
+pack)
+  work=$(ls -d build/wheelsmith/flash-attn-2.8.3-*/ | head -1)
+  tar -C build/wheelsmith --format=posix -cf - "$(basename "$work")" | xz -T0 -6 > /tmp/workdir.tar.xz
+  split -b 15500000 -d /tmp/workdir.tar.xz "$out/workdir.tar.xz.part"
+  ls -l "$out"/workdir.tar.xz.part*
   ;;
 prove)
   wheel=$(find "$wheels" -name "flash_attn-2.8.3+*.whl" | head -1)

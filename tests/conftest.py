@@ -150,6 +150,32 @@ def wheelsmith(*args: str, cwd: Path, check: bool = False) -> subprocess.Complet
     return result
 
 
+def _small_fs_mounts() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=4k tmpfs /mnt"],
+                           capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+SMALL_FS = pytest.mark.skipif(not _small_fs_mounts(), reason=(
+    "cannot mount a small tmpfs here (needs util-linux unshare and user namespaces) to run "
+    "out of space for real"))
+
+
+def wheelsmith_on_small_fs(mount: Path, size: str, *args: str, cwd: Path,
+                           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a mount namespace where `mount` is a tmpfs of `size` (e.g. 400m): a
+    disk that fills up, for this process tree only. What the run left there is listed, one
+    path a line, in `mount` + ".left" (the tmpfs goes with the namespace)."""
+    mount.mkdir(parents=True, exist_ok=True)
+    argv = " ".join(f"'{a}'" for a in (sys.executable, "-m", "wheelsmith", *args))
+    script = (f"mount -t tmpfs -o size={size} tmpfs '{mount}' && {{ {argv}; rc=$?; "
+              f"cd '{mount}' && find . -mindepth 1 > '{mount}.left'; exit $rc; }}")
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=cwd, capture_output=True,
+                          text=True, check=False, env=env)
+
+
 def assert_platform_tagged(wheel: Path, provenance: dict[str, Any], stem: str) -> None:
     """The wheel carries the manylinux tag of its glibc floor (host-dependent: 2.34 on Debian
     12), in its name and in the provenance."""

@@ -184,3 +184,27 @@ class BuildLockedError(WheelsmithError):
     """Another build of the same content key holds the work directory (and --no-wait)."""
 
     exit_code = 18
+
+
+class DiskFullError(WheelsmithError):
+    """A file system ran out of space (ENOSPC or a quota); nothing half-written is kept."""
+
+    exit_code = 19
+
+
+_DISK_FULL = (28, 122)  # ENOSPC, EDQUOT
+
+
+def disk_full(error: OSError, cache: Path) -> DiskFullError | None:
+    """The OSError of a full disk as a DiskFullError naming the file and where space can be
+    made; None for any other OSError (a bug: let it show its traceback)."""
+    if error.errno not in _DISK_FULL:
+        return None
+    where = Path(error.filename) if error.filename else None
+    shown = f" writing {where}" if where else ""
+    folder = where.parent if where else Path.cwd()
+    return DiskFullError(
+        f"no space left on the device{shown}",
+        hint=f"free space where it was writing (df -h {folder}); wheelsmith's caches are in "
+             f"{cache} (toolchains/ and test-envs/ are made again when needed); then run the "
+             "same command again: a build resumes from the objects it had finished")

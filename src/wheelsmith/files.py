@@ -61,6 +61,18 @@ def remove_stale_scratch(parent: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An OSError raised while writing `path` names it (a failed write() names no file), so a
+    full disk is reported with the file it stopped."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is None:
+            error.filename = str(path)
+        raise
+
+
+@contextlib.contextmanager
 def temp_file_in(directory: Path, suffix: str = "") -> Iterator[Path]:
     """A temporary file next to its final place (same filesystem); removed unless moved away."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -81,7 +93,7 @@ def atomic_write_bytes(path: Path, data: bytes, tmp_dir: Path | None = None, *,
     fsynced before the rename; `durable=False` skips the directory fsync after it, for files
     that can be regenerated (after a power loss the old version may come back, never a torn one).
     """
-    with temp_file_in(tmp_dir or path.parent) as tmp:
+    with temp_file_in(tmp_dir or path.parent) as tmp, naming(path):
         with tmp.open("wb") as handle:
             handle.write(data)
             handle.flush()
@@ -120,7 +132,7 @@ def store_no_clobber(final: Path, write: Callable[[Path], object],
     """
     if final.exists():
         return False
-    with temp_file_in(tmp_dir or final.parent) as tmp:
+    with temp_file_in(tmp_dir or final.parent) as tmp, naming(final):
         write(tmp)
         with tmp.open("rb") as handle:
             os.fsync(handle.fileno())

@@ -25,6 +25,8 @@ from typing import Any
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from wheelsmith import files
+
 ZIP_EPOCH_FLOOR = 315532800  # 1980-01-01, the earliest time a zip entry can hold
 
 
@@ -222,7 +224,7 @@ def _write(dst: Path, contents: dict[str, bytes], modes: dict[str, int], record:
     contents[record] = ("\n".join([*lines, f"{record},,"]) + "\n").encode()
     order.append(record)
     date_time = time.gmtime(epoch)[:6]
-    with zipfile.ZipFile(dst, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+    with files.naming(dst), zipfile.ZipFile(dst, "w", compression=zipfile.ZIP_DEFLATED) as zout:
         for member in order:
             info = zipfile.ZipInfo(member, date_time=date_time)
             mode = modes.get(member, 0o644)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,18 +36,26 @@ def image_id(ref: str) -> str:
 def test_without_a_pin_or_a_registry_the_debootstrap_base_is_locked_by_its_id(
         tmp_path: Path) -> None:
     env = no_registry_env(tmp_path / "config")
-    lock = tmp_path / "config" / "wheelsmith" / "images.lock"
-    first = image_base(env)
-    assert first.returncode == 0, first.stderr
-    found = image_id(BASE)
-    described = f"debian-bookworm: {BASE} (local, id {found}: no registry answered)"
-    assert first.stdout == f"locked {described} in {lock}\n"
+    first = assert_locked_by_id_then_pinned(lambda: image_base(env), "debian-bookworm", BASE,
+                                            tmp_path / "config" / "wheelsmith" / "images.lock")
     assert "no registry answered for debian:bookworm-slim" in first.stderr
-    assert lock.read_text().splitlines()[-2:] == [f'debian-bookworm: "{BASE}"',
-                                                  f'debian-bookworm-id: "{found}"']
-    again = image_base(env)
+
+
+def assert_locked_by_id_then_pinned(run: Callable[[], subprocess.CompletedProcess[str]],
+                                    key: str, ref: str, lock: Path
+                                    ) -> subprocess.CompletedProcess[str]:
+    """`run` (an `image base`) locks the local `ref` by its ID as `key`; run again, it reads
+    the lock and pulls nothing. Returns the first run."""
+    first = run()
+    assert first.returncode == 0, first.stderr
+    found = image_id(ref)
+    described = f"{key}: {ref} (local, id {found}: no registry answered)"
+    assert first.stdout == f"locked {described} in {lock}\n"
+    assert lock.read_text().splitlines()[-2:] == [f'{key}: "{ref}"', f'{key}-id: "{found}"']
+    again = run()
     assert again.stdout == f"pinned {described} in {lock}\n", again.stderr
     assert "no registry answered" not in again.stderr  # the lock is read, nothing is pulled
+    return first
 
 
 def test_a_locked_local_base_whose_id_changed_is_refused_with_what_to_do(

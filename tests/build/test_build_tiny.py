@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import add_variant, assert_platform_tagged, wheelsmith
+from tests.conftest import (
+    SMALL_FS,
+    add_variant,
+    assert_platform_tagged,
+    wheelsmith,
+    wheelsmith_on_small_fs,
+)
+from wheelsmith import locations
 from wheelsmith.recipes import fetch
 from wheelsmith.toolchain.env import Toolchain
 
@@ -45,11 +52,15 @@ def test_builds_exactly_sm_120(project: Path, toolchain: Toolchain) -> None:
         {"path": "tiny_ext/_C.cpython-311-x86_64-linux-gnu.so", "sass": ["sm_120"], "ptx": []}]
     assert provenance["toolchain"]["channel"] == "cu130-torch2.14"
     assert provenance["smoke"][0] == "imported tiny_ext"
-    assert [c["sass"] for c in provenance["prebuild_check"]] == [["sm_120"]]
+    assert [(c["extension"], c["sass"]) for c in provenance["prebuild_check"]] == [
+        ("_C", ["sm_120"])]
+    assert (provenance["archs_requested"], provenance["host_only"]) == ("12.0", [])
 
     ok = wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=project)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.splitlines()[0] == f"ok: {wheel.name} carries exactly 12.0"
+    recorded = wheelsmith("verify", str(wheel), cwd=project)  # no flags: its provenance's
+    assert recorded.stdout.splitlines()[0] == f"ok: {wheel.name} carries exactly 12.0"
 
     wrong = wheelsmith("verify", str(wheel), "--arch", "9.0;12.0", cwd=project)
     assert wrong.returncode == 10
@@ -86,6 +97,25 @@ def test_second_build_is_up_to_date_and_rebuild_replaces(project: Path,
     assert wheelsmith("index", "check", "--index", "idx", cwd=project).returncode == 0
 
 
+@SMALL_FS
+def test_a_full_disk_is_named_with_the_file_and_leaves_no_partial_wheel(
+        project: Path, toolchain: Toolchain) -> None:
+    add_variant(project, "tiny-ext")
+    out = project / "wheelhouse"
+    result = wheelsmith_on_small_fs(out, "16k", "build", "tiny-ext", "--arch", "12.0",
+                                    cwd=project)
+    assert result.returncode == 19, result.stderr
+    message, hint = error_lines(result.stderr)[:2]
+    written = Path(message.removeprefix("error: no space left on the device writing "))
+    assert (written.parent.parent, written.suffix) == (out, ".whl"), message  # the stamped wheel
+    assert hint == (f"hint: free space where it was writing (df -h {written.parent}); "
+                    f"wheelsmith's caches are in {locations.cache_dir()} (toolchains/ and "
+                    "test-envs/ are made again when needed); then run the same command again: "
+                    "a build resumes from the objects it had finished")
+    assert "Traceback" not in result.stderr
+    assert (project / "wheelhouse.left").read_text() == ""  # no partial wheel, no scratch
+
+
 HARD_CODED = ('"nvcc": ["-O2"]', '"nvcc": ["-O2", "-gencode", "arch=compute_90,code=sm_90"]')
 
 
@@ -104,17 +134,24 @@ def test_package_that_ignores_the_arch_list_is_stopped_before_compiling(
     assert not any((project / "wheelhouse").glob("*.whl"))
 
 
-def test_without_ninja_the_cubin_check_still_catches_it(project: Path,
-                                                        toolchain: Toolchain) -> None:
-    source = add_variant(project, "ignores-arch-no-ninja", HARD_CODED)
+def test_a_setup_py_that_turns_ninja_off_is_refused_with_its_line_before_compiling(
+        project: Path, toolchain: Toolchain) -> None:
+    """Without ninja torch compiles one file at a time: no build.ninja, so no pre-build check,
+    MAX_JOBS or split-compile, and --configure-only could not stop it (issue 22)."""
+    source = add_variant(project, "no-ninja")
     setup = source / "setup.py"
     without_ninja = '{"build_ext": BuildExtension.with_options(use_ninja=False)}'
     setup.write_text(setup.read_text().replace('{"build_ext": BuildExtension}', without_ninja))
-    result = wheelsmith("build", "ignores-arch-no-ninja", "--arch", "12.0", cwd=project)
-    assert result.returncode == 10
-    assert error_lines(result.stderr)[1:3] == [
-        "  tiny_ext/_C.cpython-311-x86_64-linux-gnu.so: missing SASS for sm_120",
-        "  tiny_ext/_C.cpython-311-x86_64-linux-gnu.so: SASS for sm_90 was not requested"]
+    for extra in ((), ("--configure-only",)):
+        result = wheelsmith("build", "no-ninja", "--arch", "12.0", *extra, cwd=project)
+        assert result.returncode == 5
+        assert error_lines(result.stderr)[:2] == [
+            "error: setup.py:17 passes use_ninja=False: torch would compile one file at a "
+            "time, with no build.ninja for the pre-build arch check, MAX_JOBS or split-compile "
+            "(and --configure-only could not stop before compiling)",
+            "hint: add the use-ninja patch to the recipe: `wheelsmith recipe new` writes it "
+            "(patches/NAME/VERSION/0001-use-ninja.patch turns it into use_ninja=True)"]
+        assert "compile:" not in result.stderr  # no compile stage line claims MAX_JOBS
     assert not any((project / "wheelhouse").glob("*.whl"))
 
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import ast
 import json
+import re
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, assert_platform_tagged, wheelsmith
+from tests.conftest import REPO, assert_platform_tagged
+from tests.leftovers import new_env
+from tests.resumes import kill_after_first_object, log_entries, ninja_steps
 from wheelsmith import locations
 from wheelsmith.errors import PatchError
 from wheelsmith.recipes.fetch import fetch
@@ -43,11 +48,26 @@ def test_patch_for_one_version_does_not_apply_to_another(tmp_path: Path) -> None
 
 
 @pytest.mark.build
-def test_real_build_for_sm_120(tmp_path: Path, toolchain: Toolchain) -> None:
-    """About 5-7 minutes on 2 cores: the whole point of the tool, for real."""
-    result = wheelsmith("build", "causal-conv1d", "--arch", "12.0", "--json",
-                        "--out", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"),
-                        cwd=REPO, check=True)
+def test_real_build_for_sm_120_killed_after_its_first_object_resumes(
+        tmp_path: Path, toolchain: Toolchain) -> None:
+    """About 6-8 minutes on 2 cores: the whole point of the tool, for real — killed with
+    SIGKILL once its first object is built, then run again: ninja compiles only the objects
+    the first run had not finished, and the wheel is the verified one."""
+    mark, env = new_env(WHEELSMITH_COMPILE_CACHE="off")  # real compilers, no cache hits
+    args = [sys.executable, "-m", "wheelsmith", "build", "causal-conv1d", "--arch", "12.0",
+            "--json", "--out", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work")]
+    log = kill_after_first_object(args, REPO, env, mark, tmp_path / "work")
+    done = len(log_entries(log))  # read after the kill: what the first run really finished
+    assert 1 <= done < 4
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+    result = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert f"==> resuming: {done}/4 objects already built" in re.sub(
+        r"\[[^]]*\] ", "", result.stderr)
+    build_log = next((tmp_path / "work").glob("causal-conv1d-*/build.log"))
+    assert ninja_steps(build_log) == 4 - done  # exactly the missing objects compiled
     data = json.loads(result.stdout)
     wheel = Path(data["wheel"])
     provenance = data["provenance"]

@@ -35,24 +35,10 @@ from wheelsmith import locations
 from wheelsmith.build import manylinux
 from wheelsmith.build.stamp import stamp
 from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.toolchain.foreign import SOURCES, debian_mirror
 
 SUITE = "bullseye"  # glibc 2.31, libstdc++ of gcc 10 (GLIBCXX_3.4.28)
 PACKAGES = "python3-pip"
-SOURCES = Path("/etc/apt/sources.list.d")
-
-
-def debian_mirror() -> str | None:
-    """The Debian archive this machine's apt reads (deb822 `.sources`): the first `deb` stanza
-    with a release suite (not only -security or -updates). No host name is written here."""
-    for file in sorted(SOURCES.glob("*.sources")):
-        for stanza in file.read_text().split("\n\n"):
-            fields = dict(line.split(":", 1) for line in stanza.splitlines()
-                          if ":" in line and not line.startswith(("#", " ")))
-            types = fields.get("Types", "").split()
-            suites = fields.get("Suites", "").split()
-            if "deb" in types and any("-" not in s for s in suites) and fields.get("URIs"):
-                return fields["URIs"].split()[0]
-    return None
 
 
 def root_problem() -> str | None:

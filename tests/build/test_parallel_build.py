@@ -25,9 +25,9 @@ def test_split_compile_is_planned_from_build_ninja_and_not_in_the_key(
     cores = len(os.sched_getaffinity(0))
     split = parallel.refine(parallel.choose(cores, 1000.0, 1.0, 1), 1, 1).describe_split()
     (plan,) = built["plan"]
-    assert plan.startswith("1 CUDA + 1 C++ file(s): MAX_JOBS=")
+    assert plan.startswith("_C: 1 CUDA + 1 C++ file(s): MAX_JOBS=")  # the extension, named
     assert plan.endswith(f"NVCC_THREADS=1 {split}")
-    assert f"compile: plan from build.ninja: {plan}" in first.stderr
+    assert f"compile: plan from _C's build.ninja: {plan.removeprefix('_C: ')}" in first.stderr
 
     again = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--split-compile", "off",
                        "--jobs", "1", "--json", cwd=project)

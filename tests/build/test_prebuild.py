@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +12,14 @@ import pytest
 
 from tests.build.test_buildenv import plan
 from wheelsmith.build import compilesetup
+from wheelsmith.build.compile import drop_stand_ins
 from wheelsmith.build.prebuild import (
+    CONFIGURE_ONLY,
+    EXPECT_PTX,
+    EXPECT_SASS,
     MISSING,
+    REPORT,
+    STOOD_IN,
     check,
     gencode_targets,
     missing_sources,
@@ -34,9 +41,10 @@ HARD_CODED = ("cuda_post_cflags = -O3 --threads 4 -gencode arch=compute_75,code=
         (HARD_CODED, {"sm_75", "sm_80", "sm_103"}, set()),
         ("x = -gencode=arch=compute_90a,code=[sm_90a,compute_90a]\n", {"sm_90a"}, {"sm_90a"}),
         ("x = -arch=sm_90 -O3\n", {"sm_90"}, {"sm_90"}),
+        ("x = -arch=compute_50 -O3\n", set(), {"sm_50"}),  # pytorch-fast-transformers 0.4.0
         ("x = -march=native -O3\n", set(), set()),
     ],
-    ids=["torch-emitted", "hard-coded", "bracket-list", "short-arch", "host-march"],
+    ids=["torch-emitted", "hard-coded", "bracket-list", "short-arch", "ptx-arch", "host-march"],
 )
 def test_targets_are_read_like_cuobjdump_names(text: str, sass: set[str], ptx: set[str]) -> None:
     found = gencode_targets(text)
@@ -58,6 +66,41 @@ def test_sources_the_tree_does_not_hold_stop_the_build_before_the_arch_check(
     assert capsys.readouterr().err == (
         f"wheelsmith source check: {ninja} compiles 2 file(s) the source tree does not hold: "
         f"{tmp_path}/csrc/gone file.cpp, csrc/also.cu; stopping before compiling\n")
+
+
+def test_configure_only_records_every_extension_and_compiles_none(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A C++-only extension first (torchsort's isotonic_cpu) no longer compiles, nor stops
+    the build before the CUDA one: empty objects stand in, and only build.ninja stays."""
+    build = tmp_path / "build" / "temp"
+    (tmp_path / "csrc").mkdir()
+    for name in ("cpu.cpp", "kernel.cu"):
+        (tmp_path / "csrc" / name).write_text("")
+    report = tmp_path / "prebuild.jsonl"
+    for var, value in ((CONFIGURE_ONLY, "1"), (REPORT, str(report)), (EXPECT_SASS, "sm_120"),
+                       (EXPECT_PTX, "")):
+        monkeypatch.setenv(var, value)
+    build.mkdir(parents=True)
+    cxx_only = ("cflags = -DTORCH_EXTENSION_NAME=_cpu\nrule compile\n  command = c++ $in\n"
+                f"build {build}/csrc/cpu.o: compile {tmp_path}/csrc/cpu.cpp\n")
+    (build / "build.ninja").write_text(cxx_only)
+    assert check(["-C", str(build)]) == STOOD_IN == 0
+    assert (build / "csrc" / "cpu.o").read_bytes() == b""
+    (build / "build.ninja").write_text(
+        TORCH_EMITTED.replace("compute_120,code=compute_120 -gencode=", "").replace(
+            "-gencode=arch=compute_90,code=sm_90 ", "") +
+        "cuda_cflags = -DTORCH_EXTENSION_NAME=_cuda\nrule cuda_compile\n  command = nvcc $in\n"
+        f"build {build}/csrc/kernel.o: cuda_compile {tmp_path}/csrc/kernel.cu\n")
+    assert check(["-C", str(build)]) == STOOD_IN
+    assert capsys.readouterr().err.splitlines() == [
+        f"wheelsmith configure-only: {build}/build.ninja (_cpu) targets no CUDA; not compiled",
+        f"wheelsmith configure-only: {build}/build.ninja (_cuda) targets sm_120; not compiled"]
+    assert [json.loads(line)["extension"] for line in report.read_text().splitlines()] == [
+        "_cuda"]
+    drop_stand_ins(tmp_path / "build")
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "build").rglob("*")) == [
+        Path("build/temp"), Path("build/temp/build.ninja")]
 
 
 def test_the_ninja_launcher_answers_from_a_python_that_has_no_wheelsmith(tmp_path: Path) -> None:

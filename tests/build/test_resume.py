@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import add_variant
-from tests.leftovers import left_after, new_env
+from tests.leftovers import new_env
+from tests.resumes import kill_after_first_object, log_entries, ninja_steps
 from wheelsmith.build import resume
 from wheelsmith.build.prebuild import already_built
 from wheelsmith.files import exclusive_lock
@@ -113,12 +113,7 @@ def test_a_build_killed_after_its_first_object_compiles_only_the_rest(
     mark, env = new_env(WHEELSMITH_COMPILE_CACHE="off")  # watch real compilers
     args = [sys.executable, "-m", "wheelsmith", "build", "tiny-ext", "--jobs", "1",
             "--work-dir", "work", "--json"]
-    first = subprocess.Popen(args, cwd=project, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    log = wait_for_first_object(project / "work", first)
-    first.send_signal(signal.SIGKILL)
-    first.communicate()
-    assert left_after(mark, 10) == []
+    log = kill_after_first_object(args, project, env, mark, project / "work")
     done = log_entries(log)
     ninja_text = (log.parent / "build.ninja").read_text()
     objects = re.findall(r"^build (\S+\.o): (?:cuda_)?compile ", ninja_text, re.MULTILINE)
@@ -133,31 +128,7 @@ def test_a_build_killed_after_its_first_object_compiles_only_the_rest(
     assert second.returncode == 0, second.stderr
     assert "==> resuming: 1/2 objects already built" in re.sub(
         r"\[[^]]*\] ", "", second.stderr)
-    build_log = next((project / "work").glob("tiny-ext-*/build.log")).read_text()
-    steps = re.findall(r"^\s*\[\d+/(\d+)\]", build_log, re.MULTILINE)
-    assert steps[-1] == "1"  # ninja compiled exactly the missing object
+    build_log = next((project / "work").glob("tiny-ext-*/build.log"))
+    assert ninja_steps(build_log) == 1  # ninja compiled exactly the missing object
     provenance = json.loads(second.stdout)["provenance"]
     assert provenance["smoke"][0] == "imported tiny_ext"  # the recompiled object links and loads
-
-
-def wait_for_first_object(work: Path, proc: subprocess.Popen[str]) -> Path:
-    """The build's .ninja_log once it records a finished object."""
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and proc.poll() is None:
-        for log in work.glob("*/src/*/build/temp*/.ninja_log"):
-            if log_entries(log):
-                return log
-        time.sleep(0.05)
-    proc.kill()
-    _, stderr = proc.communicate()
-    raise AssertionError(f"no object finished before the build ended:\n{stderr}")
-
-
-def log_entries(log: Path) -> dict[str, str]:
-    """Output path -> its .ninja_log line (`start end mtime output hash`)."""
-    entries = {}
-    for line in log.read_text().splitlines()[1:]:
-        fields = line.split("\t")
-        if len(fields) == 5:
-            entries[fields[3]] = line
-    return entries

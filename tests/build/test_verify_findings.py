@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
 import pytest
 
+from tests.conftest import wheelsmith
 from wheelsmith.arch import ArchSet
 from wheelsmith.build.verify import check, findings
 from wheelsmith.errors import VerifyError
@@ -58,8 +62,46 @@ def test_unrequested_archs_point_at_the_arch_list_patch() -> None:
     assert caught.value.hint.startswith("a package that ignores the arch list")
 
 
-def test_missing_archs_say_how_to_build_them() -> None:
+def test_missing_archs_say_which_archs_the_wheel_was_built_for() -> None:
     with pytest.raises(VerifyError) as caught:
         check("x.whl", [code({"sm_120"})], ArchSet.parse(["9.0;12.0"]))
-    assert caught.value.hint == ("the wheel was built for other archs or without device code; "
-                                 "build it with --arch '9.0;12.0'")
+    assert caught.value.hint == (
+        "its device code is SASS sm_120, built for other archs than 9.0;12.0: rebuild it with "
+        "--arch '9.0;12.0', or verify it with the --arch it was built for")
+
+
+def test_a_cpu_twin_without_device_code_is_told_from_other_archs_and_gets_its_glob() -> None:
+    """torch-scatter's shape: _scatter_cuda carries sm_120, _scatter_cpu nothing; the fix is
+    host_only, not the --arch that was passed."""
+    inventory = [code({"sm_120"}, path="torch_scatter/_scatter_cuda.so"),
+                 code(set(), path="torch_scatter/_scatter_cpu.cpython-311-x86_64-linux-gnu.so")]
+    with pytest.raises(VerifyError) as caught:
+        check("x.whl", inventory, ArchSet.parse(["12.0"]))
+    assert caught.value.findings == [
+        "torch_scatter/_scatter_cpu.cpython-311-x86_64-linux-gnu.so: no device code at all "
+        "(neither SASS nor PTX)"]
+    assert caught.value.hint == (
+        "1 module(s) carry no device code while the others do: modules with no CUDA sources "
+        "(a CPU twin); name them in the recipe's build.host_only: "
+        '["torch_scatter/_scatter_cpu*.so"] (`wheelsmith verify --host-only GLOB` for this '
+        "wheel)")
+    check("x.whl", inventory, ArchSet.parse(["12.0"]), ("torch_scatter/_scatter_cpu*.so",))
+
+
+def test_verify_of_a_wheel_without_provenance_asks_for_the_arch(tmp_path: Path) -> None:
+    wheel = tmp_path / "other-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("other/__init__.py", "")
+    result = wheelsmith("verify", str(wheel), cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "Error: --arch is required: other-1.0-py3-none-any.whl has no wheelsmith provenance "
+        "that records its archs; e.g. --arch 12.0")
+
+
+def test_verify_help_states_the_defaults_it_really_has(tmp_path: Path) -> None:
+    text = " ".join(wheelsmith("verify", "--help", cwd=tmp_path).stdout.split())
+    assert "Default: the archs a wheelsmith wheel's provenance records (required for other " \
+           "wheels)." in text
+    assert "Default: the host_only globs a wheelsmith wheel's provenance records" in text
+    assert "the recipe's" not in text

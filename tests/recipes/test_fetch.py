@@ -17,7 +17,14 @@ import pytest
 
 from tests.conftest import Served, wheelsmith
 from wheelsmith.errors import SourceError
-from wheelsmith.recipes.fetch import PackageIndex, cached_path, fetch, package_index, unpack
+from wheelsmith.recipes.fetch import (
+    PackageIndex,
+    cached_path,
+    fetch,
+    package_index,
+    sdist_of,
+    unpack,
+)
 from wheelsmith.recipes.model import GitSource, LocalSource, PypiSource, UrlSource
 
 
@@ -290,3 +297,16 @@ def test_a_configured_index_that_does_not_answer_is_one_line_with_the_fix(
         "111] Connection refused",
         "hint: fix index-url in pip's configuration (`pip config list` shows it), or set "
         "WHEELSMITH_INDEX_URL to a PEP 691 simple index that answers"]
+
+
+@pytest.mark.parametrize(("filename", "expected"), [
+    ("torch_scatter-2.1.2.tar.gz", True),
+    ("torch-scatter-2.1.2.tar.gz", True),  # the spelling before PEP 625 (issue 22's corpus)
+    ("Torch.Scatter-2.1.2.zip", True),
+    ("torch_scatter-2.1.20.tar.gz", False),
+    ("torch_scatter_extra-2.1.2.tar.gz", False),
+    ("torch_scatter-2.1.2-cp311-cp311-linux_x86_64.whl", False),
+])
+def test_an_sdist_is_found_under_either_spelling_of_its_project(filename: str,
+                                                                 expected: bool) -> None:
+    assert sdist_of(filename, "torch-scatter", "2.1.2") is expected

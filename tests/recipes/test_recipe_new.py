@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, wheelsmith
-from wheelsmith import scaffold
 from wheelsmith.recipes import fetch, repos
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.toolchain.env import Toolchain
 
-ARCH_PATCH = ("patch needed: honour-torch-cuda-arch-list: setup.py passes its own -gencode list "
-              "and ignores TORCH_CUDA_ARCH_LIST (start from "
-              "patches/mamba-ssm/2.3.1/0001-honour-torch-cuda-arch-list.patch)")
+ARCH_PATCH = ("hard-coded -gencode list: wrote 0001-honour-torch-cuda-arch-list.patch: keep the "
+              "hard-coded -gencode list only when TORCH_CUDA_ARCH_LIST is unset, so torch emits "
+              "exactly the requested archs")
 NVCC_PATCH = ("patch needed: clear-error-without-nvcc: setup.py sets bare_metal_version only "
               "when it finds nvcc and uses it anyway (NameError without nvcc) (start from "
               "patches/mamba-ssm/2.3.1/0002-clear-error-without-nvcc.patch)")
@@ -40,11 +39,14 @@ def test_a_complete_sdist_gives_the_recipe_the_project_ships(tmp_path: Path,
     assert result.stdout.splitlines() == [
         "sdist: causal_conv1d-1.7.0.tar.gz sha256 "
         "3202758494eaa7b597ce1c282dfa188889506bfcb92cad3c407d26736bfcd32b",
-        "force-build variable: CAUSAL_CONV1D_FORCE_BUILD (set to TRUE in build.env)",
-        GENCODE,
+        'setup.py:43: CAUSAL_CONV1D_FORCE_BUILD == "TRUE" builds from source instead of '
+        'fetching a prebuilt wheel: build.env CAUSAL_CONV1D_FORCE_BUILD: "TRUE"',
+        f"setup.py:180: {GENCODE}", f"setup.py:180: {ARCH_PATCH}",
+        "setup.py:243: extension causal_conv1d_cuda (CUDAExtension): CUDA",
         "sources: the sdist holds all 4 the extensions compile",
-        ARCH_PATCH, NVCC_PATCH, DOWNLOAD_PATCH,
+        f"setup.py:75: {NVCC_PATCH}", f"setup.py:330: {DOWNLOAD_PATCH}",
         "wrote mine/recipes/causal-conv1d.yaml",
+        "wrote mine/patches/causal-conv1d/1.7.0/0001-honour-torch-cuda-arch-list.patch",
         "next: wheelsmith build causal-conv1d --recipes mine --configure-only"]
     written = load_recipe(tmp_path / "mine" / "recipes" / "causal-conv1d.yaml")
     shipped = load_recipe(REPO / "recipes" / "causal-conv1d.yaml")
@@ -64,16 +66,19 @@ def test_an_sdist_without_its_sources_is_named_and_the_git_form_shown(
     assert result.stdout.splitlines() == [
         "sdist: fast_hadamard_transform-1.1.0.tar.gz sha256 "
         "7c03daf825dc74c7200605a5b758f2d5a3bc47ef3b817bf02e97b24076a83906",
-        "force-build variable: FAST_HADAMARD_TRANSFORM_FORCE_BUILD (set to TRUE in build.env)",
-        GENCODE,
-        "the sdist lacks the sources its extensions compile: csrc/fast_hadamard_transform.cpp, "
+        'setup.py:40: FAST_HADAMARD_TRANSFORM_FORCE_BUILD == "TRUE" builds from source instead '
+        'of fetching a prebuilt wheel: build.env FAST_HADAMARD_TRANSFORM_FORCE_BUILD: "TRUE"',
+        f"setup.py:107: {GENCODE}", f"setup.py:107: {ARCH_PATCH}",
+        "setup.py:136: extension fast_hadamard_transform_cuda (CUDAExtension): CUDA",
+        "the sdist lacks what its extensions compile: csrc/fast_hadamard_transform.cpp, "
         "csrc/fast_hadamard_transform_cuda.cu; build from the repository instead:",
         "  source:",
         "    git: https://github.com/Dao-AILab/fast-hadamard-transform",
         "    commit: COMMIT  # the full 40-digit commit of the v1.1.0 tag",
         "    tag: v1.1.0",
-        ARCH_PATCH, NVCC_PATCH, DOWNLOAD_PATCH,
+        f"setup.py:69: {NVCC_PATCH}", f"setup.py:218: {DOWNLOAD_PATCH}",
         "wrote mine/recipes/fast-hadamard-transform.yaml",
+        "wrote mine/patches/fast-hadamard-transform/1.1.0/0001-honour-torch-cuda-arch-list.patch",
         "next: wheelsmith build fast-hadamard-transform --recipes mine --configure-only"]
     text = (tmp_path / "mine" / "recipes" / "fast-hadamard-transform.yaml").read_text()
     assert "#     git: https://github.com/Dao-AILab/fast-hadamard-transform\n" in text
@@ -130,14 +135,15 @@ def test_a_project_the_index_does_not_have_is_one_line(tmp_path: Path,
 
 
 @pytest.mark.toolchain
-def test_the_configure_only_check_names_missing_sources_and_the_ignored_arch_list(
+def test_the_configure_only_check_names_missing_sources_and_configures_the_patched_one(
         tmp_path: Path, no_repo_variable: None, toolchain: Toolchain) -> None:
-    """With the toolchain here the check is cheap (setup.py up to build.ninja), so it runs: the
-    sdist without csrc/ stops at the source check, the complete one at the arch check."""
+    """With the toolchain here the check is cheap (setup.py up to build.ninja, nothing
+    compiled), so it runs: the sdist without csrc/ stops at the source check; the complete one,
+    with the arch patch recipe new wrote, targets exactly the default arch."""
     lacking = wheelsmith("recipe", "new", "fast-hadamard-transform==1.1.0", "--recipes", "mine",
                          cwd=tmp_path)
     assert lacking.returncode == 0, lacking.stderr
-    line = lacking.stdout.splitlines()[-3]
+    line = lacking.stdout.splitlines()[-4]
     assert line.startswith("configure-only check: source check: /"), lacking.stdout
     assert line.endswith("/build.ninja compiles 2 file(s) the source tree does not hold: "
                          f"{Path(line.split()[4]).parents[2]}/csrc/fast_hadamard_transform.cpp, "
@@ -145,34 +151,6 @@ def test_the_configure_only_check_names_missing_sources_and_the_ignored_arch_lis
                          ".cu; stopping before compiling"), line
     complete = wheelsmith("recipe", "new", "causal-conv1d==1.7.0", "--recipes", "mine",
                           cwd=tmp_path)
-    line = complete.stdout.splitlines()[-3]
-    assert line.startswith("configure-only check: pre-build check: /"), complete.stdout
-    assert line.endswith("/build.ninja compiles SASS sm_100, sm_103, sm_110, sm_120, sm_121, "
-                         "sm_75, sm_80, sm_87, sm_90 and PTX -, but SASS sm_120 and PTX - were "
-                         "requested; stopping before compiling"), line
-
-
-def test_a_package_s_own_arch_variable_becomes_the_recipe_s_arch_knob(tmp_path: Path) -> None:
-    """flash-attn's shape: its own FLASH_ATTN_CUDA_ARCHS picks from a -gencode family, so no
-    arch patch is needed and the recipe bridges to it in numbers."""
-    (tmp_path / "csrc").mkdir()
-    (tmp_path / "csrc" / "demo.cu").write_text("")
-    (tmp_path / "setup.py").write_text(
-        "import os\n"
-        "from torch.utils.cpp_extension import CUDAExtension\n"
-        "def cuda_archs():\n"
-        '    return os.getenv("DEMO_CUDA_ARCHS", "80;90").split(";")\n'
-        "cc_flag = []\n"
-        'if "80" in cuda_archs():\n'
-        '    cc_flag += ["-gencode", "arch=compute_80,code=sm_80"]\n'
-        'if "90" in cuda_archs():\n'
-        '    cc_flag += ["-gencode", "arch=compute_90a,code=sm_90a"]\n'
-        'ext = CUDAExtension(name="demo_cuda", sources=[os.path.join("csrc", "demo.cu")])\n')
-    findings = scaffold.analyse(tmp_path)
-    assert (findings.arch_knob, findings.gencode, findings.sources, findings.missing,
-            findings.patches) == ("DEMO_CUDA_ARCHS", ("80", "90a"), ("csrc/demo.cu",), (), ())
-    sdist = scaffold.Sdist("demo", "1.0", "demo-1.0.tar.gz", "0" * 64)
-    text = scaffold.render(sdist, scaffold.Metadata("", None, ()), findings)
-    assert text.split("package: demo\n")[1].split("versions:")[0] == (
-        'arch:\n  env: DEMO_CUDA_ARCHS\n  format: numbers\n  default: ["9.0a"]\n'
-        '  supported: ["8.0", "9.0a"]\nsmoke:\n  import: [demo_cuda]\n')
+    assert complete.stdout.splitlines()[-4] == (
+        "configure-only check: build.ninja targets causal_conv1d_cuda: SASS sm_120"), \
+        complete.stdout

@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import REPO, add_variant, wheelsmith
 from wheelsmith import locations
 from wheelsmith.errors import MissingToolkitError
+from wheelsmith.toolchain.driver import find_driver
 from wheelsmith.toolchain.env import probe_python
 from wheelsmith.toolchain.profile import load_profile, load_profiles
 from wheelsmith.toolchain.venv import MARKER, ensure_venv, installed_cuda_home
@@ -38,6 +39,8 @@ def cuda12_problem() -> str | None:
 
 
 NO_CUDA12 = cuda12_problem()
+DRIVER = find_driver().version
+HERE = f"this machine's: {DRIVER}" if DRIVER else "no driver found here"
 
 
 @pytest.fixture(scope="session")
@@ -68,13 +71,34 @@ def test_a_cuda_12_torch_without_a_cuda_12_toolkit_stops_before_compiling(
     result = wheelsmith("build", "tiny-ext", "--arch", "9.0", "--python", str(cu12_env),
                         cwd=project)
     assert result.returncode == 7
-    assert result.stderr.splitlines()[-2].startswith(
+    assert result.stderr.splitlines()[-3].startswith(
         "error: the cu128-torch2.9 profile needs an installed CUDA 12 toolkit: PyPI ships no "
         "CUDA 12 compiler, and none is installed here")
-    assert result.stderr.splitlines()[-1] == (
+    assert result.stderr.splitlines()[-2] == (
         "hint: install CUDA 12.8 or a newer 12.x (NVIDIA's cuda-nvcc-12-8 and "
         "cuda-cudart-dev-12-8 packages) and set CUDA_HOME to it")
+    assert result.stderr.splitlines()[-1] == (
+        f"      or, with an NVIDIA driver >= 580.65.06 (CUDA 13); {HERE}: install "
+        f"torch 2.11.0 built for CUDA 13.0 into {cu12_env} and build again (torch 2.11, whose "
+        "CUDA compiler PyPI ships)")
     assert not (project / "wheelhouse").exists()
+
+
+@pytest.mark.skipif(NO_CUDA12 is None, reason="a CUDA 12 toolkit is installed here")
+def test_a_cuda_12_profile_without_its_toolkit_names_a_cuda_13_profile_that_builds(
+        project: Path) -> None:
+    add_variant(project, "tiny-ext")
+    refused = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--toolchain", "cu128-torch2.9",
+                         cwd=project)
+    assert refused.returncode == 7
+    assert refused.stderr.splitlines()[-2:] == [
+        "hint: install CUDA 12.8 or a newer 12.x (NVIDIA's cuda-nvcc-12-8 and "
+        "cuda-cudart-dev-12-8 packages) and set CUDA_HOME to it",
+        f"      or, with an NVIDIA driver >= 580.65.06 (CUDA 13); {HERE}: build "
+        "with --toolchain cu130-torch2.11 (torch 2.11, whose CUDA compiler PyPI ships)"]
+    hinted = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--toolchain", "cu130-torch2.11",
+                        "--configure-only", cwd=project)  # the hint, as written
+    assert hinted.returncode == 0, hinted.stderr
 
 
 @pytest.mark.skipif(NO_CUDA12 is not None, reason=f"not runnable here: {NO_CUDA12}")

@@ -3,6 +3,8 @@ and a profile with a missing or conflicting pin refused with its line."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 from pathlib import Path
 
@@ -10,8 +12,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from packaging.requirements import Requirement
+from packaging.version import Version
 
-from tests.conftest import REPO, Served, wheelsmith
+from tests.conftest import REPO, SMALL_FS, Served, wheelsmith, wheelsmith_on_small_fs
 from wheelsmith.cli import main
 from wheelsmith.errors import RecipeError
 from wheelsmith.toolchain.profile import (
@@ -165,6 +168,20 @@ def test_toolchain_new_for_a_cuda_12_torch_asks_for_an_installed_compiler(
     assert load_profile(path).cuda_home == INSTALLED
 
 
+@SMALL_FS
+def test_toolchain_new_resolves_from_metadata_in_a_temp_dir_smaller_than_torch(
+        tmp_path: Path) -> None:
+    """An index without PEP 658 metadata files makes a plain pip dry run download every wheel
+    it weighs: torch 2.10 with its CUDA 12 libraries is about 4 GB, and CI ran out of disk on it.
+    In 400 MB of temporary space (torch's wheel alone is 915 MB) the profile is still made."""
+    temp = tmp_path / "tmp"
+    result = wheelsmith_on_small_fs(
+        temp, "400m", "toolchain", "new", "--torch", "2.10.0", "--cuda", "12.8", "--python",
+        "3.11", "--dir", str(tmp_path), cwd=REPO, env={**os.environ, "TMPDIR": str(temp)})
+    assert result.returncode == 0, result.stderr
+    assert load_profile(tmp_path / "cu128-torch2.10.yaml").torch == Version("2.10.0")
+
+
 def test_toolchain_new_refuses_a_torch_that_does_not_exist(tmp_path: Path) -> None:
     result = wheelsmith("toolchain", "new", "--torch", "2.99.0", "--python", "3.11",
                         "--dir", str(tmp_path), cwd=REPO)
@@ -227,3 +244,14 @@ def test_toolchain_new_takes_torch_from_the_given_index(tmp_path: Path,
         "no CUDA runtime)")
     assert "/simple/torch/" in http_dir.requests
     assert not out.exists()
+
+
+def test_the_readme_and_the_recipe_reference_name_exactly_the_shipped_profiles() -> None:
+    """docs/recipes.md once named a cu130-torch2.15 that was shipped as cu132-torch2.15."""
+    shipped = sorted(p.stem for p in (REPO / "toolchains").glob("cu*.yaml"))
+    table = re.findall(r"^\| `(cu\d+-torch[\d.]+)` \|", (REPO / "README.md").read_text(),
+                       re.MULTILINE)
+    reference = (REPO / "docs" / "recipes.md").read_text()
+    listed = reference[reference.index("Shipped: one profile"):].split("The one used")[0]
+    assert (sorted(table), sorted(re.findall(r"`(cu\d+-torch[\d.]+)`", listed))) == (
+        shipped, shipped)

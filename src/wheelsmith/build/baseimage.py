@@ -26,6 +26,7 @@ from wheelsmith import cmd, locations
 from wheelsmith.build import container
 from wheelsmith.errors import ToolchainError
 from wheelsmith.files import atomic_write_text
+from wheelsmith.toolchain.profile import Profile
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ HEADER = ("# Base images locked on first use by `wheelsmith image build` on this
 
 @dataclass(frozen=True, slots=True)
 class Pin:
-    release: str
+    key: str  # its name in the lock: debian-bookworm, or base-<profile> (a toolkit base)
     ref: str  # debian@sha256:... (from a registry) or a local image's name
     image_id: str | None  # recorded for a local base
     lock: Path  # where it is written
@@ -49,7 +50,7 @@ class Pin:
     def describe(self) -> str:
         made = (f"{self.ref} (local, id {self.image_id}: no registry answered)"
                 if self.image_id else self.ref)
-        return f"debian-{self.release}: {made}"
+        return f"{self.key}: {made}"
 
 
 def user_lock() -> Path:
@@ -63,13 +64,13 @@ def _read(path: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items() if v}
 
 
-def pinned(release: str) -> Pin | None:
-    """The pin of `release`: the user's lock first, then the project's."""
+def pinned(key: str) -> Pin | None:
+    """The pin called `key` (debian-bookworm): the user's lock first, then the project's."""
     for path in (user_lock(), locations.project_root() / LOCK):
         entries = _read(path)
-        ref = entries.get(f"debian-{release}")
+        ref = entries.get(key)
         if ref:
-            return Pin(release, ref, entries.get(f"debian-{release}-id"), path)
+            return Pin(key, ref, entries.get(f"{key}-id"), path)
     return None
 
 
@@ -77,9 +78,43 @@ def resolve(engine: container.Engine, python: str) -> Pin:
     """The base for an image with `python`: the pinned one (a local base must still have its
     recorded ID), else one locked now."""
     release = container.base_for(python)
-    pin = pinned(release)
+    pin = pinned(f"debian-{release}")
     if pin is None:
         return lock_on_first_use(engine, release)
+    return _still_there(engine, pin)
+
+
+def toolkit_base(engine: container.Engine, profile: Profile) -> Pin:
+    """The base a profile names (`image_base`: one that carries the CUDA toolkit), locked on
+    first use like the Debian base: a registry's digest, else a local image by its ID."""
+    assert profile.image_base is not None
+    pin = pinned(f"base-{profile.name}")
+    if pin is None:
+        return _lock_named(engine, f"base-{profile.name}", profile.image_base)
+    return _still_there(engine, pin)
+
+
+def _lock_named(engine: container.Engine, key: str, ref: str) -> Pin:
+    pulled = cmd.run([engine.exe, "pull", "--quiet", ref], stream=False,
+                     ok_returncodes=range(256), what=f"{engine.name} pull {ref}")
+    info = container.inspect(engine, ref)
+    digest = _digest(info or {}) if pulled.returncode == 0 else None
+    if digest is not None:
+        name = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+        return _write(Pin(key, f"{name.partition('@')[0]}@{digest}", None, user_lock(),
+                          new=True))
+    if info is None:
+        said = (pulled.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ToolchainError(f"the base image {ref} can neither be pulled ({said}) nor is it in "
+                             f"{engine.name}", hint="pull or load it (podman load / docker "
+                                                    "load), then build the image again")
+    log.warning("no registry answered for %s; locking the local image by its ID", ref)
+    return _write(Pin(key, ref, str(info["Id"]), user_lock(), new=True))
+
+
+def _still_there(engine: container.Engine, pin: Pin) -> Pin:
+    """A pinned local base must still have its recorded ID (moved across from the other
+    engine where that one holds it)."""
     recorded = pin.image_id
     if recorded is not None:
         found = (container.inspect(engine, pin.ref) or {}).get("Id")
@@ -90,7 +125,7 @@ def resolve(engine: container.Engine, python: str) -> Pin:
             now = "is not in " + engine.name if found is None else f"is now {found}"
             raise ToolchainError(
                 f"the base {pin.ref} recorded in {pin.lock} (id {recorded}) {now}",
-                hint=f"remove the debian-{release} lines from {pin.lock} to make and lock it "
+                hint=f"remove the {pin.key} lines from {pin.lock} to make and lock it "
                      "again, or load the recorded image (podman save | docker load)")
     return pin
 
@@ -127,7 +162,8 @@ def lock_on_first_use(engine: container.Engine, release: str) -> Pin:
     if pulled.returncode == 0:
         digest = _digest(container.inspect(engine, tag) or {})
         if digest is not None:
-            return _write(Pin(release, f"debian@{digest}", None, user_lock(), new=True))
+            return _write(Pin(f"debian-{release}", f"debian@{digest}", None, user_lock(),
+                              new=True))
     log.warning("no registry answered for %s (%s); making the base with debootstrap", tag,
                 (pulled.stderr.strip().splitlines() or ["no output"])[-1])
     ref = LOCAL.format(release=release)
@@ -138,7 +174,7 @@ def lock_on_first_use(engine: container.Engine, release: str) -> Pin:
     info = container.inspect(engine, ref)
     if info is None:
         raise ToolchainError(f"{MAKE_LOCAL} made no image {ref}")
-    return _write(Pin(release, ref, str(info["Id"]), user_lock(), new=True))
+    return _write(Pin(f"debian-{release}", ref, str(info["Id"]), user_lock(), new=True))
 
 
 def _digest(info: dict[str, object]) -> str | None:
@@ -154,7 +190,7 @@ def _digest(info: dict[str, object]) -> str | None:
 def _write(pin: Pin) -> Pin:
     """Set the pin's lines in its lock file, keeping every other line."""
     lines = pin.lock.read_text().splitlines(keepends=True) if pin.lock.is_file() else [HEADER]
-    key = f"debian-{pin.release}"
+    key = pin.key
     kept = [line for line in lines if not re.match(rf"{re.escape(key)}(-id)?:", line)]
     kept.append(f'{key}: "{pin.ref}"\n')
     if pin.image_id:

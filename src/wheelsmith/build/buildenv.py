@@ -18,6 +18,7 @@ from pathlib import Path
 from wheelsmith.build import parallel, prebuild
 from wheelsmith.build.parallel import Parallelism
 from wheelsmith.build.plan import BuildPlan
+from wheelsmith.toolchain.platform import cross_env
 
 PASS_THROUGH = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "TERM")
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: connections are refused at once
@@ -121,6 +122,10 @@ def build_env(
         env[var] = DEAD_PROXY
     env["no_proxy"] = env["NO_PROXY"] = ""
     env.update(compile_cache or {})
+    if toolchain.target_site is not None:
+        env.update(cross_env(toolchain.platform, toolchain.target_site,
+                             env.get("PYTORCH_NVCC", str(toolchain.nvcc)),
+                             toolchain.python_version))
     env[plan.recipe.arch.env] = plan.recipe.arch.render(plan.archs)
     env.update(dict(plan.recipe.env))
     env.update(dict(plan.release.env))

@@ -159,7 +159,8 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
 
     def on_plan(line: str) -> None:
         plans.append(line)
-        report.stage("compile", f"plan from build.ninja: {line}")
+        name, _, detail = line.partition(": ")
+        report.stage("compile", f"plan from {name}'s build.ninja: {detail}")
 
     try:
         raw = compile_wheel(what=f"{plan.recipe.name} {plan.release.version}",
@@ -176,7 +177,8 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
             setup.farm.stop()
         raise
     farm = farm_done(setup, report)
-    if request.configure_only:  # no CUDA rule stopped it (e.g. a pure package): keep nothing
+    if request.configure_only:  # objects stood in for (prebuild.stand_in): keep nothing
+        drop_stand_ins(source / "build")
         return configured_result(read_guard_report(setup.guard), log_path, report)
     return Compiled(raw, farm, tuple(plans))
 
@@ -185,10 +187,26 @@ def configured_result(records: tuple[dict[str, Any], ...], log_path: Path,
                 report: Reporter) -> BuildResult:
     """The result of a build that stopped after generating its build files."""
     report.stage("configured", "; ".join(
-        f"{Path(c['build_ninja']).parent.name}: SASS {', '.join(c['sass'])}" for c in records)
-        or "the build had no CUDA compile step; no wheel is kept")
+        f"{configured_name(c)}: SASS {', '.join(c['sass'])}" for c in records)
+        or "no build.ninja with CUDA rules was generated (setup.py built no CUDA extension); "
+           "no wheel is kept")
     return BuildResult(wheel=None, provenance={}, up_to_date=False, log=log_path,
                        configured=records)
+
+
+def drop_stand_ins(build_tree: Path) -> None:
+    """After a configure-only build only its build.ninja files stay: the empty objects and the
+    modules linked from them must never look built to a later build of the tree."""
+    for path in sorted(build_tree.rglob("*"), reverse=True) if build_tree.is_dir() else []:
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+        elif path.is_file() and path.name != "build.ninja":
+            path.unlink()
+
+
+def configured_name(record: dict[str, Any]) -> str:
+    """The extension a pre-build record is of (its build directory for older records)."""
+    return str(record.get("extension") or Path(record["build_ninja"]).parent.name)
 
 
 def prebuild_outcome(guard: buildenv.Guard | None, log_path: Path,

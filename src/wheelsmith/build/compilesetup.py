@@ -4,6 +4,7 @@ compile farm session with its launchers; what kept a farm out is said, never hid
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ from wheelsmith import cmd, locations
 from wheelsmith.build import buildenv, compilecache, compilefarm, parallel, prebuild
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.request import BuildRequest, Reporter
-from wheelsmith.errors import CompileFarmError, ToolchainError, UsageError
+from wheelsmith.errors import CompileFarmError, SourceError, ToolchainError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,31 @@ def install_guard(plan: BuildPlan, work: Path, launchers: Path, *, configure_onl
     report = work / "prebuild.jsonl"
     report.unlink(missing_ok=True)
     return buildenv.Guard(report, configure_only)
+
+
+def ninja_switched_off(setup_py: Path) -> int | None:
+    """The line where setup.py passes `use_ninja=False` to torch's BuildExtension (read, never
+    run), else None. Such a build compiles one file at a time: no build.ninja, so no pre-build
+    check, no MAX_JOBS, no split-compile, and --configure-only could not stop it."""
+    try:
+        module = ast.parse(setup_py.read_text(errors="replace"))
+    except (OSError, SyntaxError):
+        return None
+    return next((node.lineno for node in ast.walk(module)
+                 if isinstance(node, ast.keyword) and node.arg == "use_ninja"
+                 and isinstance(node.value, ast.Constant) and node.value.value is False), None)
+
+
+def refuse_without_ninja(plan: BuildPlan, source: Path) -> None:
+    """A CUDA build whose setup.py turns ninja off is refused before anything compiles."""
+    line = None if plan.recipe.kind == "pure" else ninja_switched_off(source / "setup.py")
+    if line is not None:
+        raise SourceError(
+            f"setup.py:{line} passes use_ninja=False: torch would compile one file at a time, "
+            "with no build.ninja for the pre-build arch check, MAX_JOBS or split-compile "
+            "(and --configure-only could not stop before compiling)",
+            hint="add the use-ninja patch to the recipe: `wheelsmith recipe new` writes it "
+                 "(patches/NAME/VERSION/0001-use-ninja.patch turns it into use_ninja=True)")
 
 
 def write_launcher(path: Path, script: str) -> None:

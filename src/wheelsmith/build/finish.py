@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from wheelsmith import __version__
+from wheelsmith import __version__, locations
 from wheelsmith.arch import ArchSet
 from wheelsmith.build import compilecache, manylinux
 from wheelsmith.build.compile import Compiled, log_path_of
@@ -28,6 +28,8 @@ from wheelsmith.errors import OutputError
 from wheelsmith.files import place_no_clobber, scratch_dir, sha256_file
 from wheelsmith.inventory import DeviceCode, wheel_inventory
 from wheelsmith.toolchain import target
+from wheelsmith.toolchain.foreign import emulated_python
+from wheelsmith.toolchain.platform import pip_platforms
 from wheelsmith.toolchain.tools import auditwheel_for, cuobjdump_for
 from wheelsmith.wheelfile import WheelName, read_provenance
 
@@ -51,19 +53,42 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
     platform = manylinux.assess(raw, auditwheel_for(plan.toolchain, request.python))
     report.stage("platform", platform.describe())
     toolchain = plan.toolchain
+    if toolchain.target_site is not None:
+        report.stage("smoke", f"import under qemu-user ({toolchain.platform}) against torch "
+                              f"{toolchain.torch_version}")
+        return Checked(inventory, smoke_emulated(plan, raw, work), platform.as_dict())
     report.stage("smoke", "import against torch " + str(toolchain.torch_version))
-    smoke_output = smoke_in(plan, raw, toolchain.python, [toolchain.python, "-m", "pip"], work)
+    smoke_output = smoke_in(plan, raw, [toolchain.python], [toolchain.python, "-m", "pip"],
+                            work)
     if request.target is not None and request.target != toolchain.python:
         env = target.probe(request.target)
         report.stage("smoke", f"import in {request.target} against its torch {env.torch}")
-        smoke_output += "\n" + smoke_in(plan, raw, request.target, env.pip(), work)
+        smoke_output += "\n" + smoke_in(plan, raw, [request.target], env.pip(), work)
     return Checked(inventory, smoke_output, platform.as_dict())
 
 
-def smoke_in(plan: BuildPlan, raw: Path, python: Path, pip: list[str | Path], work: Path) -> str:
+def smoke_in(plan: BuildPlan, raw: Path, python: list[str | Path], pip: list[str | Path],
+             work: Path, *, sites: tuple[Path, ...] = (), options: tuple[str, ...] = ()
+             ) -> str:
     return smoke_test(raw, python=python, pip=pip, cuda_home=plan.toolchain.cuda_home,
                       imports=plan.recipe.smoke_imports, gpu_code=plan.recipe.smoke_gpu,
-                      archs=plan.archs, scratch=work / "smoke", log_path=log_path_of(work))
+                      archs=plan.archs, scratch=work / "smoke", log_path=log_path_of(work),
+                      sites=sites, install_options=options)
+
+
+def smoke_emulated(plan: BuildPlan, raw: Path, work: Path) -> str:
+    """A cross build's wheel, imported by the target CPU's Python under qemu-user with the
+    target site's torch (foreign.py); the wheel goes in by pip's tag rules for that CPU."""
+    toolchain = plan.toolchain
+    assert toolchain.target_site is not None
+    version = toolchain.python_version
+    python: list[str | Path] = [*emulated_python(toolchain.platform, version,
+                                                 locations.cache_dir())]
+    tags = [arg for tag in [*pip_platforms(toolchain.platform), f"linux_{toolchain.platform}"]
+            for arg in ("--platform", tag)]
+    options = ("--python-version", version, "--only-binary", ":all:", *tags)
+    return smoke_in(plan, raw, python, [toolchain.python, "-m", "pip"], work,
+                    sites=(toolchain.target_site,), options=options)
 
 
 def check_device_code(plan: BuildPlan, wheel: Path, cuobjdump: Path) -> list[DeviceCode]:
@@ -128,9 +153,11 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
                    "package": recipe.name, "version": release.version},
         "source": plan.key_inputs()["recipe"]["source"],
         "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],
-        "toolchain": {**toolchain.identity(), "channel": toolchain.channel()},
+        "toolchain": {**toolchain.identity(), "channel": toolchain.channel(),
+                      "cuda_home": str(toolchain.cuda_home)},  # which toolkit compiled it
         "nvcc": str(toolchain.nvcc_version),
         "archs_requested": str(plan.archs),
+        "host_only": list(recipe.host_only),  # `wheelsmith verify` reads both
         "extra_env": dict(plan.extra_env),
         "device_code": [d.as_dict() for d in checked.inventory],
         "build": _build_record(setup.parallelism, seconds, compiled),

@@ -18,7 +18,7 @@ from pathlib import Path
 from wheelsmith import __version__, locations, locks
 from wheelsmith.build import resume
 from wheelsmith.build.compile import compile_package, log_path_of
-from wheelsmith.build.compilesetup import compile_setup
+from wheelsmith.build.compilesetup import compile_setup, refuse_without_ninja
 from wheelsmith.build.finish import (
     check_wheel,
     provenance_record,
@@ -34,6 +34,7 @@ from wheelsmith.recipes.fetch import fetch
 from wheelsmith.recipes.patch import apply_all
 from wheelsmith.recipes.repos import resolve_recipe
 from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.toolchain.platform import parse_platform
 from wheelsmith.toolchain.preflight import preflight
 from wheelsmith.toolchain.select import resolve_toolchain
 from wheelsmith.toolchain.target import interpreter_for
@@ -55,7 +56,8 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
         python = interpreter_for(request.python_version) if request.python_version \
             else request.python
         toolchain = resolve_toolchain(request.toolchain, python, for_target=for_target,
-                                      say=lambda chosen: report.stage("toolchain", chosen))
+                                      say=lambda chosen: report.stage("toolchain", chosen),
+                                      machine=parse_platform(request.platform))
         preflight(toolchain, archs, recipe.arch.min_cuda)
     check_known_bad(recipe, release, toolchain, archs, report)
     return BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
@@ -142,6 +144,7 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
         source = request.prepared_source.resolve()
     else:
         source = fetch_and_patch(plan, work, report, fresh=request.fresh)
+    refuse_without_ninja(plan, source)
     epoch = source_epoch(source)
     setup = compile_setup(plan, request, work, epoch)
     target = "pure Python" if plan.recipe.kind == "pure" else str(plan.archs)

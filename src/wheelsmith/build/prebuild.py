@@ -5,9 +5,11 @@ environment puts a small `ninja` first on PATH that runs this module: it reads t
 `-gencode`/`-arch` targets of the CUDA rules from `build.ninja`, records them, and stops the
 build (exit 86) when they differ from the request — before hours of compiling, where the
 post-build cubin check would only catch it afterwards. With WHEELSMITH_CONFIGURE_ONLY it
-always stops after recording (exit 87): a configure-only build for packages too big to
-compile in CI. Sources the build would compile but the tree does not hold (an sdist without
-its csrc/) stop it too (exit 88), before any arch is looked at. Otherwise it chooses nvcc's
+records every extension's build.ninja and compiles none of them: empty files stand in for
+the objects (the linker takes them), so setup.py goes on to its next extension; the wheel
+that comes out is thrown away (a configure-only build for packages too big to compile in
+CI). Sources the build would compile but the tree does not hold (an sdist without its csrc/)
+stop it too (exit 88), before any arch is looked at. Otherwise it chooses nvcc's
 split-compile from the CUDA files it found (parallel.refine), adds it to NVCC_APPEND_FLAGS
 unless the build already sets one, says so (`wheelsmith plan: ...`) and hands over to the
 real ninja.
@@ -28,7 +30,8 @@ from pathlib import Path
 from wheelsmith.build import parallel
 
 MISMATCH = 86
-CONFIGURED = 87
+CONFIGURED = 87  # what an older launcher stopped a configure-only build with
+STOOD_IN = 0
 MISSING = 88
 SOURCE_CHECK = "wheelsmith source check: "
 REAL_NINJA = "WHEELSMITH_REAL_NINJA"
@@ -39,9 +42,12 @@ CONFIGURE_ONLY = "WHEELSMITH_CONFIGURE_ONLY"
 
 _CODE_RE = re.compile(r"arch=compute_(\w+?),code=(\[[^\]]*\]|[\w,]+)")
 _ARCH_RE = re.compile(r"(?:^|\s)-arch[= ]sm_(\d+[af]?)(?=\s|$)")
+_ARCH_PTX_RE = re.compile(r"(?:^|\s)-arch[= ]compute_(\d+[af]?)(?=\s|$)")
 _UNIT_RE = re.compile(r"^build [^\n]+?: (cuda_compile|compile) ", re.MULTILINE)
+_OUTPUT_RE = re.compile(r"^build ((?:[^\s$:]|\$.)+): (?:cuda_compile|compile) ", re.MULTILINE)
 _INPUT_RE = re.compile(r"^build [^\n]+?: (?:cuda_compile|compile) ((?:[^\s$]|\$.)+)",
                        re.MULTILINE)
+_NAME_RE = re.compile(r"-DTORCH_EXTENSION_NAME=(\w+)")
 _GIVEN_SPLIT_RE = re.compile(r"(?:^|\s)--?split-compile[= ](\d+)")
 PLAN_LINE = "wheelsmith plan: "
 RESUME_LINE = "wheelsmith resume: "
@@ -71,7 +77,16 @@ def gencode_targets(ninja_text: str) -> Targets:
     for match in _ARCH_RE.finditer(ninja_text):  # -arch=sm_90: SASS and PTX for 90
         sass.add(f"sm_{match[1]}")
         ptx.add(f"sm_{match[1]}")
+    for match in _ARCH_PTX_RE.finditer(ninja_text):  # -arch=compute_50: PTX for 50 alone
+        ptx.add(f"sm_{match[1]}")
     return Targets(frozenset(sass), frozenset(ptx))
+
+
+def extension_name(ninja_text: str) -> str | None:
+    """The extension a build.ninja compiles (torch writes one per extension, each into the
+    same build directory, with -DTORCH_EXTENSION_NAME=NAME in its flags)."""
+    match = _NAME_RE.search(ninja_text)
+    return match[1] if match else None
 
 
 def count_units(ninja_text: str) -> tuple[int, int]:
@@ -139,28 +154,41 @@ def check(argv: list[str]) -> int | None:
                          f"file(s) the source tree does not hold: {', '.join(missing)}; "
                          "stopping before compiling\n")
         return MISSING
-    if "rule cuda_compile" not in text:
+    configure_only = bool(os.environ.get(CONFIGURE_ONLY))
+    if "rule cuda_compile" not in text and not configure_only:
         return None  # no CUDA sources in this extension
     found = gencode_targets(text)
     wanted = Targets(_expected(EXPECT_SASS), _expected(EXPECT_PTX))
-    if os.environ.get(REPORT):
+    if os.environ.get(REPORT) and "rule cuda_compile" in text:
         cuda, cxx = count_units(text)
         with Path(os.environ[REPORT]).open("a") as report:
             report.write(json.dumps({"build_ninja": str(ninja_file.resolve()),
+                                     "extension": extension_name(text),
                                      **found.as_dict(), "cuda_units": cuda,
                                      "cxx_units": cxx}) + "\n")
-    if found != wanted:
+    if "rule cuda_compile" in text and found != wanted:
         sys.stderr.write(
             f"wheelsmith pre-build check: {ninja_file.resolve()} compiles SASS "
             f"{', '.join(sorted(found.sass)) or '-'} and PTX {', '.join(sorted(found.ptx)) or '-'}"
             f", but SASS {', '.join(sorted(wanted.sass)) or '-'} and PTX "
             f"{', '.join(sorted(wanted.ptx)) or '-'} were requested; stopping before compiling\n")
         return MISMATCH
-    if os.environ.get(CONFIGURE_ONLY):
-        sys.stderr.write(f"wheelsmith configure-only: {ninja_file.resolve()} targets "
-                         f"{', '.join(sorted(found.sass))}; stopping before compiling\n")
-        return CONFIGURED
+    if configure_only:
+        sys.stderr.write(f"wheelsmith configure-only: {ninja_file.resolve()} "
+                         f"({extension_name(text) or '?'}) targets "
+                         f"{', '.join(sorted(found.sass)) or 'no CUDA'}; not compiled\n")
+        stand_in(text, ninja_file.parent)
+        return STOOD_IN
     return None
+
+
+def stand_in(ninja_text: str, directory: Path) -> None:
+    """Empty files in place of a configure-only build's objects: the linker takes them, so
+    setup.py goes on to its next extension's build.ninja and nothing is compiled."""
+    for match in _OUTPUT_RE.finditer(ninja_text):
+        output = directory / re.sub(r"\$(.)", r"\1", match[1])
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.touch()
 
 
 def wrapper_script(python: str, real_ninja: str) -> str:
@@ -207,7 +235,9 @@ def main() -> None:
     ninja_file = _ninja_file(argv)
     real = os.environ[REAL_NINJA]
     if "--version" not in argv and ninja_file.is_file():
-        _say(PLAN_LINE, apply_parallelism(ninja_file.read_text(errors="replace"), os.environ))
+        text = ninja_file.read_text(errors="replace")
+        plan = apply_parallelism(text, os.environ)
+        _say(PLAN_LINE, plan and f"{extension_name(text) or ninja_file.parent.name}: {plan}")
         _say(RESUME_LINE, already_built(real, argv, ninja_file))
     os.execv(real, [real, *argv])  # noqa: S606 - hand over to the real ninja
 

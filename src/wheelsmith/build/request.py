@@ -53,6 +53,7 @@ class BuildRequest:
     # choose the profile; the wheel is also import-tested there.
     target: Path | None = None
     python_version: str | None = None  # `--python X.Y`: python3.X here, or the image's Python
+    platform: str | None = None  # the CPU the wheel is for (aarch64, x86_64); None: this one's
     out_dir: Path = Path("wheelhouse")
     work_dir: Path = Path("build/wheelsmith")
     jobs: int | None = None

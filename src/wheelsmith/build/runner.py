@@ -30,6 +30,7 @@ from wheelsmith.errors import CompileError, UsageError, VerifyError
 from wheelsmith.files import scratch_dir
 from wheelsmith.recipes import repos
 from wheelsmith.toolchain import select, tools
+from wheelsmith.toolchain.platform import host_machine, parse_platform
 from wheelsmith.toolchain.profile import SYSTEM
 from wheelsmith.wheelfile import read_provenance
 
@@ -61,14 +62,20 @@ def prepare(request: BuildRequest,
         raise UsageError("a container build uses the image's pinned toolchain and builds a "
                          "wheel", hint="drop --toolchain system / --configure-only, or use "
                                        "--runner host")
+    if parse_platform(request.platform) != host_machine():
+        raise UsageError(f"--platform {request.platform}: a cross build runs on the host "
+                         "runner (the image has no cross compiler)",
+                         hint="use --runner host, or build in the image on a "
+                              f"{parse_platform(request.platform)} machine")
     if request.target is not None:
         raise UsageError(f"--python {request.target} names an environment on this machine; a "
                          "container build is for the image's Python",
                          hint="use --runner host to build for that environment, or --python "
                               "X.Y to pick the image's Python")
     python = request.python_version or container.IMAGE_PYTHON
-    container.base_for(python)  # an image exists for it at all
     profile = select.profile_named(request.toolchain)
+    if profile.image_base is None:
+        container.base_for(python)  # an image exists for it at all (a Debian release's)
     image, info = container.require_image(engine, profile, python)
     report.stage("image", f"{image} ({str(info.get('Id', '?'))[:12]})")
     plan = orchestrate.prepare(request, report, toolchain=container.toolchain_in(engine, image,

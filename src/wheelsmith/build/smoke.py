@@ -24,23 +24,28 @@ log = logging.getLogger(__name__)
 SMOKE_SCRIPT = locations.RESOURCES / "smoke_check.py"
 
 
-def smoke_test(wheel: Path, *, python: Path, pip: Sequence[str | Path], cuda_home: Path,
-               imports: tuple[str, ...], gpu_code: str | None, archs: ArchSet, scratch: Path,
-               log_path: Path) -> str:
-    """Install `wheel` into `scratch` with `pip` (a pip that installs for `python`) and import
-    `imports` with `python`; return the test's output."""
+def smoke_test(wheel: Path, *, python: Sequence[str | Path], pip: Sequence[str | Path],
+               cuda_home: Path, imports: tuple[str, ...], gpu_code: str | None, archs: ArchSet,
+               scratch: Path, log_path: Path, sites: tuple[Path, ...] = (),
+               install_options: tuple[str, ...] = ()) -> str:
+    """Install `wheel` into `scratch` with `pip` (a pip that installs for `python`: the
+    command that runs it, qemu-user's for another CPU) and import `imports` with `python`,
+    `sites` (another CPU's torch) on its path too, and pip told that CPU's tags
+    (`install_options`); return the test's output."""
     if scratch.exists():
         shutil.rmtree(scratch)
     target = scratch / "site"
     spec = {"imports": list(imports), "gpu": gpu_code, "archs": str(archs),
             "sass": [[a.major, a.minor] for a in archs.archs if not a.suffix]}
-    env = dict(os.environ, PYTHONPATH=str(target), PYTHONNOUSERSITE="1",
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (target, *sites))),
+               PYTHONNOUSERSITE="1",
                PIP_CONFIG_FILE=os.devnull, CUDA_HOME=str(cuda_home))
     with log_path.open("a", encoding="utf-8") as log_file:
-        cmd.run([*pip, "install", "--no-deps", "--no-index", "--target", target, wheel],
+        cmd.run([*pip, "install", "--no-deps", "--no-index", *install_options, "--target",
+                 target, wheel],
                 env=env, log_file=log_file, stream=False,
                 what="pip install of the wheel for the smoke test", error=VerifyError)
-        result = cmd.run([python, SMOKE_SCRIPT, json.dumps(spec)], cwd=scratch,
+        result = cmd.run([*python, SMOKE_SCRIPT, json.dumps(spec)], cwd=scratch,
                          env=env, log_file=log_file, log_path=log_path,
                          what=f"the smoke test of {wheel.name}", error=VerifyError)
     return result.stdout

@@ -9,6 +9,7 @@ with no device code at all fails. The same check runs after every build and as
 from __future__ import annotations
 
 import fnmatch
+import re
 from pathlib import Path
 
 from wheelsmith import wheelfile
@@ -60,16 +61,38 @@ def check_pure(label: str, inventory: list[DeviceCode]) -> None:
                           hint="set the recipe's kind to extension, or find what built them")
 
 
+def host_only_glob(path: str) -> str:
+    """A shared object's path as a host_only glob: its Python ABI suffix left open."""
+    return re.sub(r"(\.cpython-[^/]*|\.abi3)?\.so$", "*.so", path)
+
+
+def _hint(problems: list[str], inventory: list[DeviceCode], archs: ArchSet,
+          host_only: tuple[str, ...]) -> str:
+    """Why: an arch list the package ignored, modules with no CUDA sources beside ones with
+    device code (host_only), or device code for other archs."""
+    if any("was not requested" in p for p in problems):
+        return IGNORES_ARCH_HINT
+    checked = [d for d in inventory if not any(fnmatch.fnmatch(d.path, g) for g in host_only)]
+    bare = [d.path for d in checked if d.empty]
+    if bare and any(not d.empty for d in inventory):
+        globs = ", ".join(f'"{host_only_glob(p)}"' for p in bare)
+        return (f"{len(bare)} module(s) carry no device code while the others do: modules with "
+                f"no CUDA sources (a CPU twin); name them in the recipe's build.host_only: "
+                f"[{globs}] (`wheelsmith verify --host-only GLOB` for this wheel)")
+    found = sorted({sm for d in checked for sm in d.sass})
+    if found:
+        return (f"its device code is SASS {', '.join(found)}, built for other archs than "
+                f"{archs}: rebuild it with --arch '{archs}', or verify it with the --arch it "
+                "was built for")
+    return "no module carries device code: check that the build compiled its CUDA sources"
+
+
 def check(label: str, inventory: list[DeviceCode], archs: ArchSet,
           host_only: tuple[str, ...] = ()) -> None:
     problems = findings(inventory, archs, host_only)
     if problems:
-        unrequested = any("was not requested" in p for p in problems)
-        hint = IGNORES_ARCH_HINT if unrequested else (
-            f"the wheel was built for other archs or without device code; build it with "
-            f"--arch '{archs}'")
         raise VerifyError(f"{label} does not contain exactly the device code for {archs}",
-                          findings=problems, hint=hint)
+                          findings=problems, hint=_hint(problems, inventory, archs, host_only))
 
 
 def verify_wheel(wheel: Path, archs: ArchSet, cuobjdump: Path,

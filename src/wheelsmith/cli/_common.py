@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 
 import click
 
-from wheelsmith import __version__
+from wheelsmith import __version__, locations
 from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.cli import console
-from wheelsmith.errors import UsageError, WheelsmithError
+from wheelsmith.errors import UsageError, WheelsmithError, disk_full
 from wheelsmith.recipes import repos
 from wheelsmith.toolchain.target import refuse_free_threaded
 
@@ -35,15 +35,23 @@ class Main(click.Group):
         try:
             return super().invoke(ctx)
         except WheelsmithError as error:
-            as_json = ctx.meta.get("wheelsmith.json", False)
-            if as_json:
-                click.echo(json.dumps(console.error_json(error), indent=2))
-            console.render_error(error)
-            ctx.exit(error.exit_code)
+            _exit_with(ctx, error)
+        except OSError as error:
+            full = disk_full(error, locations.cache_dir())
+            if full is None:
+                raise
+            _exit_with(ctx, full)
         except KeyboardInterrupt:
             click.echo("\ninterrupted: nothing was written to the output; partial work is in "
                        "the work directory", err=True)
             ctx.exit(INTERRUPTED)
+
+
+def _exit_with(ctx: click.Context, error: WheelsmithError) -> None:
+    if ctx.meta.get("wheelsmith.json", False):
+        click.echo(json.dumps(console.error_json(error), indent=2))
+    console.render_error(error)
+    ctx.exit(error.exit_code)
 
 
 def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from wheelsmith.arch import ArchSet
 from wheelsmith.build import compilesetup, finish
 from wheelsmith.build.request import BuildRequest, BuildResult, from_json
 from wheelsmith.cli import console
@@ -33,6 +34,7 @@ from wheelsmith.recipes.model import load_recipe
 from wheelsmith.recipes.schema import schema_json
 from wheelsmith.toolchain import target
 from wheelsmith.toolchain.target import Target
+from wheelsmith.wheelfile import read_provenance
 
 
 @main.command()
@@ -46,6 +48,10 @@ from wheelsmith.toolchain.target import Target
               help="The environment the wheel is for: its Python, and (without --toolchain) "
                    "its torch and CUDA choose the profile; the wheel is import-tested there. "
                    "X.Y: just that Python version (python3.X on PATH). Default: this Python.")
+@click.option("--platform", metavar="aarch64|x86_64",
+              help="The CPU the wheel is for. Another than this machine's is cross-compiled "
+                   "(its GNU compiler, the profile's pins for that CPU) and import-tested "
+                   "under qemu-user. Default: this machine's.")
 @click.option("--install", "install_into", is_flag=True,
               help="pip-install the verified wheel into the --python environment (--no-deps).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("wheelhouse"),
@@ -147,8 +153,8 @@ def _report_configured(result: BuildResult, as_json: bool) -> None:
                     "configured": list(result.configured)})
         return
     for item in result.configured:
-        click.echo(f"{item['build_ninja']}: SASS {', '.join(item['sass']) or '-'}; "
-                   f"PTX {', '.join(item['ptx']) or '-'}")
+        click.echo(f"{item['build_ninja']} ({item.get('extension') or '?'}): SASS "
+                   f"{', '.join(item['sass']) or '-'}; PTX {', '.join(item['ptx']) or '-'}")
 
 
 def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:
@@ -158,27 +164,43 @@ def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:
 
 @main.command()
 @click.argument("wheels", nargs=-1, required=True, type=click.Path(path_type=Path))
-@arch_option
+@click.option("--arch", "archs", multiple=True, metavar="ARCHS",
+              help="Compute capability to check, e.g. 12.0; repeat or use '9.0;12.0'; '+PTX' "
+                   "adds PTX. Default: the archs a wheelsmith wheel's provenance records "
+                   "(required for other wheels).")
 @click.option("--host-only", multiple=True, metavar="GLOB",
-              help="Shared objects allowed to carry no device code.")
+              help="Shared objects allowed to carry no device code. Default: the host_only "
+                   "globs a wheelsmith wheel's provenance records (none for other wheels).")
 @json_option
 def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[str, ...],
            as_json: bool) -> None:
-    """Check that each WHEEL carries SASS for exactly --arch (and PTX iff +PTX)."""
-    requested = parse_archs(archs)
-    if requested is None:
-        raise click.UsageError("--arch is required, e.g. --arch 12.0")
+    """Check that each WHEEL carries SASS for exactly --arch (and PTX iff +PTX); no recipe
+    is read."""
     results = []
     for wheel in wheels:
+        requested, allowed = _verify_request(wheel, archs, host_only)
         inventory = finish.verify(wheel, requested, python=Path(sys.executable),
-                                    host_only=host_only)
-        results.append({"wheel": str(wheel), "device_code": [d.as_dict() for d in inventory]})
+                                  host_only=allowed)
+        results.append({"wheel": str(wheel), "archs": str(requested), "host_only": list(allowed),
+                        "device_code": [d.as_dict() for d in inventory]})
         if not as_json:
             click.echo(f"ok: {wheel.name} carries exactly {requested}")
             for item in inventory:
                 _echo_device_code(item.as_dict(), err=False)
     if as_json:
-        emit_json({"ok": True, "archs": str(requested), "wheels": results})
+        emit_json({"ok": True, "wheels": results})
+
+
+def _verify_request(wheel: Path, archs: tuple[str, ...], host_only: tuple[str, ...]
+                    ) -> tuple[ArchSet, tuple[str, ...]]:
+    """--arch and --host-only, else what the wheel's provenance records."""
+    recorded = (read_provenance(wheel) or {}) if wheel.is_file() else {}
+    requested = parse_archs(archs) or (parse_archs((recorded["archs_requested"],))
+                                       if recorded.get("archs_requested") else None)
+    if requested is None:
+        raise click.UsageError(f"--arch is required: {wheel.name} has no wheelsmith provenance "
+                               "that records its archs; e.g. --arch 12.0")
+    return requested, host_only or tuple(recorded.get("host_only", ()))
 
 
 @main.command("recipes")

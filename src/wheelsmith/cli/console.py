@@ -149,6 +149,8 @@ def render_doctor(report: Report, stream: IO[str] | None = None) -> None:
     out.write(f"torch    {report.torch or '-'} (CUDA {report.torch_cuda or '-'})\n")
     out.write(f"GPU      {gpu}; checking kernels for {report.arch.sm} "
               f"(from {report.arch_source})\n")
+    if report.driver is not None:
+        out.write(f"driver   {report.driver.describe()}\n")
     out.write(f"channel  {report.channel or '- (no CUDA torch)'}\n")
     out.write(f"model    {_model_line(report)}\n\n")
     width = max([len(p.name) for p in report.packages] + [16])

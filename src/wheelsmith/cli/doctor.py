@@ -20,6 +20,7 @@ from wheelsmith.cli._common import (
 from wheelsmith.doctor import examine, fastpath, judge
 from wheelsmith.errors import DoctorError, UsageError
 from wheelsmith.toolchain import tools
+from wheelsmith.toolchain.driver import find_driver
 
 
 @main.command()
@@ -74,7 +75,8 @@ def doctor(arch_value: str | None, index_url: str, python: Path, need: tuple[str
            if fastpath.should_run(run, bool(info.get("gpu")), os.environ) else None)
     cuobjdump = tools.cuobjdump_for(None, Path(sys.executable))
     report = examine.examine(info, arch, source, cuobjdump, index_url=index_url, need=need,
-                             model=model, ops=ops, knowledge=judge.knowledge())
+                             model=model, ops=ops, knowledge=judge.knowledge(),
+                             driver=find_driver())
     bad_input = UsageError(model.message or "", hint=_MODEL_HINT) if model.input_error else None
     if as_json:
         emit_json(report.as_dict())  # the report says healthy: false and why

@@ -11,6 +11,7 @@ from wheelsmith.build import baseimage, container
 from wheelsmith.cli._common import emit_json, json_option, main
 from wheelsmith.errors import UsageError
 from wheelsmith.toolchain import select
+from wheelsmith.toolchain.profile import Profile
 
 engine_option = click.option("--engine", type=click.Choice(["podman", "docker", "auto"]),
                              default="auto", show_default=True)
@@ -42,9 +43,10 @@ def _pin(engine: container.Engine, python: str) -> baseimage.Pin:
     return pin
 
 
-def _base(engine: container.Engine, python: str) -> str:
-    """The pinned base, or one locked now (printed: a pin is a decision to see)."""
-    pin = _pin(engine, python)
+def _base(engine: container.Engine, python: str, profile: Profile) -> str:
+    """The pinned base, or one locked now (printed: a pin is a decision to see): the
+    profile's toolkit-carrying base where it names one, else Debian's for `python`."""
+    pin = baseimage.toolkit_base(engine, profile) if profile.image_base else _pin(engine, python)
     if pin.new:
         click.echo(f"locked {pin.describe()} in {pin.lock}", err=True)
     return pin.ref
@@ -75,7 +77,8 @@ def image_build(toolchain: str | None, engine: str, base: str | None,
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log_file:
         ref = container.build_image(chosen, profile, project=locations.project_root(),
-                                    base=base or _base(chosen, python), mirror=pip_mirror,
+                                    base=base or _base(chosen, python, profile),
+                                    mirror=pip_mirror,
                                     log_file=log_file, log_path=log_path, python=python)
     click.echo(ref)
 
@@ -83,10 +86,17 @@ def image_build(toolchain: str | None, engine: str, base: str | None,
 @image_group.command("base")
 @engine_option
 @python_option
-def image_base(engine: str, python: str) -> None:
+@click.option("--toolchain", metavar="PROFILE",
+              help="A profile that names its own base (image_base: one carrying the CUDA "
+                   "toolkit): that base. Default: Debian's for --python.")
+def image_base(engine: str, python: str, toolchain: str | None) -> None:
     """The base image an image build uses: the pinned one, else locked now (a registry's
-    digest, else a base made with debootstrap from this machine's apt mirror, by its ID)."""
-    pin = _pin(_engine(engine), python)
+    digest, else a base made with debootstrap from this machine's apt mirror, by its ID; a
+    profile's toolkit base: its digest, else the local image's ID)."""
+    chosen = _engine(engine)
+    profile = select.profile_named(toolchain) if toolchain else None
+    pin = (baseimage.toolkit_base(chosen, profile) if profile and profile.image_base
+           else _pin(chosen, python))
     click.echo(f"{'locked' if pin.new else 'pinned'} {pin.describe()} in {pin.lock}")
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 from packaging.utils import canonicalize_name
 
-from wheelsmith import scaffold
 from wheelsmith.cli._common import display, emit_json, json_option, main
 from wheelsmith.errors import UsageError
 from wheelsmith.recipes import repos
+from wheelsmith.scaffold import check, patches, render, sdist, setup_py
 
 
 @main.group("recipe")
@@ -42,28 +42,33 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
     """Write a recipe for NAME from its sdist on the index: pinned by the index's sha256, with
     the package's force-build variable, its hard-coded -gencode family, whether the sdist holds
     the sources its extensions compile, and the standard patches it needs."""
-    name, version = scaffold.parse_request(package)
+    name, version = sdist.parse_request(package)
     destination = _destination(repo)
-    sdist = scaffold.choose_sdist(name, version)
+    chosen = sdist.choose_sdist(name, version)
     with tempfile.TemporaryDirectory(prefix="wheelsmith-recipe-new-") as work:
-        tree = scaffold.unpacked(sdist, Path(work) / "sdist")
-        metadata = scaffold.read_metadata(tree)
-        findings = scaffold.analyse(tree)
-        file = scaffold.write(sdist, metadata, findings, destination)
-        checked = scaffold.configure_check(sdist, destination, Path(work)) if configure else None
-    lines = scaffold.report_lines(sdist, metadata, findings)
+        tree = sdist.unpacked(chosen, Path(work) / "sdist")
+        setup = setup_py.read_setup(tree)
+        found = render.Findings(chosen, sdist.read_metadata(tree), setup,
+                                patches.written(tree, setup))
+        files = render.write(found, destination)
+        checked = check.configure_check(chosen, destination, Path(work)) if configure else None
+    lines = render.report_lines(found)
     if checked is not None:
         lines.append(checked)
     if as_json:
-        emit_json({"recipe": str(file), "sdist": sdist.filename, "sha256": sdist.sha256,
-                   "force_build": findings.force_build, "gencode": list(findings.gencode),
-                   "extensions": list(findings.extensions), "sources": list(findings.sources),
-                   "missing_sources": list(findings.missing),
-                   "patches": [p.stem for p in findings.patches],
+        emit_json({"recipe": str(files[0]), "patches": [str(f) for f in files[1:]],
+                   "sdist": chosen.filename, "sha256": chosen.sha256,
+                   "env": {var: value for var, value, _ in setup.env},
+                   "gencode": list(setup.gencode), "kind": "pure" if found.pure else "extension",
+                   "extensions": [e.name for e in setup.extensions],
+                   "host_only": list(found.host_only), "missing": list(setup.missing),
+                   "patches_written": [p.file for p in found.written],
+                   "patches_needed": [p.stem for p, _ in patches.needed(setup, found.written)],
                    "configure_check": checked, "findings": lines})
         return
     for line in lines:
         click.echo(line)
-    click.echo(f"wrote {display(file)}")
+    for file in files:
+        click.echo(f"wrote {display(file)}")
     click.echo(f"next: wheelsmith build {canonicalize_name(name)} --recipes "
                f"{display(destination)} --configure-only")

@@ -24,6 +24,7 @@ from wheelsmith.doctor.fastpath import ModelView, default_view
 from wheelsmith.doctor.judge import NOTHING_KNOWN, Knowledge, judge
 from wheelsmith.doctor.report import PackageReport, Report
 from wheelsmith.inventory import RANK, coverage, read_device_code
+from wheelsmith.toolchain.driver import Driver
 from wheelsmith.toolchain.env import probe_python
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,8 @@ DEFAULT_NEED = ("fla", "causal_conv1d")  # GatedDeltaNet hybrids (Qwen3.5/3.6): 
 
 def examine(info: dict[str, Any], arch: Arch, arch_source: str, cuobjdump: Path, *,
             index_url: str, need: tuple[str, ...] = (), model: ModelView | None = None,
-            ops: list[dict[str, Any]] | None = None, knowledge: Knowledge = NOTHING_KNOWN
-            ) -> Report:
+            ops: list[dict[str, Any]] | None = None, knowledge: Knowledge = NOTHING_KNOWN,
+            driver: Driver | None = None) -> Report:
     """`need`: modules named by --need: they replace the default (GatedDeltaNet) set, and add
     to a model's own."""
     gpu = info.get("gpu")
@@ -60,7 +61,7 @@ def examine(info: dict[str, Any], arch: Arch, arch_source: str, cuobjdump: Path,
                     if gpu else None, arch=arch, arch_source=arch_source,
                     fast_path={m: {**state, "needed": m in needed}
                                for m, state in info.get("fast_path", {}).items()},
-                    model=model, ops=ops)
+                    model=model, ops=ops, driver=driver)
     for package in info.get("packages", []):
         examined = _package(package, arch, cuobjdump)
         if examined is not None:

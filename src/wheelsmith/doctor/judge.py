@@ -31,6 +31,7 @@ from wheelsmith.errors import UsageError
 from wheelsmith.index.offers import channel_url, split_channel
 from wheelsmith.recipes import knownbad
 from wheelsmith.recipes.knownbad import TORCH_ABI, RuntimeRule
+from wheelsmith.toolchain import driver as driver_needs
 from wheelsmith.toolchain.profile import Profile, applies, load_profiles, pinned_version
 from wheelsmith.toolchain.target import Target
 
@@ -73,6 +74,7 @@ def judge(report: Report, info: dict[str, Any], index_url: str, knowledge: Knowl
     if not report.torch_cuda:
         report.problems.append(f"torch {report.torch} is a CPU-only build: no CUDA kernel runs")
         return
+    _judge_driver(report)
     target = Target.from_probe(Path(report.python), info)
     base = channel_url(index_url, target)
     report.channel = base
@@ -103,6 +105,21 @@ def judge(report: Report, info: dict[str, Any], index_url: str, knowledge: Knowl
     report.fixes[:0] = [*dependency_lines(dependencies),
                         *fix_lines(list(to_install), base, report.arch, target, report.python)]
     report.fixes += upgrades
+
+
+def _judge_driver(report: Report) -> None:
+    """torch's CUDA major needs a driver of at least that major's first release."""
+    found = report.driver
+    major = Version(str(report.torch_cuda)).major
+    if (found is None or found.version is None or found.runs(major)
+            or major not in driver_needs.MIN_DRIVER):
+        return
+    others = [m for m in found.majors if m != major]
+    instead = f", or use a torch built with CUDA {others[-1]}" if others else ""
+    report.problems.append(f"torch {report.torch} is built with CUDA {report.torch_cuda}, which "
+                           f"needs an NVIDIA {driver_needs.needs(major)}; this machine's driver is "
+                           f"{found.version}: no CUDA kernel runs")
+    report.fixes.append(f"install an NVIDIA driver >= {driver_needs.MIN_DRIVER[major]}{instead}")
 
 
 def _judge_model(report: Report, dependencies: dict[str, str]) -> list[str]:

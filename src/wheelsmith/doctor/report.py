@@ -10,6 +10,7 @@ from typing import Any
 
 from wheelsmith.arch import Arch
 from wheelsmith.doctor.fastpath import ModelView, default_view
+from wheelsmith.toolchain.driver import Driver
 
 FAMILIES = {7: "Volta", 8: "Ampere", 9: "Hopper", 10: "Blackwell", 11: "Blackwell",
             12: "Blackwell"}
@@ -56,6 +57,7 @@ class Report:
     model: ModelView = field(default_factory=default_view)
     ops: list[dict[str, Any]] | None = None  # None: not run (no GPU, or --no-run)
     notes: list[str] = field(default_factory=list)  # trouble in what the model does not need
+    driver: Driver | None = None  # None: not asked
 
     @property
     def healthy(self) -> bool:
@@ -73,6 +75,7 @@ class Report:
                          for p in self.packages],
             "fast_path": self.fast_path, "problems": self.problems, "fixes": self.fixes,
             "model": self.model.as_dict(), "ops": self.ops, "notes": self.notes,
+            "driver": self.driver.as_dict() if self.driver else None,
         }
 
     @property

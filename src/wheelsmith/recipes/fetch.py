@@ -35,6 +35,7 @@ from wheelsmith.errors import SourceError
 from wheelsmith.files import (
     atomic_write_text,
     exclusive_lock,
+    naming,
     place_no_clobber,
     sha256_file,
     temp_file_in,
@@ -235,13 +236,20 @@ def _unreadable(page: str, exc: Exception) -> SourceError:
                        hint="set WHEELSMITH_INDEX_URL to a PEP 691 (JSON) simple index")
 
 
+def sdist_of(filename: str, project: str, version: str) -> bool:
+    """`filename` is the sdist of (project, version): `torch_scatter-2.1.2.tar.gz`, and the
+    older spelling with the project's own dashes (`pytorch-fast-transformers-0.4.0.tar.gz`)."""
+    stem = re.sub(r"\.(tar\.gz|zip)$", "", filename)
+    name, _, spelled = stem.rpartition("-")
+    return stem != filename and spelled == version and \
+        re.sub(r"[-_.]+", "-", name).lower() == re.sub(r"[-_.]+", "-", project).lower()
+
+
 def pypi_sdist_url(source: PypiSource) -> tuple[str, str]:
     """Find the sdist of (project, version) with the pinned sha256 on the simple index."""
     page, data = simple_page(source.project)
-    prefix = re.sub(r"[-_.]+", "_", source.project).lower() + f"-{source.version}."
     candidates = [f for f in data.get("files", [])
-                  if f["filename"].lower().startswith(prefix)
-                  and f["filename"].endswith((".tar.gz", ".zip"))]
+                  if sdist_of(f["filename"], source.project, source.version)]
     for file in candidates:
         if file.get("hashes", {}).get("sha256") == source.sha256:
             return urllib.parse.urljoin(page, file["url"]), file["filename"]
@@ -263,12 +271,14 @@ def unpack(archive: Path, dest: Path) -> Path:
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
                 _check_tar_member(archive, member)
-            tar.extractall(dest, filter="data")
+            with naming(dest):
+                tar.extractall(dest, filter="data")
     elif zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
             for info in zf.infolist():
                 _check_zip_member(archive, info)
-            zf.extractall(dest)  # noqa: S202 - every member was checked above
+            with naming(dest):
+                zf.extractall(dest)  # noqa: S202 - every member was checked above
     else:
         raise SourceError(f"{archive} is neither a tar nor a zip archive")
     entries = list(dest.iterdir())

@@ -9,7 +9,7 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from packaging.version import Version
 
 from wheelsmith import cmd, locations
 from wheelsmith.errors import CommandError, ToolchainError
+from wheelsmith.toolchain.platform import host_machine
 from wheelsmith.toolchain.profile import SYSTEM
 
 
@@ -33,6 +34,9 @@ class Toolchain:
     nvcc_version: Version
     cuobjdump: Path | None
     pins: tuple[str, ...]
+    platform: str = field(default_factory=host_machine)  # the CPU the wheels are for
+    # a cross build's target site (platform.py): the target's torch and CUDA runtime
+    target_site: Path | None = None
 
     @property
     def nvcc(self) -> Path:
@@ -49,9 +53,17 @@ class Toolchain:
 
     def identity(self) -> dict[str, Any]:
         """What the content key and the provenance record say about the toolchain."""
-        return {"name": self.name, "python": self.python_version,
-                "torch": str(self.torch_version), "torch_cuda": str(self.torch_cuda),
-                "nvcc": str(self.nvcc_version), "pins": list(self.pins)}
+        found = {"name": self.name, "python": self.python_version,
+                 "torch": str(self.torch_version), "torch_cuda": str(self.torch_cuda),
+                 "nvcc": str(self.nvcc_version), "pins": list(self.pins)}
+        if self.platform != "x86_64":  # keys of x86-64 wheels stay what they were
+            found["platform"] = self.platform
+        return found
+
+    @property
+    def cross(self) -> bool:
+        """Building for another CPU than this machine's (with a target site)."""
+        return self.target_site is not None
 
 
 PROBE_SCRIPT = locations.RESOURCES / "probe.py"

@@ -55,6 +55,11 @@ PROFILE_SCHEMA: dict[str, Any] = {
                                      "'installed'"},
         "requirements": {"type": "array", "minItems": 1, "items": PIN},
         "tools": {"type": "array", "items": PIN},
+        "image_base": {"type": "string", "minLength": 1,
+                       "description": "the base of the profile's build image: one that carries "
+                                      "the CUDA toolkit in /usr/local/cuda (cuda_home: "
+                                      "installed), e.g. NVIDIA's devel image; locked by digest "
+                                      "on first use"},
     },
 }
 
@@ -70,6 +75,7 @@ class Profile:
     requirements: tuple[str, ...]
     tools: tuple[str, ...]
     index: str | None = None
+    image_base: str | None = None  # a toolkit-carrying base for its image (container builds)
 
     @property
     def pins(self) -> tuple[str, ...]:
@@ -91,6 +97,8 @@ class Profile:
                                 "cuda_home": self.cuda_home, "python": python_version}
         if self.index:
             data["index"] = self.index
+        if self.image_base:
+            data["image_base"] = self.image_base
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def require_python(self, version: str) -> None:
@@ -117,6 +125,11 @@ def load_profile(path: Path) -> Profile:
             versions[key] = Version(str(data[key]))
         except InvalidVersion:
             doc.at_value((key,), f"'{key}' is not a version: '{data[key]}'")
+    if data.get("image_base") and data["cuda_home"] != INSTALLED:
+        doc.at_value(("image_base",), f"image_base names a base that carries the CUDA toolkit, "
+                     f"but cuda_home is {data['cuda_home']} (the compiler from the pins)",
+                     f"set cuda_home: {INSTALLED} to build with the base's toolkit, or remove "
+                     "image_base")
     if path.stem != data["name"]:
         doc.at_value(("name",), f"profile name '{data['name']}' differs from its file name "
                      f"'{path.name}'", f"rename the file to {data['name']}.yaml")
@@ -126,7 +139,7 @@ def load_profile(path: Path) -> Profile:
     return Profile(name=data["name"], file=path, torch=versions["torch"], cuda=versions["cuda"],
                    pythons=tuple(data["pythons"]), cuda_home=data["cuda_home"],
                    requirements=tuple(data["requirements"]), tools=tuple(data["tools"]),
-                   index=data.get("index"))
+                   index=data.get("index"), image_base=data.get("image_base"))
 
 
 def applies(requirement: Requirement, python: str) -> bool:

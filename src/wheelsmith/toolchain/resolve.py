@@ -245,17 +245,33 @@ def resolve(specs: list[str], python: str, request: NewProfileRequest, scratch: 
     only, nothing installed)."""
     report = scratch / f"report-{python}.json"
     report.unlink(missing_ok=True)
-    result = cmd.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-         "--no-input", "--only-binary=:all:", "--python-version", python,
-         "--implementation", "cp", "--target", scratch / "target", "--report", report,
-         *_index_args(request), *specs],
-        stream=False, ok_returncodes=range(256), what=f"pip's resolver (Python {python})")
+    argv: list[str | Path] = [
+        sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+        "--no-input", "--only-binary=:all:", "--python-version", python,
+        "--implementation", "cp", "--target", scratch / "target", "--report", report,
+        *_index_args(request), *specs]
+    result = _pip_metadata_only(argv, what=f"pip's resolver (Python {python})")
     if result.returncode != 0:
         raise _resolve_error(result.stderr or result.stdout, specs, python, request)
     items = json.loads(report.read_text())["install"]
     return Closure(python, {canonicalize_name(i["metadata"]["name"]): (
         i["metadata"]["version"], i["download_info"]["url"]) for i in items})
+
+
+_FAST_DEPS = "--use-feature=fast-deps"
+
+
+def _pip_metadata_only(argv: list[str | Path], what: str) -> cmd.Completed:
+    """Run pip's dry run reading each wheel's metadata by HTTP range requests (`fast-deps`):
+    an index without PEP 658 metadata files otherwise makes a dry run download every wheel it
+    considers (torch with its CUDA libraries: about 4 GB into the temporary folder, each time).
+    A pip that no longer knows the feature runs it the plain way."""
+    result = cmd.run([*argv[:4], _FAST_DEPS, *argv[4:]], stream=False,
+                     ok_returncodes=range(256), what=what)
+    output = result.stderr + result.stdout
+    if result.returncode != 0 and "invalid choice" in output and "fast-deps" in output:
+        result = cmd.run(argv, stream=False, ok_returncodes=range(256), what=what)
+    return result
 
 
 def _index_args(request: NewProfileRequest) -> list[str]:

@@ -7,6 +7,7 @@ command that makes one."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +15,10 @@ from pathlib import Path
 from packaging.version import Version
 
 from wheelsmith import locations
-from wheelsmith.errors import ToolchainError
-from wheelsmith.toolchain import target
+from wheelsmith.errors import MissingToolkitError, ToolchainError, UsageError
+from wheelsmith.toolchain import driver, target
 from wheelsmith.toolchain.env import Toolchain, system_toolchain
+from wheelsmith.toolchain.platform import cross_compiler, ensure_target_site, host_machine
 from wheelsmith.toolchain.profile import (
     SYSTEM,
     Profile,
@@ -37,10 +39,14 @@ def profile_named(name: str | None) -> Profile:
 
 
 def resolve_toolchain(name: str | None, python: Path, *, for_target: bool = False,
-                      say: Callable[[str], None] = log.info) -> Toolchain:
+                      say: Callable[[str], None] = log.info, machine: str | None = None
+                      ) -> Toolchain:
     """The toolchain called `name`; without a name, the one for the target environment
     `python` (for_target; `say` is told which profile was chosen and why) or else the
-    default profile."""
+    default profile. `machine`: the CPU the wheels are for, when not this machine's (a cross
+    build: the profile's venv plus its pins for that CPU, platform.py)."""
+    if machine is not None and machine != host_machine():
+        return cross_toolchain(name, python, machine, for_target=for_target)
     if name == SYSTEM:
         return system_toolchain(python)
     if name is None and for_target:
@@ -50,8 +56,51 @@ def resolve_toolchain(name: str | None, python: Path, *, for_target: bool = Fals
         torch, cuda = found.cuda_torch()
         say(f"{profile.name}, chosen for {python} (Python {found.version}, torch {torch}, "
             f"CUDA {cuda})")
+        return _ensure(profile, python, python_named=True)
+    return _ensure(profile_named(name), python)
+
+
+def _ensure(profile: Profile, python: Path, *, python_named: bool = False) -> Toolchain:
+    """`ensure_profile`; a profile whose CUDA toolkit is not installed also gets the other way
+    out: a CUDA 13 profile, where the driver runs CUDA 13."""
+    try:
         return ensure_profile(profile, python, locations.cache_dir())
-    return ensure_profile(profile_named(name), python, locations.cache_dir())
+    except MissingToolkitError as exc:
+        exc.hint = "\n".join(filter(None, [exc.hint, _newer_cuda(profile, python,
+                                                                  python_named)]))
+        raise
+
+
+def _newer_cuda(profile: Profile, python: Path, python_named: bool) -> str | None:
+    profiles = load_profiles(locations.profile_dirs())
+    newer = [p for p in profiles if p.cuda.major > profile.cuda.major
+             and p.cuda.major in driver.MIN_DRIVER and not p.installed_compiler]
+    if not newer:
+        return None
+    nearest = min(newer, key=lambda p: (abs(p.torch.minor - profile.torch.minor), p.cuda))
+    found = driver.find_driver()
+    here = f"this machine's: {found.version}" if found.version else "no driver found here"
+    use = (f"install torch {nearest.torch} built for CUDA {nearest.cuda} into {python} and build "
+           "again" if python_named else f"build with --toolchain {nearest.name}")
+    return (f"or, with an NVIDIA {driver.needs(nearest.cuda.major)}; {here}: {use} (torch "
+            f"{nearest.torch.major}.{nearest.torch.minor}, whose CUDA compiler PyPI ships)")
+
+
+def cross_toolchain(name: str | None, python: Path, machine: str, *, for_target: bool
+                    ) -> Toolchain:
+    """A profile's toolchain that builds for `machine` from this one."""
+    if name == SYSTEM or for_target:
+        what = "an installed toolkit ('system')" if name == SYSTEM else "--python PATH"
+        raise UsageError(f"--platform {machine} cannot be built from {what}: a cross build "
+                         f"needs a profile, whose pins are fetched for {machine}",
+                         hint="name a profile with --toolchain (or none: the default), and "
+                              "--python X.Y")
+    profile = profile_named(name)
+    cross_compiler(machine)  # before fetching GBs for it
+    toolchain = _ensure(profile, python)
+    site = ensure_target_site(profile, toolchain.python, toolchain.python_version, machine,
+                              locations.cache_dir())
+    return dataclasses.replace(toolchain, platform=machine, target_site=site)
 
 
 def select_profile(target: Target, profiles: list[Profile]) -> Profile:

@@ -1,0 +1,43 @@
+"""The new recipe's configure-only build: setup.py up to its build.ninja, then the pre-build
+check; run only when it is cheap (the default toolchain is already created here)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from wheelsmith import locations
+from wheelsmith.build import orchestrate
+from wheelsmith.build.compile import configured_name
+from wheelsmith.build.request import BuildRequest
+from wheelsmith.errors import WheelsmithError
+from wheelsmith.recipes import repos
+from wheelsmith.scaffold.sdist import Sdist
+from wheelsmith.toolchain import select
+from wheelsmith.toolchain.venv import MARKER, venv_root
+
+log = logging.getLogger(__name__)
+
+
+def configure_check(sdist: Sdist, repo: Path, work: Path) -> str | None:
+    """Its outcome in one line; None when it was not run."""
+    profile = select.profile_named(None)
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if not (venv_root(profile, python, locations.cache_dir()) / MARKER).is_file():
+        log.info("configure-only check skipped: the %s toolchain is not created here", profile.name)
+        return None
+    repos.use_option([repo])
+    request = BuildRequest(recipe=sdist.project, version=sdist.version, configure_only=True,
+                           work_dir=work / "build", out_dir=work / "out")
+    try:
+        result = orchestrate.build(request)
+    except WheelsmithError as exc:
+        return f"configure-only check: {exc.message}"
+    return f"configure-only check: {configured_line(result.configured)}"
+
+
+def configured_line(configured: tuple[dict[str, Any], ...]) -> str:
+    targets = "; ".join(f"{configured_name(c)}: SASS {', '.join(c['sass'])}" for c in configured)
+    return f"build.ninja targets {targets}" if targets else "no build.ninja with CUDA rules"

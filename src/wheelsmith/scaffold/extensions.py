@@ -1,0 +1,190 @@
+"""The extensions a setup.py declares, read from its ast: their names (a `*` where setup.py
+computes a part), the sources and include directories it spells out, which of them compile no
+CUDA (the recipe's `build.host_only`), and what the sdist lacks of them."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+CUDA_SUFFIXES = (".cu",)
+KNOWN = ("CUDAExtension", "CppExtension", "Extension")
+PATH_CALLS = ("join", "Path", "str", "glob", "abspath", "realpath", "PurePath")
+
+
+@dataclass(frozen=True, slots=True)
+class Extension:
+    name: str  # the module, `*` where setup.py computes a part
+    line: int
+    callee: str  # CUDAExtension, CppExtension, Extension, or the alias's choice
+    sources: tuple[str, ...]  # the ones setup.py spells out
+    cuda: bool  # compiles CUDA (a .cu among its sources, or a CUDAExtension of computed ones)
+    host_variant: str | None = None  # its CppExtension twin's name (`... if suffix == 'cpu'`)
+
+    @staticmethod
+    def glob(name: str) -> str:
+        """The wheel path of module `name` as a host_only glob."""
+        return name.replace(".", "/") + "*.so"
+
+
+def dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{dotted(node.value)}.{node.attr}".lstrip(".")
+    return ""
+
+
+def callee(call: ast.Call) -> str:
+    return dotted(call.func).rpartition(".")[2]
+
+
+def assignments(module: ast.Module) -> dict[str, ast.expr]:
+    """`NAME = expr` anywhere in setup.py (the first one: names computed later are the
+    same kind of thing)."""
+    found: dict[str, ast.expr] = {}
+    for node in ast.walk(module):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                node.targets[0], ast.Name):
+            found.setdefault(node.targets[0].id, node.value)
+    return found
+
+
+def strings(node: ast.expr | None, names: dict[str, ast.expr]) -> list[str]:
+    """The paths an expression spells out: constants, joins of constant parts, names bound
+    to those, f-strings without their computed parts (`f"{cwd}/csrc"` -> `csrc`)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        text = "".join(v.value for v in node.values
+                       if isinstance(v, ast.Constant) and isinstance(v.value, str))
+        return [text.lstrip("/")] if text.strip("/") else []
+    if isinstance(node, ast.Name) and node.id in names:
+        return strings(names[node.id], {k: v for k, v in names.items() if k != node.id})
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return [s for item in node.elts for s in strings(item, names)]
+    if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.Div):
+        return strings(node.left, names) + strings(node.right, names)
+    parts = (strings(node.left, names) + strings(node.right, names)
+             if isinstance(node, ast.BinOp) else
+             [s for a in node.args for s in strings(a, names)]
+             if isinstance(node, ast.Call) and callee(node) in PATH_CALLS else [])
+    return ["/".join(parts)] if parts else []
+
+
+def pattern(node: ast.expr | None, given: dict[str, str] | None = None) -> str | None:
+    """A module name as written; the parts setup.py computes become `*` (or `given`'s)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            str(v.value) if isinstance(v, ast.Constant) else
+            (given or {}).get(dotted(v.value) if isinstance(v, ast.FormattedValue) else "", "*")
+            for v in node.values)
+    return None
+
+
+def _host_choice(alias: ast.IfExp) -> tuple[str, str] | None:
+    """`CppExtension if suffix == 'cpu' else CUDAExtension`: ("suffix", "cpu")."""
+    test = alias.test
+    if not (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
+            and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)):
+        return None
+    value = str(test.comparators[0].value)
+    host = {ast.Eq: dotted(alias.body), ast.NotEq: dotted(alias.orelse)}.get(type(test.ops[0]))
+    return (test.left.id, value) if host == "CppExtension" else None
+
+
+def _aliases(module: ast.Module) -> dict[str, set[str]]:
+    """Names setup.py calls torch's extension classes by: `Extension = CUDAExtension` (in any
+    branch), `extension = CppExtension`, `import CUDAExtension as Ext`."""
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(module):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                node.targets[0], ast.Name):
+            values = [node.value.body, node.value.orelse] if isinstance(
+                node.value, ast.IfExp) else [node.value]
+            kinds = {dotted(v).rpartition(".")[2] for v in values} & {"CUDAExtension",
+                                                                      "CppExtension"}
+            if kinds:
+                found.setdefault(node.targets[0].id, set()).update(kinds)
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.asname and alias.name in ("CUDAExtension", "CppExtension"):
+                    found.setdefault(alias.asname, set()).add(alias.name)
+    return found
+
+
+def _literal(node: ast.expr | None) -> bool:
+    """A sources list written out in full (no name that code may extend)."""
+    return isinstance(node, ast.List | ast.Tuple) and all(
+        isinstance(e, ast.Constant) or (isinstance(e, ast.Call) and callee(e) in PATH_CALLS)
+        for e in node.elts)
+
+
+def _rocm_branches(module: ast.Module) -> set[int]:
+    """The nodes under `if IS_ROCM:` (`IS_HIP_EXTENSION`, `torch.version.hip`): the extensions
+    built there are not the CUDA build's."""
+    inside: set[int] = set()
+    for node in ast.walk(module):
+        if not isinstance(node, ast.If):
+            continue
+        asked = [n for n in ast.walk(node.test) if isinstance(n, ast.Name | ast.Attribute)
+                 and {"rocm", "hip"} & set(dotted(n).rpartition(".")[2].lower().split("_"))]
+        negated = {id(n.operand) for n in ast.walk(node.test)
+                   if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)}
+        if asked and all(id(n) not in negated for n in asked):
+            inside.update(id(inner) for stmt in node.body for inner in ast.walk(stmt))
+    return inside
+
+
+def extensions_of(module: ast.Module, names: dict[str, ast.expr]) -> tuple[Extension, ...]:
+    found: list[Extension] = []
+    rocm, aliases = _rocm_branches(module), _aliases(module)
+    for node in ast.walk(module):
+        called = callee(node) if isinstance(node, ast.Call) else ""
+        if not isinstance(node, ast.Call) or id(node) in rocm or called == "BuildExtension" or \
+                not (called.endswith("Extension") or called in aliases):
+            continue
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        name_node = keywords.get("name", node.args[0] if node.args else None)
+        given = keywords.get("sources", node.args[1] if len(node.args) > 1 else None)
+        sources = tuple(s for s in strings(given, names) if s.endswith(SOURCE_SUFFIXES))
+        alias = names.get(called)
+        if isinstance(alias, ast.IfExp):
+            choice = _host_choice(alias)
+            found.append(Extension(
+                pattern(name_node) or "*", node.lineno, ast.unparse(alias), sources, cuda=True,
+                host_variant=pattern(name_node, dict([choice])) if choice else None))
+            continue
+        kinds = aliases.get(called, {called} if called in KNOWN else {"Extension"})
+        kind = "CUDAExtension" if "CUDAExtension" in kinds else min(kinds)
+        label = kind if called == kind else f"{called}: {' or '.join(sorted(kinds))}"
+        cuda = any(s.endswith(CUDA_SUFFIXES) for s in sources) or (
+            kind == "CUDAExtension" and not _literal(given))
+        found.append(Extension(pattern(name_node) or "*", node.lineno, label, sources, cuda))
+    cuda_names = {e.name for e in found if e.cuda}  # a CPU fallback of a CUDA module
+    return tuple(e for e in found if e.cuda or e.name not in cuda_names)
+
+
+def _holds(tree: Path, path: str) -> bool:
+    if any(ch in path for ch in "*?["):
+        return next(tree.glob(path), None) is not None
+    return (tree / path).is_file()
+
+
+def missing_parts(tree: Path, module: ast.Module, names: dict[str, ast.expr],
+                  extensions: tuple[Extension, ...]) -> tuple[str, ...]:
+    """The sources the extensions compile and the include directories they name (a git
+    submodule such as cutlass) that the sdist does not hold."""
+    missing = [s for e in extensions for s in e.sources if not _holds(tree, s)]
+    for node in ast.walk(module):
+        if isinstance(node, ast.keyword) and node.arg == "include_dirs":
+            for directory in strings(node.value, names):
+                where = tree / directory
+                if directory and not directory.startswith("/") and not (
+                        where.is_dir() and any(where.iterdir())):
+                    missing.append(directory.rstrip("/") + "/")
+    return tuple(dict.fromkeys(missing))

@@ -1,0 +1,207 @@
+"""The findings as lines (printed, and kept as comments at the top of the recipe), the recipe
+itself, and writing it with the patches `recipe new` made into the user's repository."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from wheelsmith.errors import UsageError
+from wheelsmith.files import atomic_write_text
+from wheelsmith.scaffold.extensions import Extension
+from wheelsmith.scaffold.patches import Written, needed
+from wheelsmith.scaffold.sdist import Metadata, Sdist
+from wheelsmith.scaffold.setup_py import Setup
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Findings:
+    """All `recipe new` read from the sdist, and the patches it made."""
+
+    sdist: Sdist
+    metadata: Metadata
+    setup: Setup
+    written: tuple[Written, ...]
+
+    @property
+    def pure(self) -> bool:
+        """Never while setup.py declares an extension or the sdist holds a .cu file."""
+        return not self.setup.extensions and not self.setup.cuda_files
+
+    @property
+    def host_only(self) -> tuple[str, ...]:
+        globs = [Extension.glob(e.host_variant) if e.host_variant else Extension.glob(e.name)
+                 for e in self.setup.extensions if e.host_variant or not e.cuda]
+        return tuple(dict.fromkeys(globs))
+
+    @property
+    def imports(self) -> tuple[str, ...]:
+        names = [e.name for e in self.setup.extensions if "*" not in e.name]
+        return tuple(dict.fromkeys([*self.metadata.packages, *names]))
+
+
+def dotted_cc(cc: str) -> str:
+    """A -gencode compute capability as --arch spells it: "90a" -> "9.0a"."""
+    digits = cc.rstrip("af")
+    return f"{int(digits) // 10}.{int(digits) % 10}{cc[len(digits):]}"
+
+
+def git_form(sdist: Sdist, homepage: str | None) -> list[str]:
+    """The source block that builds from the repository instead (its commit to fill in)."""
+    url = homepage if homepage and urllib.parse.urlparse(homepage).scheme else "REPOSITORY-URL"
+    return [f"git: {url}",
+            f"commit: COMMIT  # the full 40-digit commit of the v{sdist.version} tag",
+            f"tag: v{sdist.version}"]
+
+
+def _at(line: int | None) -> str:
+    return f"setup.py:{line}: " if line else ""
+
+
+def _build_lines(found: Findings) -> list[str]:
+    setup = found.setup
+    lines = []
+    for var, value, line in setup.env:
+        does = "from source instead of fetching a prebuilt wheel" if var.endswith(
+            "FORCE_BUILD") else "its CUDA extensions where no GPU is visible"
+        lines.append(f'{_at(line)}{var} == "{value}" builds {does}: build.env {var}: "{value}"')
+    if setup.gencode:
+        also = f" (it reads TORCH_CUDA_ARCH_LIST too, line {setup.arch_list_line})" \
+            if setup.arch_list_line else ""
+        lines.append(f"{_at(setup.gencode_line)}hard-coded -gencode family: "
+                     f"{', '.join(setup.gencode)}{also}")
+    if setup.arch_knob:
+        lines.append(f"{_at(setup.arch_knob[1])}arch variable {setup.arch_knob[0]}: the "
+                     "package's own; arch.env, format numbers, supported: its -gencode family")
+    for patch in found.written:
+        what, at = _written_at(patch.file, setup)
+        lines.append(f"{_at(at)}{what}: wrote {patch.file}: {patch.description}")
+    return lines
+
+
+def _written_at(file: str, setup: Setup) -> tuple[str, int | None]:
+    """What a written patch changes, and the setup.py line that needed it."""
+    if "ninja" in file:
+        return "use_ninja=False", setup.no_ninja_line
+    if "setup-requires" in file:
+        return "setup_requires", setup.setup_requires[1] if setup.setup_requires else None
+    return "hard-coded -gencode list", setup.gencode_line
+
+
+def _extension_lines(found: Findings) -> list[str]:
+    lines = []
+    for ext in found.setup.extensions:
+        if ext.host_variant:
+            lines.append(f"{_at(ext.line)}extension {ext.name} ({ext.callee}): its CppExtension "
+                         f"{ext.host_variant} compiles no CUDA: build.host_only "
+                         f'"{Extension.glob(ext.host_variant)}"')
+        elif ext.cuda:
+            lines.append(f"{_at(ext.line)}extension {ext.name} ({ext.callee}): CUDA")
+        else:
+            lines.append(f"{_at(ext.line)}extension {ext.name} ({ext.callee}) compiles no CUDA "
+                         f'sources: build.host_only "{Extension.glob(ext.name)}"')
+    if found.pure:
+        lines.append("kind: pure: setup.py declares no extension and the sdist holds no .cu file")
+    elif not found.setup.extensions:
+        lines.append(f"kind: extension: setup.py declares no extension wheelsmith can read, but "
+                     f"the sdist holds {found.setup.cuda_files} .cu file(s)")
+    return lines
+
+
+def _source_lines(found: Findings) -> list[str]:
+    setup, sources = found.setup, [s for e in found.setup.extensions for s in e.sources]
+    if setup.missing:
+        return [f"the sdist lacks what its extensions compile: {', '.join(setup.missing)}; "
+                "build from the repository instead:", "  source:",
+                *[f"    {line}" for line in git_form(found.sdist, found.metadata.homepage)]]
+    if sources:
+        return [f"sources: the sdist holds all {len(set(sources))} the extensions compile"]
+    return ["sources: setup.py computes them; check the sdist holds them"] \
+        if setup.extensions else []
+
+
+def report_lines(found: Findings) -> list[str]:
+    """The findings, one a line, each with the setup.py line it comes from."""
+    lines = [f"sdist: {found.sdist.filename} sha256 {found.sdist.sha256}",
+             *_build_lines(found), *_extension_lines(found), *_source_lines(found)]
+    for patch, line in needed(found.setup, found.written):
+        example = patch.example()
+        lines.append(f"{_at(line)}patch needed: {patch.stem}: {patch.reason}" + (
+            f" (start from {example})" if example else ""))
+    if not needed(found.setup, found.written) and not found.written:
+        lines.append("patches: none of the standard ones is needed")
+    return lines
+
+
+def _arch_lines(found: Findings) -> list[str]:
+    setup = found.setup
+    if found.pure:
+        return ["kind: pure"]
+    if setup.arch_knob and setup.gencode:
+        supported = [dotted_cc(cc) for cc in setup.gencode]
+        default = "12.0" if "12.0" in supported else supported[-1]
+        return ["arch:", f"  env: {setup.arch_knob[0]}", "  format: numbers",
+                f'  default: ["{default}"]',
+                f"  supported: [{', '.join(_quoted(a) for a in supported)}]"]
+    return ["arch:", "  env: TORCH_CUDA_ARCH_LIST", "  format: torch", '  default: ["12.0"]']
+
+
+def render(found: Findings) -> str:
+    sdist, metadata = found.sdist, found.metadata
+    lines = [f"# Written by `wheelsmith recipe new {sdist.project}=={sdist.version}` from "
+             f"{sdist.filename}.", *[f"# {line}" for line in report_lines(found)],
+             f"package: {canonicalize_name(sdist.project)}"]
+    if metadata.summary:
+        lines.append(f"summary: {_quoted(metadata.summary)}")
+    if metadata.homepage:
+        lines.append(f"homepage: {metadata.homepage}")
+    lines += _arch_lines(found)
+    if found.setup.env or found.host_only:
+        lines.append("build:")
+    if found.setup.env:
+        lines += ["  env:", *[f"    {var}: {_quoted(value)}" for var, value, _ in found.setup.env]]
+    if found.host_only:
+        lines.append(f"  host_only: [{', '.join(_quoted(g) for g in found.host_only)}]")
+    if found.imports:
+        lines += ["smoke:", f"  import: [{', '.join(found.imports)}]"]
+    lines += ["versions:", f'  - version: "{sdist.version}"', "    source:",
+              f"      pypi: {sdist.project}", f"      sha256: {sdist.sha256}"]
+    if found.written:
+        lines.append("    patches:")
+    for patch in found.written:
+        digest = hashlib.sha256(patch.text.encode()).hexdigest()
+        lines += [f"      - file: {patch.file}", f"        sha256: {digest}",
+                  f"        description: {_quoted(patch.description)}"]
+    return "\n".join(lines) + "\n"
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write(found: Findings, repo: Path) -> list[Path]:
+    """The recipe in `repo`/recipes/NAME.yaml and its patches in
+    `repo`/patches/NAME/VERSION/ (the files, recipe first); an existing file is never
+    replaced."""
+    name = canonicalize_name(found.sdist.project)
+    file = repo / "recipes" / f"{name}.yaml"
+    patch_dir = repo / "patches" / name / found.sdist.version
+    taken = [f for f in [file, *(patch_dir / p.file for p in found.written)] if f.exists()]
+    if taken:
+        raise UsageError(f"{taken[0]} exists already",
+                         hint=f"add version {found.sdist.version} to it by hand, or remove it "
+                              "first")
+    for patch in found.written:
+        patch_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(patch_dir / patch.file, patch.text)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(file, render(found))
+    log.info("wrote %s", file)
+    return [file, *(patch_dir / p.file for p in found.written)]

@@ -1,0 +1,112 @@
+"""The sdist `recipe new` reads: chosen on the index pip uses (pinned by the sha256 the index
+lists), unpacked (checked like every download), and its metadata."""
+
+from __future__ import annotations
+
+import email.parser
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from wheelsmith import locations
+from wheelsmith.errors import UsageError
+from wheelsmith.recipes import fetch
+from wheelsmith.recipes.model import PypiSource
+
+
+@dataclass(frozen=True, slots=True)
+class Sdist:
+    project: str
+    version: str
+    filename: str
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    summary: str
+    homepage: str | None
+    packages: tuple[str, ...]  # top-level import names
+
+
+def parse_request(text: str) -> tuple[str, str | None]:
+    """NAME[==VERSION] as the user typed it."""
+    name, _, version = text.partition("==")
+    if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", name):
+        raise UsageError(f"'{text}' is not a package name (NAME or NAME==VERSION)")
+    return name, version or None
+
+
+def choose_sdist(project: str, version: str | None) -> Sdist:
+    """The sdist of `version` (default: the newest final release that has one) and the sha256
+    the index lists for it."""
+    page, data = fetch.simple_page(project, missing_ok=True)
+    if data is None:
+        raise UsageError(f"{fetch.index_url()} has no project '{project}'",
+                         hint="check the name (the index's own spelling), or the index pip "
+                              "uses (`pip config list`)")
+    sdists: dict[Version, dict[str, Any]] = {}
+    for file in data.get("files", []):
+        found = _sdist_version(project, file["filename"])
+        if found is not None and file.get("hashes", {}).get("sha256"):
+            sdists.setdefault(found, file)
+    if version is not None:
+        chosen = next((v for v in sdists if v == _version(version)), None)
+        if chosen is None:
+            listed = ", ".join(str(v) for v in sorted(sdists)[-8:]) or "none"
+            raise UsageError(f"{page} has no sdist of {project} {version}",
+                             hint=f"versions with an sdist there: {listed}")
+    else:
+        finals = [v for v in sdists if not v.is_prerelease]
+        if not finals:
+            raise UsageError(f"{page} has no sdist of {project}",
+                             hint="wheelsmith builds from sources: give a git source in the "
+                                  "recipe instead")
+        chosen = max(finals)
+    file = sdists[chosen]
+    spelled = re.sub(r"\.(tar\.gz|zip)$", "", file["filename"]).rpartition("-")[2]
+    return Sdist(project, spelled, file["filename"], file["hashes"]["sha256"])
+
+
+def _version(text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion as exc:
+        raise UsageError(f"'{text}' is not a version") from exc
+
+
+def _sdist_version(project: str, filename: str) -> Version | None:
+    for suffix in (".tar.gz", ".zip"):
+        if filename.endswith(suffix):
+            name, _, version = filename[: -len(suffix)].rpartition("-")
+            if canonicalize_name(name) == canonicalize_name(project):
+                try:
+                    return Version(version)
+                except InvalidVersion:
+                    return None
+    return None
+
+
+def unpacked(sdist: Sdist, work: Path) -> Path:
+    """The sdist, downloaded into the cache (sha256 checked) and unpacked into `work`."""
+    source = PypiSource(project=sdist.project, version=sdist.version, sha256=sdist.sha256)
+    return fetch.fetch(source, work, locations.cache_dir())
+
+
+def read_metadata(tree: Path) -> Metadata:
+    info = tree / "PKG-INFO"
+    message = email.parser.Parser().parsestr(info.read_text(errors="replace") if info.is_file()
+                                             else "")
+    homepage = message.get("Home-page")
+    for url in message.get_all("Project-URL") or []:
+        label, _, link = url.partition(",")
+        if homepage is None and label.strip().lower() in ("homepage", "source", "repository"):
+            homepage = link.strip()
+    listed = next(tree.glob("*.egg-info/top_level.txt"), None)  # what setup.py installs
+    packages = sorted(line.strip() for line in listed.read_text().splitlines() if line.strip()) \
+        if listed is not None else sorted(p.parent.name for p in tree.glob("*/__init__.py"))
+    return Metadata(str(message.get("Summary") or "").strip(), homepage, tuple(packages))

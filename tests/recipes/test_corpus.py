@@ -1,0 +1,80 @@
+"""`recipe new` right the first time, on a corpus of real CUDA-extension sdists from the index
+pip uses that wheelsmith does not ship (issue 22 item 4): `recipe new NAME==VERSION`, then
+`build --configure-only --arch 12.0` with no edit. Each one ends in a configured build whose
+build.ninja targets exactly sm_120, or in one line that names why not. The rate is stated in
+the README; the fast test keeps the two in step, the slow one runs the corpus."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, wheelsmith
+from wheelsmith.toolchain.env import Toolchain
+
+CONFIGURED = "configured: sm_120"
+# NAME==VERSION -> the outcome: CONFIGURED, or the start of the one line that says why not
+CORPUS = {
+    "torch-scatter==2.1.2": CONFIGURED,
+    "torch-sparse==0.6.18": CONFIGURED,
+    "torch-cluster==1.6.3": CONFIGURED,
+    "torch-spline-conv==1.2.2": CONFIGURED,
+    "grouped_gemm==0.3.0": CONFIGURED,
+    "torchsort==0.1.10": CONFIGURED,
+    "gsplat==1.5.3": CONFIGURED,
+    "megablocks==0.10.0": CONFIGURED,
+    "exllamav2==0.0.4": CONFIGURED,
+    "pytorch-fast-transformers==0.4.0": CONFIGURED,
+    "torch-points-kernels==0.7.0": CONFIGURED,
+    "chamferdist==1.0.3": CONFIGURED,
+    "spatial-correlation-sampler==0.5.0": CONFIGURED,
+    "torch-harmonics==0.8.1": CONFIGURED,
+    "auto-gptq==0.7.1": "the sdist lacks what its extensions compile",
+    "fast-hadamard-transform==1.1.0": "the sdist lacks what its extensions compile",
+    "deepspeed==0.19.8": "JIT",
+}
+
+
+def rate() -> str:
+    done = sum(outcome == CONFIGURED for outcome in CORPUS.values())
+    return f"{done} of {len(CORPUS)}"
+
+
+def test_the_readme_states_the_corpus_rate_this_test_checks() -> None:
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert f"**{rate()}** real CUDA-extension sdists" in text
+    for spec in CORPUS:
+        assert f"`{spec}`" in text, spec
+
+
+def outcome(project: Path, spec: str) -> str:
+    """`recipe new` then a configure-only build: CONFIGURED, or its one-line reason."""
+    name = spec.partition("==")[0]
+    made = wheelsmith("recipe", "new", spec, "--recipes", "repo", "--no-configure", cwd=project)
+    if made.returncode != 0:
+        return made.stderr.splitlines()[0].removeprefix("error: ")
+    lacks = [line for line in made.stdout.splitlines() if line.startswith("the sdist lacks")]
+    if lacks:
+        return lacks[0]
+    built = wheelsmith("build", name, "--recipes", "repo", "--configure-only", "--arch", "12.0",
+                       "--json", "--work-dir", "work", "--out", "out", cwd=project)
+    if built.returncode != 0:
+        return next(line for line in built.stderr.splitlines() if line.startswith("error: "))
+    configured = json.loads(built.stdout)["configured"]
+    if not configured:
+        return "JIT: setup.py generated no build.ninja with CUDA rules (ops compile at first use)"
+    targets = sorted({(tuple(c["sass"]), tuple(c["ptx"])) for c in configured})
+    return CONFIGURED if targets == [(("sm_120",), ())] else f"targets {targets}"
+
+
+@pytest.mark.slow
+@pytest.mark.toolchain
+@pytest.mark.parametrize("spec", sorted(CORPUS))
+def test_recipe_new_then_configure_only_ends_as_the_corpus_says(
+        spec: str, tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WHEELSMITH_RECIPES", raising=False)
+    found = outcome(tmp_path, spec)
+    assert re.match(re.escape(CORPUS[spec]), found), found
