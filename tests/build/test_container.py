@@ -209,6 +209,27 @@ def test_changed_pins_refuse_the_old_image(image: str, tiny_project: Path) -> No
 
 @needs_podman
 @pytest.mark.container
+def test_a_new_image_replaces_the_ones_older_pins_named(image: str, tmp_path: Path) -> None:
+    """Each image is several GB: once the profile's pins changed and the new image is built,
+    the image of the old pins goes (the other Pythons' images and other profiles' stay)."""
+    older = f"{image.rpartition('-')[0]}-{'0' * 12}"  # what an older profile file named
+    other_python = "localhost/wheelsmith:cu130-torch2.14-py3.99-000000000000"
+    for ref in (older, other_python):
+        subprocess.run(["podman", "tag", BASE, ref], check=True)
+    try:
+        mirror = ["--pip-mirror", str(MIRROR)] if MIRROR.is_dir() else []
+        result = subprocess.run([sys.executable, "-m", "wheelsmith", "image", "build",
+                                 "--engine", "podman", *mirror], cwd=REPO, capture_output=True,
+                                text=True, env=no_registry_env(tmp_path / "config"), check=False)
+        assert (result.returncode, result.stdout.strip()) == (0, image), result.stderr
+        assert container.inspect(Engine("podman", "podman"), older) is None
+        assert container.inspect(Engine("podman", "podman"), other_python) is not None
+    finally:
+        subprocess.run(["podman", "rmi", older, other_python], capture_output=True, check=False)
+
+
+@needs_podman
+@pytest.mark.container
 def test_interrupted_build_leaves_no_container_and_no_wheel(image: str,
                                                             tiny_project: Path) -> None:
     interrupted_in(tiny_project, "podman")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import resource
 import shutil
 import uuid
@@ -184,10 +185,27 @@ def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
     cmd.run([*argv, project], env=env, log_file=log_file, log_path=log_path,
             error=ToolchainError, what=f"{engine.name} build of the {profile.name} image")
     if previous and previous != (inspect(engine, ref) or {}).get("Id"):
-        # the tag moved: drop the image it left behind unless something still uses it
-        cmd.run([engine.exe, "rmi", previous], stream=False, ok_returncodes=range(256),
-                what=f"{engine.name} rmi")
+        _drop(engine, previous)  # the tag moved: the image it left behind
+    for older in superseded(engine, profile, python):
+        _drop(engine, older)
     return ref
+
+
+def superseded(engine: Engine, profile: Profile, python: str) -> list[str]:
+    """Images of this profile and Python that an older profile file (other pins) named: a new
+    image replaces them (each is several GB)."""
+    current = image_ref(profile, python)
+    repository, _, tag = current.rpartition("-")[0].partition(":")
+    listed = cmd.run([engine.exe, "images", "--format", "{{.Repository}}:{{.Tag}}", repository],
+                     stream=False, ok_returncodes=range(256), what=f"{engine.name} images")
+    pattern = re.compile(rf"{re.escape(repository)}:{re.escape(tag)}-[0-9a-f]{{12}}")
+    return [ref for ref in listed.stdout.split() if pattern.fullmatch(ref) and ref != current]
+
+
+def _drop(engine: Engine, image: str) -> None:
+    """Remove an image (or a tag of it) unless a container still uses it."""
+    cmd.run([engine.exe, "rmi", image], stream=False, ok_returncodes=range(256),
+            what=f"{engine.name} rmi")
 
 
 def check_builder(engine: Engine, mirror: Path | None) -> None:

@@ -112,7 +112,7 @@ def image_show(toolchain: str | None, engine: str, python: str, as_json: bool) -
     ref = container.image_ref(profile, python)
     info = container.inspect(chosen, ref)
     labels = container.labels_of(info) if info else {}
-    pins = list(profile.pins)
+    pins = list(profile.pins_for(python))
     data = {"image": ref, "exists": info is not None,
             "id": info.get("Id") if info else None,
             "digest": info.get("Digest") if info else None,
