@@ -185,9 +185,7 @@ def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
     cmd.run([*argv, project], env=env, log_file=log_file, log_path=log_path,
             error=ToolchainError, what=f"{engine.name} build of the {profile.name} image")
     if previous and previous != (inspect(engine, ref) or {}).get("Id"):
-        _drop(engine, previous)  # the tag moved: the image it left behind
-    for older in superseded(engine, profile, python):
-        _drop(engine, older)
+        drop(engine, previous)  # the tag moved: the image it left behind
     return ref
 
 
@@ -202,7 +200,7 @@ def superseded(engine: Engine, profile: Profile, python: str) -> list[str]:
     return [ref for ref in listed.stdout.split() if pattern.fullmatch(ref) and ref != current]
 
 
-def _drop(engine: Engine, image: str) -> None:
+def drop(engine: Engine, image: str) -> None:
     """Remove an image (or a tag of it) unless a container still uses it."""
     cmd.run([engine.exe, "rmi", image], stream=False, ok_returncodes=range(256),
             what=f"{engine.name} rmi")

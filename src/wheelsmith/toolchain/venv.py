@@ -78,20 +78,25 @@ def _reuse_same_pins(profile: Profile, version: str, root: Path) -> bool:
     """Link `root` to a complete venv of this profile and Python made under another key (an
     older profile file that differs only for other Pythons, or an older key format) whose
     pins for this Python are the same: it holds exactly what `root` would."""
-    wanted = set(profile.pins_for(version))
     for other in sorted(root.parent.glob(f"{profile.name}-py{version}-*")):
         requirements = other.parent / f"{other.name}.requirements.txt"
         if (other == root or other.is_symlink() or not (other / MARKER).is_file()
                 or not requirements.is_file()):
             continue
-        lines = [line for line in requirements.read_text().splitlines() if line.strip()]
-        if set(applying(lines, version)) == wanted:
+        if same_pins(requirements.read_text(), profile, version):
             log.info("the %s venv for Python %s is %s (the same pins)", profile.name, version,
                      other.name)
             _clear(root)
             root.symlink_to(other.name)
             return True
     return False
+
+
+def same_pins(requirements: str, profile: Profile, version: str) -> bool:
+    """Whether a venv's requirements file (markers and all) holds the profile's pins for
+    that Python, no more and no fewer."""
+    lines = [line for line in requirements.splitlines() if line.strip()]
+    return set(applying(lines, version)) == set(profile.pins_for(version))
 
 
 def _create_venv(profile: Profile, python: Path, root: Path) -> None:
