@@ -217,40 +217,42 @@ def image_build(config: Path, *args: str, home: Path = REPO) -> subprocess.Compl
 @pytest.mark.container
 def test_an_image_whose_venv_has_the_same_pins_is_reused_under_a_new_key(
         image: str, tiny_project: Path) -> None:
-    """A new key with the same pins for this Python (here the profile names an index; in
-    issue 20 the key's format changed) names a new image: made from the image that has those
-    pins, one link and a label on top, in seconds instead of a rebuild (minutes, ~14 GB at
-    its peak); the older image's tag goes, other Pythons' images stay."""
+    """A new key with the same pins for this Python (issue 20 changed the key's format; here a
+    copy of the profile under another name and with an index) names a new image: it is made
+    from the older image with those pins, one link and a label on top, in seconds instead of
+    a rebuild (minutes, ~14 GB at its peak); the older tag goes, other Pythons' images stay."""
     podman = Engine("podman", "podman")
-    profile = tiny_project / "toolchains" / "cu130-torch2.14.yaml"
-    profile.write_text(profile.read_text() + "index: http://127.0.0.1:9/simple\n")
-    other_python = "localhost/wheelsmith:cu130-torch2.14-py3.99-000000000000"
+    shipped = tiny_project / "toolchains" / "cu130-torch2.14.yaml"
+    (tiny_project / "toolchains" / "copy-torch2.14.yaml").write_text(
+        shipped.read_text().replace("name: cu130-torch2.14", "name: copy-torch2.14")
+        + "index: http://127.0.0.1:9/simple\n")
+    older = "localhost/wheelsmith:copy-torch2.14-000000000000"  # an older key's name
+    other_python = "localhost/wheelsmith:copy-torch2.14-py3.99-000000000000"
+    subprocess.run(["podman", "tag", image, older], check=True)
     subprocess.run(["podman", "tag", BASE, other_python], check=True)
-    original = container.inspect(podman, image) or {}
-    layers = original["RootFS"]["Layers"]
     made_ref = ""
     try:
-        result = image_build(tiny_project / "config", "--base", BASE, home=tiny_project)
+        result = image_build(tiny_project / "config", "--base", BASE, "--toolchain",
+                             "copy-torch2.14", home=tiny_project)
         made_ref = result.stdout.strip()
         assert result.returncode == 0, result.stderr
-        assert made_ref != image
         made = container.inspect(podman, made_ref) or {}
         key = container.labels_of(made)[container.LABEL_KEY]
-        assert made_ref.endswith(key[:12])
+        assert made_ref == f"localhost/wheelsmith:copy-torch2.14-{key[:12]}"
+        layers = (container.inspect(podman, image) or {})["RootFS"]["Layers"]
         assert made["RootFS"]["Layers"][:-1] == layers  # one layer on top: not rebuilt
-        venv = f"/opt/wheelsmith/cache/toolchains/cu130-torch2.14-py3.11-{key}"
+        venv = f"/opt/wheelsmith/cache/toolchains/copy-torch2.14-py3.11-{key}"
         linked = subprocess.run(["podman", "run", "--rm", *podman.common(), "--network=none",
                                  "--entrypoint", "readlink", made_ref, venv],
                                 capture_output=True, text=True, check=True)
         assert linked.stdout.startswith("cu130-torch2.14-py3.11-")
-        assert container.inspect(podman, image) is None  # the other key's tag is gone
+        assert container.inspect(podman, older) is None  # the older key's tag is gone
         assert container.inspect(podman, other_python) is not None
+        assert container.inspect(podman, image) is not None  # other profiles' stay
     finally:
-        if container.inspect(podman, image) is None:  # the image the other tests use
-            subprocess.run(["podman", "tag", original["Id"], image], check=False)
-        for ref in (made_ref, other_python):
+        for ref in (made_ref, older, other_python):
             if ref:
-                subprocess.run(["podman", "untag", ref, ref], capture_output=True, check=False)
+                subprocess.run(["podman", "rmi", ref], capture_output=True, check=False)
 
 
 @needs_podman

@@ -63,12 +63,11 @@ def reuse_older(engine: Engine, profile: Profile, python: str, base_id: str, *,
                 log_file: IO[str], log_path: Path) -> str | None:
     """The current image made from an older one on the same base with the same pins; None
     when there is none."""
-    wanted = f"{profile.name}-py{python}-"
     for older in superseded(engine, profile, python):
         if labels_of(inspect(engine, older) or {}).get(LABEL_BASE) != base_id:
             continue
         venv = next((name for name, text in _venvs_in(engine, older).items()
-                     if name.startswith(wanted) and same_pins(text, profile, python)), None)
+                     if f"-py{python}-" in name and same_pins(text, profile, python)), None)
         if venv is not None:
             return _relabel(engine, older, venv, profile, python, log_file=log_file,
                             log_path=log_path)
