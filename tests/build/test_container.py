@@ -223,25 +223,25 @@ def test_an_image_whose_venv_has_the_same_pins_is_reused_under_a_new_key(
     a rebuild (minutes, ~14 GB at its peak); the older tag goes, other Pythons' images stay."""
     podman = Engine("podman", "podman")
     shipped = tiny_project / "toolchains" / "cu130-torch2.14.yaml"
-    (tiny_project / "toolchains" / "copy-torch2.14.yaml").write_text(
-        shipped.read_text().replace("name: cu130-torch2.14", "name: copy-torch2.14")
+    (tiny_project / "toolchains" / "cu999-torch2.14.yaml").write_text(
+        shipped.read_text().replace("name: cu130-torch2.14", "name: cu999-torch2.14")
         + "index: http://127.0.0.1:9/simple\n")
-    older = "localhost/wheelsmith:copy-torch2.14-000000000000"  # an older key's name
-    other_python = "localhost/wheelsmith:copy-torch2.14-py3.99-000000000000"
+    older = "localhost/wheelsmith:cu999-torch2.14-000000000000"  # an older key's name
+    other_python = "localhost/wheelsmith:cu999-torch2.14-py3.99-000000000000"
     subprocess.run(["podman", "tag", image, older], check=True)
     subprocess.run(["podman", "tag", BASE, other_python], check=True)
     made_ref = ""
     try:
         result = image_build(tiny_project / "config", "--base", BASE, "--toolchain",
-                             "copy-torch2.14", home=tiny_project)
+                             "cu999-torch2.14", home=tiny_project)
         made_ref = result.stdout.strip()
         assert result.returncode == 0, result.stderr
         made = container.inspect(podman, made_ref) or {}
         key = container.labels_of(made)[container.LABEL_KEY]
-        assert made_ref == f"localhost/wheelsmith:copy-torch2.14-{key[:12]}"
+        assert made_ref == f"localhost/wheelsmith:cu999-torch2.14-{key[:12]}"
         layers = (container.inspect(podman, image) or {})["RootFS"]["Layers"]
         assert made["RootFS"]["Layers"][:-1] == layers  # one layer on top: not rebuilt
-        venv = f"/opt/wheelsmith/cache/toolchains/copy-torch2.14-py3.11-{key}"
+        venv = f"/opt/wheelsmith/cache/toolchains/cu999-torch2.14-py3.11-{key}"
         linked = subprocess.run(["podman", "run", "--rm", *podman.common(), "--network=none",
                                  "--entrypoint", "readlink", made_ref, venv],
                                 capture_output=True, text=True, check=True)
