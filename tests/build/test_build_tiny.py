@@ -232,14 +232,41 @@ def test_bad_arch_on_the_command_line(project: Path) -> None:
         "the same family\n")
 
 
-def test_preflight_refuses_an_arch_the_toolchain_cannot_build(project: Path,
-                                                              toolchain: Toolchain) -> None:
+# what `nvcc --list-gpu-code` of the default profile's nvcc 13.0 lists, in order
+NVCC_13_0_LISTS = ("(it generates sm_75, sm_80, sm_86, sm_87, sm_88, sm_89, sm_90, sm_100, "
+                   "sm_103, sm_110, sm_120, sm_121)")
+
+
+@pytest.mark.parametrize(("arch", "error"), [
+    ("7.0", "error: the cu130-torch2.14 toolchain cannot build 7.0: arch 7.0 was removed in CUDA "
+            f"13.0, the toolchain has 13.0; nvcc 13.0.88 cannot generate sm_70 {NVCC_13_0_LISTS}"),
+    # Jetson Thor is 10.1 to CUDA 12 and 11.0 to CUDA 13: the refusal says which to write
+    ("10.1", "error: the cu130-torch2.14 toolchain cannot build 10.1: arch 10.1 was removed in "
+             "CUDA 13.0, the toolchain has 13.0 (CUDA 13 calls Jetson Thor 11.0: write 11.0); "
+             f"nvcc 13.0.88 cannot generate sm_101 {NVCC_13_0_LISTS}; torch 2.14.1 refuses the "
+             "arch list: Unknown CUDA arch (10.1) or GPU not supported"),
+])
+def test_preflight_refuses_an_arch_the_toolchain_cannot_build(
+        project: Path, toolchain: Toolchain, arch: str, error: str) -> None:
     add_variant(project, "tiny-ext")
-    result = wheelsmith("build", "tiny-ext", "--arch", "7.0", cwd=project)
+    result = wheelsmith("build", "tiny-ext", "--arch", arch, cwd=project)
     assert result.returncode == 7
-    assert error_lines(result.stderr)[0] == (
-        "error: the cu130-torch2.14 toolchain cannot build 7.0: arch 7.0 was removed in CUDA "
-        "13.0, the toolchain has 13.0; nvcc 13.0.88 cannot generate sm_70")
+    assert error_lines(result.stderr)[:2] == [
+        error, "hint: pick other archs (--arch) or another toolchain (--toolchain)"]
+
+
+@pytest.mark.parametrize(("arch", "sass"), [("12.1", "sm_121"), ("12.0a", "sm_120a"),
+                                            ("11.0", "sm_110"), ("10.3", "sm_103")])
+def test_the_newest_archs_build_exactly_their_sass(project: Path, toolchain: Toolchain,
+                                                   arch: str, sass: str) -> None:
+    """DGX Spark (12.1), the RTX 50 arch-specific target (12.0a: its cubin is named sm_120a),
+    Jetson Thor (11.0) and GB300 (10.3), each checked by cuobjdump."""
+    add_variant(project, "tiny-ext")
+    data = build_json(project, "tiny-ext", "--arch", arch)
+    provenance = data["provenance"]
+    assert isinstance(provenance, dict)
+    assert provenance["device_code"] == [
+        {"path": "tiny_ext/_C.cpython-311-x86_64-linux-gnu.so", "sass": [sass], "ptx": []}]
 
 
 def test_system_toolchain_builds_with_an_installed_cuda(project: Path, toolchain: Toolchain,

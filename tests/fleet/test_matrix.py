@@ -83,7 +83,7 @@ packages:
     assert [p.render().split("\n")[0] for p in caught.value.problems] == [
         f"{path}:1:31: no toolchain profile 'cu999-torch9.9'",
         f"{path}:2:11: the cu132-torch2.15 profile was resolved for Python 3.11, 3.12, 3.13, "
-        "not 3.10"]
+        "3.14, 3.15, not 3.10"]
 
 
 def test_shards_split_the_cells_without_overlap(tmp_path: Path) -> None:

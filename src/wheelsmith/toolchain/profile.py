@@ -87,9 +87,17 @@ class Profile:
         """True when nvcc comes from an installed toolkit, not from the profile's pins."""
         return self.cuda_home == INSTALLED
 
+    def pins_for(self, python_version: str) -> tuple[str, ...]:
+        """The pins that apply on that Python (markers evaluated and dropped), then the tools:
+        what its venv holds, and what a build's content key and provenance record."""
+        return tuple(dict.fromkeys((*applying(self.requirements, python_version), *self.tools)))
+
     def key(self, python_version: str) -> str:
-        """Hash of everything that ends up in the venv: names the venv, image and channel."""
-        data: dict[str, Any] = {"requirements": self.requirements, "tools": self.tools,
+        """Hash of everything that ends up in the venv for that Python (the pins its markers
+        select, so a Python added to the profile leaves the others' venvs and images valid):
+        names the venv and image."""
+        selected = applying(self.requirements, python_version)
+        data: dict[str, Any] = {"requirements": selected, "tools": self.tools,
                                 "cuda_home": self.cuda_home, "python": python_version}
         if self.index:
             data["index"] = self.index
@@ -145,6 +153,12 @@ def applies(requirement: Requirement, python: str) -> bool:
     return requirement.marker.evaluate({  # merged over this interpreter's environment
         "python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux",
         "platform_system": "Linux", "platform_machine": "x86_64"})
+
+
+def applying(lines: Sequence[str], python_version: str) -> tuple[str, ...]:
+    """The requirement lines whose markers hold on that Python, without their markers."""
+    return tuple(line.partition(";")[0].strip() for line in lines
+                 if applies(Requirement(line), python_version))
 
 
 def pinned_version(requirement: Requirement) -> str:

@@ -43,7 +43,7 @@ from wheelsmith.toolchain.profile import INSTALLED, NVCC_PACKAGES, Profile, load
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+DEFAULT_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15")  # torch's wheels decide
 BUILD_TOOLS = ("ninja", "setuptools", "wheel", "packaging")
 COMPILER = "cuda-toolkit"
 COMPILER_EXTRAS = "[nvcc,cudart,cccl]"

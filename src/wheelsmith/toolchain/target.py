@@ -11,6 +11,7 @@ index channel is its own, and which profile builds for it.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -112,6 +113,18 @@ class Target:
     def accepts(self, filename: str) -> bool:
         """Whether pip in this environment would install this wheel file (its tags)."""
         return bool(parse_tag(WheelName.parse(filename).tags) & self.tags())
+
+
+def refuse_free_threaded(version: str) -> None:
+    """`3.14t`, a free-threaded Python, refused by name: torch publishes cp314t wheels, but no
+    interpreter wheelsmith builds with is one (Debian forky, the source of the images' 3.14
+    and 3.15, ships none), so no wheel of ours would carry that ABI."""
+    if re.fullmatch(r"3\.\d+t", version):
+        base = version.removesuffix("t")
+        raise UsageError(f"Python {version} is free-threaded: wheelsmith builds only for "
+                         f"GIL-enabled Pythons (Debian forky, where the build images' 3.14 and "
+                         f"3.15 come from, ships no free-threaded interpreter)",
+                         hint=f"build for the GIL-enabled Python {base}: --python {base}")
 
 
 def interpreter_for(version: str) -> Path:
