@@ -137,6 +137,7 @@ def test_toolchain_new_covers_the_newest_pythons_torch_has_wheels_for(tmp_path: 
         result.stderr)
     made = load_profile(tmp_path / "cu130-torch2.14.yaml")
     assert made.pythons == ("3.14",)
+    assert made.platforms == ("x86_64", "aarch64")  # every pin has cp314 aarch64 wheels
     shipped = load_profile(REPO / "toolchains" / "cu130-torch2.14.yaml")
     assert pins_for(made, "3.14") == pins_for(shipped, "3.14")
 

@@ -47,6 +47,9 @@ PROFILE_SCHEMA: dict[str, Any] = {
                     "items": {"type": "string", "pattern": r"^3\.\d+$",
                               "x-message": "must be a Python version like '3.12'"},
                     "description": "the Python versions the pins were resolved for"},
+        "platforms": {"type": "array", "minItems": 1, "items": {"enum": ["x86_64", "aarch64"]},
+                      "description": "the CPUs every pin has wheels for (absent: not recorded, "
+                                     "any is tried)"},
         "index": {"type": "string", "pattern": r"^(https?|file)://",
                   "x-message": "must be a URL of a simple index",
                   "description": "extra index torch comes from (e.g. a per-CUDA PyTorch root)"},
@@ -76,6 +79,7 @@ class Profile:
     tools: tuple[str, ...]
     index: str | None = None
     image_base: str | None = None  # a toolkit-carrying base for its image (container builds)
+    platforms: tuple[str, ...] | None = None  # CPUs its pins have wheels for; None: not recorded
 
     @property
     def pins(self) -> tuple[str, ...]:
@@ -113,6 +117,16 @@ class Profile:
                 hint=f"add it: wheelsmith toolchain new --torch {self.torch} "
                      f"{' '.join('--python ' + p for p in (*self.pythons, version))} --force")
 
+    def require_platform(self, machine: str) -> None:
+        """A wheel for `machine` needs the pins' wheels for it: refused by name where the
+        profile records its platforms without that one."""
+        if self.platforms is not None and machine not in self.platforms:
+            raise UsageError(
+                f"the {self.name} profile was resolved for {', '.join(self.platforms)}, not "
+                f"{machine}: its pins lacked {machine} wheels when it was made",
+                hint=f"choose another profile with --toolchain, or regenerate it (wheelsmith "
+                     f"toolchain new --torch {self.torch} --force) once they exist")
+
     def pip_index_args(self) -> list[str]:
         """pip options that make the profile's extra index (if any) visible."""
         return ["--extra-index-url", self.index] if self.index else []
@@ -143,7 +157,8 @@ def load_profile(path: Path) -> Profile:
     return Profile(name=data["name"], file=path, torch=versions["torch"], cuda=versions["cuda"],
                    pythons=tuple(data["pythons"]), cuda_home=data["cuda_home"],
                    requirements=tuple(data["requirements"]), tools=tuple(data["tools"]),
-                   index=data.get("index"), image_base=data.get("image_base"))
+                   index=data.get("index"), image_base=data.get("image_base"),
+                   platforms=tuple(data["platforms"]) if data.get("platforms") else None)
 
 
 def applies(requirement: Requirement, python: str) -> bool:
