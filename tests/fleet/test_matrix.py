@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,23 @@ def test_a_cells_platform_goes_into_its_build_request(tmp_path: Path) -> None:
     assert [(c.id, request_for(c, settings).platform) for c in cells] == [
         ("causal-conv1d-1.7.0-cu130-torch2.14-12.1-py3.11", "x86_64"),
         ("causal-conv1d-1.7.0-cu130-torch2.14-12.1-py3.11-aarch64", "aarch64")]
+
+
+def test_a_platform_a_profile_records_it_lacks_is_refused_at_its_position(
+        tmp_path: Path) -> None:
+    profiles = {p.name: p for p in load_profiles(REPO / "toolchains")}
+    profiles["cu130-torch2.11"] = replace(profiles["cu130-torch2.11"], platforms=("x86_64",))
+    path = write(tmp_path, """toolchains: [cu130-torch2.11, cu130-torch2.14]
+platforms: [x86_64, aarch64]
+packages:
+  - recipe: causal-conv1d
+  - recipe: mamba-ssm
+    toolchains: [cu130-torch2.14]
+""")
+    with pytest.raises(RecipeError) as caught:
+        load(path, repos.recipe_file, default_toolchain="cu130-torch2.14", default_python="3.11",
+             profiles=profiles)
+    assert [p.render().split("\n") for p in caught.value.problems] == [[
+        f"{path}:2:21: the cu130-torch2.11 profile was resolved for x86_64, not aarch64",
+        "    hint: exclude the cells, or regenerate the profile once its pins have aarch64 "
+        "wheels"]]

@@ -123,6 +123,8 @@ def load(path: Path, find_recipe: Callable[[str], Path], *, default_toolchain: s
             if profiles is not None:
                 where = path_to if "toolchains" in entry or "pythons" in entry else ()
                 _check_axes(doc, where, profiles, own_toolchains, own_pythons)
+                _check_platforms(doc, path_to if "platforms" in entry else (), profiles,
+                                 own_toolchains, own_platforms)
             cells += _expand(doc, find_recipe, path_to, entry, toolchains=own_toolchains,
                              pythons=own_pythons, platforms=own_platforms)
     excludes = [e for e in data.get("exclude", []) if e]
@@ -182,6 +184,20 @@ def _check_axes(doc: Document, path: KeyPath, profiles: dict[str, Profile],
                 doc.at_value((*path, "pythons", index), f"the {name} profile was resolved for "
                              f"Python {', '.join(profile.pythons)}, not {python}",
                              f"regenerate it with --python {python}, or exclude the cells")
+
+
+def _check_platforms(doc: Document, path: KeyPath, profiles: dict[str, Profile],
+                     toolchains: list[str], platforms: list[str]) -> None:
+    """Every platform is one each profile that records its platforms was resolved for."""
+    for name in toolchains:
+        profile = profiles.get(name)
+        recorded = profile.platforms if profile is not None else None  # None: not recorded
+        for index, machine in enumerate(platforms):
+            if recorded is not None and machine not in recorded:
+                doc.at_value((*path, "platforms", index), f"the {name} profile was resolved "
+                             f"for {', '.join(recorded)}, not {machine}",
+                             "exclude the cells, or regenerate the profile once its pins have "
+                             f"{machine} wheels")
 
 
 def _versions(doc: Document, recipe: Recipe, path: KeyPath, wanted: list[str] | None
