@@ -116,6 +116,20 @@ def test_a_full_disk_is_named_with_the_file_and_leaves_no_partial_wheel(
     assert (project / "wheelhouse.left").read_text() == ""  # no partial wheel, no scratch
 
 
+def test_a_wheel_for_another_python_in_out_is_not_this_builds(project: Path,
+                                                                 toolchain: Toolchain) -> None:
+    """One wheelhouse for several Pythons: the cp312 wheel of the same package and label is
+    another build's, neither "up to date" for cp311 nor "built from different inputs"."""
+    add_variant(project, "tiny-ext")
+    first = Path(str(build_json(project, "tiny-ext")["wheel"]))
+    other = first.with_name(first.name.replace("-cp311-cp311-", "-cp312-cp312-"))
+    first.rename(other)
+    again = build_json(project, "tiny-ext")
+    assert (again["up_to_date"], again["wheel"]) == (False, str(first))
+    assert sorted(p.name for p in (project / "wheelhouse").iterdir()) == sorted(
+        [first.name, other.name])
+
+
 HARD_CODED = ('"nvcc": ["-O2"]', '"nvcc": ["-O2", "-gencode", "arch=compute_90,code=sm_90"]')
 
 

@@ -129,6 +129,8 @@ def up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
     if not out_dir.is_dir():
         return None
     for wheel in sorted(out_dir.glob(expected_prefix(plan) + "*.whl")):
+        if not _for_this_target(wheel.name, plan):
+            continue  # the same package for another Python or CPU: another build's
         key = (read_provenance(wheel) or {}).get("key")
         if key == plan.key and not rebuild:
             return wheel
@@ -139,6 +141,16 @@ def up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
                 hint="pass --rebuild to replace it, or choose another --out directory",
             )
     return None
+
+
+def _for_this_target(filename: str, plan: BuildPlan) -> bool:
+    """Whether a wheel's tags are the ones this plan's wheel gets (its Python and CPU; a pure
+    wheel's tags are everyone's)."""
+    python, _, platform = WheelName.parse(filename).tags.split("-")
+    if plan.recipe.kind == "pure":
+        return True
+    cp = "cp" + plan.toolchain.python_version.replace(".", "")
+    return cp in python.split(".") and platform.endswith(plan.toolchain.platform)
 
 
 def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
