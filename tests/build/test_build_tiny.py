@@ -109,8 +109,8 @@ def test_a_full_disk_is_named_with_the_file_and_leaves_no_partial_wheel(
     written = Path(message.removeprefix("error: no space left on the device writing "))
     assert (written.parent.parent, written.suffix) == (out, ".whl"), message  # the stamped wheel
     assert hint == (f"hint: free space where it was writing (df -h {written.parent}); "
-                    f"wheelsmith's caches are in {locations.cache_dir()} (toolchains/ and "
-                    "test-envs/ are made again when needed); then run the same command again: "
+                    f"wheelsmith's caches are in {locations.cache_dir()} (its toolchains/ are "
+                    "made again when needed); then run the same command again: "
                     "a build resumes from the objects it had finished")
     assert "Traceback" not in result.stderr
     assert (project / "wheelhouse.left").read_text() == ""  # no partial wheel, no scratch

@@ -28,11 +28,12 @@ from wheelsmith.build.container import (
 )
 from wheelsmith.errors import ToolchainError
 from wheelsmith.toolchain.profile import Profile
-from wheelsmith.toolchain.venv import MARKER, same_pins
+from wheelsmith.toolchain.venv import MARKER, same_pins, venv_root
 
 log = logging.getLogger(__name__)
 
-TOOLCHAINS_IN_IMAGE = "/opt/wheelsmith/cache/toolchains"
+CACHE_IN_IMAGE = Path("/opt/wheelsmith/cache")  # the image's WHEELSMITH_CACHE (Dockerfile)
+TOOLCHAINS_IN_IMAGE = CACHE_IN_IMAGE / "toolchains"
 # Each complete venv's name, then its requirements file: `== NAME` and the lines
 _LIST_VENVS = (f"cd {TOOLCHAINS_IN_IMAGE} && for d in */; do d=${{d%/}}; "
                f'[ -L "$d" ] || [ ! -f "$d/{MARKER}" ] || [ ! -f "$d.requirements.txt" ] '
@@ -45,15 +46,14 @@ def make_image(engine: Engine, profile: Profile, *, project: Path, base: str,
     """The image for (`profile`, `python`) on `base`: the current one as it is; else made
     from an older one with the same pins; else (or with `rebuild`) built from the Dockerfile.
     The images of older pins are removed after."""
-    ref: str | None = image_ref(profile, python)
-    current = inspect(engine, image_ref(profile, python))
+    ref = image_ref(profile, python)
+    current = inspect(engine, ref)
     if rebuild or current is None or labels_of(current).get(LABEL_KEY) != profile.key(python):
         base_id = str((inspect(engine, base) or {}).get("Id", base))
-        ref = None if rebuild else reuse_older(engine, profile, python, base_id,
-                                               log_file=log_file, log_path=log_path)
-    if ref is None:
-        ref = build_image(engine, profile, project=project, base=base, mirror=mirror,
-                          log_file=log_file, log_path=log_path, python=python)
+        reused = None if rebuild else reuse_older(engine, profile, python, base_id,
+                                                  log_file=log_file, log_path=log_path)
+        ref = reused or build_image(engine, profile, project=project, base=base, mirror=mirror,
+                                    log_file=log_file, log_path=log_path, python=python)
     for older in superseded(engine, profile, python):
         drop(engine, older)
     return ref
@@ -93,7 +93,7 @@ def _venvs_in(engine: Engine, image: str) -> dict[str, str]:
 def _relabel(engine: Engine, older: str, venv: str, profile: Profile, python: str, *,
              log_file: IO[str], log_path: Path) -> str:
     ref = image_ref(profile, python)
-    new_venv = f"{profile.name}-py{python}-{profile.key(python)}"
+    new_venv = venv_root(profile, python, CACHE_IN_IMAGE).name
     log.info("%s: %s with its venv %s linked as %s (the same pins)", ref, older, venv, new_venv)
     link = ([] if venv == new_venv else  # (an image whose venv the key names: a label only)
             ["USER root", f"RUN ln -s {venv} {TOOLCHAINS_IN_IMAGE}/{new_venv}", "USER builder"])

@@ -161,19 +161,20 @@ def load_profile(path: Path) -> Profile:
                    platforms=tuple(data["platforms"]) if data.get("platforms") else None)
 
 
-def applies(requirement: Requirement, python: str) -> bool:
-    """Whether a pin's marker (if any) selects it on Python `python` (Linux x86_64)."""
+def applies(requirement: Requirement, python: str, machine: str = "x86_64") -> bool:
+    """Whether a pin's marker (if any) selects it on Python `python` on Linux `machine`."""
     if requirement.marker is None:
         return True
     return requirement.marker.evaluate({  # merged over this interpreter's environment
         "python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux",
-        "platform_system": "Linux", "platform_machine": "x86_64"})
+        "platform_system": "Linux", "platform_machine": machine})
 
 
-def applying(lines: Sequence[str], python_version: str) -> tuple[str, ...]:
-    """The requirement lines whose markers hold on that Python, without their markers."""
+def applying(lines: Sequence[str], python_version: str, machine: str = "x86_64"
+             ) -> tuple[str, ...]:
+    """The requirement lines whose markers hold on that Python and CPU, without markers."""
     return tuple(line.partition(";")[0].strip() for line in lines
-                 if applies(Requirement(line), python_version))
+                 if applies(Requirement(line), python_version, machine))
 
 
 def pinned_version(requirement: Requirement) -> str:

@@ -39,7 +39,7 @@ from packaging.version import InvalidVersion, Version
 from wheelsmith import cmd
 from wheelsmith.errors import OutputError, ToolchainError, UsageError
 from wheelsmith.files import atomic_write_text
-from wheelsmith.toolchain.platform import KNOWN, pip_platforms
+from wheelsmith.toolchain.platform import KNOWN, pip_target_options
 from wheelsmith.toolchain.profile import (
     INSTALLED,
     NVCC_PACKAGES,
@@ -342,13 +342,11 @@ def platforms_of(requirements: list[str], pythons: tuple[str, ...],
     found = ["x86_64"]
     for machine in (m for m in KNOWN if m not in found):
         for python in pythons:
-            tags = [arg for tag in pip_platforms(machine) for arg in ("--platform", tag)]
             argv: list[str | Path] = [
                 sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
-                "--no-deps", "--quiet", "--no-input", "--only-binary=:all:", *tags,
-                "--python-version", python, "--implementation", "cp", "--abi",
-                "cp" + python.replace(".", ""), "--target", scratch / f"target-{machine}",
-                *_index_args(request), *applying(requirements, python)]
+                "--no-deps", "--quiet", "--no-input", "--only-binary=:all:",
+                *pip_target_options(machine, python), "--target", scratch / f"target-{machine}",
+                *_index_args(request), *applying(requirements, python, machine)]
             result = _pip_metadata_only(argv, what=f"pip's resolver ({machine}, Python {python})")
             if result.returncode != 0:
                 lines = [line for line in (result.stderr + result.stdout).splitlines() if line]
