@@ -69,7 +69,7 @@ def test_env_maps_build_paths_for_both_compilers_before_the_builds_own_flags() -
             "-ffile-prefix-map=/venv/site-packages/nvidia/cu13=/wheelsmith/cuda")
     assert env["CPPFLAGS"] == maps
     assert "CFLAGS" not in env  # it would replace Python's -O3 -DNDEBUG -g
-    assert env["NVCC_PREPEND_FLAGS"] == "-objtemp " + " ".join(
+    assert env["NVCC_PREPEND_FLAGS"] == "-objtemp -frandom-seed=wheelsmith " + " ".join(
         f"-Xcompiler {flag}" for flag in maps.split()) + " -lineinfo"
 
 

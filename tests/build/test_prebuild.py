@@ -96,8 +96,9 @@ def test_configure_only_records_every_extension_and_compiles_none(
     assert capsys.readouterr().err.splitlines() == [
         f"wheelsmith configure-only: {build}/build.ninja (_cpu) targets no CUDA; not compiled",
         f"wheelsmith configure-only: {build}/build.ninja (_cuda) targets sm_120; not compiled"]
-    assert [json.loads(line)["extension"] for line in report.read_text().splitlines()] == [
-        "_cuda"]
+    records = [json.loads(line) for line in report.read_text().splitlines()]
+    assert [(r["extension"], r["cuda_units"], r["sass"]) for r in records] == [
+        ("_cpu", 0, []), ("_cuda", 1, ["sm_120"])]  # the C++-only one too: host_only's source
     drop_stand_ins(tmp_path / "build")
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "build").rglob("*")) == [
         Path("build/temp"), Path("build/temp/build.ninja")]

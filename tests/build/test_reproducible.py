@@ -102,7 +102,8 @@ def test_compiler_flags_come_before_what_the_build_sets_itself() -> None:
                                     {"CPPFLAGS": "-DX", "NVCC_PREPEND_FLAGS": "-lineinfo"})
     assert env == {
         "CPPFLAGS": "-ffile-prefix-map=/w/src=/wheelsmith/src -DX",
-        "NVCC_PREPEND_FLAGS": "-objtemp -Xcompiler -ffile-prefix-map=/w/src=/wheelsmith/src "
+        "NVCC_PREPEND_FLAGS": "-objtemp -frandom-seed=wheelsmith "
+                              "-Xcompiler -ffile-prefix-map=/w/src=/wheelsmith/src "
                               "-lineinfo"}
 
 

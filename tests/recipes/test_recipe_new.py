@@ -154,3 +154,22 @@ def test_the_configure_only_check_names_missing_sources_and_configures_the_patch
     assert complete.stdout.splitlines()[-4] == (
         "configure-only check: build.ninja targets causal_conv1d_cuda: SASS sm_120"), \
         complete.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.toolchain
+def test_a_cuda_extension_of_globbed_cpp_sources_is_found_by_the_check_and_made_host_only(
+        tmp_path: Path, no_repo_variable: None, toolchain: Toolchain) -> None:
+    """torch-scatter 2.1.2 globs its sources at run time, so setup.py's reading calls
+    `_version_cuda` (a CUDAExtension of csrc/version.cpp) CUDA; its build.ninja, read by the
+    configure-only check (about 25 s), has only C++ rules, and the recipe gets its glob — the
+    one the device-code gate names for `torch_scatter/_version_cuda.so`."""
+    made = wheelsmith("recipe", "new", "torch-scatter==2.1.2", "--recipes", "mine", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.splitlines()[-5:-3] == [
+        "configure-only check: build.ninja targets _segment_coo_cuda: SASS sm_120; "
+        "_segment_csr_cuda: SASS sm_120; _scatter_cuda: SASS sm_120",
+        "configure-only: _version_cuda compiles no CUDA (build.ninja has only C++ rules): "
+        'build.host_only "torch_scatter/_version_cuda*.so"']
+    recipe = load_recipe(tmp_path / "mine" / "recipes" / "torch-scatter.yaml")
+    assert recipe.host_only == ("torch_scatter/_*_cpu*.so", "torch_scatter/_version_cuda*.so")

@@ -206,13 +206,17 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
 
 def configured_result(records: tuple[dict[str, Any], ...], log_path: Path,
                 report: Reporter) -> BuildResult:
-    """The result of a build that stopped after generating its build files."""
-    report.stage("configured", "; ".join(
-        f"{configured_name(c)}: SASS {', '.join(c['sass'])}" for c in records)
-        or "no build.ninja with CUDA rules was generated (setup.py built no CUDA extension); "
-           "no wheel is kept")
+    """The result of a build that stopped after generating its build files: the build.ninja
+    files with CUDA rules, and the extensions whose build.ninja has only C++ rules."""
+    cuda = tuple(c for c in records if c.get("cuda_units", 1))
+    host = tuple(dict.fromkeys(str(c["extension"]) for c in records
+                               if not c.get("cuda_units", 1) and c.get("extension")))
+    line = "; ".join(f"{configured_name(c)}: SASS {', '.join(c['sass'])}" for c in cuda) or (
+        "no build.ninja with CUDA rules was generated (setup.py built no CUDA extension); "
+        "no wheel is kept")
+    report.stage("configured", line + (f"; C++ only: {', '.join(host)}" if host else ""))
     return BuildResult(wheel=None, provenance={}, up_to_date=False, log=log_path,
-                       configured=records)
+                       configured=cuda, host_modules=host)
 
 
 def drop_stand_ins(build_tree: Path) -> None:

@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelsmith.build import reproducible
+from wheelsmith.build import parallel, reproducible
 from wheelsmith.errors import UsageError
 from wheelsmith.toolchain.env import Toolchain
 
@@ -56,13 +56,18 @@ class CompileCache:
         # ccache does not see: objects made before them must not be reused
         identity.write_text(json.dumps({**toolchain.identity(),
                                         "build_paths": reproducible.SCHEME}, sort_keys=True))
+        # nor NVCC_APPEND_FLAGS, where the pre-build check puts the split count (which ptxas
+        # writes into each cubin): it writes them to this file before ninja runs
+        nvcc_flags = work / "nvcc-append-flags.txt"
+        nvcc_flags.write_text("")
         env = {
             "PYTORCH_NVCC": f"{self.ccache} {toolchain.nvcc}",
             "CCACHE_DIR": str(self.local),
             "CCACHE_BASEDIR": str(work),
             "CCACHE_NOHASHDIR": "1",
             "CCACHE_COMPILERCHECK": "content",
-            "CCACHE_EXTRAFILES": str(identity),
+            "CCACHE_EXTRAFILES": f"{identity}:{nvcc_flags}",
+            parallel.NVCC_FLAGS_FILE: str(nvcc_flags),
             "CCACHE_SLOPPINESS": "include_file_mtime,include_file_ctime,time_macros",
             "CCACHE_STATSLOG": str(work / "ccache-stats.log"),
         }

@@ -36,6 +36,9 @@ from dataclasses import asdict, dataclass, replace
 
 SPLIT_ENV = "WHEELSMITH_SPLIT_COMPILE"  # auto | off | N, the default of --split-compile
 PLAN_ENV = "WHEELSMITH_PARALLELISM"  # the chosen Parallelism, for the pre-build check
+# the compile cache's file that the pre-build check writes NVCC_APPEND_FLAGS to, so ccache
+# (which hashes that file, not the environment) keys objects by the split count
+NVCC_FLAGS_FILE = "WHEELSMITH_NVCC_FLAGS_FILE"
 MAX_THREADS = 4
 MIN_SPLIT = 2  # fewer idle cores per thread than this: no split
 OVERSUBSCRIBE = 4  # compiler threads per core, at most, while files compile side by side

@@ -13,6 +13,11 @@ one sha256, whatever the work directory or runner. What made them differ, and th
   (its hex process id) as the object's STT_FILE symbol. `-objtemp` puts them beside the object
   as `<object>.cudafe1.cpp`. nvcc's module id (`__NV_MODULE_ID`) was found to depend on neither
   the path nor the run (one object from two trees and two runs: one sha256).
+- cudafe++'s names for anonymous namespaces (`_GLOBAL__N__<path hash>_<len>_<file>_<random>`,
+  e.g. from libcu++'s `cuda::std::ignore`) end in a number drawn per run, which changed the
+  symbols, host code and fatbin of causal-conv1d's `.so`. nvcc's `-frandom-seed` fixes that
+  number. One seed serves every file: the name's first hash is of the file's path, so two
+  files never share a name (nvcc asks for a seed per file; the name shows why it needn't).
 - nvcc's split-compile: `nvcc --split-compile=N` also splits cicc's optimisation, and that
   split is not deterministic (the tiny kernel's SASS differed between a build and its
   rebuild: a 16-byte longer `.nv_fatbin`, 2,784 bytes of the `.so`). wheelsmith's split goes
@@ -45,9 +50,12 @@ SOURCE_AS = "/wheelsmith/src"
 TOOLCHAIN_AS = "/wheelsmith/toolchain"
 PYTHON_AS = "/wheelsmith/python"
 CUDA_AS = "/wheelsmith/cuda"
+TARGET_AS = "/wheelsmith/target"  # a cross build's target site (the other CPU's torch)
 SYSTEM_PREFIXES = frozenset({"/", "/usr", "/usr/local"})  # the same on every machine
 # what the compile cache adds to its key: objects made under another scheme differ in bytes
-SCHEME = "file-prefix-map to /wheelsmith/*, nvcc -objtemp, split-compile in ptxas only"
+SCHEME = ("file-prefix-map to /wheelsmith/*, nvcc -objtemp -frandom-seed, "
+          "split-compile in ptxas only")
+RANDOM_SEED = "wheelsmith"
 RUN_FILE = "run.json"
 # provenance keys that describe one run, not the build: they go to the side file
 RUN_KEYS = ("build", "smoke", "prebuild_check", "runner", "compile_cache", "compile_farm")
@@ -60,6 +68,8 @@ def path_maps(toolchain: Toolchain, source: Path) -> list[tuple[str, str]]:
     base = Path(os.path.realpath(toolchain.python)).parent.parent
     wanted = [(venv, TOOLCHAIN_AS), (base, PYTHON_AS), (toolchain.cuda_home, CUDA_AS),
               (source, SOURCE_AS)]
+    if toolchain.target_site is not None:
+        wanted.append((toolchain.target_site, TARGET_AS))
     maps: dict[str, str] = {}
     for path, new in wanted:
         for old in dict.fromkeys([str(path), os.path.realpath(path)]):
@@ -74,9 +84,10 @@ def path_maps(toolchain: Toolchain, source: Path) -> list[tuple[str, str]]:
 
 def compiler_env(maps: list[tuple[str, str]], env: Mapping[str, str]) -> dict[str, str]:
     """CPPFLAGS and NVCC_PREPEND_FLAGS of `env` with the prefix maps and nvcc's
-    `-objtemp` added (what the build sets itself stays, after ours)."""
+    `-objtemp` and `-frandom-seed` added (what the build sets itself stays, after ours)."""
     flags = [f"-ffile-prefix-map={old}={new}" for old, new in maps]
-    nvcc = ["-objtemp", *(part for flag in flags for part in ("-Xcompiler", flag))]
+    nvcc = ["-objtemp", f"-frandom-seed={RANDOM_SEED}",
+            *(part for flag in flags for part in ("-Xcompiler", flag))]
 
     def joined(var: str, ours: list[str]) -> str:
         return " ".join([*ours, env[var]] if env.get(var) else ours)
@@ -114,3 +125,13 @@ def read_run(work: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data
+
+
+def portable(path: Path, toolchain: Toolchain) -> str:
+    """`path` as the provenance records it: inside the toolchain's venv, relative to it
+    (`/wheelsmith/toolchain/lib/...`), so a user's cache directory is not in the wheel."""
+    venv = toolchain.python.parent.parent
+    for root in dict.fromkeys([venv, Path(os.path.realpath(venv))]):
+        if path.is_relative_to(root):
+            return str(Path(TOOLCHAIN_AS) / path.relative_to(root))
+    return str(path)

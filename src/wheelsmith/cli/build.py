@@ -152,11 +152,14 @@ def _deliver(request: BuildRequest, *, publish_to: Path | None, install_into: Ta
 def _report_configured(result: BuildResult, as_json: bool) -> None:
     if as_json:
         emit_json({"ok": True, "wheel": None, "log": str(result.log),
-                    "configured": list(result.configured)})
+                    "configured": list(result.configured),
+                    "host_modules": list(result.host_modules)})
         return
     for item in result.configured:
         click.echo(f"{item['build_ninja']} ({item.get('extension') or '?'}): SASS "
                    f"{', '.join(item['sass']) or '-'}; PTX {', '.join(item['ptx']) or '-'}")
+    for name in result.host_modules:
+        click.echo(f"{name}: C++ only (its build.ninja has no CUDA rule)")
 
 
 def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:

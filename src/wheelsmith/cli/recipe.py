@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -52,9 +53,10 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
                                 patches.written(tree, setup))
         files = render.write(found, destination)
         checked = check.configure_check(chosen, destination, Path(work)) if configure else None
+        if checked is not None:  # its findings go into the recipe too
+            found = dataclasses.replace(found, checked=checked)
+            render.rewrite(found, destination)
     lines = render.report_lines(found)
-    if checked is not None:
-        lines.append(checked)
     if as_json:
         emit_json({"recipe": str(files[0]), "patches": [str(f) for f in files[1:]],
                    "sdist": chosen.filename, "sha256": chosen.sha256,
@@ -64,7 +66,7 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
                    "host_only": list(found.host_only), "missing": list(setup.missing),
                    "patches_written": [p.file for p in found.written],
                    "patches_needed": [p.stem for p, _ in patches.needed(setup, found.written)],
-                   "configure_check": checked, "findings": lines})
+                   "configure_check": checked.line if checked else None, "findings": lines})
         return
     for line in lines:
         click.echo(line)

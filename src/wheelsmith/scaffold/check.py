@@ -1,10 +1,13 @@
 """The new recipe's configure-only build: setup.py up to its build.ninja, then the pre-build
-check; run only when it is cheap (the default toolchain is already created here)."""
+check; run only when it is cheap (the default toolchain is already created here). What it
+reads back goes into the recipe: an extension whose build.ninja has only C++ rules (a
+CUDAExtension of .cpp files that setup.py globs at run time) is host_only."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +24,14 @@ from wheelsmith.toolchain.venv import MARKER, venv_root
 log = logging.getLogger(__name__)
 
 
-def configure_check(sdist: Sdist, repo: Path, work: Path) -> str | None:
-    """Its outcome in one line; None when it was not run."""
+@dataclass(frozen=True, slots=True)
+class Checked:
+    line: str  # the outcome in one line
+    host_modules: tuple[str, ...] = ()  # the extensions whose build.ninja has only C++ rules
+
+
+def configure_check(sdist: Sdist, repo: Path, work: Path) -> Checked | None:
+    """Its outcome; None when it was not run."""
     profile = select.profile_named(None)
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if not (venv_root(profile, python, locations.cache_dir()) / MARKER).is_file():
@@ -34,8 +43,9 @@ def configure_check(sdist: Sdist, repo: Path, work: Path) -> str | None:
     try:
         result = orchestrate.build(request)
     except WheelsmithError as exc:
-        return f"configure-only check: {exc.message}"
-    return f"configure-only check: {configured_line(result.configured)}"
+        return Checked(f"configure-only check: {exc.message}")
+    return Checked(f"configure-only check: {configured_line(result.configured)}",
+                   result.host_modules)
 
 
 def configured_line(configured: tuple[dict[str, Any], ...]) -> str:

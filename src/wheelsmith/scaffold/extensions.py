@@ -5,6 +5,7 @@ CUDA (the recipe's `build.host_only`), and what the sdist lacks of them."""
 from __future__ import annotations
 
 import ast
+import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,6 +168,18 @@ def extensions_of(module: ast.Module, names: dict[str, ast.expr]) -> tuple[Exten
         found.append(Extension(pattern(name_node) or "*", node.lineno, label, sources, cuda))
     cuda_names = {e.name for e in found if e.cuda}  # a CPU fallback of a CUDA module
     return tuple(e for e in found if e.cuda or e.name not in cuda_names)
+
+
+def module_of(leaf: str, extensions: tuple[Extension, ...]) -> str | None:
+    """The module a build.ninja compiles, from its TORCH_EXTENSION_NAME (the name's last part)
+    and the names setup.py gives: `_version_cuda` of `torch_scatter._*_*` is
+    `torch_scatter._version_cuda`; None where no name says where it lies."""
+    for ext in extensions:
+        for name in filter(None, (ext.name, ext.host_variant)):
+            package, _, last = name.rpartition(".")
+            if name != "*" and fnmatch.fnmatchcase(leaf, last):
+                return f"{package}.{leaf}" if package else leaf
+    return None
 
 
 def _holds(tree: Path, path: str) -> bool:

@@ -3,20 +3,25 @@ itself, and writing it with the patches `recipe new` made into the user's reposi
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import logging
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 
 from wheelsmith.errors import UsageError
 from wheelsmith.files import atomic_write_text
-from wheelsmith.scaffold.extensions import Extension
+from wheelsmith.scaffold.extensions import Extension, module_of
 from wheelsmith.scaffold.patches import Written, needed
 from wheelsmith.scaffold.sdist import Metadata, Sdist
 from wheelsmith.scaffold.setup_py import Setup
+
+if TYPE_CHECKING:
+    from wheelsmith.scaffold.check import Checked
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,7 @@ class Findings:
     metadata: Metadata
     setup: Setup
     written: tuple[Written, ...]
+    checked: Checked | None = None  # the configure-only check, once it ran
 
     @property
     def pure(self) -> bool:
@@ -37,9 +43,23 @@ class Findings:
 
     @property
     def host_only(self) -> tuple[str, ...]:
-        globs = [Extension.glob(e.host_variant) if e.host_variant else Extension.glob(e.name)
-                 for e in self.setup.extensions if e.host_variant or not e.cuda]
+        globs = self._read_host_only() + tuple(g for _, g in self.configured_host() if g)
         return tuple(dict.fromkeys(globs))
+
+    def _read_host_only(self) -> tuple[str, ...]:
+        return tuple(Extension.glob(e.host_variant) if e.host_variant else Extension.glob(e.name)
+                     for e in self.setup.extensions if e.host_variant or not e.cuda)
+
+    def configured_host(self) -> tuple[tuple[str, str | None], ...]:
+        """The extensions the configure-only check found C++ only that setup.py's reading did
+        not, each with its host_only glob (None: no extension name says where it lies)."""
+        found: list[tuple[str, str | None]] = []
+        for leaf in self.checked.host_modules if self.checked else ():
+            module = module_of(leaf, self.setup.extensions)
+            path = module.replace(".", "/") + ".so" if module else None
+            if path is None or not any(fnmatch.fnmatch(path, g) for g in self._read_host_only()):
+                found.append((leaf, Extension.glob(module) if module else None))
+        return tuple(found)
 
     @property
     def imports(self) -> tuple[str, ...]:
@@ -127,8 +147,19 @@ def _source_lines(found: Findings) -> list[str]:
         if setup.extensions else []
 
 
+def _checked_lines(found: Findings) -> list[str]:
+    lines = [found.checked.line] if found.checked else []
+    for leaf, glob in found.configured_host():
+        lines.append(f"configure-only: {leaf} compiles no CUDA (build.ninja has only C++ rules)"
+                     + (f': build.host_only "{glob}"' if glob else
+                        ", but no extension name in setup.py says where it lies in the wheel: "
+                        "add its path to build.host_only"))
+    return lines
+
+
 def report_lines(found: Findings) -> list[str]:
-    """The findings, one a line, each with the setup.py line it comes from."""
+    """The findings, one a line, each with the setup.py line it comes from, then what the
+    configure-only check found."""
     lines = [f"sdist: {found.sdist.filename} sha256 {found.sdist.sha256}",
              *_build_lines(found), *_extension_lines(found), *_source_lines(found)]
     for patch, line in needed(found.setup, found.written):
@@ -137,7 +168,7 @@ def report_lines(found: Findings) -> list[str]:
             f" (start from {example})" if example else ""))
     if not needed(found.setup, found.written) and not found.written:
         lines.append("patches: none of the standard ones is needed")
-    return lines
+    return lines + _checked_lines(found)
 
 
 def _arch_lines(found: Findings) -> list[str]:
@@ -190,9 +221,8 @@ def write(found: Findings, repo: Path) -> list[Path]:
     """The recipe in `repo`/recipes/NAME.yaml and its patches in
     `repo`/patches/NAME/VERSION/ (the files, recipe first); an existing file is never
     replaced."""
-    name = canonicalize_name(found.sdist.project)
-    file = repo / "recipes" / f"{name}.yaml"
-    patch_dir = repo / "patches" / name / found.sdist.version
+    file = recipe_file(found, repo)
+    patch_dir = repo / "patches" / canonicalize_name(found.sdist.project) / found.sdist.version
     taken = [f for f in [file, *(patch_dir / p.file for p in found.written)] if f.exists()]
     if taken:
         raise UsageError(f"{taken[0]} exists already",
@@ -205,3 +235,12 @@ def write(found: Findings, repo: Path) -> list[Path]:
     atomic_write_text(file, render(found))
     log.info("wrote %s", file)
     return [file, *(patch_dir / p.file for p in found.written)]
+
+
+def recipe_file(found: Findings, repo: Path) -> Path:
+    return repo / "recipes" / f"{canonicalize_name(found.sdist.project)}.yaml"
+
+
+def rewrite(found: Findings, repo: Path) -> None:
+    """The recipe `write` wrote, rendered again with what the configure-only check found."""
+    atomic_write_text(recipe_file(found, repo), render(found))
