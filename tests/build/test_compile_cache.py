@@ -91,6 +91,7 @@ def test_another_split_count_does_not_reuse_the_cuda_object(tmp_path: Path, redi
     reaches nvcc through NVCC_APPEND_FLAGS, which ccache does not hash by itself."""
     runner(tmp_path, "runner-1", redis, "--arch", "12.0", "--split-compile", "2")
     other_split = runner(tmp_path, "runner-2", redis, "--arch", "12.0", "--split-compile", "3")
-    assert (other_split["hits"], other_split["misses"]) == (1, 1)  # add.cpp hits
+    # add.cpp misses too: ccache hashes the flags' file for every compile
+    assert (other_split["hits"], other_split["misses"]) == (0, 2)
     same_split = runner(tmp_path, "runner-3", redis, "--arch", "12.0", "--split-compile", "2")
     assert (same_split["hits"], same_split["misses"]) == (2, 0)
