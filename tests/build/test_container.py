@@ -117,11 +117,12 @@ def built_and_verified_in(image: str, tiny_project: Path, engine: str,
     assert f"in {engine}, --network=none" in result.stderr
     data = json.loads(result.stdout)
     provenance = data["provenance"]
-    assert provenance["runner"]["engine"] == engine
-    assert provenance["runner"]["image"] == image
-    assert provenance["runner"]["image_id"]
+    run = data["run"]
+    assert run["runner"]["engine"] == engine
+    assert run["runner"]["image"] == image
+    assert run["runner"]["image_id"]
     assert provenance["device_code"][0]["sass"] == ["sm_120"]
-    assert provenance["smoke"][0] == "imported tiny_ext"
+    assert run["smoke"][0] == "imported tiny_ext"
     assert "verify: again on the host" in result.stderr
     wheel = Path(data["wheel"])
     # tagged in the image by its auditwheel: bookworm's g++ 12 needs GLIBC_2.32 -> 2.34
@@ -146,9 +147,9 @@ def test_a_cp313_wheel_is_built_and_imported_in_the_python_313_image(
     assert Path(data["wheel"]).name.startswith("tiny_ext-0.1.0+cu.13.0.torch.2.14.sm.120-"
                                                "cp313-cp313-")
     provenance = data["provenance"]
-    assert provenance["runner"]["image"] == image_313
+    assert data["run"]["runner"]["image"] == image_313
     assert provenance["toolchain"]["python"] == "3.13"
-    assert provenance["smoke"][0] == "imported tiny_ext"  # by the image's Python 3.13
+    assert data["run"]["smoke"][0] == "imported tiny_ext"  # by the image's Python 3.13
     assert leftover_containers() == []
 
 
@@ -178,9 +179,9 @@ def test_nightly_builds_cells_in_the_image_and_never_for_another_python(
     cells = {c["python"]: c for c in
              json.loads((tiny_project / "r1" / "nightly.json").read_text())["cells"]}
     assert cells["3.11"]["status"] == "built", cells["3.11"]["reason"]
-    provenance = read_provenance(tiny_project / "wheelhouse" / cells["3.11"]["wheel"])
-    assert provenance is not None
-    assert provenance["runner"]["image"] == image
+    assert read_provenance(tiny_project / "wheelhouse" / cells["3.11"]["wheel"]) is not None
+    runs = [json.loads(p.read_text()) for p in tiny_project.rglob("run.json")]
+    assert image in [r.get("runner", {}).get("image") for r in runs]
     assert cells["3.12"]["reason"] == (
         "UsageError (exit 4): no build image for Python 3.12: images exist for 3.11 (Debian "
         "bookworm), 3.13 (Debian trixie), 3.14 (Debian forky), 3.15 (Debian forky) (hint: build "

@@ -62,8 +62,8 @@ def test_causal_conv1d_builds_verifies_and_imports_on_the_newest_pythons(
     wheel = Path(data["wheel"])
     abi = "cp" + python.replace(".", "")
     assert wheel.name.startswith(f"causal_conv1d-1.7.0+{label}-{abi}-{abi}-manylinux_"), wheel
-    provenance = data["provenance"]
-    assert provenance["runner"]["image"] == image
+    provenance, run = data["provenance"], data["run"]
+    assert run["runner"]["image"] == image
     assert provenance["toolchain"]["python"] == python
     assert provenance["toolchain"]["name"] == profile
     assert [c["path"] for c in provenance["device_code"]] == [
@@ -71,6 +71,6 @@ def test_causal_conv1d_builds_verifies_and_imports_on_the_newest_pythons(
     assert [(c["sass"], c["ptx"]) for c in provenance["device_code"]] == [(["sm_120"], [])]
     assert "verify: again on the host" in result.stderr
     # imported by the image's own python3.X against its torch
-    assert provenance["smoke"][:2] == ["imported causal_conv1d", "imported causal_conv1d_cuda"]
+    assert run["smoke"][:2] == ["imported causal_conv1d", "imported causal_conv1d_cuda"]
     assert wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=REPO).returncode == 0
     assert leftover_containers() == []

@@ -49,7 +49,8 @@ class CompileSetup:
         return self.farm is not None or bool(self.cache and self.cache.needs_network)
 
 
-def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int) -> CompileSetup:
+def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int,
+                  source: Path | None = None) -> CompileSetup:
     farm, health, note = farm_session(request, work)
     cores, available = buildenv.machine_size()
     parallelism = buildenv.choose_parallelism(
@@ -70,7 +71,8 @@ def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int
             write_launcher(launchers / name, script)
         compiler_env = cache.env(plan.toolchain, work)
     env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ,
-                             guard=guard, compile_cache=compiler_env, launchers=launchers)
+                             guard=guard, compile_cache=compiler_env, launchers=launchers,
+                             source=source)
     return CompileSetup(env, parallelism, guard, cache, farm, note)
 
 

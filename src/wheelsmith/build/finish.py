@@ -15,7 +15,7 @@ from typing import Any
 
 from wheelsmith import __version__, locations
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import compilecache, manylinux
+from wheelsmith.build import compilecache, manylinux, reproducible
 from wheelsmith.build.compile import Compiled, log_path_of
 from wheelsmith.build.compilesetup import CompileSetup, read_guard_report
 from wheelsmith.build.parallel import Parallelism
@@ -166,7 +166,8 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
         "source": plan.key_inputs()["recipe"]["source"],
         "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],
         "toolchain": {**toolchain.identity(), "channel": toolchain.channel(),
-                      "cuda_home": str(toolchain.cuda_home)},  # which toolkit compiled it
+                      # which toolkit compiled it (a toolchain's own: relative to it)
+                      "cuda_home": reproducible.portable(toolchain.cuda_home, toolchain)},
         "nvcc": str(toolchain.nvcc_version),
         "archs_requested": str(plan.archs),
         "host_only": list(recipe.host_only),  # `wheelsmith verify` reads both
