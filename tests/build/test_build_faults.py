@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -49,6 +50,7 @@ KILL_POINTS = {"fetch": ("fetch", 0.0, 1.0), "patch": ("patch", 0.0, 0.05),
                "compile": ("compile", 0.5, 9.0), "verify": ("verify", 0.0, 1.5),
                "stamp": ("stamp", 0.0, 0.15), "publish": ("stamp", 0.0, 0.05)}
 PLACED_WITHIN_S = 600  # from the stamp line to the placed wheel, however loaded the machine
+STAGE_WITHIN_S = 1800  # from the start to any stage line: a hung build ends the test
 
 
 def make_sdist(directory: Path) -> Path:
@@ -137,14 +139,26 @@ def stage_lines(text: str) -> list[str]:
 
 
 def wait_for_stage(proc: subprocess.Popen[str], stage: str) -> str:
-    """Read stderr up to the line of `stage`; return what was read."""
+    """Read stderr up to the line of `stage`; return what was read. A build that has not got
+    there in STAGE_WITHIN_S is killed (so that every run, and the test, ends)."""
     assert proc.stderr is not None
-    seen = ""
-    for line in proc.stderr:
-        seen += line
-        if stage in stage_lines(line):
-            return seen
-    raise AssertionError(f"no {stage} stage:\n{seen}")
+    fired: list[bool] = []
+
+    def too_late() -> None:
+        fired.append(True)
+        proc.kill()
+
+    late, seen = threading.Timer(STAGE_WITHIN_S, too_late), ""
+    late.start()
+    try:
+        for line in proc.stderr:
+            seen += line
+            if stage in stage_lines(line):
+                return seen
+    finally:
+        late.cancel()
+    when = f"in {STAGE_WITHIN_S} s" if fired else "before the build ended"
+    raise AssertionError(f"no {stage} stage {when}:\n{seen}")
 
 
 def out_wheels(site: Site) -> list[Path]:
