@@ -55,7 +55,7 @@ def test_sigkill_of_wheelsmith_ends_the_commands_whole_tree(tmp_path: Path) -> N
     proc, mark = start_helper(tmp_path)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL
-    assert left_after(mark, cmd.STOP_GRACE_S + 3) == []
+    assert left_after(mark, cmd.STOP_GRACE_S + 30) == []  # the tree would live 600 s
 
 
 def test_sigterm_stops_the_whole_tree_before_wheelsmith_exits(tmp_path: Path) -> None:
