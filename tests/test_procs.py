@@ -44,10 +44,10 @@ def start_helper(tmp_path: Path, tree: str = TREE) -> tuple[subprocess.Popen[byt
     mark, env = new_env()
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "x.lock"), tree],
                             env=env)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120
     while sum(" sleep" in p for p in marked(mark)) < tree.count("sleep"):
         assert proc.poll() is None, marked(mark)
-        assert time.monotonic() < deadline, marked(mark)
+        assert time.monotonic() < deadline, f"the tree did not start in 120 s: {marked(mark)}"
         time.sleep(0.05)
     return proc, mark
 
@@ -56,7 +56,7 @@ def test_sigkill_of_wheelsmith_ends_the_commands_whole_tree(tmp_path: Path) -> N
     proc, mark = start_helper(tmp_path)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL
-    assert left_after(mark, cmd.STOP_GRACE_S + 3) == []
+    assert left_after(mark, cmd.STOP_GRACE_S + 30) == []  # the tree would live 600 s
 
 
 def test_sigterm_stops_the_whole_tree_before_wheelsmith_exits(tmp_path: Path) -> None:
