@@ -189,10 +189,12 @@ def _started(args: list[str], cwd: Path | None, env: Mapping[str, str] | None, *
 @contextlib.contextmanager
 def _interrupts_held() -> Iterator[list[int]]:
     """An interrupt must not land inside Popen, after the fork but before `proc` is known (the
-    supervisor would outlive wheelsmith): inside the block the interrupts are blocked (the
-    supervisor starts with them blocked and unblocks them itself) and their Python handlers
-    only record them — a signal that arrived just before the block runs its handler at the
-    next bytecode, which can be inside Popen. The caller raises what was recorded."""
+    supervisor would outlive wheelsmith). Inside the block the interrupts are blocked in this
+    thread (the supervisor starts with them blocked and unblocks them itself) and their Python
+    handlers only record them: blocking alone is not enough, as another thread (the console's
+    ticker) may receive the signal, or one may have arrived just before the block, and the
+    main thread runs the handler at its next bytecode, which can be inside Popen. The caller
+    raises what was recorded."""
     held: list[int] = []
     if threading.current_thread() is not threading.main_thread():  # handlers run in main only
         yield held
