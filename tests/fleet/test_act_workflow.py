@@ -109,7 +109,10 @@ def test_the_workflow_under_act_fans_out_resumes_the_long_cell_and_publishes(
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     out = first.stdout
     assert len(set(re.findall(r"\[nightly/build py3\.11 (\d/3)", out))) == 3
-    partial = re.search(r"long-ext-0\.1\.0-cu130-torch2\.14-12\.0-py3\.11` \| \S+ partial \| "
+    built = re.findall(r"\| `(tiny-\w+)-0\.1\.0-cu130-torch2\.14-[.0-9]+-py3\.11` \| ✅ built \|",
+                       out)
+    assert sorted(built) == ["tiny-ext", "tiny-two"], out[-4000:]
+    partial = re.search(r"\| `long-ext-0\.1\.0-cu130-torch2\.14-12\.0-py3\.11` \| ⏸️ partial \|.*"
                         r"partial \((\d+)/(\d+) objects\), resumes next run", out)
     assert partial is not None, out[-4000:]
     done, total = int(partial[1]), int(partial[2])
@@ -121,7 +124,10 @@ def test_the_workflow_under_act_fans_out_resumes_the_long_cell_and_publishes(
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
     out = second.stdout
     assert f"resuming: {done}/{total} objects already built" in out
-    assert len(re.findall(r"\| ⏭️ skipped \| already in the index", out)) == 2
+    skipped = re.findall(r"\| `(tiny-\w+)-\S+` \| ⏭️ skipped \|.*already built \(content key in "
+                         r"the index or output\)", out)
+    assert sorted(skipped) == ["tiny-ext", "tiny-two"], out[-4000:]
+    assert re.search(r"\| `long-ext-\S+` \| ✅ built \|", out), out[-4000:]
     assert published(state / "index") == {"tiny_ext-0.1.0", "tiny_two-0.1.0", "long_ext-0.1.0"}
 
     venv = tmp_path / "user"
