@@ -80,7 +80,8 @@ def make_project(root: Path) -> Path:
 def act(project: Path, state: Path, log: Path, *args: str,
         env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     result = subprocess.run([str(REPO / "scripts" / "act-nightly.sh"), str(project), str(state),
-                             *args], capture_output=True, text=True, check=False, env=env)
+                             *args], capture_output=True, text=True, check=False, env=env,
+                            timeout=1500)
     log.write_text(result.stdout + result.stderr)
     return result
 
