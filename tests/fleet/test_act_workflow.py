@@ -44,7 +44,7 @@ SLOW_FILES = 8
 SPIN = 6_000_000
 CELL_TIME_LIMIT = os.environ.get("WHEELSMITH_ACT_CELL_TIME_LIMIT", "180")
 # three build jobs, one cell each, run side by side: on 2 cores, beside other work, the short
-# cells took 67-110 s, and the long one's 10 objects need well over 180 s
+# cells took 67-118 s, and the long one's 10 objects need well over 180 s
 ACT_ARGS = ("--input", "shards=3")
 
 
@@ -108,11 +108,11 @@ def test_the_workflow_under_act_fans_out_resumes_the_long_cell_and_publishes(
     first = act(project, state, logs / "act-run-1.log", *ACT_ARGS,
                 "--input", f"cell-time-limit={CELL_TIME_LIMIT}", env=act_env)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
-    out = first.stdout
+    out = first.stdout + first.stderr  # act writes the job summaries to stderr
     assert len(set(re.findall(r"\[nightly/build py3\.11 (\d/3)", out))) == 3
     built = re.findall(r"\| `(tiny-\w+)-0\.1\.0-cu130-torch2\.14-[.0-9]+-py3\.11` \| ✅ built \|",
                        out)
-    assert sorted(built) == ["tiny-ext", "tiny-two"], out[-4000:]
+    assert sorted(set(built)) == ["tiny-ext", "tiny-two"], out[-4000:]  # builder and publish
     partial = re.search(r"\| `long-ext-0\.1\.0-cu130-torch2\.14-12\.0-py3\.11` \| ⏸️ partial \|.*"
                         r"partial \((\d+)/(\d+) objects\), resumes next run", out)
     assert partial is not None, out[-4000:]
@@ -123,11 +123,11 @@ def test_the_workflow_under_act_fans_out_resumes_the_long_cell_and_publishes(
 
     second = act(project, state, logs / "act-run-2.log", *ACT_ARGS, env=act_env)
     assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-4000:]
-    out = second.stdout
+    out = second.stdout + second.stderr
     assert f"resuming: {done}/{total} objects already built" in out
     skipped = re.findall(r"\| `(tiny-\w+)-\S+` \| ⏭️ skipped \|.*already built \(content key in "
                          r"the index or output\)", out)
-    assert sorted(skipped) == ["tiny-ext", "tiny-two"], out[-4000:]
+    assert sorted(set(skipped)) == ["tiny-ext", "tiny-two"], out[-4000:]
     assert re.search(r"\| `long-ext-\S+` \| ✅ built \|", out), out[-4000:]
     assert published(state / "index") == {"tiny_ext-0.1.0", "tiny_two-0.1.0", "long_ext-0.1.0"}
 
