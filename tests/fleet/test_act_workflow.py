@@ -44,7 +44,7 @@ SLOW_FILES = 8
 SPIN = 6_000_000
 CELL_TIME_LIMIT = os.environ.get("WHEELSMITH_ACT_CELL_TIME_LIMIT", "180")
 # three build jobs, one cell each, run side by side: on 2 cores, beside other work, the short
-# cells took 67-118 s, and the long one's 10 objects need well over 180 s
+# cells took 57-118 s, and the long one's 10 objects need well over 180 s
 ACT_ARGS = ("--input", "shards=3")
 
 
