@@ -116,9 +116,11 @@ def toolchain() -> Toolchain:
     return ensure_profile(profile, Path(sys.executable), locations.cache_dir())
 
 
-def add_variant(project: Path, name: str, edit: tuple[str, str] | None = None) -> Path:
-    """A copy of the tiny extension, optionally with its setup.py edited, plus its recipe."""
-    source = project.parent / "sources" / name
+def add_variant(project: Path, name: str, edit: tuple[str, str] | None = None,
+                sources: Path | None = None) -> Path:
+    """A copy of the tiny extension (in `sources`, default beside the project), optionally with
+    its setup.py edited, plus its recipe."""
+    source = (sources or project.parent / "sources") / name
     shutil.copytree(FIXTURES / "tiny-ext", source)
     setup = source / "setup.py"
     text = setup.read_text().replace('name="tiny-ext"', f'name="{name}"')
