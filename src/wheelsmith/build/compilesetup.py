@@ -50,7 +50,7 @@ class CompileSetup:
 
 
 def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int,
-                  source: Path | None = None) -> CompileSetup:
+                  source: Path) -> CompileSetup:
     farm, health, note = farm_session(request, work)
     cores, available = buildenv.machine_size()
     parallelism = buildenv.choose_parallelism(
