@@ -9,6 +9,7 @@ from packaging.version import Version
 
 from tests.conftest import REPO
 from wheelsmith.arch import ArchSet
+from wheelsmith.build import reproducible
 from wheelsmith.build.buildenv import DEAD_PROXY, build_env, choose_parallelism
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.recipes.model import load_recipe
@@ -68,7 +69,9 @@ def test_env_maps_build_paths_for_both_compilers_before_the_builds_own_flags() -
             "-ffile-prefix-map=/w/src/pkg=/wheelsmith/src "
             "-ffile-prefix-map=/venv/site-packages/nvidia/cu13=/wheelsmith/cuda")
     assert env["CPPFLAGS"] == maps
-    assert "CFLAGS" not in env  # it would replace Python's -O3 -DNDEBUG -g
+    # CPython's own defaults, not those of the Python the build runs with (Debian's differ)
+    assert (env["CFLAGS"], env["CXXFLAGS"]) == (reproducible.PYTHON_CFLAGS,) * 2
+    assert (env["LDSHARED"], env["LDCXXSHARED"]) == ("gcc -shared", "g++ -shared")
     assert env["NVCC_PREPEND_FLAGS"] == "-objtemp -frandom-seed=wheelsmith " + " ".join(
         f"-Xcompiler {flag}" for flag in maps.split()) + " -lineinfo"
 

@@ -21,6 +21,8 @@ import pytest
 from tests.conftest import FIXTURES, REPO, Docker, assert_platform_tagged, docker_clis, wheelsmith
 from wheelsmith.build import container
 from wheelsmith.build.container import Engine, Mounts, run_argv
+from wheelsmith.build.rebuild import differences
+from wheelsmith.files import sha256_file
 from wheelsmith.wheelfile import read_provenance
 
 BASE = "localhost/wheelsmith-base:bookworm"
@@ -375,3 +377,41 @@ def test_docker_without_buildkit_or_with_a_pip_mirror_is_refused_by_name(
         "hint: install docker's buildx component, or use a docker CLI with BuildKit built in "
         "(Debian's docker.io), or --engine podman"]
     assert not (tmp_path / "config" / "wheelsmith" / "images.lock").exists()  # nothing locked
+
+
+DEBIAN_PYTHON = Path("/usr/bin/python3.11")  # bookworm's, the image's Python too
+
+
+def debian_python_problem() -> str | None:
+    if not DEBIAN_PYTHON.is_file():
+        return f"{DEBIAN_PYTHON} is missing (Debian bookworm's python3.11, as in the image)"
+    version = subprocess.run([str(DEBIAN_PYTHON), "-c", "import platform; print("
+                              "platform.python_version())"], capture_output=True, text=True,
+                             check=False).stdout.strip()
+    return None if version == "3.11.2" else (
+        f"{DEBIAN_PYTHON} is Python {version or '?'}, not bookworm's 3.11.2 (the image's)")
+
+
+@pytest.mark.slow
+@needs_podman
+@pytest.mark.container
+def test_host_and_image_builds_of_one_content_key_give_one_wheel(
+        image: str, tiny_project: Path, tmp_path: Path) -> None:
+    """Reproducible across runners: a build here and one in the pinned image have one sha256.
+    The host build runs the same Python as the image, Debian bookworm's python3.11, from a
+    toolchain venv of its own (a scratch cache: ~5.6 GB, minutes): a Python of another patch
+    release or build has other headers, and the bindings' object differs with them (README,
+    "Same inputs, same bytes")."""
+    if (problem := debian_python_problem()) is not None:
+        pytest.skip(problem)
+    env = {**os.environ, "WHEELSMITH_CACHE": str(tmp_path / "cache")}
+    wheels = []
+    for runner, python in (("host", str(DEBIAN_PYTHON)), ("podman", "3.11")):
+        result = run_in(tiny_project, "build", "tiny-ext", "--arch", "12.0", "--runner", runner,
+                        "--python", python, "--compile-cache", "off", "--work-dir",
+                        f"work-{runner}", "--out", f"out-{runner}", "--json", env=env)
+        assert result.returncode == 0, result.stderr
+        wheels.append(Path(json.loads(result.stdout)["wheel"]))
+    assert wheels[0].name == wheels[1].name
+    assert differences(wheels[0], wheels[1]) == []
+    assert sha256_file(wheels[0]) == sha256_file(wheels[1])

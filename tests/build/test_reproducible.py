@@ -86,13 +86,14 @@ def test_prefix_maps_put_the_most_specific_last_and_skip_system_prefixes(
         tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").symlink_to("/usr/bin/python3")  # base prefix /usr: not mapped
+    (venv / "bin" / "python").symlink_to("/usr/bin/python3")  # base prefix /usr: not mapped,
     cuda = venv / "lib" / "nvidia" / "cu13"
     toolchain = Toolchain(name="p", python=venv / "bin" / "python", python_version="3.11",
                           cuda_home=cuda, torch_version=None, torch_cuda=None,  # type: ignore[arg-type]
                           nvcc_version=None, cuobjdump=None, pins=())  # type: ignore[arg-type]
     source = tmp_path / "work" / "src" / "pkg"
     assert reproducible.path_maps(toolchain, source) == [
+        ("/usr/include/python3.11", "/wheelsmith/python/include/python3.11"),  # but its headers
         (str(venv), "/wheelsmith/toolchain"), (str(source), "/wheelsmith/src"),
         (str(cuda), "/wheelsmith/cuda")]  # inside the venv: after it
 
@@ -104,7 +105,19 @@ def test_compiler_flags_come_before_what_the_build_sets_itself() -> None:
         "CPPFLAGS": "-ffile-prefix-map=/w/src=/wheelsmith/src -DX",
         "NVCC_PREPEND_FLAGS": "-objtemp -frandom-seed=wheelsmith "
                               "-Xcompiler -ffile-prefix-map=/w/src=/wheelsmith/src "
-                              "-lineinfo"}
+                              "-lineinfo",
+        "CFLAGS": "-Wsign-compare -DNDEBUG -g -fwrapv -O3 -Wall",
+        "CXXFLAGS": "-Wsign-compare -DNDEBUG -g -fwrapv -O3 -Wall",
+        "LDSHARED": "gcc -shared", "LDCXXSHARED": "g++ -shared"}
+
+
+def test_flags_the_package_build_sets_replace_the_fixed_python_flags() -> None:
+    """A recipe's CFLAGS (or a cross build's compilers) are kept; the rest stay fixed."""
+    env = reproducible.python_flags({"CFLAGS": "-O1", "CC": "aarch64-linux-gnu-gcc",
+                                     "CXX": "aarch64-linux-gnu-g++"})
+    assert env == {"CFLAGS": "-O1", "CXXFLAGS": reproducible.PYTHON_CFLAGS,
+                   "LDSHARED": "aarch64-linux-gnu-gcc -shared",
+                   "LDCXXSHARED": "aarch64-linux-gnu-g++ -shared"}
 
 
 SDIST_TIME = 1_700_000_000

@@ -6,8 +6,12 @@ one sha256, whatever the work directory or runner. What made them differ, and th
 - absolute paths in the binaries: `__FILE__` in host code and the DWARF of the `-g` that
   Python's own CFLAGS carry name the source tree, the toolchain venv, the base Python and the
   CUDA headers. `-ffile-prefix-map` rewrites each to a fixed name (`/wheelsmith/src`, ...) for
-  the host compiler (CPPFLAGS, which setuptools appends to Python's flags) and, through nvcc's
-  NVCC_PREPEND_FLAGS, for the host compile of every `.cu` (`-Xcompiler`).
+  the host compiler (CPPFLAGS, which setuptools appends to the compile flags) and, through
+  nvcc's NVCC_PREPEND_FLAGS, for the host compile of every `.cu` (`-Xcompiler`).
+- the Python's own compile and link flags: setuptools takes them from the running Python,
+  and Debian's (the image) differ from python.org's and pyenv's (`-O2
+  -fstack-protector-strong`, `-Bsymbolic-functions` vs `-O3`). Every build gets CPython's
+  defaults instead (`python_flags`), so the host and the image give one `.so`.
 - nvcc's temporary names: without `-objtemp` nvcc writes its intermediates to
   `/tmp/tmpxft_<pid>_00000000-6_<name>.cudafe1.cpp`, and the host compiler records that name
   (its hex process id) as the object's STT_FILE symbol. `-objtemp` puts them beside the object
@@ -68,6 +72,9 @@ def path_maps(toolchain: Toolchain, source: Path) -> list[tuple[str, str]]:
     base = Path(os.path.realpath(toolchain.python)).parent.parent
     wanted = [(venv, TOOLCHAIN_AS), (base, PYTHON_AS), (toolchain.cuda_home, CUDA_AS),
               (source, SOURCE_AS)]
+    if str(base) in SYSTEM_PREFIXES:  # /usr is not mapped, but its Python's headers are
+        include = f"include/python{toolchain.python_version}"
+        wanted.append((base / include, f"{PYTHON_AS}/{include}"))
     if toolchain.target_site is not None:
         wanted.append((toolchain.target_site, TARGET_AS))
     maps: dict[str, str] = {}
@@ -82,6 +89,11 @@ def path_maps(toolchain: Toolchain, source: Path) -> list[tuple[str, str]]:
     return sorted(maps.items(), key=lambda item: len(item[0]))
 
 
+# CPython's configure defaults (python.org's, pyenv's and manylinux's Pythons carry exactly
+# these): the compile flags of every build, whichever Python runs it (python_flags)
+PYTHON_CFLAGS = "-Wsign-compare -DNDEBUG -g -fwrapv -O3 -Wall"
+
+
 def compiler_env(maps: list[tuple[str, str]], env: Mapping[str, str]) -> dict[str, str]:
     """CPPFLAGS and NVCC_PREPEND_FLAGS of `env` with the prefix maps and nvcc's
     `-objtemp` and `-frandom-seed` added (what the build sets itself stays, after ours)."""
@@ -92,10 +104,26 @@ def compiler_env(maps: list[tuple[str, str]], env: Mapping[str, str]) -> dict[st
     def joined(var: str, ours: list[str]) -> str:
         return " ".join([*ours, env[var]] if env.get(var) else ours)
 
-    # CPPFLAGS, not CFLAGS: setuptools appends CPPFLAGS to Python's own compile flags, while
-    # a CFLAGS replaces them (-O3, -DNDEBUG and -g would be gone)
+    # CPPFLAGS: setuptools appends them to CFLAGS and CXXFLAGS, whoever set those
     return {"CPPFLAGS": joined("CPPFLAGS", flags),
-            "NVCC_PREPEND_FLAGS": joined("NVCC_PREPEND_FLAGS", nvcc)}
+            "NVCC_PREPEND_FLAGS": joined("NVCC_PREPEND_FLAGS", nvcc),
+            **python_flags(env)}
+
+
+def python_flags(env: Mapping[str, str]) -> dict[str, str]:
+    """The host compiler's and linker's flags, fixed (what the package's build sets stays).
+
+    setuptools takes them from the running Python's sysconfig, so they were those of whoever
+    built that Python: Debian's python3.11 (the image) compiles with `-O2
+    -fstack-protector-strong` and links with `-Wl,-Bsymbolic-functions`, python.org's and
+    pyenv's with `-O3`, and the same content key gave another `.so` in the image than here
+    (a `__stack_chk_fail` reference, among others). The build gets CPython's own defaults for
+    every Python instead; setuptools lets CFLAGS, CXXFLAGS, LDSHARED and LDCXXSHARED replace
+    sysconfig's."""
+    return {"CFLAGS": env.get("CFLAGS") or PYTHON_CFLAGS,
+            "CXXFLAGS": env.get("CXXFLAGS") or PYTHON_CFLAGS,
+            "LDSHARED": env.get("LDSHARED") or f"{env.get('CC') or 'gcc'} -shared",
+            "LDCXXSHARED": env.get("LDCXXSHARED") or f"{env.get('CXX') or 'g++'} -shared"}
 
 
 def clamp_mtimes(root: Path, epoch: int) -> None:
