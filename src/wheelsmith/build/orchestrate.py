@@ -146,7 +146,7 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
         source = fetch_and_patch(plan, work, report, fresh=request.fresh)
     refuse_without_ninja(plan, source)
     epoch = source_epoch(source)
-    setup = compile_setup(plan, request, work, epoch)
+    setup = compile_setup(plan, request, work, source, epoch)
     target = "pure Python" if plan.recipe.kind == "pure" else str(plan.archs)
     report.stage("compile", f"{plan.recipe.name} {plan.release.version} for {target}; "
                             f"{setup.describe()}")

@@ -57,6 +57,7 @@ def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
         nvcc_version=nvcc,
         cuobjdump=find_cuobjdump(Path(info["purelib"]) / "nvidia"),
         pins=profile.pins,
+        site=Path(info["purelib"]),
     )
 
 

@@ -1,0 +1,65 @@
+"""The Python axis of a build matrix: a build for Python 3.12 right after one for 3.11 (same
+torch, CUDA and arch, one compile cache) takes its CUDA objects from the cache, because the
+compile sees the toolchain and the source at paths that do not name the Python
+(build/pathview.py); the bindings, which include Python.h, compile again."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import add_variant, find_python, wheelsmith
+from wheelsmith.build.pathview import PathView
+from wheelsmith.toolchain.env import Toolchain
+
+
+def build_for(project: Path, toolchain: Toolchain, python: Path, cache: Path
+              ) -> dict[str, object]:
+    result = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--toolchain", toolchain.name,
+                        "--python", str(python), "--compile-cache", str(cache), "--json",
+                        cwd=project, check=True)
+    provenance: dict[str, object] = json.loads(result.stdout)["provenance"]
+    return provenance
+
+
+@pytest.mark.toolchain
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="needs ccache (.ci/run installs it)")
+def test_second_python_takes_cuda_objects_from_the_cache_but_compiles_its_bindings(
+        project: Path, tmp_path: Path, toolchain: Toolchain) -> None:
+    other = find_python("3.12")
+    if other is None or toolchain.python_version == "3.12":
+        pytest.skip("needs a CPython 3.12 beside the default 3.11 for a second toolchain venv")
+    add_variant(project, "tiny-ext")
+    cache = tmp_path / "ccache"
+    first = build_for(project, toolchain, Path(sys.executable), cache)
+    assert first["compile_cache"]["sources"] == {  # type: ignore[index]
+        "csrc/add.cpp": "miss", "csrc/add_kernel.cu": "miss"}
+    second = build_for(project, toolchain, other, cache)
+    assert second["toolchain"]["python"] == "3.12"  # type: ignore[index]
+    assert second["compile_cache"]["sources"] == {  # type: ignore[index]
+        "csrc/add.cpp": "miss",  # includes Python.h: 3.12's headers, another object
+        "csrc/add_kernel.cu": "hit (preprocessed)"}
+    assert second["device_code"] == [{"path": "tiny_ext/_C.cpython-312-x86_64-linux-gnu.so",
+                                      "sass": ["sm_120"], "ptx": []}]
+
+
+def test_view_names_the_fixed_paths_in_the_build_environment(tmp_path: Path) -> None:
+    site = tmp_path / "venv-py3.12" / "lib" / "python3.12" / "site-packages"
+    source = tmp_path / "work" / "pkg-1.0-key" / "src" / "pkg-1.0"
+    view = PathView(tmp_path / "view", site, source)
+    env = view.env({"CUDA_HOME": f"{site}/nvidia/cu13",
+                    "PATH": f"/venv/bin:{site}/nvidia/cu13/bin:/usr/bin",
+                    "PYTORCH_NVCC": f"/usr/bin/ccache {site}/nvidia/cu13/bin/nvcc",
+                    "OTHER": f"{site}-packages-not/x", "PYTHONPATH": "/extra"})
+    assert env == {"CUDA_HOME": f"{tmp_path}/view/site/nvidia/cu13",
+                   "PATH": f"/venv/bin:{tmp_path}/view/site/nvidia/cu13/bin:/usr/bin",
+                   "PYTORCH_NVCC": f"/usr/bin/ccache {tmp_path}/view/site/nvidia/cu13/bin/nvcc",
+                   "OTHER": f"{site}-packages-not/x",
+                   "PYTHONPATH": f"{tmp_path}/view/site:/extra"}
+    assert view.inside(source) == tmp_path / "view" / "source"
+    assert view.inside(source / "csrc" / "x.cu") == tmp_path / "view" / "source" / "csrc" / "x.cu"
+    assert view.inside(tmp_path / "work") == tmp_path / "work"
