@@ -138,6 +138,8 @@ def compile_wheel(
         text = log_path.read_text(errors="replace")
         exc.hint = explain(diagnose(text)) or (
             f"read the full log; the patched source is kept in {source}")
+        if view is not None:  # the compiler's messages name the fixed paths
+            exc.hint += f" (the log's {view.fixed_source} is {source})"
         first = first_errors(text)
         if first:
             exc.tail = [*first, "...", *exc.tail[-TAIL_AFTER_ERRORS:]]
