@@ -1,0 +1,81 @@
+"""Benchmark: the Python axis of a build matrix. One recipe for one arch, built for a first
+Python and then for a second one (same profile: torch, CUDA), with one empty compile cache.
+
+The second build should take every CUDA object that does not include Python.h from the cache
+(build/pathview.py) and compile only the bindings again. Reported per build: the compile
+stage's seconds (from the stage lines), the CPU seconds of the whole build, and what each
+source file got from the cache; then the second build's compile time as a share of the
+first's. Target for causal-conv1d: <= 15%.
+Usage: python bench/python_axis.py [RECIPE] [--arch 12.0] [--pythons /usr/bin/python3.11,3.12]
+(run it under `flock /tmp/wheelsmith-cuda.lock` on a shared machine)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from wheelsmith.toolchain.profile import default_profile_name
+
+REPO = Path(__file__).resolve().parents[1]
+STAGE_RE = re.compile(r"^==> \[\s*(\d+)s\] (\w+):")
+
+
+def compile_seconds(stderr: str) -> int:
+    """From the compile stage's first line to the next stage's (verify)."""
+    stages = [(int(m[1]), m[2]) for m in map(STAGE_RE.match, stderr.splitlines()) if m]
+    start = next(t for t, name in stages if name == "compile")
+    end = next(t for t, name in stages if t >= start and name not in ("compile", "resuming"))
+    return end - start
+
+
+def build(recipe: str, arch: str, python: str, cache: Path, scratch: Path) -> dict[str, int]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "wheelsmith", "build", recipe, "--arch", arch, "--toolchain",
+         default_profile_name(REPO / "toolchains"), "--python", python,
+         "--compile-cache", str(cache),
+         "--work-dir", str(scratch / "work"), "--out", str(scratch / "out"), "--json"],
+        cwd=REPO, capture_output=True, text=True, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode != 0:
+        raise SystemExit(f"the build for {python} failed:\n{result.stderr[-3000:]}")
+    cache_record = json.loads(result.stdout)["provenance"]["compile_cache"]
+    print(python, json.dumps(cache_record["sources"]))
+    return {"wall_s": round(time.monotonic() - started),
+            "compile_s": compile_seconds(result.stderr),
+            "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime),
+            "hits": cache_record["hits"], "misses": cache_record["misses"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("recipe", nargs="?", default="causal-conv1d")
+    parser.add_argument("--arch", default="12.0")
+    parser.add_argument("--pythons", default="/usr/bin/python3.11,3.12")
+    args = parser.parse_args()
+    os.environ.pop("WHEELSMITH_COMPILE_CACHE", None)
+    with tempfile.TemporaryDirectory(prefix="python-axis-") as tmp:
+        cache = Path(tmp) / "ccache"
+        runs = [build(args.recipe, args.arch, python, cache, Path(tmp) / f"run{i}")
+                for i, python in enumerate(args.pythons.split(","))]
+    for python, run in zip(args.pythons.split(","), runs, strict=True):
+        print(python, json.dumps(run))
+    first, second = runs[0], runs[-1]
+    print(f"second Python: compile {second['compile_s']} s of {first['compile_s']} s "
+          f"({100 * second['compile_s'] / max(1, first['compile_s']):.0f}%), "
+          f"CPU {second['cpu_s']} s of {first['cpu_s']} s "
+          f"({100 * second['cpu_s'] / max(1, first['cpu_s']):.0f}%)")
+
+
+if __name__ == "__main__":
+    main()
