@@ -6,8 +6,9 @@ The second build should take every CUDA object that does not include Python.h fr
 stage's seconds (from the stage lines), the CPU seconds of the whole build, and what each
 source file got from the cache; then the second build's compile time as a share of the
 first's. Target for causal-conv1d: <= 15%.
-Usage: python bench/python_axis.py [RECIPE] [--arch 12.0] [--pythons /usr/bin/python3.11,3.12]
-(run it under `flock /tmp/wheelsmith-cuda.lock` on a shared machine)
+Usage: python bench/python_axis.py [RECIPE] [--arch 12.0] [--pythons 3.11,3.12]
+(python3.X on PATH, import-tested against the toolchain's torch; run it under
+`flock /tmp/wheelsmith-cuda.lock` on a shared machine)
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("recipe", nargs="?", default="causal-conv1d")
     parser.add_argument("--arch", default="12.0")
-    parser.add_argument("--pythons", default="/usr/bin/python3.11,3.12")
+    parser.add_argument("--pythons", default="3.11,3.12")
     args = parser.parse_args()
     os.environ.pop("WHEELSMITH_COMPILE_CACHE", None)
     with tempfile.TemporaryDirectory(prefix="python-axis-") as tmp:

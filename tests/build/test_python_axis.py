@@ -6,8 +6,8 @@ compile sees the toolchain and the source at paths that do not name the Python
 from __future__ import annotations
 
 import json
+import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,10 +17,11 @@ from wheelsmith.build.pathview import PathView
 from wheelsmith.toolchain.env import Toolchain
 
 
-def build_for(project: Path, toolchain: Toolchain, python: Path, cache: Path
+def build_for(project: Path, toolchain: Toolchain, version: str, cache: Path
               ) -> dict[str, object]:
+    """A build for python`version` on PATH (import-tested against the toolchain's torch)."""
     result = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--toolchain", toolchain.name,
-                        "--python", str(python), "--compile-cache", str(cache), "--json",
+                        "--python", version, "--compile-cache", str(cache), "--json",
                         cwd=project, check=True)
     provenance: dict[str, object] = json.loads(result.stdout)["provenance"]
     return provenance
@@ -29,16 +30,19 @@ def build_for(project: Path, toolchain: Toolchain, python: Path, cache: Path
 @pytest.mark.toolchain
 @pytest.mark.skipif(shutil.which("ccache") is None, reason="needs ccache (.ci/run installs it)")
 def test_second_python_takes_cuda_objects_from_the_cache_but_compiles_its_bindings(
-        project: Path, tmp_path: Path, toolchain: Toolchain) -> None:
-    other = find_python("3.12")
-    if other is None or toolchain.python_version == "3.12":
-        pytest.skip("needs a CPython 3.12 beside the default 3.11 for a second toolchain venv")
+        project: Path, tmp_path: Path, toolchain: Toolchain,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pythons = [find_python("3.11"), find_python("3.12")]
+    if None in pythons:
+        pytest.skip("needs CPython 3.11 and 3.12 (on PATH or from pyenv) for two toolchain venvs")
+    bins = {str(Path(str(p)).parent) for p in pythons}
+    monkeypatch.setenv("PATH", os.pathsep.join([*sorted(bins), os.environ["PATH"]]))
     add_variant(project, "tiny-ext")
     cache = tmp_path / "ccache"
-    first = build_for(project, toolchain, Path(sys.executable), cache)
+    first = build_for(project, toolchain, "3.11", cache)
     assert first["compile_cache"]["sources"] == {  # type: ignore[index]
         "csrc/add.cpp": "miss", "csrc/add_kernel.cu": "miss"}
-    second = build_for(project, toolchain, other, cache)
+    second = build_for(project, toolchain, "3.12", cache)
     assert second["toolchain"]["python"] == "3.12"  # type: ignore[index]
     assert second["compile_cache"]["sources"] == {  # type: ignore[index]
         "csrc/add.cpp": "miss",  # includes Python.h: 3.12's headers, another object
