@@ -27,14 +27,17 @@ from pathlib import Path
 from wheelsmith.toolchain.profile import default_profile_name
 
 REPO = Path(__file__).resolve().parents[1]
-STAGE_RE = re.compile(r"^==> \[\s*(\d+)s\] (\w+):")
+STAGE_RE = re.compile(r"==> \[\s*(\d+)s\] (\w+):")
 
 
 def compile_seconds(stderr: str) -> int:
     """From the compile stage's first line to the next stage's (verify)."""
-    stages = [(int(m[1]), m[2]) for m in map(STAGE_RE.match, stderr.splitlines()) if m]
-    start = next(t for t, name in stages if name == "compile")
-    end = next(t for t, name in stages if t >= start and name not in ("compile", "resuming"))
+    lines = re.split(r"[\r\n]+", stderr)  # progress bars end in \r, not \n
+    stages = [(int(m[1]), m[2]) for m in map(STAGE_RE.search, lines) if m]
+    first = next(i for i, (_, name) in enumerate(stages) if name == "compile")
+    start = stages[first][0]
+    end = next((t for t, name in stages[first:] if name not in ("compile", "resuming")),
+               stages[-1][0])
     return end - start
 
 
