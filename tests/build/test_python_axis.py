@@ -21,7 +21,8 @@ def build_for(project: Path, toolchain: Toolchain, version: str, cache: Path
               ) -> dict[str, object]:
     """A build for python`version` on PATH (import-tested against the toolchain's torch)."""
     result = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--toolchain", toolchain.name,
-                        "--python", version, "--compile-cache", str(cache), "--json",
+                        "--python", version, "--compile-cache", str(cache),
+                        "--out", str(project / f"out-{version}"), "--json",
                         cwd=project, check=True)
     provenance: dict[str, object] = json.loads(result.stdout)["provenance"]
     return provenance
