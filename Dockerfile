@@ -6,8 +6,10 @@
 #            by scripts/make-base-image.sh (debootstrap + `podman import`)
 #   PROFILE  the toolchain profile (toolchains/<PROFILE>.yaml): the same file the host runner
 #            installs, so no pin is written twice; PROFILE_KEY is its hash, kept as a label
-#   PYTHON   the Python the image builds for: the base's python3 must be it (bookworm 3.11,
-#            trixie 3.13); the build fails otherwise
+#   PYTHON   the Python the image builds for: the base's python${PYTHON} package (bookworm 3.11,
+#            trixie 3.13, forky 3.14 and 3.15), installed by name; the build fails without it.
+#            A testing suite's Release file (forky) carries a Valid-Until date that a mirror
+#            frozen at a snapshot outlives: apt still checks its signature, not its age
 # Networks that re-sign TLS: the build gives the host's CA bundle to the toolchain step as a
 # build secret (podman and docker with BuildKit: `--secret id=host-ca`), mounted at
 # /host-ca.crt for that step only and never in the image, and pip uses it. With podman a pip
@@ -30,12 +32,13 @@ ENV DEBIAN_FRONTEND=noninteractive \
     WHEELSMITH_HOME=/opt/wheelsmith/home \
     WHEELSMITH_CACHE=/opt/wheelsmith/cache
 
-RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv python3-dev g++ ccache ca-certificates \
+RUN apt-get -o Acquire::Check-Valid-Until=false update \
+ && apt-get install -y --no-install-recommends "python${PYTHON}" "python${PYTHON}-venv" \
+      "python${PYTHON}-dev" g++ ccache ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
- && found=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
+ && found=$("python${PYTHON}" -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
  && if [ "$found" != "${PYTHON}" ]; then \
-      echo "the base's python3 is $found, not ${PYTHON}: use the base for ${PYTHON}" >&2; exit 1; fi
+      echo "the base's python${PYTHON} is $found: use the base for ${PYTHON}" >&2; exit 1; fi
 
 # A non-root user for the builds themselves.
 RUN useradd --create-home --uid 1000 builder
@@ -56,7 +59,7 @@ RUN --mount=type=bind,source=pyproject.toml,target=/mnt/wheelsmith-context/pypro
     mkdir -p /opt/wheelsmith/home/recipes /tmp/wheelsmith-src; \
     cp -r /mnt/wheelsmith-context/pyproject.toml /mnt/wheelsmith-context/src /tmp/wheelsmith-src/; \
     : > /tmp/wheelsmith-src/README.md; \
-    python3 -m venv /opt/wheelsmith/venv; \
+    "python${PYTHON}" -m venv /opt/wheelsmith/venv; \
     /opt/wheelsmith/venv/bin/pip install --quiet /tmp/wheelsmith-src; \
     rm -rf /tmp/wheelsmith-src; \
     ln -s /opt/wheelsmith/venv/bin/wheelsmith /usr/local/bin/wheelsmith; \

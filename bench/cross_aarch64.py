@@ -1,7 +1,7 @@
 """Benchmark: an aarch64 wheel cross-built here vs. the x86-64 wheel of the same source, in the
 same run, one after the other, with no compile cache (`--platform aarch64` vs `x86_64`).
 
-Prints, per platform, the compile stage (the provenance's build seconds, verify and smoke
+Prints, per platform, the compile stage (the run facts' build seconds, verify and smoke
 excluded) and the whole build, and the aarch64/x86-64 ratios. A native build under qemu-user
 (the other way to get aarch64 wheels) needs binfmt_misc, which runs the aarch64 cicc, ptxas and
 g++ that nvcc starts as child processes; where it is missing that is said instead of a figure.
@@ -49,7 +49,7 @@ def build(recipe: str, arch: str, platform: str, work: Path, home: Path | None
          "--work-dir", str(work / "work"), "--json"],
         cwd=home or REPO, env=env, capture_output=True, text=True, check=True)
     whole = time.monotonic() - started
-    return json.loads(result.stdout)["provenance"]["build"]["seconds"], whole
+    return json.loads(result.stdout)["run"]["build"]["seconds"], whole
 
 
 def main() -> None:

@@ -82,7 +82,7 @@ def build(variant: str, archs: str, toolchain: str | None) -> dict[str, Any]:
         sys.exit(f"the {variant} build failed (exit {done.returncode}); its log is under {where}")
     provenance = json.loads(done.stdout)["provenance"]
     shutil.rmtree(where, ignore_errors=True)
-    built = provenance["build"]
+    built = json.loads(done.stdout)["run"]["build"]
     return {"seconds": round(seconds, 1), "build_seconds": built["seconds"],
             "max_jobs": built["max_jobs"], "nvcc_threads": built["nvcc_threads"],
             "split_compile": built["split_compile"], "plan": built.get("plan", []),

@@ -78,9 +78,9 @@ def main() -> None:
               "returncode": done.returncode}
     if done.returncode == 0:
         built = json.loads(done.stdout)
-        result |= {"wheel": built["wheel"], "compile_farm": built["provenance"]["compile_farm"],
+        result |= {"wheel": built["wheel"], "compile_farm": built["run"]["compile_farm"],
                    "device_code": built["provenance"]["device_code"],
-                   "build": built["provenance"]["build"]}
+                   "build": built["run"]["build"]}
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result.get(k) for k in ("seconds", "returncode", "compile_farm")}))
     sys.exit(done.returncode)

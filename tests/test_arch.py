@@ -70,9 +70,19 @@ def test_empty_arch_list_is_refused() -> None:
 def test_toolkit_problems_name_the_cuda_floor_and_removals() -> None:
     archs = ArchSet.parse(["7.0;11.0;12.0"])
     assert archs.toolkit_problems(Version("12.8")) == [
-        "arch 11.0 needs CUDA >= 13.0, the toolchain has 12.8"]
+        "arch 11.0 needs CUDA >= 13.0, the toolchain has 12.8 (CUDA 12 calls Jetson Thor "
+        "10.1: write 10.1)"]
     assert archs.toolkit_problems(Version("13.0")) == [
         "arch 7.0 was removed in CUDA 13.0, the toolchain has 13.0"]
+
+
+def test_a_renamed_arch_is_refused_with_the_number_that_toolkit_uses() -> None:
+    assert ArchSet.parse(["10.1"]).toolkit_problems(Version("13.0")) == [
+        "arch 10.1 was removed in CUDA 13.0, the toolchain has 13.0 (CUDA 13 calls Jetson "
+        "Thor 11.0: write 11.0)"]
+    assert ArchSet.parse(["11.0"]).toolkit_problems(Version("12.9")) == [
+        "arch 11.0 needs CUDA >= 13.0, the toolchain has 12.9 (CUDA 12 calls Jetson Thor "
+        "10.1: write 10.1)"]
 
 
 def test_labels_sort_numerically_across_torch_versions() -> None:

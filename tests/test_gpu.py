@@ -39,6 +39,6 @@ def test_tiny_extension_runs_on_this_gpu(project: Path) -> None:
                                                                             "tiny-ext")))
     result = wheelsmith("build", "tiny-ext", "--arch", str(CAPABILITY), "--toolchain", "system",
                         "--json", cwd=project, check=True)
-    smoke = json.loads(result.stdout)["provenance"]["smoke"]
+    smoke = json.loads(result.stdout)["run"]["smoke"]
     major, minor = str(CAPABILITY).split(".")
     assert smoke == ["imported tiny_ext", f"gpu op: ok on sm_{major}{minor}"]

@@ -39,6 +39,9 @@ KNOWN_ARCHS: dict[str, tuple[str, str | None]] = {
 }
 # architecture-specific ("a") variants exist from Hopper on
 ARCH_SPECIFIC_FROM = (9, 0)
+# one GPU, two numbers: CUDA 13 renamed Jetson Thor's sm_101 to sm_110
+RENAMED = {"10.1": ("11.0", "CUDA 13 calls Jetson Thor 11.0"),
+           "11.0": ("10.1", "CUDA 12 calls Jetson Thor 10.1")}
 
 _ARCH_RE = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d)(?P<suffix>[a-z]?)(?P<ptx>\+PTX)?$")
 
@@ -71,6 +74,11 @@ class Arch:
     @property
     def sm(self) -> str:
         return f"sm_{self.code}"
+
+    @property
+    def base_sm(self) -> str:
+        """`sm_120` for 12.0a too: the name `nvcc --list-gpu-code` lists (no variants)."""
+        return f"sm_{self.major}{self.minor}"
 
     def __str__(self) -> str:
         return f"{self.capability}{self.suffix}" + ("+PTX" if self.ptx else "")
@@ -197,9 +205,12 @@ class ArchSet:
         problems = []
         for arch in self.archs:
             first, dropped = KNOWN_ARCHS[arch.capability]
+            renamed = RENAMED.get(arch.capability)
+            also = f" ({renamed[1]}: write {renamed[0]})" if renamed else ""
             if cuda < Version(first):
-                problems.append(f"arch {arch} needs CUDA >= {first}, the toolchain has {cuda}")
+                problems.append(f"arch {arch} needs CUDA >= {first}, the toolchain has {cuda}"
+                                + also)
             elif dropped is not None and cuda >= Version(dropped):
                 problems.append(
-                    f"arch {arch} was removed in CUDA {dropped}, the toolchain has {cuda}")
+                    f"arch {arch} was removed in CUDA {dropped}, the toolchain has {cuda}" + also)
         return problems

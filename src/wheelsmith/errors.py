@@ -6,6 +6,7 @@ errors, so ours start at 3.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,7 +193,7 @@ class DiskFullError(WheelsmithError):
     exit_code = 19
 
 
-_DISK_FULL = (28, 122)  # ENOSPC, EDQUOT
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def disk_full(error: OSError, cache: Path) -> DiskFullError | None:
@@ -206,5 +207,5 @@ def disk_full(error: OSError, cache: Path) -> DiskFullError | None:
     return DiskFullError(
         f"no space left on the device{shown}",
         hint=f"free space where it was writing (df -h {folder}); wheelsmith's caches are in "
-             f"{cache} (toolchains/ and test-envs/ are made again when needed); then run the "
+             f"{cache} (its toolchains/ are made again when needed); then run the "
              "same command again: a build resumes from the objects it had finished")

@@ -32,6 +32,7 @@ from wheelsmith.index.offers import Offer, channel_url, newest, offers, split_ch
 from wheelsmith.index.publish import Published
 from wheelsmith.recipes import repos
 from wheelsmith.recipes.model import Recipe
+from wheelsmith.toolchain.platform import host_machine
 from wheelsmith.toolchain.target import Target
 
 INDEX_COPY = "published by another build"
@@ -67,8 +68,17 @@ def install(request: InstallRequest, target: Target, report: Reporter) -> Instal
         report.stage("index", f"{offer.filename} (sha256 {offer.sha256[:12]}…)")
         install_offer(target, recipe.name, offer, base)
         return Installed(offer.filename, "index", base, check_imports(target, recipe))
-    report.stage("index", f"{base} has no {recipe.name} wheel for Python {target.version}"
-                          f"{f' with {archs} kernels' if archs.archs else ''}: building one")
+    missing = (f"{base} has no {recipe.name} wheel for Python {target.version}"
+               f"{f' on {target.machine}' if target.foreign else ''}"
+               f"{f' with {archs} kernels' if archs.archs else ''}")
+    if target.foreign:  # never a wheel for this machine's CPU into that environment
+        raise UsageError(f"{missing}, and {target.python} runs on {target.machine}: this "
+                         f"{host_machine()} machine builds {target.machine} wheels as cross "
+                         "builds, named by Python version and profile",
+                         hint=f"build and publish one: wheelsmith build {recipe.name}"
+                              f"{f' --arch {archs}' if archs.archs else ''} "
+                              f"{target.build_options()} --publish, then install again")
+    report.stage("index", f"{missing}: building one")
     directory = publish_dir(request)
     done = deliver(_build_request(request, archs, target), report,
                    publish_to=directory, install_into=target, keep_index_copy=True)

@@ -51,9 +51,10 @@ def test_builds_exactly_sm_120(project: Path, toolchain: Toolchain) -> None:
     assert provenance["device_code"] == [
         {"path": "tiny_ext/_C.cpython-311-x86_64-linux-gnu.so", "sass": ["sm_120"], "ptx": []}]
     assert provenance["toolchain"]["channel"] == "cu130-torch2.14"
-    assert provenance["smoke"][0] == "imported tiny_ext"
-    assert [(c["extension"], c["sass"]) for c in provenance["prebuild_check"]] == [
-        ("_C", ["sm_120"])]
+    run = data["run"]
+    assert isinstance(run, dict)
+    assert run["smoke"][0] == "imported tiny_ext"
+    assert [(c["extension"], c["sass"]) for c in run["prebuild_check"]] == [("_C", ["sm_120"])]
     assert (provenance["archs_requested"], provenance["host_only"]) == ("12.0", [])
 
     ok = wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=project)
@@ -109,11 +110,25 @@ def test_a_full_disk_is_named_with_the_file_and_leaves_no_partial_wheel(
     written = Path(message.removeprefix("error: no space left on the device writing "))
     assert (written.parent.parent, written.suffix) == (out, ".whl"), message  # the stamped wheel
     assert hint == (f"hint: free space where it was writing (df -h {written.parent}); "
-                    f"wheelsmith's caches are in {locations.cache_dir()} (toolchains/ and "
-                    "test-envs/ are made again when needed); then run the same command again: "
+                    f"wheelsmith's caches are in {locations.cache_dir()} (its toolchains/ are "
+                    "made again when needed); then run the same command again: "
                     "a build resumes from the objects it had finished")
     assert "Traceback" not in result.stderr
     assert (project / "wheelhouse.left").read_text() == ""  # no partial wheel, no scratch
+
+
+def test_a_wheel_for_another_python_in_out_is_not_this_builds(project: Path,
+                                                                 toolchain: Toolchain) -> None:
+    """One wheelhouse for several Pythons: the cp312 wheel of the same package and label is
+    another build's, neither "up to date" for cp311 nor "built from different inputs"."""
+    add_variant(project, "tiny-ext")
+    first = Path(str(build_json(project, "tiny-ext")["wheel"]))
+    other = first.with_name(first.name.replace("-cp311-cp311-", "-cp312-cp312-"))
+    first.rename(other)
+    again = build_json(project, "tiny-ext")
+    assert (again["up_to_date"], again["wheel"]) == (False, str(first))
+    assert sorted(p.name for p in (project / "wheelhouse").iterdir()) == sorted(
+        [first.name, other.name])
 
 
 HARD_CODED = ('"nvcc": ["-O2"]', '"nvcc": ["-O2", "-gencode", "arch=compute_90,code=sm_90"]')
@@ -236,14 +251,41 @@ def test_bad_arch_on_the_command_line(project: Path) -> None:
         "the same family\n")
 
 
-def test_preflight_refuses_an_arch_the_toolchain_cannot_build(project: Path,
-                                                              toolchain: Toolchain) -> None:
+# what `nvcc --list-gpu-code` of the default profile's nvcc 13.0 lists, in order
+NVCC_13_0_LISTS = ("(it generates sm_75, sm_80, sm_86, sm_87, sm_88, sm_89, sm_90, sm_100, "
+                   "sm_103, sm_110, sm_120, sm_121)")
+
+
+@pytest.mark.parametrize(("arch", "error"), [
+    ("7.0", "error: the cu130-torch2.14 toolchain cannot build 7.0: arch 7.0 was removed in CUDA "
+            f"13.0, the toolchain has 13.0; nvcc 13.0.88 cannot generate sm_70 {NVCC_13_0_LISTS}"),
+    # Jetson Thor is 10.1 to CUDA 12 and 11.0 to CUDA 13: the refusal says which to write
+    ("10.1", "error: the cu130-torch2.14 toolchain cannot build 10.1: arch 10.1 was removed in "
+             "CUDA 13.0, the toolchain has 13.0 (CUDA 13 calls Jetson Thor 11.0: write 11.0); "
+             f"nvcc 13.0.88 cannot generate sm_101 {NVCC_13_0_LISTS}; torch 2.14.1 refuses the "
+             "arch list: Unknown CUDA arch (10.1) or GPU not supported"),
+])
+def test_preflight_refuses_an_arch_the_toolchain_cannot_build(
+        project: Path, toolchain: Toolchain, arch: str, error: str) -> None:
     add_variant(project, "tiny-ext")
-    result = wheelsmith("build", "tiny-ext", "--arch", "7.0", cwd=project)
+    result = wheelsmith("build", "tiny-ext", "--arch", arch, cwd=project)
     assert result.returncode == 7
-    assert error_lines(result.stderr)[0] == (
-        "error: the cu130-torch2.14 toolchain cannot build 7.0: arch 7.0 was removed in CUDA "
-        "13.0, the toolchain has 13.0; nvcc 13.0.88 cannot generate sm_70")
+    assert error_lines(result.stderr)[:2] == [
+        error, "hint: pick other archs (--arch) or another toolchain (--toolchain)"]
+
+
+@pytest.mark.parametrize(("arch", "sass"), [("12.1", "sm_121"), ("12.0a", "sm_120a"),
+                                            ("11.0", "sm_110"), ("10.3", "sm_103")])
+def test_the_newest_archs_build_exactly_their_sass(project: Path, toolchain: Toolchain,
+                                                   arch: str, sass: str) -> None:
+    """DGX Spark (12.1), the RTX 50 arch-specific target (12.0a: its cubin is named sm_120a),
+    Jetson Thor (11.0) and GB300 (10.3), each checked by cuobjdump."""
+    add_variant(project, "tiny-ext")
+    data = build_json(project, "tiny-ext", "--arch", arch)
+    provenance = data["provenance"]
+    assert isinstance(provenance, dict)
+    assert provenance["device_code"] == [
+        {"path": "tiny_ext/_C.cpython-311-x86_64-linux-gnu.so", "sass": [sass], "ptx": []}]
 
 
 def test_system_toolchain_builds_with_an_installed_cuda(project: Path, toolchain: Toolchain,

@@ -57,6 +57,22 @@ def test_env_sets_cuda_home_archs_and_package_knobs() -> None:
     assert "PIP_INDEX_URL" not in env
 
 
+def test_env_maps_build_paths_for_both_compilers_before_the_builds_own_flags() -> None:
+    """The source tree and toolchain paths leave the binaries (reproducible.py); an
+    NVCC_PREPEND_FLAGS the build sets (here through --env) keeps its place after ours."""
+    built = BuildPlan(recipe=plan().recipe, release=plan().release, archs=ArchSet.parse(["12.0"]),
+                      toolchain=TOOLCHAIN, extra_env=(("NVCC_PREPEND_FLAGS", "-lineinfo"),))
+    env = build_env(built, choose_parallelism(2, 23.0, 3.0, 1), source_date_epoch=1,
+                    base={"PATH": "/usr/bin"}, source=Path("/w/src/pkg"))
+    maps = ("-ffile-prefix-map=/venv=/wheelsmith/toolchain "
+            "-ffile-prefix-map=/w/src/pkg=/wheelsmith/src "
+            "-ffile-prefix-map=/venv/site-packages/nvidia/cu13=/wheelsmith/cuda")
+    assert env["CPPFLAGS"] == maps
+    assert "CFLAGS" not in env  # it would replace Python's -O3 -DNDEBUG -g
+    assert env["NVCC_PREPEND_FLAGS"] == "-objtemp -frandom-seed=wheelsmith " + " ".join(
+        f"-Xcompiler {flag}" for flag in maps.split()) + " -lineinfo"
+
+
 def test_env_points_every_proxy_at_a_dead_port() -> None:
     env = build_env(plan(), choose_parallelism(2, 23.0, 3.0, 1), source_date_epoch=0,
                     base={"https_proxy": "http://corp:3128"})

@@ -74,7 +74,7 @@ def test_real_build_for_sm_120_killed_after_its_first_object_resumes(
     assert_platform_tagged(wheel, provenance, "causal_conv1d-1.7.0+cu.13.0.torch.2.14.sm.120")
     assert provenance["device_code"] == [{"path": "causal_conv1d_cuda.cpython-311-x86_64-linux-"
                                           "gnu.so", "sass": ["sm_120"], "ptx": []}]
-    assert provenance["smoke"][:2] == ["imported causal_conv1d", "imported causal_conv1d_cuda"]
+    assert data["run"]["smoke"][:2] == ["imported causal_conv1d", "imported causal_conv1d_cuda"]
     assert [p["file"] for p in provenance["patches"]] == [
         "0001-honour-torch-cuda-arch-list.patch", "0002-clear-error-without-nvcc.patch",
         "0003-never-download-prebuilt-wheel.patch"]

@@ -59,7 +59,7 @@ def runner(tmp_path: Path, name: str, remote: str, *args: str) -> dict[str, int]
                              "tiny-ext", "--compile-cache", remote, "--json", *args], cwd=home,
                             env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
-    stats: dict[str, int] = json.loads(result.stdout)["provenance"]["compile_cache"]
+    stats: dict[str, int] = json.loads(result.stdout)["run"]["compile_cache"]
     return stats
 
 
@@ -83,3 +83,15 @@ def test_other_arch_or_toolchain_does_not_reuse_objects(tmp_path: Path, redis: s
     other_toolchain = runner(tmp_path, "runner-3", redis, "--arch", "12.0", "--toolchain",
                              "system", "--python", str(toolchain.python))
     assert (other_toolchain["hits"], other_toolchain["misses"]) == (0, 2)
+
+
+def test_another_split_count_does_not_reuse_the_cuda_object(tmp_path: Path, redis: str,
+                                                            toolchain: Toolchain) -> None:
+    """ptxas writes its command line, split count included, into each cubin; the count
+    reaches nvcc through NVCC_APPEND_FLAGS, which ccache does not hash by itself."""
+    runner(tmp_path, "runner-1", redis, "--arch", "12.0", "--split-compile", "2")
+    other_split = runner(tmp_path, "runner-2", redis, "--arch", "12.0", "--split-compile", "3")
+    # add.cpp misses too: ccache hashes the flags' file for every compile
+    assert (other_split["hits"], other_split["misses"]) == (0, 2)
+    same_split = runner(tmp_path, "runner-3", redis, "--arch", "12.0", "--split-compile", "2")
+    assert (same_split["hits"], same_split["misses"]) == (2, 0)

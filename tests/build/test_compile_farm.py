@@ -52,7 +52,7 @@ def test_tiny_extension_compiles_on_the_build_servers_and_verifies(
                         "--compile-farm-required", "--json", cwd=project)
     assert result.returncode == 0, result.stderr
     provenance = json.loads(result.stdout)["provenance"]
-    used = provenance["compile_farm"]
+    used = json.loads(result.stdout)["run"]["compile_farm"]
     # add.cpp whole; add_kernel.cu as cudafe++, cicc and ptxas per arch, and its host compile
     assert (used["used"], used["distributed"], used["fell_back"]) == (True, 7, 0)
     assert set(used["by_server"]) <= set(farm.servers)
@@ -86,7 +86,7 @@ def test_a_wrong_token_is_refused_and_the_build_compiles_here(
     assert fallback.returncode == 0, fallback.stderr
     assert (f"; compile farm {farm.url} not used: the scheduler refused the client token "
             "(HTTP 401); compiling here; ") in stage_lines(fallback.stderr, "compile")[0]
-    assert json.loads(fallback.stdout)["provenance"]["compile_farm"] == {
+    assert json.loads(fallback.stdout)["run"]["compile_farm"] == {
         "used": False, "reason": f"compile farm {farm.url} not used: the scheduler refused "
                                  "the client token (HTTP 401); compiling here"}
 
@@ -126,7 +126,7 @@ def test_build_servers_killed_mid_build_fall_back_to_local_compiles(
     add_variant(project, "tiny-ext")
     returncode, stdout, stderr = build_killing_servers(project, farm)
     assert returncode == 0, stderr
-    used = json.loads(stdout)["provenance"]["compile_farm"]
+    used = json.loads(stdout)["run"]["compile_farm"]
     assert used["used"]
     assert used["fell_back"] >= 1
     (line,) = stage_lines(stderr, "farm")

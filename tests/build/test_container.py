@@ -58,10 +58,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The real image of the default profile, built once (minutes the first time) with no
     --base where no registry answers: its base is made with debootstrap and locked on first
     use (issue 13)."""
-    mirror = ["--pip-mirror", str(MIRROR)] if MIRROR.is_dir() else []
-    result = subprocess.run([sys.executable, "-m", "wheelsmith", "image", "build", "--engine",
-                             "podman", *mirror], cwd=REPO, capture_output=True, text=True,
-                            env=no_registry_env(tmp_path_factory.mktemp("config")), check=False)
+    result = image_build(tmp_path_factory.mktemp("config"))
     assert result.returncode == 0, result.stderr
     assert f"locked debian-bookworm: {BASE} (local, id " in result.stderr
     return result.stdout.strip()
@@ -120,11 +117,12 @@ def built_and_verified_in(image: str, tiny_project: Path, engine: str,
     assert f"in {engine}, --network=none" in result.stderr
     data = json.loads(result.stdout)
     provenance = data["provenance"]
-    assert provenance["runner"]["engine"] == engine
-    assert provenance["runner"]["image"] == image
-    assert provenance["runner"]["image_id"]
+    run = data["run"]
+    assert run["runner"]["engine"] == engine
+    assert run["runner"]["image"] == image
+    assert run["runner"]["image_id"]
     assert provenance["device_code"][0]["sass"] == ["sm_120"]
-    assert provenance["smoke"][0] == "imported tiny_ext"
+    assert run["smoke"][0] == "imported tiny_ext"
     assert "verify: again on the host" in result.stderr
     wheel = Path(data["wheel"])
     # tagged in the image by its auditwheel: bookworm's g++ 12 needs GLIBC_2.32 -> 2.34
@@ -149,9 +147,9 @@ def test_a_cp313_wheel_is_built_and_imported_in_the_python_313_image(
     assert Path(data["wheel"]).name.startswith("tiny_ext-0.1.0+cu.13.0.torch.2.14.sm.120-"
                                                "cp313-cp313-")
     provenance = data["provenance"]
-    assert provenance["runner"]["image"] == image_313
+    assert data["run"]["runner"]["image"] == image_313
     assert provenance["toolchain"]["python"] == "3.13"
-    assert provenance["smoke"][0] == "imported tiny_ext"  # by the image's Python 3.13
+    assert data["run"]["smoke"][0] == "imported tiny_ext"  # by the image's Python 3.13
     assert leftover_containers() == []
 
 
@@ -161,8 +159,8 @@ def test_a_python_without_an_image_is_refused_by_name(tiny_project: Path) -> Non
     result = run_in(tiny_project, "build", "tiny-ext", "--runner", "podman", "--python", "3.12")
     assert result.returncode == 4
     assert result.stderr.splitlines()[-2:] == [
-        "error: no build image for Python 3.12: images exist for 3.11, 3.13 (the python3 of "
-        "Debian bookworm, trixie)",
+        "error: no build image for Python 3.12: images exist for 3.11 (Debian bookworm), 3.13 "
+        "(Debian trixie), 3.14 (Debian forky), 3.15 (Debian forky)",
         "hint: build on the host with that Python instead: --runner host --python "
         "/path/to/python"]
 
@@ -181,13 +179,13 @@ def test_nightly_builds_cells_in_the_image_and_never_for_another_python(
     cells = {c["python"]: c for c in
              json.loads((tiny_project / "r1" / "nightly.json").read_text())["cells"]}
     assert cells["3.11"]["status"] == "built", cells["3.11"]["reason"]
-    provenance = read_provenance(tiny_project / "wheelhouse" / cells["3.11"]["wheel"])
-    assert provenance is not None
-    assert provenance["runner"]["image"] == image
+    assert read_provenance(tiny_project / "wheelhouse" / cells["3.11"]["wheel"]) is not None
+    runs = [json.loads(p.read_text()) for p in tiny_project.rglob("run.json")]
+    assert image in [r.get("runner", {}).get("image") for r in runs]
     assert cells["3.12"]["reason"] == (
-        "UsageError (exit 4): no build image for Python 3.12: images exist for 3.11, 3.13 (the "
-        "python3 of Debian bookworm, trixie) (hint: build on the host with that Python instead: "
-        "--runner host --python /path/to/python)")
+        "UsageError (exit 4): no build image for Python 3.12: images exist for 3.11 (Debian "
+        "bookworm), 3.13 (Debian trixie), 3.14 (Debian forky), 3.15 (Debian forky) (hint: build "
+        "on the host with that Python instead: --runner host --python /path/to/python)")
     again = run_in(tiny_project, "nightly", "--python", "3.11", "--runner", "podman",
                    "--no-publish", "--report", "r2")
     assert again.returncode == 0, again.stderr
@@ -205,6 +203,57 @@ def test_changed_pins_refuse_the_old_image(image: str, tiny_project: Path) -> No
     assert "error: no podman image localhost/wheelsmith:cu130-torch2.14-" in result.stderr
     assert "hint: build it: wheelsmith image build --toolchain cu130-torch2.14 --engine podman" \
            in result.stderr
+
+
+def image_build(config: Path, *args: str, home: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """`wheelsmith image build` with podman, from the project `home`, with no registry."""
+    mirror = ["--pip-mirror", str(MIRROR)] if MIRROR.is_dir() else []
+    return subprocess.run([sys.executable, "-m", "wheelsmith", "image", "build", "--engine",
+                           "podman", *mirror, *args], cwd=home, capture_output=True, text=True,
+                          env={**no_registry_env(config), "WHEELSMITH_HOME": str(home)},
+                          check=False)
+
+
+@needs_podman
+@pytest.mark.container
+def test_an_image_whose_venv_has_the_same_pins_is_reused_under_a_new_key(
+        image: str, tiny_project: Path) -> None:
+    """A new key with the same pins for this Python (issue 20 changed the key's format; here a
+    copy of the profile under another name and with an index) names a new image: it is made
+    from the older image with those pins, one link and a label on top, in seconds instead of
+    a rebuild (minutes, ~14 GB at its peak); the older tag goes, other Pythons' images stay."""
+    podman = Engine("podman", "podman")
+    shipped = tiny_project / "toolchains" / "cu130-torch2.14.yaml"
+    (tiny_project / "toolchains" / "cu999-torch2.14.yaml").write_text(
+        shipped.read_text().replace("name: cu130-torch2.14", "name: cu999-torch2.14")
+        + "index: http://127.0.0.1:9/simple\n")
+    older = "localhost/wheelsmith:cu999-torch2.14-000000000000"  # an older key's name
+    other_python = "localhost/wheelsmith:cu999-torch2.14-py3.99-000000000000"
+    subprocess.run(["podman", "tag", image, older], check=True)
+    subprocess.run(["podman", "tag", BASE, other_python], check=True)
+    made_ref = ""
+    try:
+        result = image_build(tiny_project / "config", "--base", BASE, "--toolchain",
+                             "cu999-torch2.14", home=tiny_project)
+        made_ref = result.stdout.strip()
+        assert result.returncode == 0, result.stderr
+        made = container.inspect(podman, made_ref) or {}
+        key = container.labels_of(made)[container.LABEL_KEY]
+        assert made_ref == f"localhost/wheelsmith:cu999-torch2.14-{key[:12]}"
+        layers = (container.inspect(podman, image) or {})["RootFS"]["Layers"]
+        assert made["RootFS"]["Layers"][:-1] == layers  # one layer on top: not rebuilt
+        venv = f"/opt/wheelsmith/cache/toolchains/cu999-torch2.14-py3.11-{key}"
+        linked = subprocess.run(["podman", "run", "--rm", *podman.common(), "--network=none",
+                                 "--entrypoint", "readlink", made_ref, venv],
+                                capture_output=True, text=True, check=True)
+        assert linked.stdout.startswith("cu130-torch2.14-py3.11-")
+        assert container.inspect(podman, older) is None  # the older key's tag is gone
+        assert container.inspect(podman, other_python) is not None
+        assert container.inspect(podman, image) is not None  # other profiles' stay
+    finally:
+        for ref in (made_ref, older, other_python):
+            if ref:
+                subprocess.run(["podman", "rmi", ref], capture_output=True, check=False)
 
 
 @needs_podman

@@ -58,7 +58,7 @@ def test_platform_aarch64_gives_an_aarch64_manylinux_wheel_with_exactly_its_sass
     assert provenance["device_code"] == [
         {"path": "tiny_ext/_C.cpython-311-aarch64-linux-gnu.so", "sass": ["sm_90", "sm_120"],
          "ptx": []}]
-    assert "imported tiny_ext" in provenance["smoke"]
+    assert "imported tiny_ext" in data["run"]["smoke"]
     with zipfile.ZipFile(wheel) as archive:
         so = archive.read("tiny_ext/_C.cpython-311-aarch64-linux-gnu.so")
     assert so[:4] == b"\x7fELF"

@@ -51,7 +51,7 @@ def test_sixteen_cores_split_the_last_heavy_file_over_every_core() -> None:
     assert chosen.describe() == ("MAX_JOBS=16 NVCC_THREADS=2 split-compile auto (up to 8) "
                                  "(16 cores, 120.0 GB available)")
     refined = parallel.refine(chosen, 3, 1)
-    assert refined.split_flag() == "--split-compile=8"  # 2 threads x 8 workers = 16 cores
+    assert refined.split_flag() == "--ptxas-options=--split-compile=8"  # 2 x 8 = 16 cores
 
 
 def test_many_cuda_files_split_less_while_they_compile_side_by_side() -> None:
@@ -75,8 +75,8 @@ def test_no_split_without_cuda_files_or_with_a_farm() -> None:
 
 @pytest.mark.parametrize(("setting", "flag", "shown"), [
     ("off", None, "split-compile off"),
-    ("0", "--split-compile=0", "split-compile=0"),
-    ("6", "--split-compile=6", "split-compile=6"),
+    ("0", "--ptxas-options=--split-compile=0", "split-compile=0"),
+    ("6", "--ptxas-options=--split-compile=6", "split-compile=6"),
 ])
 def test_split_compile_can_be_set(setting: str, flag: str | None, shown: str) -> None:
     chosen = parallel.refine(parallel.choose(16, 120.0, 3.0, 2, split=setting), 3, 1)
@@ -105,7 +105,7 @@ def test_prebuild_adds_the_split_flag_to_nvcc_append_flags() -> None:
     environ = {parallel.PLAN_ENV: chosen.to_json(), "NVCC_APPEND_FLAGS": "-lineinfo"}
     line = prebuild.apply_parallelism(BUILD_NINJA, environ)
     assert line == "2 CUDA + 1 C++ file(s): MAX_JOBS=16 NVCC_THREADS=2 split-compile=8"
-    assert environ["NVCC_APPEND_FLAGS"] == "-lineinfo --split-compile=8"
+    assert environ["NVCC_APPEND_FLAGS"] == "-lineinfo --ptxas-options=--split-compile=8"
 
 
 def test_prebuild_keeps_a_split_the_build_sets_itself() -> None:

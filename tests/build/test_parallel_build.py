@@ -21,7 +21,7 @@ def test_split_compile_is_planned_from_build_ninja_and_not_in_the_key(
     add_variant(project, "tiny-ext")
     first = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--json", cwd=project)
     assert first.returncode == 0, first.stderr
-    built = json.loads(first.stdout)["provenance"]["build"]
+    built = json.loads(first.stdout)["run"]["build"]
     cores = len(os.sched_getaffinity(0))
     split = parallel.refine(parallel.choose(cores, 1000.0, 1.0, 1), 1, 1).describe_split()
     (plan,) = built["plan"]

@@ -130,5 +130,5 @@ def test_a_build_killed_after_its_first_object_compiles_only_the_rest(
         r"\[[^]]*\] ", "", second.stderr)
     build_log = next((project / "work").glob("tiny-ext-*/build.log"))
     assert ninja_steps(build_log) == 1  # ninja compiled exactly the missing object
-    provenance = json.loads(second.stdout)["provenance"]
-    assert provenance["smoke"][0] == "imported tiny_ext"  # the recompiled object links and loads
+    run = json.loads(second.stdout)["run"]
+    assert run["smoke"][0] == "imported tiny_ext"  # the recompiled object links and loads

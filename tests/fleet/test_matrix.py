@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,9 @@ import pytest
 from tests.conftest import REPO
 from wheelsmith.errors import RecipeError, UsageError
 from wheelsmith.fleet.matrix import Cell, github_matrix, load, shard
+from wheelsmith.fleet.nightly import Settings, request_for
 from wheelsmith.recipes import repos
+from wheelsmith.toolchain.platform import host_machine
 from wheelsmith.toolchain.profile import load_profiles
 
 
@@ -83,7 +86,7 @@ packages:
     assert [p.render().split("\n")[0] for p in caught.value.problems] == [
         f"{path}:1:31: no toolchain profile 'cu999-torch9.9'",
         f"{path}:2:11: the cu132-torch2.15 profile was resolved for Python 3.11, 3.12, 3.13, "
-        "not 3.10"]
+        "3.14, 3.15, not 3.10"]
 
 
 def test_shards_split_the_cells_without_overlap(tmp_path: Path) -> None:
@@ -135,3 +138,83 @@ exclude:
         "fla-core is pure Python: archs do not apply",
         "flash-attn cannot be built for 12.1",
         "unknown key 'arch' in 'exclude[0]'"]
+
+
+def test_a_platforms_axis_gives_each_cpu_its_cells_and_x86_64_cells_keep_their_names(
+        tmp_path: Path) -> None:
+    cells = expand(tmp_path, """
+platforms: [x86_64, arm64]
+packages:
+  - recipe: causal-conv1d
+    archs: ["12.1"]
+  - recipe: mamba-ssm
+    archs: ["12.0"]
+    platforms: [x86_64]
+  - recipe: fla-core
+exclude:
+  - recipe: causal-conv1d
+    platform: x86_64
+""")
+    assert [(c.id, c.platform) for c in cells] == [
+        ("causal-conv1d-1.7.0-cu130-torch2.14-12.1-py3.11-aarch64", "aarch64"),
+        ("fla-core-0.6.0-cu130-torch2.14-pure-py3.11", "x86_64"),  # py3-none-any: one cell
+        ("mamba-ssm-2.3.1-cu130-torch2.14-12.0-py3.11", "x86_64")]
+    assert cells[0].as_dict() == {
+        "id": "causal-conv1d-1.7.0-cu130-torch2.14-12.1-py3.11-aarch64",
+        "recipe": "causal-conv1d", "version": "1.7.0", "toolchain": "cu130-torch2.14",
+        "archs": "12.1", "python": "3.11", "platform": "aarch64"}
+
+
+def test_without_platforms_the_cells_are_for_this_machines_cpu(tmp_path: Path) -> None:
+    text = "packages:\n  - recipe: causal-conv1d\n    archs: ['12.0']\n"
+    assert [(c.id, c.platform) for c in expand(tmp_path, text)] == [
+        (f"causal-conv1d-1.7.0-cu130-torch2.14-12.0-py3.11"
+         f"{'' if host_machine() == 'x86_64' else '-' + host_machine()}", host_machine())]
+    on_arm = load(write(tmp_path, text), repos.recipe_file, default_toolchain="cu130-torch2.14",
+                  default_python="3.11", default_platform="aarch64")
+    assert [c.id for c in on_arm] == ["causal-conv1d-1.7.0-cu130-torch2.14-12.0-py3.11-aarch64"]
+
+
+def test_an_unknown_platform_is_refused_by_name_at_its_position(tmp_path: Path) -> None:
+    path = write(tmp_path, """platforms: [x86_64, riscv64]
+packages:
+  - recipe: causal-conv1d
+    platforms: [aarch64, ppc64le]
+""")
+    with pytest.raises(RecipeError) as caught:
+        load(path, repos.recipe_file, default_toolchain="cu130-torch2.14", default_python="3.11")
+    assert [p.render().split("\n") for p in caught.value.problems] == [
+        [f"{path}:1:21: unknown platform 'riscv64'",
+         "    hint: one of x86_64, aarch64 (arm64 and amd64 are read as those)"],
+        [f"{path}:4:26: unknown platform 'ppc64le'",
+         "    hint: one of x86_64, aarch64 (arm64 and amd64 are read as those)"]]
+
+
+def test_a_cells_platform_goes_into_its_build_request(tmp_path: Path) -> None:
+    settings = Settings(out_dir=tmp_path / "out", work_dir=tmp_path / "work",
+                        index_dir=tmp_path / "index", publish=False)
+    cells = expand(tmp_path, "platforms: [x86_64, aarch64]\npackages:\n"
+                             "  - recipe: causal-conv1d\n    archs: ['12.1']\n")
+    assert [(c.id, request_for(c, settings).platform) for c in cells] == [
+        ("causal-conv1d-1.7.0-cu130-torch2.14-12.1-py3.11", "x86_64"),
+        ("causal-conv1d-1.7.0-cu130-torch2.14-12.1-py3.11-aarch64", "aarch64")]
+
+
+def test_a_platform_a_profile_records_it_lacks_is_refused_at_its_position(
+        tmp_path: Path) -> None:
+    profiles = {p.name: p for p in load_profiles(REPO / "toolchains")}
+    profiles["cu130-torch2.11"] = replace(profiles["cu130-torch2.11"], platforms=("x86_64",))
+    path = write(tmp_path, """toolchains: [cu130-torch2.11, cu130-torch2.14]
+platforms: [x86_64, aarch64]
+packages:
+  - recipe: causal-conv1d
+  - recipe: mamba-ssm
+    toolchains: [cu130-torch2.14]
+""")
+    with pytest.raises(RecipeError) as caught:
+        load(path, repos.recipe_file, default_toolchain="cu130-torch2.14", default_python="3.11",
+             profiles=profiles)
+    assert [p.render().split("\n") for p in caught.value.problems] == [[
+        f"{path}:2:21: the cu130-torch2.11 profile was resolved for x86_64, not aarch64",
+        "    hint: exclude the cells, or regenerate the profile once its pins have aarch64 "
+        "wheels"]]

@@ -110,7 +110,7 @@ def test_a_cuda_12_torch_gets_a_cu128_wheel_that_imports_there(project: Path,
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert Path(data["wheel"]).name.startswith("tiny_ext-0.1.0+cu.12.8.torch.2.9.sm.120-")
-    assert data["provenance"]["smoke"].count("imported tiny_ext") == 2  # toolchain, env
+    assert data["run"]["smoke"].count("imported tiny_ext") == 2  # toolchain, env
 
 
 @pytest.mark.slow
@@ -123,4 +123,4 @@ def test_causal_conv1d_for_a_cuda_12_torch_imports_there(cu12_env: Path, tmp_pat
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert Path(data["wheel"]).name.startswith("causal_conv1d-1.7.0+cu.12.8.torch.2.9.sm.120-")
-    assert data["provenance"]["smoke"].count("imported causal_conv1d_cuda") == 2
+    assert data["run"]["smoke"].count("imported causal_conv1d_cuda") == 2

@@ -45,9 +45,9 @@ def test_a_profile_for_every_torch_minor_on_pypi_is_shipped() -> None:
     profiles = {p.name: p for p in load_profiles(REPO / "toolchains")}
     assert {name: str(p.torch) for name, p in profiles.items()} == SHIPPED
     for profile in profiles.values():
-        # torch 2.15 has no wheels for Python 3.10: the resolver leaves it out
+        # the Pythons torch has wheels for: 2.15 has none for 3.10, only 2.15 has cp315
         assert profile.pythons == (("3.10",) if profile.torch.minor < 15 else ()) + (
-            "3.11", "3.12", "3.13")
+            "3.11", "3.12", "3.13", "3.14") + (("3.15",) if profile.torch.minor >= 15 else ())
         assert profile.requirements[0] == f"torch==={profile.torch}"  # never a +cpu variant
         cuda12 = profile.cuda.major == 12
         # PyPI's CUDA 12 nvcc wheel holds only ptxas: those profiles need an installed toolkit
@@ -99,7 +99,7 @@ def test_a_profile_whose_compiler_pins_are_missing_is_refused(tmp_path: Path) ->
     path = bad_profile(tmp_path, ("- nvidia-cuda-nvcc==13.0.88\n", ""))
     with pytest.raises(RecipeError) as caught:
         load_profile(path)
-    assert len(caught.value.problems) == 4  # one per Python
+    assert len(caught.value.problems) == 5  # one per Python: 3.10 to 3.14
     assert caught.value.problems[0].message == (
         "no CUDA compiler pin for Python 3.10 (cuda_home is nvidia/cu13)")
 
@@ -126,6 +126,35 @@ def test_toolchain_new_pins_torch_and_its_compiler_with_pips_resolver(tmp_path: 
                        "--dir", str(tmp_path), cwd=REPO)
     assert again.returncode == 11
     assert f"error: {path} exists" in again.stderr
+
+
+def test_toolchain_new_covers_the_newest_pythons_torch_has_wheels_for(tmp_path: Path) -> None:
+    """cp314 and cp315 asked from pip's resolver: torch 2.14 has cp314 wheels, not cp315."""
+    result = wheelsmith("toolchain", "new", "--torch", "2.14.1", "--python", "3.14", "--python",
+                        "3.15", "--dir", str(tmp_path), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert "torch 2.14.1 has no wheel for Python 3.15 on your pip index: left out" in (
+        result.stderr)
+    made = load_profile(tmp_path / "cu130-torch2.14.yaml")
+    assert made.pythons == ("3.14",)
+    assert made.platforms == ("x86_64", "aarch64")  # every pin has cp314 aarch64 wheels
+    shipped = load_profile(REPO / "toolchains" / "cu130-torch2.14.yaml")
+    assert pins_for(made, "3.14") == pins_for(shipped, "3.14")
+
+
+def test_adding_a_python_to_a_profile_keeps_the_other_pythons_keys(tmp_path: Path) -> None:
+    """A key names a venv and an image: the pins a Python gets, not the markers that say so."""
+    before = bad_profile(tmp_path, ("- ninja==1.13.2\n", "- ninja==1.13.2; python_version == "
+                                    '"3.11" or python_version == "3.12"\n- ninja==1.11.1; '
+                                    'python_version == "3.10" or python_version == "3.13"\n'))
+    key_311, key_313 = load_profile(before).key("3.11"), load_profile(before).key("3.13")
+    after = bad_profile(tmp_path, ("- ninja==1.13.2\n", "- ninja==1.13.2; python_version == "
+                                   '"3.11" or python_version == "3.12" or python_version == '
+                                   '"3.14"\n- ninja==1.11.1; python_version == "3.10" or '
+                                   'python_version == "3.13"\n'))
+    assert load_profile(after).key("3.11") == key_311
+    assert load_profile(after).key("3.13") == key_313
+    assert load_profile(after).key("3.11") != key_313
 
 
 def test_toolchain_new_for_a_cuda_12_torch_asks_for_an_installed_compiler(

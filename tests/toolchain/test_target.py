@@ -82,9 +82,30 @@ def test_the_probe_reports_the_torch_distributions_version_beside_torch_version(
 
 def test_a_python_the_profile_was_not_resolved_for_is_refused() -> None:
     with pytest.raises(ToolchainError) as caught:
-        select_profile(target("2.11.0", "13.0", python="3.14"), PROFILES)
+        select_profile(target("2.11.0", "13.0", python="3.15"), PROFILES)
     assert caught.value.message == ("the cu130-torch2.11 profile was resolved for Python 3.10, "
-                                    "3.11, 3.12, 3.13, not 3.14")
+                                    "3.11, 3.12, 3.13, 3.14, not 3.15")
+
+
+@pytest.mark.parametrize(("torch", "cuda", "python", "profile"), [
+    ("2.14.1", "13.0", "3.14", "cu130-torch2.14"),
+    ("2.15.0", "13.2", "3.15", "cu132-torch2.15"),
+])
+def test_the_newest_pythons_torch_publishes_for_are_served(torch: str, cuda: str, python: str,
+                                                           profile: str) -> None:
+    assert select_profile(target(torch, cuda, python=python), PROFILES).name == profile
+
+
+@pytest.mark.parametrize("command", [["build", "tiny-ext", "--arch", "12.0"],
+                                     ["image", "build"]])
+def test_a_free_threaded_python_is_refused_by_name(command: list[str]) -> None:
+    result = wheelsmith(*command, "--python", "3.14t", cwd=REPO)
+    assert result.returncode == 4
+    assert result.stderr.splitlines()[-2:] == [
+        "error: Python 3.14t is free-threaded: wheelsmith builds only for GIL-enabled Pythons "
+        "(Debian forky, where the build images' 3.14 and 3.15 come from, ships no free-threaded "
+        "interpreter)",
+        "hint: build for the GIL-enabled Python 3.14: --python 3.14"]
 
 
 def test_a_cpu_only_torch_has_no_channel() -> None:

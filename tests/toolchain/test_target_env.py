@@ -59,7 +59,7 @@ def test_build_for_an_env_with_torch_2_11_picks_its_profile_and_installs_there(
     toolchain = data["provenance"]["toolchain"]
     assert (toolchain["name"], toolchain["torch"], toolchain["python"]) == (
         "cu130-torch2.11", "2.11.0", f"{PY[0]}.{PY[1:]}")
-    assert data["provenance"]["smoke"] == [
+    assert data["run"]["smoke"] == [
         "imported tiny_ext", "gpu op: skipped (no GPU)",  # the toolchain's torch, then
         "imported tiny_ext", "gpu op: skipped (no GPU)"]  # the environment's own
     assert data["installed"] == {"python": str(user_env), "imports": ["tiny_ext"]}

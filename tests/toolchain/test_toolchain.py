@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -10,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DEFAULT_PROFILE, REPO, wheelsmith
-from wheelsmith import cmd
+from wheelsmith import cmd, locations
 from wheelsmith.errors import RecipeError, ToolchainError
+from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.profile import load_profile
 from wheelsmith.toolchain.tools import auditwheel_for, ensure_tools
+from wheelsmith.toolchain.venv import ensure_profile, venv_root
 
 pytestmark = pytest.mark.toolchain
 
@@ -37,13 +41,40 @@ def test_unresolvable_pin_fails_clearly_and_leaves_nothing(tmp_path: Path) -> No
     assert [p.name for p in (tmp_path / "tools").iterdir() if p.is_dir()] == []
 
 
+def test_a_venv_made_under_an_older_key_with_the_same_pins_is_linked_not_made_again(
+        toolchain: Toolchain, tmp_path: Path) -> None:
+    """A profile key's format changed once (the pins of one Python, issue 20): the venv an
+    older key named (5 GB, minutes to make) serves the new key when its pins for that Python
+    are the same; one with other pins is not taken."""
+    base = load_profile(DEFAULT_PROFILE)
+    real = venv_root(base, "3.11", locations.cache_dir()).resolve()  # (perhaps itself linked)
+    older = tmp_path / "toolchains" / f"{base.name}-py3.11-{'0' * 16}"
+    older.parent.mkdir()
+    subprocess.run(["cp", "-al", str(real), str(older)], check=True)  # hard links: no space
+    shutil.copy(real.with_name(f"{real.name}.requirements.txt"),
+                older.with_name(f"{older.name}.requirements.txt"))
+
+    reused = ensure_profile(base, Path(sys.executable), tmp_path)
+    root = venv_root(base, "3.11", tmp_path)
+    assert (root.is_symlink(), root.readlink()) == (True, Path(older.name))
+    assert (reused.python, reused.torch_version) == (root / "bin" / "python", base.torch)
+
+    other = replace(base, tools=("nvidia-cuda-cuobjdump==0.0.0", *base.tools[1:]))
+    with pytest.raises(ToolchainError) as caught:  # other pins: made (and failing), not linked
+        ensure_profile(other, Path(sys.executable), tmp_path)
+    assert caught.value.message.startswith("could not create ")
+    assert not venv_root(other, "3.11", tmp_path).exists()
+
+
 def test_profile_with_a_loose_pin_is_refused(tmp_path: Path) -> None:
     bad = tmp_path / "cu130-torch2.14.yaml"
-    bad.write_text(DEFAULT_PROFILE.read_text().replace("ninja==1.13.2", "ninja>=1.11"))
+    text = DEFAULT_PROFILE.read_text()
+    line = text[:text.index("ninja==1.13.2")].count("\n") + 1  # where the pin is
+    bad.write_text(text.replace("ninja==1.13.2", "ninja>=1.11"))
     with pytest.raises(RecipeError) as caught:
         load_profile(bad)
     assert [p.render() for p in caught.value.problems] == [
-        f"{bad}:31:3: 'requirements[15]' must be an exact pin, NAME==VERSION, optionally "
+        f"{bad}:{line}:3: 'requirements[15]' must be an exact pin, NAME==VERSION, optionally "
         "'; python_version == \"3.X\"'; got 'ninja>=1.11'"]
 
 

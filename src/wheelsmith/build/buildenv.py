@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelsmith.build import parallel, prebuild
+from wheelsmith.build import parallel, prebuild, reproducible
 from wheelsmith.build.parallel import Parallelism
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.toolchain.platform import cross_env
@@ -82,9 +82,13 @@ def build_env(
     guard: Guard | None = None,
     compile_cache: Mapping[str, str] | None = None,
     launchers: Path | None = None,
+    source: Path | None = None,
+    seen_site: Path | None = None,
 ) -> dict[str, str]:
     """`launchers` is a directory put first on PATH: the pre-build check's `ninja` and the
-    compile cache's `c++` live there."""
+    compile cache's `c++` live there. `source`: the tree being built, whose path (and the
+    toolchain's, and `seen_site`: a path view's) the compilers map to fixed names
+    (reproducible.py)."""
     toolchain = plan.toolchain
     env = {k: base[k] for k in PASS_THROUGH if k in base}
     path = [str(p) for p in toolchain.bin_dirs] + [base.get("PATH", "/usr/bin:/bin")]
@@ -130,4 +134,7 @@ def build_env(
     env.update(dict(plan.recipe.env))
     env.update(dict(plan.release.env))
     env.update(dict(plan.extra_env))
+    if source is not None:
+        maps = reproducible.path_maps(toolchain, source, seen_site)
+        env.update(reproducible.compiler_env(maps, env))
     return env

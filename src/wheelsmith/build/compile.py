@@ -1,9 +1,10 @@
 """Compile a prepared source tree into a wheel with the package's own build, offline.
 
-The same entry point serves every runner: it runs `pip wheel --no-build-isolation --no-deps
---no-index` with the toolchain's Python, inside a network namespace when the machine allows
-one (the environment's dead proxies cover the rest), streams the output to the log file,
-reports ninja's `[N/M]` progress, and on failure attaches the log tail and a diagnosis.
+The same entry point serves every runner: it runs the package's PEP 517 `build_wheel` hook
+with the toolchain's Python (pypa/build's ProjectBuilder, no isolation), inside a network
+namespace when the machine allows one (the environment's dead proxies cover the rest),
+streams the output to the log file, reports ninja's `[N/M]` progress, and on failure
+attaches the log tail and a diagnosis.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import functools
 import logging
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from build import BuildBackendException, BuildException, ProjectBuilder
 from wheelsmith import cmd
 from wheelsmith.build import buildenv, prebuild
 from wheelsmith.build.compilesetup import CompileSetup, farm_done, read_guard_report
@@ -123,17 +125,16 @@ def compile_wheel(
         prefix = view.prefix(offline=bool(isolate_network and offline_prefix()))
     else:
         prefix = offline_prefix() if isolate_network else ()
-    # --use-pep517: pip's legacy `setup.py bdist_wheel` path runs `setup.py clean --all` after
-    # a failed build, which deletes the build tree (objects, ninja's log) a rerun resumes from
-    argv = [*prefix, str(toolchain.python), "-m", "pip", "wheel", "-v",
-            "--no-build-isolation", "--use-pep517", "--no-deps", "--no-index",
-            "--wheel-dir", str(dist), str(view.inside(source) if view else source)]
     try:
         with log_path.open("a", encoding="utf-8") as log_file:
-            cmd.run(argv, cwd=source, env=env, log_file=log_file, log_path=log_path,
-                    on_line=progress_parser(on_progress, on_plan, on_resume),
-                    error=CompileError,
-                    what=f"the build of {what}")
+            def run_hook(argv: Sequence[str], cwd: str | None = None,
+                         extra_environ: Mapping[str, str] | None = None) -> None:
+                cmd.run([*prefix, *argv], cwd=Path(cwd) if cwd else source,
+                        env={**env, **(extra_environ or {})}, log_file=log_file,
+                        log_path=log_path, error=CompileError, what=f"the build of {what}",
+                        on_line=progress_parser(on_progress, on_plan, on_resume))
+
+            build_backend(source, toolchain.python, dist, run_hook, what=what, log_path=log_path)
     except CompileError as exc:
         text = log_path.read_text(errors="replace")
         exc.hint = explain(diagnose(text)) or (
@@ -150,6 +151,26 @@ def compile_wheel(
                            log_file=log_path)
     return wheels[0]
 
+
+
+def build_backend(source: Path, python: Path, dist: Path, run_hook: Callable[..., None], *,
+                  what: str, log_path: Path) -> None:
+    """The PEP 517 `build_wheel` hook of `source`'s backend, run by the toolchain's Python
+    (pypa/build's ProjectBuilder, no isolation: the toolchain env is the build env) through
+    `run_hook`. Only that hook runs: no metadata pass (pip's `prepare_metadata_for_build_wheel`
+    ran the package's setup.py once more) and never setuptools' `clean --all` (which deletes
+    the build tree a rerun resumes from)."""
+    try:
+        ProjectBuilder(source, python_executable=str(python), runner=run_hook).build(
+            "wheel", dist)
+    except BuildBackendException as exc:
+        if isinstance(exc.exception, WheelsmithError):  # the hook's command failed
+            raise exc.exception from None
+        raise CompileError(f"the build of {what} failed: {exc}", log_file=log_path) from None
+    except BuildException as exc:  # pyproject.toml names no usable backend
+        raise CompileError(f"the build of {what} cannot start: {exc}", log_file=log_path,
+                           hint="check the package's pyproject.toml [build-system] table"
+                           ) from None
 
 
 @dataclass(frozen=True, slots=True)

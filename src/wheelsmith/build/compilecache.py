@@ -9,9 +9,10 @@ else about the build changes, so the cache is not part of the content key.
 What may reuse an object: ccache hashes the compiler binary (compiler_check=content), every
 argument (so each -gencode arch), the preprocessed source or its includes, and — as an extra
 file — the toolchain's identity (pins, torch, nvcc; not the Python, which reaches an object
-only through the headers it includes). Paths under the base directory (the fixed paths the
-build sees, pathview.py, else the work directory) are made relative (base_dir), so a fresh
-directory on another runner, or a build for another Python, still hits.
+only through the headers it includes) and how build paths are kept out of objects
+(reproducible.SCHEME). Paths under the base directory (the fixed paths the build sees,
+pathview.py, else the work directory) are made relative (base_dir), so a fresh directory on
+another runner, or a build for another Python, still hits.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from wheelsmith.build import parallel, reproducible
 from wheelsmith.errors import UsageError
 from wheelsmith.toolchain.env import Toolchain
 
@@ -53,14 +55,22 @@ class CompileCache:
     def env(self, toolchain: Toolchain, work: Path, *, base_dir: Path) -> dict[str, str]:
         """`base_dir`: paths under it are hashed relative to the compile's directory."""
         identity = work / "toolchain-identity.json"
-        identity.write_text(json.dumps(cache_identity(toolchain), sort_keys=True))
+        # nvcc's flags for reproducible objects reach it through NVCC_PREPEND_FLAGS, which
+        # ccache does not see: objects made before them must not be reused
+        identity.write_text(json.dumps({**cache_identity(toolchain),
+                                        "build_paths": reproducible.SCHEME}, sort_keys=True))
+        # nor NVCC_APPEND_FLAGS, where the pre-build check puts the split count (which ptxas
+        # writes into each cubin): it writes them to this file before ninja runs
+        nvcc_flags = work / "nvcc-append-flags.txt"
+        nvcc_flags.write_text("")
         env = {
             "PYTORCH_NVCC": f"{self.ccache} {toolchain.nvcc}",
             "CCACHE_DIR": str(self.local),
             "CCACHE_BASEDIR": str(base_dir),
             "CCACHE_NOHASHDIR": "1",
             "CCACHE_COMPILERCHECK": "content",
-            "CCACHE_EXTRAFILES": str(identity),
+            "CCACHE_EXTRAFILES": f"{identity}:{nvcc_flags}",
+            parallel.NVCC_FLAGS_FILE: str(nvcc_flags),
             "CCACHE_SLOPPINESS": "include_file_mtime,include_file_ctime,time_macros",
             "CCACHE_STATSLOG": str(work / "ccache-stats.log"),
         }

@@ -52,8 +52,8 @@ class CompileSetup:
         return self.farm is not None or bool(self.cache and self.cache.needs_network)
 
 
-def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, source: Path, epoch: int
-                  ) -> CompileSetup:
+def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int,
+                  source: Path) -> CompileSetup:
     farm, health, note = farm_session(request, work)
     view = pathview.resolve(plan.toolchain, source, locations.cache_dir(), farm=farm is not None)
     cores, available = buildenv.machine_size()
@@ -75,7 +75,8 @@ def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, source: Pa
             write_launcher(launchers / name, script)
         compiler_env = cache.env(plan.toolchain, work, base_dir=view.root if view else work)
     env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ,
-                             guard=guard, compile_cache=compiler_env, launchers=launchers)
+                             guard=guard, compile_cache=compiler_env, launchers=launchers,
+                             source=source, seen_site=view.fixed_site if view else None)
     return CompileSetup(view.env(env) if view else env, parallelism, guard, cache, farm, note,
                         view)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import resource
 import shutil
 import uuid
@@ -34,13 +35,14 @@ from wheelsmith.errors import CommandError, CompileError, ToolchainError, UsageE
 from wheelsmith.recipes import repos
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.profile import Profile
+from wheelsmith.toolchain.target import refuse_free_threaded
 
 log = logging.getLogger(__name__)
 
 IMAGE_PYTHON = "3.11"  # the default image's Python: Debian bookworm's python3
-# The Debian release whose python3 is each Python: the base an image for it is built on
-# (images.lock pins each by digest; baseimage.py locks one on first use where it pins none).
-BASES = {"3.11": "bookworm", "3.13": "trixie"}
+# The Debian release that packages each Python (python3.X): the base an image for it is built
+# on (images.lock pins each by digest; baseimage.py locks one on first use where it pins none).
+BASES = {"3.11": "bookworm", "3.13": "trixie", "3.14": "forky", "3.15": "forky"}
 LABEL_PROFILE = "dev.wheelsmith.profile"
 LABEL_KEY = "dev.wheelsmith.profile-key"
 LABEL_BASE = "dev.wheelsmith.base"
@@ -105,10 +107,10 @@ def image_ref(profile: Profile, python: str = IMAGE_PYTHON) -> str:
 
 def base_for(python: str) -> str:
     """The Debian release an image for `python` is built on."""
+    refuse_free_threaded(python)
     if python not in BASES:
         raise UsageError(f"no build image for Python {python}: images exist for "
-                         f"{', '.join(BASES)} (the python3 of Debian "
-                         f"{', '.join(BASES.values())})",
+                         + ", ".join(f"{p} (Debian {r})" for p, r in BASES.items()),
                          hint="build on the host with that Python instead: --runner host "
                               "--python /path/to/python")
     return BASES[python]
@@ -183,10 +185,25 @@ def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
     cmd.run([*argv, project], env=env, log_file=log_file, log_path=log_path,
             error=ToolchainError, what=f"{engine.name} build of the {profile.name} image")
     if previous and previous != (inspect(engine, ref) or {}).get("Id"):
-        # the tag moved: drop the image it left behind unless something still uses it
-        cmd.run([engine.exe, "rmi", previous], stream=False, ok_returncodes=range(256),
-                what=f"{engine.name} rmi")
+        drop(engine, previous)  # the tag moved: the image it left behind
     return ref
+
+
+def superseded(engine: Engine, profile: Profile, python: str) -> list[str]:
+    """Images of this profile and Python that an older profile file (other pins) named: a new
+    image replaces them (each is several GB)."""
+    current = image_ref(profile, python)
+    repository, _, tag = current.rpartition("-")[0].partition(":")
+    listed = cmd.run([engine.exe, "images", "--format", "{{.Repository}}:{{.Tag}}", repository],
+                     stream=False, ok_returncodes=range(256), what=f"{engine.name} images")
+    pattern = re.compile(rf"{re.escape(repository)}:{re.escape(tag)}-[0-9a-f]{{12}}")
+    return [ref for ref in listed.stdout.split() if pattern.fullmatch(ref) and ref != current]
+
+
+def drop(engine: Engine, image: str) -> None:
+    """Remove an image (or a tag of it) unless a container still uses it."""
+    cmd.run([engine.exe, "rmi", image], stream=False, ok_returncodes=range(256),
+            what=f"{engine.name} rmi")
 
 
 def check_builder(engine: Engine, mirror: Path | None) -> None:

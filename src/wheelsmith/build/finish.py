@@ -15,7 +15,7 @@ from typing import Any
 
 from wheelsmith import __version__, locations
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import compilecache, manylinux
+from wheelsmith.build import compilecache, manylinux, reproducible
 from wheelsmith.build.compile import Compiled, log_path_of
 from wheelsmith.build.compilesetup import CompileSetup, read_guard_report
 from wheelsmith.build.parallel import Parallelism
@@ -129,6 +129,8 @@ def up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
     if not out_dir.is_dir():
         return None
     for wheel in sorted(out_dir.glob(expected_prefix(plan) + "*.whl")):
+        if not _for_this_target(wheel.name, plan):
+            continue  # the same package for another Python or CPU: another build's
         key = (read_provenance(wheel) or {}).get("key")
         if key == plan.key and not rebuild:
             return wheel
@@ -139,6 +141,16 @@ def up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
                 hint="pass --rebuild to replace it, or choose another --out directory",
             )
     return None
+
+
+def _for_this_target(filename: str, plan: BuildPlan) -> bool:
+    """Whether a wheel's tags are the ones this plan's wheel gets (its Python and CPU; a pure
+    wheel's tags are everyone's)."""
+    python, _, platform = WheelName.parse(filename).tags.split("-")
+    if plan.recipe.kind == "pure":
+        return True
+    cp = "cp" + plan.toolchain.python_version.replace(".", "")
+    return cp in python.split(".") and platform.endswith(plan.toolchain.platform)
 
 
 def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
@@ -154,7 +166,8 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
         "source": plan.key_inputs()["recipe"]["source"],
         "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],
         "toolchain": {**toolchain.identity(), "channel": toolchain.channel(),
-                      "cuda_home": str(toolchain.cuda_home)},  # which toolkit compiled it
+                      # which toolkit compiled it (a toolchain's own: relative to it)
+                      "cuda_home": reproducible.portable(toolchain.cuda_home, toolchain)},
         "nvcc": str(toolchain.nvcc_version),
         "archs_requested": str(plan.archs),
         "host_only": list(recipe.host_only),  # `wheelsmith verify` reads both

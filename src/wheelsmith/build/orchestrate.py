@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from wheelsmith import __version__, locations, locks
-from wheelsmith.build import resume
+from wheelsmith.build import reproducible, resume
 from wheelsmith.build.compile import compile_package, log_path_of
 from wheelsmith.build.compilesetup import compile_setup, refuse_without_ninja
 from wheelsmith.build.finish import (
@@ -81,7 +81,8 @@ def already_built(plan: BuildPlan, request: BuildRequest, report: Reporter
         return None
     report.stage("up to date", existing.name)
     return BuildResult(wheel=existing, provenance=read_provenance(existing) or {},
-                       up_to_date=True, log=None)
+                       up_to_date=True, log=None,
+                       run=reproducible.read_run(request.work_dir.resolve() / plan.slug()))
 
 
 class _LockedReporter:
@@ -146,7 +147,7 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
         source = fetch_and_patch(plan, work, report, fresh=request.fresh)
     refuse_without_ninja(plan, source)
     epoch = source_epoch(source)
-    setup = compile_setup(plan, request, work, source, epoch)
+    setup = compile_setup(plan, request, work, epoch, source)
     target = "pure Python" if plan.recipe.kind == "pure" else str(plan.archs)
     report.stage("compile", f"{plan.recipe.name} {plan.release.version} for {target}; "
                             f"{setup.describe()}")
@@ -154,14 +155,16 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
     if isinstance(compiled, BuildResult):  # --configure-only
         return compiled
     checked = check_wheel(plan, compiled.raw, request, work, report)
-    provenance = provenance_record(plan, checked, setup, compiled, work=work,
-                                   seconds=round(time.monotonic() - started, 1))
+    provenance, run = reproducible.split_record(provenance_record(
+        plan, checked, setup, compiled, work=work, seconds=round(time.monotonic() - started, 1)))
     report.stage("stamp", plan.local_label())
     wheel = write_output(plan, compiled.raw, request, provenance, epoch)
+    reproducible.write_run(work, run)
     resume.finished(work, keep_source=request.keep_work)
     if not request.keep_work:
         shutil.rmtree(work / "smoke", ignore_errors=True)
-    return BuildResult(wheel=wheel, provenance=provenance, up_to_date=False, log=log_path)
+    return BuildResult(wheel=wheel, provenance=provenance, up_to_date=False, log=log_path,
+                       run=run)
 
 
 def fetch_and_patch(plan: BuildPlan, work: Path, report: Reporter, *, fresh: bool = False
@@ -179,7 +182,9 @@ def fetch_and_patch(plan: BuildPlan, work: Path, report: Reporter, *, fresh: boo
         return kept
     report.stage("fetch", f"{what} ({type(plan.release.source).__name__})")
     source = fetch(plan.release.source, resume.source_dir(work), locations.cache_dir())
+    epoch = source_epoch(source)
     report.stage("patch", f"{len(plan.release.patches)} patch(es)")
     apply_all(plan.release.patches, source)
+    reproducible.clamp_mtimes(source, epoch)  # the patched tree keeps the sdist's time
     resume.mark_prepared(work, plan.key, source)
     return source

@@ -16,6 +16,15 @@ The rules:
   where 2 threads x 2 workers measured 554 s against 454 s without), with no CUDA files, and
   with a compile farm (its servers are full with jobs).
 
+The split goes to ptxas only (`--ptxas-options=--split-compile=N`), not to nvcc as a whole:
+nvcc's own `--split-compile` also splits cicc's optimisation, whose result depends on how its
+threads ran (nvcc 13.0, one kernel, `--split-compile=2`: two PTX variants in 6 runs, one with a
+common subexpression not eliminated, so different SASS; a 16-kernel file: 3 variants in 6).
+ptxas's split gave one cubin in every run and the same code as no split (16 kernels, 2, 3, 4,
+0 workers, pinned to one CPU or not); the one thing its count changes is ptxas's command line
+in the cubin's `.note.nv.tkinfo` note (`-split-compile N`): a wheel is bit-identical to another
+built with the same count (reproducible.py).
+
 The split count needs the number of CUDA files, which only build.ninja knows: the pre-build
 check (prebuild.py) refines it there with `refine` and passes the flag to nvcc.
 """
@@ -27,10 +36,16 @@ from dataclasses import asdict, dataclass, replace
 
 SPLIT_ENV = "WHEELSMITH_SPLIT_COMPILE"  # auto | off | N, the default of --split-compile
 PLAN_ENV = "WHEELSMITH_PARALLELISM"  # the chosen Parallelism, for the pre-build check
+# the compile cache's file that the pre-build check writes NVCC_APPEND_FLAGS to, so ccache
+# (which hashes that file, not the environment) keys objects by the split count
+NVCC_FLAGS_FILE = "WHEELSMITH_NVCC_FLAGS_FILE"
 MAX_THREADS = 4
 MIN_SPLIT = 2  # fewer idle cores per thread than this: no split
 OVERSUBSCRIBE = 4  # compiler threads per core, at most, while files compile side by side
 AUTO, OFF = "auto", "off"
+# nvcc's --split-compile splits cicc's optimisation too, and cicc's split is not deterministic;
+# ptxas's split is (the module docstring)
+PTXAS_SPLIT = "--ptxas-options=--split-compile={}"
 
 
 class SplitSettingError(ValueError):
@@ -59,10 +74,11 @@ class Parallelism:
     cxx_units: int | None = None
 
     def split_flag(self) -> str | None:
-        """The nvcc flag for NVCC_APPEND_FLAGS, or None for no split."""
+        """The nvcc flag for NVCC_APPEND_FLAGS, or None for no split: ptxas's split only
+        (module docstring: nvcc's own split varies the device code)."""
         if self.split_setting not in (AUTO, OFF):
-            return f"--split-compile={self.split_setting}"
-        return f"--split-compile={self.split}" if self.split > 1 else None
+            return PTXAS_SPLIT.format(self.split_setting)
+        return PTXAS_SPLIT.format(self.split) if self.split > 1 else None
 
     def describe_split(self) -> str:
         if self.split_setting == OFF:

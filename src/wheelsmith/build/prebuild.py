@@ -112,7 +112,15 @@ def _given_split(environ: Mapping[str, str]) -> str | None:
 
 def apply_parallelism(ninja_text: str, environ: MutableMapping[str, str]) -> str | None:
     """Refine the build's parallelism with build.ninja's files and put the split-compile flag
-    into NVCC_APPEND_FLAGS; returns the plan line (None without a plan or CUDA files)."""
+    into NVCC_APPEND_FLAGS; returns the plan line (None without a plan or CUDA files). The
+    flags nvcc will get are written to the compile cache's file for them (NVCC_FLAGS_FILE)."""
+    line = _split_into_flags(ninja_text, environ)
+    if environ.get(parallel.NVCC_FLAGS_FILE):
+        Path(environ[parallel.NVCC_FLAGS_FILE]).write_text(environ.get("NVCC_APPEND_FLAGS", ""))
+    return line
+
+
+def _split_into_flags(ninja_text: str, environ: MutableMapping[str, str]) -> str | None:
     chosen = environ.get(parallel.PLAN_ENV)
     if not chosen or "rule cuda_compile" not in ninja_text:
         return None

@@ -80,6 +80,7 @@ class BuildResult:
     log: Path | None
     configured: tuple[dict[str, Any], ...] = ()  # what each build.ninja with CUDA rules targets
     host_modules: tuple[str, ...] = ()  # the extensions whose build.ninja has only C++ rules
+    run: dict[str, Any] = field(default_factory=dict)  # one run's facts (reproducible.py)
 
 
 

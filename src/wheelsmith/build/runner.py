@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wheelsmith import locations, wheelfile
-from wheelsmith.build import compilecache, container, finish, orchestrate, resume
+from wheelsmith.build import compilecache, container, finish, orchestrate, reproducible, resume
 from wheelsmith.build.compile import log_path_of, progress_parser
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.request import (
@@ -198,5 +198,8 @@ def _check_and_place(plan: BuildPlan, request: BuildRequest, out: Path,
         shutil.copyfile(wheels[0], staged)
         final = finish.place(staged, out_dir, rebuild=request.rebuild)
     resume.finished(out.parent, keep_source=request.keep_work)
+    inner = sorted((out.parent / "container-work").glob(f"*/{reproducible.RUN_FILE}"))
+    run = reproducible.read_run(inner[0].parent) if inner else {}
+    reproducible.write_run(out.parent, run)
     return BuildResult(wheel=final, provenance=read_provenance(final) or {},
-                                up_to_date=False, log=log_path)
+                       up_to_date=False, log=log_path, run=run)

@@ -23,6 +23,7 @@ from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.cli import console
 from wheelsmith.errors import UsageError, WheelsmithError, disk_full
 from wheelsmith.recipes import repos
+from wheelsmith.toolchain.target import refuse_free_threaded
 
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
@@ -70,6 +71,7 @@ def parse_python(value: str | None) -> dict[str, Any]:
     Python version (python3.X here, or the image's Python in a container build)."""
     if value is None:
         return {}
+    refuse_free_threaded(value)
     if re.fullmatch(r"3\.\d+", value):
         return {"python_version": value}
     return {"python": Path(value), "target": Path(value)}

@@ -11,6 +11,7 @@ import click
 
 from wheelsmith.arch import ArchSet
 from wheelsmith.build import compilesetup, finish
+from wheelsmith.build.rebuild import rebuild as rebuild_wheel
 from wheelsmith.build.request import BuildRequest, BuildResult, from_json
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
@@ -28,7 +29,7 @@ from wheelsmith.cli._common import (
 )
 from wheelsmith.cli.index import published_json
 from wheelsmith.deliver import deliver
-from wheelsmith.errors import RecipeError
+from wheelsmith.errors import RecipeError, VerifyError
 from wheelsmith.recipes import repos
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.recipes.schema import schema_json
@@ -61,7 +62,7 @@ from wheelsmith.wheelfile import read_provenance
 @click.option("--jobs", type=click.IntRange(min=1), help="MAX_JOBS (default: from cores, free "
               "memory and a compile farm's CPUs).")
 @click.option("--split-compile", "split_compile", metavar="auto|off|N",
-              help="nvcc --split-compile workers, so one heavy file uses idle cores. auto: "
+              help="ptxas --split-compile workers, so one heavy file uses idle cores. auto: "
                    "from cores, memory and build.ninja's CUDA files. Not part of the content "
                    "key. Default: $WHEELSMITH_SPLIT_COMPILE, else auto.")
 @click.option("--compile-farm", "compile_farm", metavar="URL|off",
@@ -139,6 +140,7 @@ def _deliver(request: BuildRequest, *, publish_to: Path | None, install_into: Ta
         emit_json({"ok": True, "wheel": str(result.wheel), "up_to_date": result.up_to_date,
                    "log": str(result.log) if result.log else None,
                    "published": published_json(done.published), "provenance": result.provenance,
+                   "run": result.run,
                    "installed": None if install_into is None or done.imports is None else {
                        "python": str(install_into.python), "imports": list(done.imports)}})
         return
@@ -174,11 +176,21 @@ def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:
 @click.option("--host-only", multiple=True, metavar="GLOB",
               help="Shared objects allowed to carry no device code. Default: the host_only "
                    "globs a wheelsmith wheel's provenance records (none for other wheels).")
+@click.option("--rebuild", is_flag=True,
+              help="Build each WHEEL again from its provenance (no compile cache) and compare "
+                   "sha256; a mismatch names the members that differ. --arch is not needed.")
+@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
+              show_default=True, help="With --rebuild: sources, logs and the rebuilt wheel.")
+@runner_option
+@recipes_option
 @json_option
 def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[str, ...],
-           as_json: bool) -> None:
+           rebuild: bool, work_dir: Path, runner: str, as_json: bool) -> None:
     """Check that each WHEEL carries SASS for exactly --arch (and PTX iff +PTX); no recipe
-    is read."""
+    is read. With --rebuild, check that building it again gives the same bytes."""
+    if rebuild:
+        _verify_rebuild(wheels, work_dir, runner, as_json)
+        return
     results = []
     for wheel in wheels:
         requested, allowed = _verify_request(wheel, archs, host_only)
@@ -204,6 +216,27 @@ def _verify_request(wheel: Path, archs: tuple[str, ...], host_only: tuple[str, .
         raise click.UsageError(f"--arch is required: {wheel.name} has no wheelsmith provenance "
                                "that records its archs; e.g. --arch 12.0")
     return requested, host_only or tuple(recorded.get("host_only", ()))
+
+
+def _verify_rebuild(wheels: tuple[Path, ...], work_dir: Path, runner: str,
+                    as_json: bool) -> None:
+    results = []
+    for wheel in wheels:
+        with console.TerminalReporter() as reporter:
+            compared = rebuild_wheel(wheel, work_dir=work_dir, runner_name=runner,
+                                     report=reporter)
+        if not compared.identical:
+            raise VerifyError(
+                f"{wheel.name} differs from its rebuild (sha256 {compared.sha256[:16]}, "
+                f"rebuilt {compared.rebuilt_sha256[:16]})", findings=compared.differences,
+                hint=f"the rebuilt wheel is {compared.rebuilt}; a member whose content differs "
+                     "was changed after the build, or the build is not reproducible there")
+        results.append({"wheel": str(wheel), "sha256": compared.sha256,
+                        "rebuilt": str(compared.rebuilt)})
+        if not as_json:
+            click.echo(f"identical: {wheel.name} rebuilt to the same sha256 {compared.sha256}")
+    if as_json:
+        emit_json({"ok": True, "wheels": results})
 
 
 @main.command("recipes")

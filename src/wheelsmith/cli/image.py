@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from wheelsmith import locations
-from wheelsmith.build import baseimage, container
+from wheelsmith.build import baseimage, container, images
 from wheelsmith.cli._common import emit_json, json_option, main
 from wheelsmith.errors import UsageError
 from wheelsmith.toolchain import select
@@ -66,19 +66,24 @@ def image_group() -> None:
 @click.option("--pip-mirror", type=click.Path(path_type=Path, exists=True, file_okay=False),
               help="A directory of wheels mounted as a pip find-links mirror (podman).")
 @python_option
+@click.option("--rebuild", is_flag=True,
+              help="Build from the Dockerfile even when the image of these pins exists (after "
+                   "editing the Dockerfile).")
 def image_build(toolchain: str | None, engine: str, base: str | None,
-                pip_mirror: Path | None, python: str) -> None:
-    """Build the image for a toolchain profile (tagged with the hash of its pins)."""
+                pip_mirror: Path | None, python: str, rebuild: bool) -> None:
+    """The image for a toolchain profile (tagged with the hash of its pins): the existing one,
+    one made from an older image with the same pins (a link and a label), or built."""
+    container.base_for(python)  # a Python without an image: refused before anything is done
     chosen = _engine(engine)
     container.check_builder(chosen, pip_mirror)  # before a base is locked or moved for it
     profile = select.profile_named(toolchain)
     log_path = locations.cache_dir() / f"image-{chosen.name}-{profile.name}-py{python}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log_file:
-        ref = container.build_image(chosen, profile, project=locations.project_root(),
-                                    base=base or _base(chosen, python, profile),
-                                    mirror=pip_mirror,
-                                    log_file=log_file, log_path=log_path, python=python)
+        ref = images.make_image(chosen, profile, project=locations.project_root(),
+                                base=base or _base(chosen, python, profile), mirror=pip_mirror,
+                                log_file=log_file, log_path=log_path, python=python,
+                                rebuild=rebuild)
     click.echo(ref)
 
 
@@ -111,7 +116,7 @@ def image_show(toolchain: str | None, engine: str, python: str, as_json: bool) -
     ref = container.image_ref(profile, python)
     info = container.inspect(chosen, ref)
     labels = container.labels_of(info) if info else {}
-    pins = list(profile.pins)
+    pins = list(profile.pins_for(python))
     data = {"image": ref, "exists": info is not None,
             "id": info.get("Id") if info else None,
             "digest": info.get("Digest") if info else None,

@@ -47,7 +47,8 @@ def _cells(matrix_file: Path | None) -> list[matrix.Cell]:
 @click.option("--shards", type=click.IntRange(min=1), default=4, show_default=True,
               help="With --format github: how many runners to split each Python's cells over.")
 def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
-    """Expand the build matrix into cells (recipe x version x toolchain x archs x Python)."""
+    """Expand the build matrix into cells (recipe x version x toolchain x archs x Python x
+    platform)."""
 
     cells = _cells(matrix_file)
     if fmt == "json":

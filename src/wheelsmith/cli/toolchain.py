@@ -72,7 +72,8 @@ def toolchain_requirements(profile: str | None) -> None:
               help="An extra simple index torch comes from (e.g. a per-CUDA PyTorch root); "
                    "recorded in the profile.")
 @click.option("--python", "pythons", multiple=True, metavar="X.Y",
-              help="Python versions to resolve for (repeatable; default 3.10 to 3.13).")
+              help="Python versions to resolve for (repeatable; default 3.10 to 3.15: those "
+                   "torch has wheels for).")
 @click.option("--force", is_flag=True, help="Replace an existing profile of the same name.")
 @click.option("--dir", "directory", type=click.Path(path_type=Path),
               help="Where to write it (default: the project's toolchains/; for an installed "

@@ -47,10 +47,12 @@ def fix_lines(names: list[str], base: str, arch: Arch, target: Target, python: s
         offered_here = _index_has(name, base, arch, target) if readable else None
         readable = offered_here is not None
         if offered_here is False:
+            cpu = f" on {target.machine}" if target.foreign else ""
+            options = target.build_options() if target.foreign else f"--python {python}"
             builds.append(
-                f"wheelsmith build {name} --arch {arch} --python {python} "
+                f"wheelsmith build {name} --arch {arch} {options} "
                 f"--publish   # {f'once {after} is in, ' if after else ''}the index has no "
-                f"{name} wheel for Python {target.version} with {arch.sm} kernels")
+                f"{name} wheel for Python {target.version}{cpu} with {arch.sm} kernels")
         else:
             offered.append(name)
     if not offered:

@@ -1,4 +1,5 @@
-"""The nightly build matrix: recipes x versions x toolchain profiles x arch sets x Pythons.
+"""The nightly build matrix: recipes x versions x toolchain profiles x arch sets x Pythons x
+platforms (CPUs).
 
 `matrix.yaml` is validated like a recipe (every problem at once, file:line:col). Expanding
 it gives cells in a stable order; a shard `I/N` takes every N-th cell starting at I, so
@@ -6,7 +7,10 @@ several CI runners split the work without talking to each other.
 
 Each toolchain profile is one index channel (CUDA x torch) holding every Python; a package
 may narrow the top-level `toolchains` and `pythons`. A pure recipe's wheel (py3-none-any) is
-the same for every Python, so it is one cell per channel, built with the first Python.
+the same for every Python and CPU, so it is one cell per channel, built with the first Python
+on the first platform. One channel serves every CPU (pip picks by platform tag); a cell for
+another CPU than this machine's is a cross build (toolchain/platform.py). x86-64 cells keep the
+names they had before platforms were an axis; others end in their platform (`-aarch64`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.document import Document, KeyPath
 from wheelsmith.errors import UsageError
 from wheelsmith.recipes.model import Recipe, load_recipe
+from wheelsmith.toolchain.platform import ALIASES, KNOWN, host_machine
 from wheelsmith.toolchain.profile import Profile
 
 STRINGS = {"type": "array", "items": {"type": "string"}, "minItems": 1}
@@ -36,6 +41,8 @@ MATRIX_SCHEMA: dict[str, Any] = {
         "toolchains": {**STRINGS, "description": "toolchain profiles (default: the newest)"},
         "pythons": {**STRINGS, "description": "Python versions, e.g. '3.11' (default: the "
                     "Python running wheelsmith)"},
+        "platforms": {**STRINGS, "description": "CPUs the wheels are for: x86_64, aarch64 "
+                      "(default: this machine's)"},
         "packages": {
             "type": "array",
             "minItems": 1,
@@ -47,6 +54,7 @@ MATRIX_SCHEMA: dict[str, Any] = {
                     "recipe": {"type": "string"},
                     "toolchains": {**STRINGS, "description": "default: the top-level list"},
                     "pythons": {**STRINGS, "description": "default: the top-level list"},
+                    "platforms": {**STRINGS, "description": "default: the top-level list"},
                     "versions": {**STRINGS, "description": "default: the newest in the recipe"},
                     "archs": {**STRINGS, "description": "arch sets, one cell each, e.g. "
                               "'9.0;12.0' (default: the recipe's; not for pure recipes)"},
@@ -61,7 +69,8 @@ MATRIX_SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "additionalProperties": False,
                 "properties": {key: {"type": "string"} for key in
-                               ("recipe", "version", "toolchain", "archs", "python")},
+                               ("recipe", "version", "toolchain", "archs", "python",
+                                "platform")},
             },
         },
     },
@@ -76,38 +85,48 @@ class Cell:
     archs: str  # "" for pure recipes
     python: str
     needs: str = ""  # "farm": only where a compile farm or a big runner is configured
+    platform: str = "x86_64"  # the CPU the wheel is for (toolchain/platform.py's names)
 
     @property
     def id(self) -> str:
         archs = self.archs.replace(";", "-").replace("+", "") or "pure"
-        return f"{self.recipe}-{self.version}-{self.toolchain}-{archs}-py{self.python}"
+        cpu = "" if self.platform == "x86_64" else f"-{self.platform}"  # x86-64: names as before
+        return f"{self.recipe}-{self.version}-{self.toolchain}-{archs}-py{self.python}{cpu}"
 
     def as_dict(self) -> dict[str, str]:
         return {"id": self.id, "recipe": self.recipe, "version": self.version,
-                "toolchain": self.toolchain, "archs": self.archs, "python": self.python}
+                "toolchain": self.toolchain, "archs": self.archs, "python": self.python,
+                "platform": self.platform}
 
 
 def load(path: Path, find_recipe: Callable[[str], Path], *, default_toolchain: str,
-         default_python: str, profiles: dict[str, Profile] | None = None) -> list[Cell]:
+         default_python: str, profiles: dict[str, Profile] | None = None,
+         default_platform: str | None = None) -> list[Cell]:
     """Validate `matrix.yaml` and expand it into cells (stable order, excludes applied);
     `find_recipe` gives the recipe file of a name (repos.find). With `profiles`, each
-    toolchain must be one of them and cover each of its Pythons."""
+    toolchain must be one of them and cover each of its Pythons. Platforms default to
+    `default_platform` (None: this machine's)."""
     doc = document.load(path)
     data = document.validate(doc, MATRIX_SCHEMA)
     data = data if isinstance(data, dict) else {}
     toolchains = [t for t in data.get("toolchains", [default_toolchain]) if t]
     pythons = [p for p in data.get("pythons", [default_python]) if p]
+    platforms = _platforms(doc, (), data.get("platforms")) or [default_platform or host_machine()]
     cells: list[Cell] = []
     for index, entry in enumerate(data.get("packages", [])):
         if entry is not None and "recipe" in entry:
             path_to = ("packages", index)
             own_toolchains = [t for t in entry.get("toolchains", toolchains) if t]
             own_pythons = [p for p in entry.get("pythons", pythons) if p]
+            own_platforms = (_platforms(doc, path_to, entry["platforms"])
+                             if "platforms" in entry else platforms)
             if profiles is not None:
                 where = path_to if "toolchains" in entry or "pythons" in entry else ()
                 _check_axes(doc, where, profiles, own_toolchains, own_pythons)
-            cells += _expand(doc, find_recipe, path_to, entry,
-                             toolchains=own_toolchains, pythons=own_pythons)
+                _check_platforms(doc, path_to if "platforms" in entry else (), profiles,
+                                 own_toolchains, own_platforms)
+            cells += _expand(doc, find_recipe, path_to, entry, toolchains=own_toolchains,
+                             pythons=own_pythons, platforms=own_platforms)
     excludes = [e for e in data.get("exclude", []) if e]
     doc.raise_if_problems()
     kept = [c for c in cells if not any(_excluded(c, e) for e in excludes)]
@@ -115,7 +134,8 @@ def load(path: Path, find_recipe: Callable[[str], Path], *, default_toolchain: s
 
 
 def _expand(doc: Document, find_recipe: Callable[[str], Path], path: KeyPath,
-            entry: dict[str, Any], *, toolchains: list[str], pythons: list[str]) -> list[Cell]:
+            entry: dict[str, Any], *, toolchains: list[str], pythons: list[str],
+            platforms: list[str]) -> list[Cell]:
     try:
         recipe = load_recipe(find_recipe(entry["recipe"]))
     except UsageError as exc:
@@ -127,11 +147,27 @@ def _expand(doc: Document, find_recipe: Callable[[str], Path], path: KeyPath,
         doc.at_key((*path, "archs"), f"{recipe.name} has {len(arch_sets)} arch sets, but a "
                    "channel holds one arch set per version (pip picks by label, not by GPU)",
                    hint="list one set that covers every GPU you serve, e.g. '9.0;10.0;12.0+PTX'")
-    if recipe.kind == "pure":  # py3-none-any: one wheel per channel, whatever the Python
-        pythons = pythons[:1]
+    if recipe.kind == "pure":  # py3-none-any: one wheel per channel, whatever Python and CPU
+        pythons, platforms = pythons[:1], platforms[:1]
     needs = str(entry["needs"]) if entry.get("needs") in NEEDS else ""
-    return [Cell(recipe=recipe.name, version=v, toolchain=t, archs=a, python=p, needs=needs)
-            for v in versions for a in arch_sets for t in toolchains for p in pythons]
+    return [Cell(recipe=recipe.name, version=v, toolchain=t, archs=a, python=p, needs=needs,
+                 platform=m)
+            for v in versions for a in arch_sets for t in toolchains for p in pythons
+            for m in platforms]
+
+
+def _platforms(doc: Document, path: KeyPath, wanted: list[str] | None) -> list[str]:
+    """A `platforms` list in wheelsmith's names (arm64 is aarch64, amd64 x86_64); an unknown
+    one is a problem at its position."""
+    found = []
+    for position, value in enumerate(wanted or []):
+        name = ALIASES.get(str(value).lower())
+        if name is None:
+            doc.at_value((*path, "platforms", position), f"unknown platform '{value}'",
+                         f"one of {', '.join(KNOWN)} (arm64 and amd64 are read as those)")
+        elif name not in found:
+            found.append(name)
+    return found
 
 
 def _check_axes(doc: Document, path: KeyPath, profiles: dict[str, Profile],
@@ -148,6 +184,20 @@ def _check_axes(doc: Document, path: KeyPath, profiles: dict[str, Profile],
                 doc.at_value((*path, "pythons", index), f"the {name} profile was resolved for "
                              f"Python {', '.join(profile.pythons)}, not {python}",
                              f"regenerate it with --python {python}, or exclude the cells")
+
+
+def _check_platforms(doc: Document, path: KeyPath, profiles: dict[str, Profile],
+                     toolchains: list[str], platforms: list[str]) -> None:
+    """Every platform is one each profile that records its platforms was resolved for."""
+    for name in toolchains:
+        profile = profiles.get(name)
+        recorded = profile.platforms if profile is not None else None  # None: not recorded
+        for index, machine in enumerate(platforms):
+            if recorded is not None and machine not in recorded:
+                doc.at_value((*path, "platforms", index), f"the {name} profile was resolved "
+                             f"for {', '.join(recorded)}, not {machine}",
+                             "exclude the cells, or regenerate the profile once its pins have "
+                             f"{machine} wheels")
 
 
 def _versions(doc: Document, recipe: Recipe, path: KeyPath, wanted: list[str] | None

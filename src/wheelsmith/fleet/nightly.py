@@ -74,7 +74,7 @@ def request_for(cell: Cell, settings: Settings) -> BuildRequest:
         archs=ArchSet.parse([cell.archs]) if cell.archs else None,
         toolchain=cell.toolchain, python_version=cell.python,
         out_dir=settings.out_dir, work_dir=settings.work_dir, jobs=settings.jobs,
-        compile_cache=settings.compile_cache, runner=settings.runner)
+        compile_cache=settings.compile_cache, runner=settings.runner, platform=cell.platform)
 
 
 def unmet_needs(cell: Cell) -> str | None:

@@ -30,7 +30,7 @@ from packaging.requirements import Requirement
 from wheelsmith import cmd
 from wheelsmith.errors import ToolchainError, UsageError, WheelsmithError
 from wheelsmith.files import atomic_write_text, exclusive_lock
-from wheelsmith.toolchain.profile import Profile, pinned_version
+from wheelsmith.toolchain.profile import Profile, applies, pinned_version
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +82,16 @@ def cross_compiler(machine: str, name: str = "g++") -> Path:
 
 def site_pins(profile: Profile, python_version: str, machine: str) -> list[str]:
     """The profile's requirements that apply on (Python, machine), as exact pins."""
-    pins = []
-    for line in profile.requirements:
-        requirement = Requirement(line)
-        if requirement.marker is None or requirement.marker.evaluate({
-                "python_version": python_version, "python_full_version": f"{python_version}.0",
-                "sys_platform": "linux", "platform_system": "Linux",
-                "platform_machine": machine}):
-            pins.append(f"{requirement.name}=={pinned_version(requirement)}")
-    return pins
+    return [f"{r.name}=={pinned_version(r)}" for r in map(Requirement, profile.requirements)
+            if applies(r, python_version, machine)]
+
+
+def pip_target_options(machine: str, python_version: str) -> list[str]:
+    """pip's options that choose wheels for CPython `python_version` on Linux `machine`
+    (not this interpreter's): its manylinux tags, Python and ABI."""
+    platforms = [arg for tag in pip_platforms(machine) for arg in ("--platform", tag)]
+    return [*platforms, "--python-version", python_version, "--implementation", "cp",
+            "--abi", "cp" + python_version.replace(".", "")]
 
 
 def ensure_target_site(profile: Profile, pip_python: Path, python_version: str, machine: str,
@@ -118,12 +119,9 @@ def _install_site(profile: Profile, pip_python: Path, python_version: str, machi
     requirements = root.parent / f"{root.name}.requirements.txt"
     requirements.write_text("\n".join(pins) + "\n")
     log_path = root.parent / f"{root.name}.log"
-    platforms = [arg for tag in pip_platforms(machine) for arg in ("--platform", tag)]
-    cp = "cp" + python_version.replace(".", "")
     argv: list[str | Path] = [
-        pip_python, "-m", "pip", "install", "--no-input",
-        "--no-deps", "--only-binary", ":all:", *platforms, "--python-version", python_version,
-        "--implementation", "cp", "--abi", cp, *profile.pip_index_args(),
+        pip_python, "-m", "pip", "install", "--no-input", "--no-deps", "--only-binary", ":all:",
+        *pip_target_options(machine, python_version), *profile.pip_index_args(),
         "--target", root, "-r", requirements]
     try:
         with log_path.open("w") as log_file:

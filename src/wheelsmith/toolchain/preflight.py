@@ -49,9 +49,18 @@ def _nvcc_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
         result = cmd.run([toolchain.nvcc, "--list-gpu-code"], stream=False, what="nvcc")
     except CommandError:
         return []  # older nvcc without the flag: the version table above still applies
-    known = set(result.stdout.split())
-    return [f"nvcc {toolchain.nvcc_version} cannot generate {arch.sm}"
-            for arch in archs.archs if arch.sm not in known]
+    listed = result.stdout.split()
+    missing = [arch.sm for arch in archs.archs if arch.base_sm not in listed]
+    if not missing:
+        return []
+    return [f"nvcc {toolchain.nvcc_version} cannot generate {', '.join(missing)} (it generates "
+            f"{', '.join(sorted(listed, key=_arch_number))})"]
+
+
+def _arch_number(sm: str) -> int:
+    """`sm_75` < `sm_90` < `sm_100`: nvcc's list in compute-capability order."""
+    digits = "".join(c for c in sm if c.isdigit())
+    return int(digits) if digits else 0
 
 
 def _torch_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:

@@ -47,6 +47,9 @@ PROFILE_SCHEMA: dict[str, Any] = {
                     "items": {"type": "string", "pattern": r"^3\.\d+$",
                               "x-message": "must be a Python version like '3.12'"},
                     "description": "the Python versions the pins were resolved for"},
+        "platforms": {"type": "array", "minItems": 1, "items": {"enum": ["x86_64", "aarch64"]},
+                      "description": "the CPUs every pin has wheels for (absent: not recorded, "
+                                     "any is tried)"},
         "index": {"type": "string", "pattern": r"^(https?|file)://",
                   "x-message": "must be a URL of a simple index",
                   "description": "extra index torch comes from (e.g. a per-CUDA PyTorch root)"},
@@ -76,6 +79,7 @@ class Profile:
     tools: tuple[str, ...]
     index: str | None = None
     image_base: str | None = None  # a toolkit-carrying base for its image (container builds)
+    platforms: tuple[str, ...] | None = None  # CPUs its pins have wheels for; None: not recorded
 
     @property
     def pins(self) -> tuple[str, ...]:
@@ -87,9 +91,17 @@ class Profile:
         """True when nvcc comes from an installed toolkit, not from the profile's pins."""
         return self.cuda_home == INSTALLED
 
+    def pins_for(self, python_version: str) -> tuple[str, ...]:
+        """The pins that apply on that Python (markers evaluated and dropped), then the tools:
+        what its venv holds, and what a build's content key and provenance record."""
+        return tuple(dict.fromkeys((*applying(self.requirements, python_version), *self.tools)))
+
     def key(self, python_version: str) -> str:
-        """Hash of everything that ends up in the venv: names the venv, image and channel."""
-        data: dict[str, Any] = {"requirements": self.requirements, "tools": self.tools,
+        """Hash of everything that ends up in the venv for that Python (the pins its markers
+        select, so a Python added to the profile leaves the others' venvs and images valid):
+        names the venv and image."""
+        selected = applying(self.requirements, python_version)
+        data: dict[str, Any] = {"requirements": selected, "tools": self.tools,
                                 "cuda_home": self.cuda_home, "python": python_version}
         if self.index:
             data["index"] = self.index
@@ -104,6 +116,16 @@ class Profile:
                 f"not {version}",
                 hint=f"add it: wheelsmith toolchain new --torch {self.torch} "
                      f"{' '.join('--python ' + p for p in (*self.pythons, version))} --force")
+
+    def require_platform(self, machine: str) -> None:
+        """A wheel for `machine` needs the pins' wheels for it: refused by name where the
+        profile records its platforms without that one."""
+        if self.platforms is not None and machine not in self.platforms:
+            raise UsageError(
+                f"the {self.name} profile was resolved for {', '.join(self.platforms)}, not "
+                f"{machine}: its pins lacked {machine} wheels when it was made",
+                hint=f"choose another profile with --toolchain, or regenerate it (wheelsmith "
+                     f"toolchain new --torch {self.torch} --force) once they exist")
 
     def pip_index_args(self) -> list[str]:
         """pip options that make the profile's extra index (if any) visible."""
@@ -135,16 +157,24 @@ def load_profile(path: Path) -> Profile:
     return Profile(name=data["name"], file=path, torch=versions["torch"], cuda=versions["cuda"],
                    pythons=tuple(data["pythons"]), cuda_home=data["cuda_home"],
                    requirements=tuple(data["requirements"]), tools=tuple(data["tools"]),
-                   index=data.get("index"), image_base=data.get("image_base"))
+                   index=data.get("index"), image_base=data.get("image_base"),
+                   platforms=tuple(data["platforms"]) if data.get("platforms") else None)
 
 
-def applies(requirement: Requirement, python: str) -> bool:
-    """Whether a pin's marker (if any) selects it on Python `python` (Linux x86_64)."""
+def applies(requirement: Requirement, python: str, machine: str = "x86_64") -> bool:
+    """Whether a pin's marker (if any) selects it on Python `python` on Linux `machine`."""
     if requirement.marker is None:
         return True
     return requirement.marker.evaluate({  # merged over this interpreter's environment
         "python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux",
-        "platform_system": "Linux", "platform_machine": "x86_64"})
+        "platform_system": "Linux", "platform_machine": machine})
+
+
+def applying(lines: Sequence[str], python_version: str, machine: str = "x86_64"
+             ) -> tuple[str, ...]:
+    """The requirement lines whose markers hold on that Python and CPU, without markers."""
+    return tuple(line.partition(";")[0].strip() for line in lines
+                 if applies(Requirement(line), python_version, machine))
 
 
 def pinned_version(requirement: Requirement) -> str:

@@ -39,11 +39,18 @@ from packaging.version import InvalidVersion, Version
 from wheelsmith import cmd
 from wheelsmith.errors import OutputError, ToolchainError, UsageError
 from wheelsmith.files import atomic_write_text
-from wheelsmith.toolchain.profile import INSTALLED, NVCC_PACKAGES, Profile, load_profile
+from wheelsmith.toolchain.platform import KNOWN, pip_target_options
+from wheelsmith.toolchain.profile import (
+    INSTALLED,
+    NVCC_PACKAGES,
+    Profile,
+    applying,
+    load_profile,
+)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+DEFAULT_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15")  # torch's wheels decide
 BUILD_TOOLS = ("ninja", "setuptools", "wheel", "packaging")
 COMPILER = "cuda-toolkit"
 COMPILER_EXTRAS = "[nvcc,cudart,cccl]"
@@ -115,7 +122,8 @@ def new_profile(request: NewProfileRequest, scratch: Path) -> Profile:
     requirements = [pin for pin in merge(closures, extras={COMPILER: COMPILER_EXTRAS})
                     if pin not in TOOLS]
     text = render(name=name, request=request, torch=closures[0].version("torch") or "",
-                  cuda=cuda, pythons=pythons, compiler=compiler, requirements=requirements)
+                  cuda=cuda, pythons=pythons, compiler=compiler, requirements=requirements,
+                  platforms=platforms_of(requirements, pythons, request, scratch))
     staged = scratch / f"{name}.yaml"
     staged.write_text(text)
     load_profile(staged)  # what we write must load: the same checks as every build
@@ -326,8 +334,33 @@ def merge(closures: list[Closure], extras: dict[str, str]) -> list[str]:
     return lines
 
 
+def platforms_of(requirements: list[str], pythons: tuple[str, ...],
+                 request: NewProfileRequest, scratch: Path) -> list[str]:
+    """x86_64 (what the closures were resolved for), and each other CPU for which pip finds a
+    wheel of every pin on every Python, asked as a cross build's target site asks (`--platform`
+    tags, no dependencies; a dry run: metadata only)."""
+    found = ["x86_64"]
+    for machine in (m for m in KNOWN if m not in found):
+        for python in pythons:
+            argv: list[str | Path] = [
+                sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+                "--no-deps", "--quiet", "--no-input", "--only-binary=:all:",
+                *pip_target_options(machine, python), "--target", scratch / f"target-{machine}",
+                *_index_args(request), *applying(requirements, python, machine)]
+            result = _pip_metadata_only(argv, what=f"pip's resolver ({machine}, Python {python})")
+            if result.returncode != 0:
+                lines = [line for line in (result.stderr + result.stdout).splitlines() if line]
+                log.warning("no %s in the profile's platforms: Python %s: %s", machine, python,
+                            (lines or ["pip failed"])[-1])
+                break
+        else:
+            found.append(machine)
+    return found
+
+
 def render(*, name: str, request: NewProfileRequest, torch: str, cuda: Version,
-           pythons: tuple[str, ...], compiler: Compiler, requirements: list[str]) -> str:
+           pythons: tuple[str, ...], compiler: Compiler, requirements: list[str],
+           platforms: list[str] | None = None) -> str:
     """The profile file: a header that says how it was made, then the data."""
     command = " ".join(["wheelsmith toolchain new", f"--torch {request.torch}",
                         *([f"--cuda {request.cuda}"] if request.cuda else []),
@@ -342,6 +375,8 @@ def render(*, name: str, request: NewProfileRequest, torch: str, cuda: Version,
     ]
     data: dict[str, object] = {"name": name, "torch": torch, "cuda": f"{cuda.major}.{cuda.minor}",
                                "pythons": list(pythons)}
+    if platforms:
+        data["platforms"] = platforms
     if request.index:
         data["index"] = request.index
     data |= {"cuda_home": compiler.cuda_home, "requirements": requirements, "tools": list(TOOLS)}

@@ -96,6 +96,7 @@ def cross_toolchain(name: str | None, python: Path, machine: str, *, for_target:
                          hint="name a profile with --toolchain (or none: the default), and "
                               "--python X.Y")
     profile = profile_named(name)
+    profile.require_platform(machine)
     cross_compiler(machine)  # before fetching GBs for it
     toolchain = _ensure(profile, python)
     site = ensure_target_site(profile, toolchain.python, toolchain.python_version, machine,

@@ -11,6 +11,7 @@ index channel is its own, and which profile builds for it.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from wheelsmith import cmd
 from wheelsmith.arch import Arch, ArchParseError, ArchSet
 from wheelsmith.errors import UsageError
 from wheelsmith.toolchain.env import probe_python
+from wheelsmith.toolchain.platform import ALIASES, host_machine
 from wheelsmith.wheelfile import WheelName
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,7 @@ class Target:
                    torch_cuda=Version(info["torch_cuda"]) if info.get("torch_cuda") else None,
                    torch_error=info.get("torch_error"),
                    glibc=(int(major), int(minor)) if glibc and minor.isdigit() else None,
-                   machine=info.get("machine") or "x86_64",
+                   machine=_machine(info.get("machine")),
                    gpu=_gpu_arch(info.get("gpu")), has_pip=bool(info.get("pip")),
                    torch_dist=Version(info["torch_dist"]) if info.get("torch_dist") else None)
 
@@ -84,6 +86,19 @@ class Target:
     @property
     def channel(self) -> str:
         return channel_name(*self.cuda_torch())
+
+    @property
+    def foreign(self) -> bool:
+        """Whether its CPU is not this machine's: wheels for it are cross builds."""
+        return self.machine != host_machine()
+
+    def build_options(self) -> str:
+        """The `wheelsmith build` options that build for this environment from here: `--python
+        PATH` on this machine's CPU; on another, a cross build (`--platform`), which takes its
+        Python version and its channel's profile by name."""
+        if not self.foreign:
+            return f"--python {self.python}"
+        return f"--platform {self.machine} --python {self.version} --toolchain {self.channel}"
 
     def platforms(self) -> list[str]:
         """The platform tags pip accepts here, best first: manylinux down from this glibc."""
@@ -114,6 +129,18 @@ class Target:
         return bool(parse_tag(WheelName.parse(filename).tags) & self.tags())
 
 
+def refuse_free_threaded(version: str) -> None:
+    """`3.14t`, a free-threaded Python, refused by name: torch publishes cp314t wheels, but no
+    interpreter wheelsmith builds with is one (Debian forky, the source of the images' 3.14
+    and 3.15, ships none), so no wheel of ours would carry that ABI."""
+    if re.fullmatch(r"3\.\d+t", version):
+        base = version.removesuffix("t")
+        raise UsageError(f"Python {version} is free-threaded: wheelsmith builds only for "
+                         f"GIL-enabled Pythons (Debian forky, where the build images' 3.14 and "
+                         f"3.15 come from, ships no free-threaded interpreter)",
+                         hint=f"build for the GIL-enabled Python {base}: --python {base}")
+
+
 def interpreter_for(version: str) -> Path:
     """The interpreter for a Python version: this one if it matches, else python3.X on PATH."""
     if version == f"{sys.version_info[0]}.{sys.version_info[1]}":
@@ -129,6 +156,14 @@ def interpreter_for(version: str) -> Path:
         raise UsageError(f"python{version} on PATH ({found}) does not run as Python {version}: "
                          f"{said}", hint="fix PATH, or give the interpreter's path")
     return Path(found)
+
+
+def _machine(reported: str | None) -> str:
+    """The probe's `platform.machine()` in wheelsmith's names (arm64 is aarch64); none: this
+    machine's."""
+    if not reported:
+        return host_machine()
+    return ALIASES.get(reported.lower(), reported)
 
 
 def _gpu_arch(gpu: dict[str, Any] | None) -> Arch | None:

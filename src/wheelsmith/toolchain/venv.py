@@ -1,5 +1,6 @@
 """A profile's venv: created once per (profile, Python) and reused, keyed by the hash of its
-pins and the Python version, installed `--no-deps` and `pip check`ed, completed by a marker
+pins for that Python (a venv made under an older key with the same pins is linked, not made
+again), installed `--no-deps` and `pip check`ed, completed by a marker
 written last under a lock (an interrupted creation is redone, never half-used). Its CUDA
 compiler comes from PyPI (`cuda_home: nvidia/cu13`) or, for a CUDA major PyPI ships no nvcc
 for, from an installed toolkit (`cuda_home: installed`)."""
@@ -25,7 +26,7 @@ from wheelsmith.toolchain.env import (
     probe_python,
     system_cuda_home,
 )
-from wheelsmith.toolchain.profile import Profile
+from wheelsmith.toolchain.profile import Profile, applying
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
         torch_cuda=Version(info["torch_cuda"]),
         nvcc_version=nvcc,
         cuobjdump=find_cuobjdump(Path(info["purelib"]) / "nvidia"),
-        pins=profile.pins,
+        pins=profile.pins_for(info["python"]),
         site=Path(info["purelib"]),
     )
 
@@ -69,9 +70,34 @@ def ensure_venv(profile: Profile, python: Path, cache: Path) -> Path:
     marker = root / MARKER
     if not marker.is_file():  # the marker is written last: with it, the venv is complete
         with exclusive_lock(root.parent / f"{root.name}.lock"):
-            if not marker.is_file():
+            if not marker.is_file() and not _reuse_same_pins(profile, version, root):
                 _create_venv(profile, python, root)
     return root
+
+
+def _reuse_same_pins(profile: Profile, version: str, root: Path) -> bool:
+    """Link `root` to a complete venv of this profile and Python made under another key (an
+    older profile file that differs only for other Pythons, or an older key format) whose
+    pins for this Python are the same: it holds exactly what `root` would."""
+    for other in sorted(root.parent.glob(f"{profile.name}-py{version}-*")):
+        requirements = other.parent / f"{other.name}.requirements.txt"
+        if (other == root or other.is_symlink() or not (other / MARKER).is_file()
+                or not requirements.is_file()):
+            continue
+        if same_pins(requirements.read_text(), profile, version):
+            log.info("the %s venv for Python %s is %s (the same pins)", profile.name, version,
+                     other.name)
+            _clear(root)
+            root.symlink_to(other.name)
+            return True
+    return False
+
+
+def same_pins(requirements: str, profile: Profile, version: str) -> bool:
+    """Whether a venv's requirements file (markers and all) holds the profile's pins for
+    that Python, no more and no fewer."""
+    lines = [line for line in requirements.splitlines() if line.strip()]
+    return set(applying(lines, version)) == set(profile.pins_for(version))
 
 
 def _create_venv(profile: Profile, python: Path, root: Path) -> None:
@@ -114,12 +140,20 @@ def version_suffix(name: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", name))
 
 
+def _clear(root: Path) -> None:
+    """Remove what is at `root`: a link (never what it points to) or an incomplete venv."""
+    if root.is_symlink():
+        root.unlink()
+    elif root.exists():
+        shutil.rmtree(root)
+
+
 def install_pinned(python: Path, root: Path, pins: tuple[str, ...], profile: Profile) -> None:
     """A fresh venv at `root` with exactly `pins` (no dependency resolution, then `pip check`);
     removed again if anything fails. The log goes next to it."""
-    if root.exists():
+    if root.exists() or root.is_symlink():
         log.info("removing the incomplete venv %s", root)
-        shutil.rmtree(root)
+        _clear(root)
     root.parent.mkdir(parents=True, exist_ok=True)
     log_path = root.parent / f"{root.name}.log"
     venv_python = root / "bin" / "python"

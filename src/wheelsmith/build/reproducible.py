@@ -1,0 +1,142 @@
+"""Same inputs, same bytes: what keeps where a build ran out of the wheel it makes.
+
+Two builds of one content key (recipe, version, patches, profile, archs, Python, platform) give
+one sha256, whatever the work directory or runner. What made them differ, and the answer:
+
+- absolute paths in the binaries: `__FILE__` in host code and the DWARF of the `-g` that
+  Python's own CFLAGS carry name the source tree, the toolchain venv, the base Python and the
+  CUDA headers. `-ffile-prefix-map` rewrites each to a fixed name (`/wheelsmith/src`, ...) for
+  the host compiler (CPPFLAGS, which setuptools appends to Python's flags) and, through nvcc's
+  NVCC_PREPEND_FLAGS, for the host compile of every `.cu` (`-Xcompiler`).
+- nvcc's temporary names: without `-objtemp` nvcc writes its intermediates to
+  `/tmp/tmpxft_<pid>_00000000-6_<name>.cudafe1.cpp`, and the host compiler records that name
+  (its hex process id) as the object's STT_FILE symbol. `-objtemp` puts them beside the object
+  as `<object>.cudafe1.cpp`. nvcc's module id (`__NV_MODULE_ID`) was found to depend on neither
+  the path nor the run (one object from two trees and two runs: one sha256).
+- cudafe++'s names for anonymous namespaces (`_GLOBAL__N__<path hash>_<len>_<file>_<random>`,
+  e.g. from libcu++'s `cuda::std::ignore`) end in a number drawn per run, which changed the
+  symbols, host code and fatbin of causal-conv1d's `.so`. nvcc's `-frandom-seed` fixes that
+  number. One seed serves every file: the name's first hash is of the file's path, so two
+  files never share a name (nvcc asks for a seed per file; the name shows why it needn't).
+- nvcc's split-compile: `nvcc --split-compile=N` also splits cicc's optimisation, and that
+  split is not deterministic (the tiny kernel's SASS differed between a build and its
+  rebuild: a 16-byte longer `.nv_fatbin`, 2,784 bytes of the `.so`). wheelsmith's split goes
+  to ptxas only (parallel.PTXAS_SPLIT), which gives the same code as no split; its worker
+  count stays in the cubin's `.note.nv.tkinfo` (ptxas's command line), so wheels are
+  bit-identical where the split count is: the same machine, or `--split-compile off|N`.
+- the time: SOURCE_DATE_EPOCH is the sdist's newest file (finish.source_epoch), also after the
+  recipe's patches, which would make it the time of the build (`clamp_mtimes`); zip entries
+  are sorted, dated from it and get fixed permissions (wheelfile.rewrite).
+- the provenance: `wheelsmith.json` holds what defines the build; the facts of one run (times,
+  durations, parallelism, smoke output, cache and farm use, runner, paths) go to the side file
+  `run.json` beside the build's log in its work directory (`write_run`, `read_run`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from wheelsmith.files import atomic_write_text
+from wheelsmith.toolchain.env import Toolchain
+
+log = logging.getLogger(__name__)
+
+SOURCE_AS = "/wheelsmith/src"
+TOOLCHAIN_AS = "/wheelsmith/toolchain"
+PYTHON_AS = "/wheelsmith/python"
+CUDA_AS = "/wheelsmith/cuda"
+TARGET_AS = "/wheelsmith/target"  # a cross build's target site (the other CPU's torch)
+SITE_AS = "/wheelsmith/site"  # the toolchain's site-packages at a path view's fixed path
+SYSTEM_PREFIXES = frozenset({"/", "/usr", "/usr/local"})  # the same on every machine
+# what the compile cache adds to its key: objects made under another scheme differ in bytes
+SCHEME = ("file-prefix-map to /wheelsmith/*, nvcc -objtemp -frandom-seed, "
+          "split-compile in ptxas only, path view")
+RANDOM_SEED = "wheelsmith"
+RUN_FILE = "run.json"
+# provenance keys that describe one run, not the build: they go to the side file
+RUN_KEYS = ("build", "smoke", "prebuild_check", "runner", "compile_cache", "compile_farm")
+
+
+def path_maps(toolchain: Toolchain, source: Path, seen_site: Path | None = None
+              ) -> list[tuple[str, str]]:
+    """(old, new) prefixes for `-ffile-prefix-map`, the most specific last (GCC uses the last
+    option that matches). `seen_site`: where a path view (pathview.py) shows the compilers
+    the toolchain's site-packages."""
+    venv = toolchain.python.parent.parent
+    base = Path(os.path.realpath(toolchain.python)).parent.parent
+    wanted = [(venv, TOOLCHAIN_AS), (base, PYTHON_AS), (toolchain.cuda_home, CUDA_AS),
+              (source, SOURCE_AS)]
+    if toolchain.target_site is not None:
+        wanted.append((toolchain.target_site, TARGET_AS))
+    if seen_site is not None:
+        wanted.append((seen_site, SITE_AS))
+    maps: dict[str, str] = {}
+    for path, new in wanted:
+        for old in dict.fromkeys([str(path), os.path.realpath(path)]):
+            if old in SYSTEM_PREFIXES:
+                continue
+            if any(c.isspace() or c in ",=" for c in old):  # nvcc splits -Xcompiler at commas
+                log.warning("%s holds a space, comma or '=': it stays in the binaries", old)
+                continue
+            maps.setdefault(old, new)
+    return sorted(maps.items(), key=lambda item: len(item[0]))
+
+
+def compiler_env(maps: list[tuple[str, str]], env: Mapping[str, str]) -> dict[str, str]:
+    """CPPFLAGS and NVCC_PREPEND_FLAGS of `env` with the prefix maps and nvcc's
+    `-objtemp` and `-frandom-seed` added (what the build sets itself stays, after ours)."""
+    flags = [f"-ffile-prefix-map={old}={new}" for old, new in maps]
+    nvcc = ["-objtemp", f"-frandom-seed={RANDOM_SEED}",
+            *(part for flag in flags for part in ("-Xcompiler", flag))]
+
+    def joined(var: str, ours: list[str]) -> str:
+        return " ".join([*ours, env[var]] if env.get(var) else ours)
+
+    # CPPFLAGS, not CFLAGS: setuptools appends CPPFLAGS to Python's own compile flags, while
+    # a CFLAGS replaces them (-O3, -DNDEBUG and -g would be gone)
+    return {"CPPFLAGS": joined("CPPFLAGS", flags),
+            "NVCC_PREPEND_FLAGS": joined("NVCC_PREPEND_FLAGS", nvcc)}
+
+
+def clamp_mtimes(root: Path, epoch: int) -> None:
+    """Files newer than `epoch` (what the patches wrote) get `epoch` as their time."""
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            if not path.is_symlink() and path.stat().st_mtime > epoch:
+                os.utime(path, (epoch, epoch))
+
+
+def split_record(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(what defines the build, what one run of it found)."""
+    defining = {k: v for k, v in record.items() if k not in RUN_KEYS}
+    return defining, {k: record[k] for k in RUN_KEYS if k in record}
+
+
+def write_run(work: Path, run: dict[str, Any]) -> None:
+    """The facts of the run that built the work directory's key (replacing the last one's)."""
+    atomic_write_text(work / RUN_FILE, json.dumps(run, indent=2, sort_keys=True) + "\n")
+
+
+def read_run(work: Path) -> dict[str, Any]:
+    """The facts of the last run in `work`; empty when none were written."""
+    try:
+        data: dict[str, Any] = json.loads((work / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data
+
+
+def portable(path: Path, toolchain: Toolchain) -> str:
+    """`path` as the provenance records it: inside the toolchain's venv, relative to it
+    (`/wheelsmith/toolchain/lib/...`), so a user's cache directory is not in the wheel."""
+    venv = toolchain.python.parent.parent
+    for root in dict.fromkeys([venv, Path(os.path.realpath(venv))]):
+        if path.is_relative_to(root):
+            return str(Path(TOOLCHAIN_AS) / path.relative_to(root))
+    return str(path)
