@@ -53,7 +53,7 @@ def build(recipe: str, arch: str, python: str, cache: Path, scratch: Path) -> di
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         raise SystemExit(f"the build for {python} failed:\n{result.stderr[-3000:]}")
-    cache_record = json.loads(result.stdout)["provenance"]["compile_cache"]
+    cache_record = json.loads(result.stdout)["run"]["compile_cache"]
     print(python, json.dumps(cache_record["sources"]))
     return {"wall_s": round(time.monotonic() - started),
             "compile_s": compile_seconds(result.stderr),

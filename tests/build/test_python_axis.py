@@ -19,13 +19,15 @@ from wheelsmith.toolchain.env import Toolchain
 
 def build_for(project: Path, toolchain: Toolchain, version: str, cache: Path
               ) -> dict[str, object]:
-    """A build for python`version` on PATH (import-tested against the toolchain's torch)."""
+    """A build for python`version` on PATH (import-tested against the toolchain's torch): its
+    provenance with the run's compile cache outcome."""
     result = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--toolchain", toolchain.name,
                         "--python", version, "--compile-cache", str(cache),
                         "--out", str(project / f"out-{version}"), "--json",
                         cwd=project, check=True)
-    provenance: dict[str, object] = json.loads(result.stdout)["provenance"]
-    return provenance
+    data = json.loads(result.stdout)
+    found: dict[str, object] = {**data["provenance"], "compile_cache": data["run"]["compile_cache"]}
+    return found
 
 
 @pytest.mark.toolchain
