@@ -61,12 +61,15 @@ def test_view_names_the_fixed_paths_in_the_build_environment(tmp_path: Path) -> 
     env = view.env({"CUDA_HOME": f"{site}/nvidia/cu13",
                     "PATH": f"/venv/bin:{site}/nvidia/cu13/bin:/usr/bin",
                     "PYTORCH_NVCC": f"/usr/bin/ccache {site}/nvidia/cu13/bin/nvcc",
-                    "OTHER": f"{site}-packages-not/x", "PYTHONPATH": "/extra"})
+                    "OTHER": f"{site}-packages-not/x", "PYTHONPATH": "/extra",
+                    "CPPFLAGS": f"-ffile-prefix-map={source}=/wheelsmith/src"})
     assert env == {"CUDA_HOME": f"{tmp_path}/view/site/nvidia/cu13",
                    "PATH": f"/venv/bin:{tmp_path}/view/site/nvidia/cu13/bin:/usr/bin",
                    "PYTORCH_NVCC": f"/usr/bin/ccache {tmp_path}/view/site/nvidia/cu13/bin/nvcc",
                    "OTHER": f"{site}-packages-not/x",
-                   "PYTHONPATH": f"{tmp_path}/view/site:/extra"}
+                   "PYTHONPATH": f"{tmp_path}/view/site:/extra",
+                   # the prefix map names the path the compiler sees
+                   "CPPFLAGS": f"-ffile-prefix-map={tmp_path}/view/source=/wheelsmith/src"}
     assert view.inside(source) == tmp_path / "view" / "source"
     assert view.inside(source / "csrc" / "x.cu") == tmp_path / "view" / "source" / "csrc" / "x.cu"
     assert view.inside(tmp_path / "work") == tmp_path / "work"

@@ -73,7 +73,7 @@ class PathView:
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
         """`env` with the real site-packages and source paths replaced by the fixed ones (PATH,
         CUDA_HOME, PYTORCH_NVCC ...), and torch imported from the fixed site-packages."""
-        pattern = re.compile("|".join(re.escape(str(p)) + r"(?=/|:|\s|$)"
+        pattern = re.compile("|".join(re.escape(str(p)) + r"(?=/|:|=|\s|$)"
                                       for p in (self.source, self.site)))
         fixed = {str(self.source): str(self.fixed_source), str(self.site): str(self.fixed_site)}
         seen = {k: pattern.sub(lambda m: fixed[m[0]], v) for k, v in env.items()}
