@@ -116,9 +116,11 @@ def toolchain() -> Toolchain:
     return ensure_profile(profile, Path(sys.executable), locations.cache_dir())
 
 
-def add_variant(project: Path, name: str, edit: tuple[str, str] | None = None) -> Path:
-    """A copy of the tiny extension, optionally with its setup.py edited, plus its recipe."""
-    source = project.parent / "sources" / name
+def add_variant(project: Path, name: str, edit: tuple[str, str] | None = None,
+                sources: Path | None = None) -> Path:
+    """A copy of the tiny extension (in `sources`, default beside the project), optionally with
+    its setup.py edited, plus its recipe."""
+    source = (sources or project.parent / "sources") / name
     shutil.copytree(FIXTURES / "tiny-ext", source)
     setup = source / "setup.py"
     text = setup.read_text().replace('name="tiny-ext"', f'name="{name}"')
@@ -201,10 +203,10 @@ def serve(root: Path, log: Path) -> Iterator[Server]:
         proc = subprocess.Popen([sys.executable, "-m", "wheelsmith", "serve", "--index",
                                  str(root), "--port", "0"], stderr=sink, stdout=sink)
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120
         while not (match := re.search(r"at (http://127\.0\.0\.1:\d+)/", log.read_text())):
             assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "server did not start"
+            assert time.monotonic() < deadline, "wheelsmith serve said no address in 120 s"
             time.sleep(0.05)
         yield Server(match[1], log)
     finally:
@@ -282,12 +284,13 @@ def _start_dockerd(dockerd: str, log: Path, cli: str) -> subprocess.Popen[bytes]
     with log.open("wb") as sink:
         proc = subprocess.Popen([dockerd], stdin=subprocess.DEVNULL, stdout=sink,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a loaded machine starts it slowly; it answers or ends
     while _docker_info(cli) is not None:
-        if proc.poll() is not None or time.monotonic() > deadline:
+        if (ended := proc.poll() is not None) or time.monotonic() > deadline:
             _stop_dockerd(proc)
             last = (log.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
-            pytest.skip(f"no docker engine: dockerd did not start here: {last}")
+            how = "did not start here" if ended else "did not answer in 300 s"
+            pytest.skip(f"no docker engine: dockerd {how}: {last}")
         time.sleep(0.25)
     return proc
 

@@ -95,9 +95,10 @@ def running_farm(root: Path, servers: int = 2, bwrap: str | None = None) -> Iter
                 f'[scheduler_auth]\ntype = "jwt_token"\ntoken = "{server_token}"\n')
             started[address] = _start(["server", "--config", str(conf)], log)
         procs += started.values()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while log.read_text().count("Registered new server") < servers:
-            assert time.monotonic() < deadline, log.read_text()
+            assert time.monotonic() < deadline, (
+                f"{servers} build server(s) did not register in 120 s:\n{log.read_text()}")
             time.sleep(0.1)
         yield Farm(url, token, started, log)
     finally:

@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -157,11 +158,8 @@ def _started(args: list[str], cwd: Path | None, env: Mapping[str, str] | None, *
     supervised = [sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()),
                   str(STOP_GRACE_S), "--", *args]
     proc = None
-    # an interrupt must not land inside Popen, after the fork but before `proc` is known: it
-    # waits (blocked) until the supervisor is started; the supervisor unblocks for itself
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
     try:
-        try:
+        with _interrupts_held() as held:
             proc = subprocess.Popen(
                 supervised,
                 cwd=cwd,
@@ -175,8 +173,8 @@ def _started(args: list[str], cwd: Path | None, env: Mapping[str, str] | None, *
                 bufsize=-1 if capture else 1,
                 start_new_session=True,
             )
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for signum in held:  # what arrived meanwhile, now that `proc` is known
+            signal.raise_signal(signum)
         yield proc
     except BaseException:
         if proc is not None:
@@ -186,6 +184,33 @@ def _started(args: list[str], cwd: Path | None, env: Mapping[str, str] | None, *
         for pipe in (proc.stdout, proc.stderr) if proc is not None else ():
             if pipe is not None:
                 pipe.close()
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[list[int]]:
+    """An interrupt must not land inside Popen, after the fork but before `proc` is known (the
+    supervisor would outlive wheelsmith). Inside the block the interrupts are blocked in this
+    thread (the supervisor starts with them blocked and unblocks them itself) and their Python
+    handlers only record them: blocking alone is not enough, as another thread (the console's
+    ticker) may receive the signal, or one may have arrived just before the block, and the
+    main thread runs the handler at its next bytecode, which can be inside Popen. The caller
+    raises what was recorded."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # handlers run in main only
+        yield held
+        return
+
+    def record(signum: int, frame: object) -> None:  # noqa: ARG001 - a signal handler
+        held.append(signum)
+
+    handlers = {signum: signal.signal(signum, record) for signum in INTERRUPTS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
+    try:
+        yield held
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for signum, handler in handlers.items():  # None: not set from Python
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 def _stop(proc: subprocess.Popen[str], args: list[str]) -> None:

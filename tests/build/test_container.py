@@ -272,13 +272,13 @@ def interrupted_in(tiny_project: Path, engine: str, env: dict[str, str] | None =
     proc = subprocess.Popen([sys.executable, "-m", "wheelsmith", "build", "tiny-ext", "--runner",
                              engine], cwd=tiny_project, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 600  # its setup.py sleeps 120 s once it runs
     while not leftover_containers(engine):
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the build container never started"
+        assert time.monotonic() < deadline, "no build container started in 600 s"
         time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
     assert "interrupted: nothing was written to the output" in err
     assert leftover_containers(engine) == []

@@ -15,6 +15,9 @@ LINES = {
     "oom-killed": "Killed\nninja: build stopped: subcommand failed.",
     "download-attempt": "error: <urlopen error [Errno -3] Temporary failure in name resolution>",
     "no-torch": "ModuleNotFoundError: No module named 'torch'",
+    # chamferdist 1.0.3 and spatial-correlation-sampler 0.5.0 against torch 2.14 (issue 22)
+    "cxx-standard": "torch/include/torch/csrc/api/include/torch/all.h:5:2: error: #error C++20 "
+                    "or later compatible compiler is required to use PyTorch.",
     # sccache's own lines, seen with a real sccache-dist farm (tests/build/test_compile_farm.py)
     # fast-hadamard-transform 1.1.0's sdist (no csrc/), and the pre-build check's line for it
     "sources-missing": "ninja: error: '/w/fast_hadamard_transform-1.1.0/csrc/fast_hadamard_"

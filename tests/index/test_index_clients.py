@@ -72,7 +72,7 @@ def installed(python: Path, name: str) -> str:
 def get(url: str, accept: str | None = None) -> tuple[int, dict[str, str], bytes]:
     request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=120) as response:  # a loaded machine is slow
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), error.read()

@@ -50,14 +50,14 @@ scgi_temp_path {tmp_path};
     proc = subprocess.Popen([NGINX, "-c", str(conf), "-e", str(tmp_path / "error.log")])
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
                 assert proc.poll() is None, (tmp_path / "error.log").read_text()
-                assert time.monotonic() < deadline
+                assert time.monotonic() < deadline, f"nginx did not listen on {port} in 120 s"
                 time.sleep(0.05)
         yield url, root
     finally:

@@ -76,13 +76,20 @@ def test_sixteen_concurrent_publishers(tmp_path: Path) -> None:
     assert result.stdout == f"ok: {files} file(s) match the ledger; every page is current\n"
 
 
+RUNS = 30  # publishers started at least; more until KILLED_MID_RUN of them were killed
+KILLED_MID_RUN = 15  # most runs really are killed, not finished
+RUNS_AT_MOST = 90
+
+
 def test_publishers_killed_at_random_points_leave_a_consistent_index(tmp_path: Path) -> None:
     root = tmp_path / "index"
     rng = random.Random(20261130)
-    wheels = make_batch(tmp_path / "wheels", "demo-ext", 120)
+    wheels = make_batch(tmp_path / "wheels", "demo-ext", 4 * RUNS_AT_MOST)
     reported: set[str] = set()
-    killed_mid_run = 0
-    for run in range(30):
+    killed_mid_run = run = 0
+    while run < RUNS or killed_mid_run < KILLED_MID_RUN:
+        assert run < RUNS_AT_MOST, (
+            f"only {killed_mid_run} of {run} publishers were killed before they finished")
         batch = wheels[run * 4:run * 4 + 4]
         proc = publisher(root, batch)
         assert proc.stdout is not None
@@ -96,6 +103,7 @@ def test_publishers_killed_at_random_points_leave_a_consistent_index(tmp_path: P
         out, _ = proc.communicate(timeout=30)
         killed_mid_run += proc.returncode == -signal.SIGKILL
         reported |= set(re.findall(r"^published: (\S+)", head + out, re.MULTILINE))
+        run += 1
         if not root.exists():  # killed before it made the index: nothing to check yet
             assert not reported
             continue
@@ -105,5 +113,4 @@ def test_publishers_killed_at_random_points_leave_a_consistent_index(tmp_path: P
         present = set(ledger.read(root).by_filename)
         assert reported <= present, f"run {run}: reported but missing: {reported - present}"
         assert not list((root / ".tmp").glob("*"))  # it may not exist yet
-    assert killed_mid_run >= 15  # most runs really were killed, not finished
     assert reported  # and some publishes completed before their kill

@@ -83,6 +83,15 @@ SIGNATURES = (
         "set $WHEELSMITH_COMPILE_FARM_TOKEN to the token of the scheduler's [client_auth]",
     ),
     Signature(
+        "cxx-standard",
+        re.compile(r"#error C\+\+20 or later compatible compiler is required"),
+        "the package asks the compiler for an older C++ standard (a -std=c++17 in setup.py's "
+        "extra_compile_args, after torch's own -std=c++20) and torch 2.14's headers need C++20",
+        "give the recipe a patch that makes setup.py's -std=c++17 (or c++14) -std=c++20, as "
+        "patches/flash-attn/2.8.3/0004-cxx20-for-newer-torch-headers.patch does, or build with "
+        "a profile of an older torch (--toolchain cu130-torch2.11)",
+    ),
+    Signature(
         "arch-list-missing",
         re.compile(r"_get_cuda_arch_flags.*\n.*IndexError: list index out of range"),
         "torch had no arch list and no GPU to ask",
