@@ -11,8 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from tests.conftest import add_variant, find_python, wheelsmith
+from wheelsmith.build.compilecache import cache_identity
 from wheelsmith.build.pathview import PathView
 from wheelsmith.toolchain.env import Toolchain
 
@@ -73,3 +75,24 @@ def test_view_names_the_fixed_paths_in_the_build_environment(tmp_path: Path) -> 
     assert view.inside(source) == tmp_path / "view" / "source"
     assert view.inside(source / "csrc" / "x.cu") == tmp_path / "view" / "source" / "csrc" / "x.cu"
     assert view.inside(tmp_path / "work") == tmp_path / "work"
+
+
+def profile_toolchain(python: str, pins: tuple[str, ...]) -> Toolchain:
+    return Toolchain(name="cu130-torch2.14", python=Path(f"/v{python}/bin/python"),
+                     python_version=python, cuda_home=Path("/c"), torch_version=Version("2.14.1"),
+                     torch_cuda=Version("13.0"), nvcc_version=Version("13.0.88"),
+                     cuobjdump=None, pins=pins)
+
+
+def test_cache_identity_is_one_for_every_python_of_a_profile_but_not_for_another_compiler(
+        ) -> None:
+    base = ("torch==2.14.1", "nvidia-cuda-nvcc==13.0.88", "nvidia_cuda_crt==13.0.88")
+    # a pin that differs by Python (pure Python, seen by an object only through its headers)
+    py311 = profile_toolchain("3.11", (*base, "networkx==3.6.1"))
+    py312 = profile_toolchain("3.12", (*base, "networkx==3.7"))
+    assert cache_identity(py311) == cache_identity(py312)
+    assert cache_identity(py312)["pins"] == ["nvidia-cuda-nvcc==13.0.88",
+                                             "nvidia_cuda_crt==13.0.88"]
+    other_ptxas = profile_toolchain("3.12", ("torch==2.14.1", "nvidia-cuda-nvcc==13.0.96",
+                                             "nvidia_cuda_crt==13.0.88"))
+    assert cache_identity(other_ptxas) != cache_identity(py312)

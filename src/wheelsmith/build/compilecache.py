@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from wheelsmith.build import parallel, reproducible
 from wheelsmith.errors import UsageError
@@ -80,10 +83,16 @@ class CompileCache:
 
 
 def cache_identity(toolchain: Toolchain) -> dict[str, object]:
-    """The toolchain's identity less its Python: an object depends on the Python only through
-    the headers it includes, which are in the preprocessed text ccache hashes, so a file that
-    does not include Python.h serves every Python (pathview.py)."""
-    return {k: v for k, v in toolchain.identity().items() if k != "python"}
+    """What of the toolchain an object may depend on beyond what ccache hashes itself (nvcc's
+    binary, the arguments, the preprocessed text): its torch and CUDA, and the NVIDIA
+    packages' pins, which hold the compiler's other parts (cicc, ptxas, libdevice). Not the
+    Python, nor the pins that differ by Python (networkx, numpy: an object sees them only
+    through headers it includes, which are in the preprocessed text), so a file that does not
+    include Python.h serves every Python (pathview.py)."""
+    identity = {k: v for k, v in toolchain.identity().items() if k not in ("python", "pins")}
+    return {**identity, "pins": [pin for pin in toolchain.pins
+                                 if canonicalize_name(re.split(r"[=<>!~;\[ ]", pin)[0])
+                                 .startswith("nvidia-")]}
 
 
 def compiler_launchers(wrapper: str, comment: str) -> dict[str, str]:
