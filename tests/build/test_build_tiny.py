@@ -218,7 +218,11 @@ def test_compile_error_shows_tail_log_and_keeps_source(project: Path,
     log_line = next(line for line in result.stderr.splitlines() if "full log:" in line)
     log = Path(log_line.split("full log: ")[1])
     assert "add_kernel.cu" in log.read_text()
-    assert (log.parent / "src" / "broken-ext" / "csrc" / "add_kernel.cu").is_file()
+    kept = log.parent / "src" / "broken-ext"
+    assert (kept / "csrc" / "add_kernel.cu").is_file()
+    assert (f"hint: read the full log; the patched source is kept in {kept} "  # the compiler
+            f"(the log's {locations.cache_dir() / 'view' / 'source'} is {kept})"  # saw the view
+            ) in error_lines(result.stderr)
 
 
 def test_setup_py_cannot_reach_the_network(project: Path, toolchain: Toolchain) -> None:

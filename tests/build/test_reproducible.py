@@ -279,11 +279,6 @@ def test_verify_rebuild_refuses_when_the_recipe_changed(project: Path,
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "cudafe++ names anonymous namespaces after a hash of the source file's real path "
-    "(_GLOBAL__N__<path hash>_20_causal_conv1d_bwd_cu_<seed>: libcu++'s cuda::std::ignore), "
-    "so two work dirs give two names, and with them other .so bytes; a symlink does not "
-    "help (nvcc resolves it): the source must sit at one real path (README)"))
 def test_two_cold_builds_of_causal_conv1d_have_one_sha256(tmp_path: Path,
                                                           toolchain: Toolchain) -> None:
     """About 11 minutes on 2 cores: two full builds, different work dirs, no compile cache."""

@@ -23,6 +23,7 @@ from wheelsmith import cmd
 from wheelsmith.build import buildenv, prebuild
 from wheelsmith.build.compilesetup import CompileSetup, farm_done, read_guard_report
 from wheelsmith.build.diagnose import SOURCES_MISSING, diagnose, explain
+from wheelsmith.build.pathview import PathView
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.prebuild import PLAN_LINE, RESUME_LINE
 from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
@@ -109,16 +110,21 @@ def compile_wheel(
     on_plan: Callable[[str], None] | None = None,
     on_resume: Callable[[str], None] | None = None,
     isolate_network: bool = True,
+    view: PathView | None = None,
 ) -> Path:
     """Build `source` into exactly one wheel in the empty directory `dist`.
 
     `isolate_network=False` (a TCP compile cache must be reachable) keeps the host network;
-    the package's own setup still only sees proxies that lead nowhere.
+    the package's own setup still only sees proxies that lead nowhere. With a `view` the
+    build runs in it (pathview.py): `env` must be the view's.
     """
     if dist.exists():
         shutil.rmtree(dist)
     dist.mkdir(parents=True)
-    prefix = offline_prefix() if isolate_network else ()
+    if view is not None:
+        prefix = view.prefix(offline=bool(isolate_network and offline_prefix()))
+    else:
+        prefix = offline_prefix() if isolate_network else ()
     try:
         with log_path.open("a", encoding="utf-8") as log_file:
             def run_hook(argv: Sequence[str], cwd: str | None = None,
@@ -133,6 +139,8 @@ def compile_wheel(
         text = log_path.read_text(errors="replace")
         exc.hint = explain(diagnose(text)) or (
             f"read the full log; the patched source is kept in {source}")
+        if view is not None:  # the compiler's messages name the fixed paths
+            exc.hint += f" (the log's {view.fixed_source} is {source})"
         first = first_errors(text)
         if first:
             exc.tail = [*first, "...", *exc.tail[-TAIL_AFTER_ERRORS:]]
@@ -189,7 +197,7 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
                             dist=work / "dist", log_path=log_path, on_progress=report.progress,
                             on_plan=on_plan,
                             on_resume=lambda line: report.stage("resuming", line),
-                            isolate_network=not setup.needs_network)
+                            isolate_network=not setup.needs_network, view=setup.view)
     except CompileError as exc:
         farm_done(setup, report, failed=True)  # the compile's own error is the one to show
         return configured_result(prebuild_outcome(setup.guard, log_path, exc), log_path, report)

@@ -8,20 +8,25 @@ else about the build changes, so the cache is not part of the content key.
 
 What may reuse an object: ccache hashes the compiler binary (compiler_check=content), every
 argument (so each -gencode arch), the preprocessed source or its includes, and — as an extra
-file — the toolchain's identity (pins, torch, nvcc, Python) and how build paths are kept out
-of objects (reproducible.SCHEME). Paths under the work directory
-are made relative (base_dir), so a fresh directory on another runner still hits.
+file — the toolchain's identity (pins, torch, nvcc; not the Python, which reaches an object
+only through the headers it includes) and how build paths are kept out of objects
+(reproducible.SCHEME). Paths under the base directory (the fixed paths the build sees,
+pathview.py, else the work directory) are made relative (base_dir), so a fresh directory on
+another runner, or a build for another Python, still hits.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from wheelsmith.build import parallel, reproducible
 from wheelsmith.errors import UsageError
@@ -50,11 +55,12 @@ class CompileCache:
     def launchers(self) -> dict[str, str]:
         return compiler_launchers(self.ccache, "wheelsmith compile cache")
 
-    def env(self, toolchain: Toolchain, work: Path) -> dict[str, str]:
+    def env(self, toolchain: Toolchain, work: Path, *, base_dir: Path) -> dict[str, str]:
+        """`base_dir`: paths under it are hashed relative to the compile's directory."""
         identity = work / "toolchain-identity.json"
         # nvcc's flags for reproducible objects reach it through NVCC_PREPEND_FLAGS, which
         # ccache does not see: objects made before them must not be reused
-        identity.write_text(json.dumps({**toolchain.identity(),
+        identity.write_text(json.dumps({**cache_identity(toolchain),
                                         "build_paths": reproducible.SCHEME}, sort_keys=True))
         # nor NVCC_APPEND_FLAGS, where the pre-build check puts the split count (which ptxas
         # writes into each cubin): it writes them to this file before ninja runs
@@ -63,7 +69,7 @@ class CompileCache:
         env = {
             "PYTORCH_NVCC": f"{self.ccache} {toolchain.nvcc}",
             "CCACHE_DIR": str(self.local),
-            "CCACHE_BASEDIR": str(work),
+            "CCACHE_BASEDIR": str(base_dir),
             "CCACHE_NOHASHDIR": "1",
             "CCACHE_COMPILERCHECK": "content",
             "CCACHE_EXTRAFILES": f"{identity}:{nvcc_flags}",
@@ -74,6 +80,19 @@ class CompileCache:
         if self.remote:
             env["CCACHE_REMOTE_STORAGE"] = self.remote
         return env
+
+
+def cache_identity(toolchain: Toolchain) -> dict[str, object]:
+    """What of the toolchain an object may depend on beyond what ccache hashes itself (nvcc's
+    binary, the arguments, the preprocessed text): its torch and CUDA, and the NVIDIA
+    packages' pins, which hold the compiler's other parts (cicc, ptxas, libdevice). Not the
+    Python, nor the pins that differ by Python (networkx, numpy: an object sees them only
+    through headers it includes, which are in the preprocessed text), so a file that does not
+    include Python.h serves every Python (pathview.py)."""
+    identity = {k: v for k, v in toolchain.identity().items() if k not in ("python", "pins")}
+    return {**identity, "pins": [pin for pin in toolchain.pins
+                                 if canonicalize_name(re.split(r"[=<>!~;\[ ]", pin)[0])
+                                 .startswith("nvidia-")]}
 
 
 def compiler_launchers(wrapper: str, comment: str) -> dict[str, str]:
@@ -107,12 +126,42 @@ def resolve(spec: str | None, cache_root: Path) -> CompileCache | None:
     return CompileCache(ccache, Path(value).resolve() if value else local)
 
 
-def stats(work: Path) -> dict[str, int]:
-    """Hits and misses of this build, from ccache's per-call stats log."""
+def stats(work: Path) -> dict[str, object]:
+    """Hits and misses of this build, from ccache's per-call stats log, and what each source
+    file got (`sources`: its path relative to the source tree, "hit (direct)",
+    "hit (preprocessed)" or "miss", "+ remote" when the object came from the remote)."""
     log = work / "ccache-stats.log"
-    if not log.is_file():
-        return {"hits": 0, "misses": 0, "remote_hits": 0}
-    counts = Counter(line.strip() for line in log.read_text().splitlines()
-                     if line and not line.startswith("#"))
+    calls = _calls(log.read_text()) if log.is_file() else []
+    counts = Counter(counter for _, found in calls for counter in found)
+    sources = {name: _outcome(found) for name, found in calls if _outcome(found)}
     return {"hits": sum(counts[c] for c in HIT_COUNTERS), "misses": counts["cache_miss"],
-            "remote_hits": counts["remote_storage_hit"]}
+            "remote_hits": counts["remote_storage_hit"], "sources": sources}
+
+
+def _calls(text: str) -> list[tuple[str, set[str]]]:
+    """(input file, counters) per ccache call: a `# FILE` line, then its counters."""
+    calls: list[tuple[str, set[str]]] = []
+    for line in filter(None, map(str.strip, text.splitlines())):
+        if line.startswith("#"):
+            calls.append((_relative(line.removeprefix("#").strip()), set()))
+        elif calls:
+            calls[-1][1].add(line)
+    return calls
+
+
+def _relative(name: str) -> str:
+    """`../../csrc/x.cu` (relative to build/temp.*, where torch's ninja compiles) as
+    `csrc/x.cu`."""
+    parts = Path(name).parts
+    while parts and parts[0] == "..":
+        parts = parts[1:]
+    return "/".join(parts)
+
+
+def _outcome(counters: set[str]) -> str:
+    remote = " + remote" if "remote_storage_hit" in counters else ""
+    if "direct_cache_hit" in counters:
+        return "hit (direct)" + remote
+    if "preprocessed_cache_hit" in counters:
+        return "hit (preprocessed)" + remote
+    return "miss" if "cache_miss" in counters else ""

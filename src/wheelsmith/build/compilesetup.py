@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from wheelsmith import cmd, locations
-from wheelsmith.build import buildenv, compilecache, compilefarm, parallel, prebuild
+from wheelsmith.build import buildenv, compilecache, compilefarm, parallel, pathview, prebuild
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.request import BuildRequest, Reporter
 from wheelsmith.errors import CompileFarmError, SourceError, ToolchainError, UsageError
@@ -34,6 +34,7 @@ class CompileSetup:
     cache: compilecache.CompileCache | None
     farm: compilefarm.Session | None = None
     farm_note: str = ""
+    view: pathview.PathView | None = None  # the paths the compile sees (pathview.py)
 
     def describe(self) -> str:
         if self.farm is not None:
@@ -41,6 +42,8 @@ class CompileSetup:
         else:
             cached = f"cache: {self.cache.describe()}" if self.cache else "no compile cache"
             where = f"{self.farm_note}; {cached}" if self.farm_note else cached
+        if self.view is not None:
+            where = f"{where}; {self.view.describe()}"
         return f"{self.parallelism.describe()}; {where}"
 
     @property
@@ -52,6 +55,7 @@ class CompileSetup:
 def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int,
                   source: Path) -> CompileSetup:
     farm, health, note = farm_session(request, work)
+    view = pathview.resolve(plan.toolchain, source, locations.cache_dir(), farm=farm is not None)
     cores, available = buildenv.machine_size()
     parallelism = buildenv.choose_parallelism(
         cores, available, plan.recipe.memory_per_job_gb, len(plan.archs.archs), request.jobs,
@@ -69,11 +73,12 @@ def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int
         (work / "ccache-stats.log").unlink(missing_ok=True)
         for name, script in cache.launchers().items():
             write_launcher(launchers / name, script)
-        compiler_env = cache.env(plan.toolchain, work)
+        compiler_env = cache.env(plan.toolchain, work, base_dir=view.root if view else work)
     env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ,
                              guard=guard, compile_cache=compiler_env, launchers=launchers,
-                             source=source)
-    return CompileSetup(env, parallelism, guard, cache, farm, note)
+                             source=source, seen_site=view.fixed_site if view else None)
+    return CompileSetup(view.env(env) if view else env, parallelism, guard, cache, farm, note,
+                        view)
 
 
 def split_setting(value: str | None) -> str:

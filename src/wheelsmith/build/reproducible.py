@@ -55,19 +55,22 @@ TOOLCHAIN_AS = "/wheelsmith/toolchain"
 PYTHON_AS = "/wheelsmith/python"
 CUDA_AS = "/wheelsmith/cuda"
 TARGET_AS = "/wheelsmith/target"  # a cross build's target site (the other CPU's torch)
+SITE_AS = "/wheelsmith/site"  # the toolchain's site-packages at a path view's fixed path
 SYSTEM_PREFIXES = frozenset({"/", "/usr", "/usr/local"})  # the same on every machine
 # what the compile cache adds to its key: objects made under another scheme differ in bytes
 SCHEME = ("file-prefix-map to /wheelsmith/*, nvcc -objtemp -frandom-seed, "
-          "split-compile in ptxas only")
+          "split-compile in ptxas only, path view")
 RANDOM_SEED = "wheelsmith"
 RUN_FILE = "run.json"
 # provenance keys that describe one run, not the build: they go to the side file
 RUN_KEYS = ("build", "smoke", "prebuild_check", "runner", "compile_cache", "compile_farm")
 
 
-def path_maps(toolchain: Toolchain, source: Path) -> list[tuple[str, str]]:
+def path_maps(toolchain: Toolchain, source: Path, seen_site: Path | None = None
+              ) -> list[tuple[str, str]]:
     """(old, new) prefixes for `-ffile-prefix-map`, the most specific last (GCC uses the last
-    option that matches)."""
+    option that matches). `seen_site`: where a path view (pathview.py) shows the compilers
+    the toolchain's site-packages."""
     venv = toolchain.python.parent.parent
     base = Path(os.path.realpath(toolchain.python)).parent.parent
     wanted = [(venv, TOOLCHAIN_AS), (base, PYTHON_AS), (toolchain.cuda_home, CUDA_AS),
@@ -77,6 +80,8 @@ def path_maps(toolchain: Toolchain, source: Path) -> list[tuple[str, str]]:
         wanted.append((base / include, f"{PYTHON_AS}/{include}"))
     if toolchain.target_site is not None:
         wanted.append((toolchain.target_site, TARGET_AS))
+    if seen_site is not None:
+        wanted.append((seen_site, SITE_AS))
     maps: dict[str, str] = {}
     for path, new in wanted:
         for old in dict.fromkeys([str(path), os.path.realpath(path)]):

@@ -37,6 +37,9 @@ class Toolchain:
     platform: str = field(default_factory=host_machine)  # the CPU the wheels are for
     # a cross build's target site (platform.py): the target's torch and CUDA runtime
     target_site: Path | None = None
+    # the site-packages torch is imported from, when known (a profile's venv): the build sees
+    # it at a path that does not name the Python (build/pathview.py)
+    site: Path | None = None
 
     @property
     def nvcc(self) -> Path:

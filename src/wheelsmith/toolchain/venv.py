@@ -58,6 +58,7 @@ def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
         nvcc_version=nvcc,
         cuobjdump=find_cuobjdump(Path(info["purelib"]) / "nvidia"),
         pins=profile.pins_for(info["python"]),
+        site=Path(info["purelib"]),
     )
 
 

@@ -1,0 +1,116 @@
+"""The paths a compile sees, made the same for every Python: the Python axis of a build matrix
+compiles its Python-free translation units once.
+
+A build for Python 3.12 after one for 3.11 (same torch, CUDA, arch) used to miss the compile
+cache on every file: the toolchain venv sits in a per-Python directory
+(`.../<profile>-py3.12-<key>/lib/python3.12/site-packages`), and the work directory holds the
+content key (which names the Python), so every header path, every `__FILE__` torch's checks
+expand, and the source path differ in the preprocessed text ccache hashes.
+
+So the compile runs in a private mount namespace (`unshare -rm`, with `-n` where the build is
+offline) in which the toolchain's site-packages is bind-mounted at `<cache>/view/site` (torch is
+imported from there: PYTHONPATH, so its include paths and CUDA_HOME, which lies inside it, say
+that) and the patched source tree at `<cache>/view/source`. The build then names the same
+paths for every Python, except what truly differs: the Python include directory and
+`build/temp.*-cpython-3XX` (the objects' directory, which ccache does not hash).
+
+Correctness stays with the cache: ccache hashes the preprocessed text, so a file that includes
+`Python.h` (the bindings) differs with the Python headers it includes and is never shared.
+
+Not used with a compile farm (its sccache server runs outside the namespace and must find the
+files), for cross builds, for a toolchain whose site-packages is not known (`system`), or where
+this machine allows no user namespace with mounts: then the build runs at its real paths.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from wheelsmith import cmd
+from wheelsmith.errors import WheelsmithError
+from wheelsmith.toolchain.env import Toolchain
+
+log = logging.getLogger(__name__)
+
+VIEW_DIR = "view"
+# mount the real directories on the fixed ones, then run the build from the fixed source tree
+_MOUNT_SCRIPT = ('mount --bind "$1" "$2" && mount --bind "$3" "$4" && cd "$4" && shift 4 && '
+                 'exec "$@"')
+
+
+@dataclass(frozen=True, slots=True)
+class PathView:
+    """Where the build sees the toolchain's site-packages and the source tree."""
+
+    root: Path  # <cache>/view: the fixed mount points
+    site: Path  # the toolchain's site-packages (real)
+    source: Path  # the patched source tree (real)
+
+    @property
+    def fixed_site(self) -> Path:
+        return self.root / "site"
+
+    @property
+    def fixed_source(self) -> Path:
+        return self.root / "source"
+
+    def describe(self) -> str:
+        return f"toolchain and source at {self.root} (the same for every Python)"
+
+    def inside(self, path: Path) -> Path:
+        """`path` as the build sees it."""
+        for real, fixed in ((self.source, self.fixed_source), (self.site, self.fixed_site)):
+            if path.is_relative_to(real):
+                return fixed / path.relative_to(real)
+        return path
+
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """`env` with the real site-packages and source paths replaced by the fixed ones (PATH,
+        CUDA_HOME, PYTORCH_NVCC ...), and torch imported from the fixed site-packages."""
+        pattern = re.compile("|".join(re.escape(str(p)) + r"(?=/|:|=|\s|$)"
+                                      for p in (self.source, self.site)))
+        fixed = {str(self.source): str(self.fixed_source), str(self.site): str(self.fixed_site)}
+        seen = {k: pattern.sub(lambda m: fixed[m[0]], v) for k, v in env.items()}
+        seen["PYTHONPATH"] = ":".join(filter(None, [str(self.fixed_site),
+                                                    seen.get("PYTHONPATH")]))
+        return seen
+
+    def prefix(self, *, offline: bool) -> tuple[str, ...]:
+        """The command line that runs a command (appended) in the view, from its source tree."""
+        return ("unshare", "-rmn" if offline else "-rm", "sh", "-c", _MOUNT_SCRIPT,
+                "wheelsmith-view", str(self.site), str(self.fixed_site), str(self.source),
+                str(self.fixed_source))
+
+
+def resolve(toolchain: Toolchain, source: Path, cache_root: Path, *, farm: bool
+            ) -> PathView | None:
+    """The view for a build of `source` with `toolchain`, or None (and why, in the log)."""
+    if farm or toolchain.cross or toolchain.site is None:
+        return None
+    root = cache_root / VIEW_DIR
+    for mount_point in (root / "site", root / "source"):
+        mount_point.mkdir(parents=True, exist_ok=True)
+    if not mounts_allowed(root):
+        log.warning("no user namespace with mounts here: the build runs at its real paths, "
+                    "and a build for another Python compiles every file again")
+        return None
+    return PathView(root, toolchain.site, source)
+
+
+@functools.cache
+def mounts_allowed(root: Path) -> bool:
+    """Whether `unshare -rm` and a bind mount work on this machine."""
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return False
+    try:
+        cmd.run(["unshare", "-rm", "mount", "--bind", root, root], stream=False,
+                what="unshare with a bind mount")
+    except WheelsmithError:
+        return False
+    return True
