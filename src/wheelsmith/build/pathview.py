@@ -94,8 +94,13 @@ def resolve(toolchain: Toolchain, source: Path, cache_root: Path, *, farm: bool
     if farm or toolchain.cross or toolchain.site is None:
         return None
     root = cache_root / VIEW_DIR
-    for mount_point in (root / "site", root / "source"):
-        mount_point.mkdir(parents=True, exist_ok=True)
+    try:
+        for mount_point in (root / "site", root / "source"):
+            mount_point.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a read-only cache (the build container's)
+        log.warning("no path view: %s (%s): the build runs at its real paths", root,
+                    exc.strerror)
+        return None
     if not mounts_allowed(root):
         log.warning("no user namespace with mounts here: the build runs at its real paths, "
                     "and a build for another Python compiles every file again")

@@ -80,8 +80,11 @@ def path_maps(toolchain: Toolchain, source: Path, seen_site: Path | None = None
         wanted.append((base / include, f"{PYTHON_AS}/{include}"))
     if toolchain.target_site is not None:
         wanted.append((toolchain.target_site, TARGET_AS))
-    if seen_site is not None:
-        wanted.append((seen_site, SITE_AS))
+    # the site-packages (torch's headers) has one name whether or not the build runs in a
+    # path view: a build in the image, where there is none, gives the bytes of one here
+    for site in (toolchain.site, seen_site):
+        if site is not None:
+            wanted.append((site, SITE_AS))
     maps: dict[str, str] = {}
     for path, new in wanted:
         for old in dict.fromkeys([str(path), os.path.realpath(path)]):
