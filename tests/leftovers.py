@@ -1,7 +1,9 @@
 """Finding the processes a test started, however they were started: each test run puts a
 marker of its own into the environment of what it starts, which descendants inherit unless
 their environment is rebuilt (a package's build gets an allow-listed one), and those that do
-not carry it run in the test's directory."""
+not carry it run in the test's directory or name a marked wheelsmith as their owner
+(procs.OWNER_ENV: a build's compilers run in the path view, build/pathview.py, a directory
+every build shares)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,11 @@ import time
 import uuid
 from pathlib import Path
 
+from wheelsmith import procs
+
 MARK = "WHEELSMITH_TEST_MARK"
+# per mark, the OWNER_ENV lines of the marked processes seen so far (they may be killed since)
+_OWNERS: dict[str, set[bytes]] = {}
 
 
 def new_env(**extra: str) -> tuple[str, dict[str, str]]:
@@ -20,21 +26,27 @@ def new_env(**extra: str) -> tuple[str, dict[str, str]]:
 
 
 def marked(mark: str, root: Path | None = None) -> list[str]:
-    """`PID NAME` of every live process (but this one) carrying `mark` or, with `root`, whose
-    working directory is under `root` (zombies have neither)."""
+    """`PID NAME` of every live process (but this one) carrying `mark`, owned by one that
+    carried it, or, with `root`, whose working directory is under `root` (zombies have
+    none of these)."""
     needle = f"{MARK}={mark}".encode()
-    found = []
+    owners = _OWNERS.setdefault(mark, set())
+    seen: list[tuple[str, set[bytes], Path | None]] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            ours = needle in (entry / "environ").read_bytes().split(b"\0") or (
-                root is not None and (entry / "cwd").readlink().is_relative_to(root))
-            if ours:
-                found.append(f"{entry.name} {(entry / 'comm').read_text().strip()}")
+            environ = set((entry / "environ").read_bytes().split(b"\0"))
+            cwd = (entry / "cwd").readlink() if root is not None else None
+            name = f"{entry.name} {(entry / 'comm').read_text().strip()}"
         except OSError:
             continue
-    return found
+        if needle in environ and (ident := procs.ident(int(entry.name))) is not None:
+            owners.add(f"{procs.OWNER_ENV}={ident}".encode())
+        seen.append((name, environ, cwd))
+    return [name for name, environ, cwd in seen
+            if needle in environ or environ & owners
+            or (root is not None and cwd is not None and cwd.is_relative_to(root))]
 
 
 def left_after(mark: str, seconds: float, root: Path | None = None) -> list[str]:
@@ -43,3 +55,4 @@ def left_after(mark: str, seconds: float, root: Path | None = None) -> list[str]
     while (alive := marked(mark, root)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return alive
+
