@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.leftovers import left_after
+from wheelsmith import locations
+from wheelsmith.build.pathview import VIEW_DIR, PathView
 
 # causal-conv1d's first object takes minutes on 2 idle cores, several times that beside a load
 FIRST_OBJECT_WITHIN_S = 3600
@@ -58,3 +60,10 @@ def ninja_steps(build_log: Path) -> int:
     """How many steps the last ninja run in a wheelsmith build.log had (`[k/N]` lines)."""
     steps = re.findall(r"^\s*\[\d+/(\d+)\]", build_log.read_text(), re.MULTILINE)
     return int(steps[-1])
+
+
+def real_path(seen: str, log: Path) -> Path:
+    """A path the build's ninja names (maybe as seen through the path view) where it is: in the
+    source tree whose `<source>/build/temp.*/.ninja_log` is `log`."""
+    view = PathView(locations.cache_dir() / VIEW_DIR, Path("/nonexistent"), log.parents[2])
+    return view.outside(Path(seen))

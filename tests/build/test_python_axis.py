@@ -75,6 +75,10 @@ def test_view_names_the_fixed_paths_in_the_build_environment(tmp_path: Path) -> 
     assert view.inside(source) == tmp_path / "view" / "source"
     assert view.inside(source / "csrc" / "x.cu") == tmp_path / "view" / "source" / "csrc" / "x.cu"
     assert view.inside(tmp_path / "work") == tmp_path / "work"
+    # and back: a path in build.ninja or a log, where it really is
+    assert view.outside(tmp_path / "view" / "source" / "csrc" / "x.o") == source / "csrc" / "x.o"
+    assert view.outside(tmp_path / "view" / "site" / "torch") == site / "torch"
+    assert view.outside(tmp_path / "work") == tmp_path / "work"
 
 
 def profile_toolchain(python: str, pins: tuple[str, ...]) -> Toolchain:

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import add_variant
 from tests.leftovers import new_env
-from tests.resumes import kill_after_first_object, log_entries, ninja_steps
+from tests.resumes import kill_after_first_object, log_entries, ninja_steps, real_path
 from wheelsmith.build import resume
 from wheelsmith.build.prebuild import already_built
 from wheelsmith.files import exclusive_lock
@@ -121,7 +121,7 @@ def test_a_build_killed_after_its_first_object_compiles_only_the_rest(
     assert "ccache" not in ninja_text  # compile cache off: torch must not bring one of its own
     assert len(done) == 1, done  # --jobs 1: the second was compiling when the kill came
     (missing,) = [o for o in objects if o not in done]
-    Path(missing).write_bytes(b"\x7fELF cut off by the kill")  # as a killed compiler leaves it
+    real_path(missing, log).write_bytes(b"\x7fELF cut off by the kill")  # as a killed compiler
 
     second = subprocess.run(args, cwd=project, env=env, capture_output=True, text=True,
                             check=False)

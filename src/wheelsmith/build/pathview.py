@@ -70,6 +70,13 @@ class PathView:
                 return fixed / path.relative_to(real)
         return path
 
+    def outside(self, path: Path) -> Path:
+        """A path the build saw (in build.ninja, a log) where it really is."""
+        for real, fixed in ((self.source, self.fixed_source), (self.site, self.fixed_site)):
+            if path.is_relative_to(fixed):
+                return real / path.relative_to(fixed)
+        return path
+
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
         """`env` with the real site-packages and source paths replaced by the fixed ones (PATH,
         CUDA_HOME, PYTORCH_NVCC ...), and torch imported from the fixed site-packages."""
