@@ -32,9 +32,17 @@ ENV DEBIAN_FRONTEND=noninteractive \
     WHEELSMITH_HOME=/opt/wheelsmith/home \
     WHEELSMITH_CACHE=/opt/wheelsmith/cache
 
+# CUDA 13's nvcc (and torch's check of the host compiler) take GCC < 16; Debian forky's g++
+# is 16, so there its g++-15 comes first on PATH, under every name a build calls it by.
 RUN apt-get -o Acquire::Check-Valid-Until=false update \
  && apt-get install -y --no-install-recommends "python${PYTHON}" "python${PYTHON}-venv" \
       "python${PYTHON}-dev" g++ ccache ca-certificates \
+ && if [ "$(g++ -dumpversion | cut -d. -f1)" -ge 16 ]; then \
+      apt-get install -y --no-install-recommends g++-15 \
+      && for tool in gcc g++ x86_64-linux-gnu-gcc x86_64-linux-gnu-g++; do \
+           ln -s "/usr/bin/${tool#x86_64-linux-gnu-}-15" "/usr/local/bin/$tool"; done \
+      && ln -s /usr/bin/gcc-15 /usr/local/bin/cc && ln -s /usr/bin/g++-15 /usr/local/bin/c++; \
+    fi \
  && rm -rf /var/lib/apt/lists/* \
  && found=$("python${PYTHON}" -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
  && if [ "$found" != "${PYTHON}" ]; then \
