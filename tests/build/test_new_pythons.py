@@ -23,9 +23,9 @@ from wheelsmith.toolchain.profile import find_profile
 
 BASE = "localhost/wheelsmith-base:forky"  # Debian forky: python3.14 3.14.8, python3.15 3.15.0
 
-# Seen here: an image build took ~14 GB at its peak (pip's downloads, the installed toolchain,
-# then podman's copy of the layer it commits) and filled a disk that had 16 GB free.
-PEAK_GB = 15
+# Seen here: an image build took ~22 GB at its peak (pip's downloads, the installed toolchain,
+# then podman's copy of the layer it commits): 15 GB free was not enough, twice (2026-12-02)
+PEAK_GB = 22
 FREE_GB = shutil.disk_usage("/var/lib/containers" if Path("/var/lib/containers").is_dir()
                             else "/").free / 1e9
 
