@@ -83,12 +83,11 @@ def build_env(
     compile_cache: Mapping[str, str] | None = None,
     launchers: Path | None = None,
     source: Path | None = None,
-    seen_site: Path | None = None,
 ) -> dict[str, str]:
     """`launchers` is a directory put first on PATH: the pre-build check's `ninja` and the
     compile cache's `c++` live there. `source`: the tree being built, whose path (and the
-    toolchain's, and `seen_site`: a path view's) the compilers map to fixed names
-    (reproducible.py)."""
+    toolchain's) the compilers map to fixed names (reproducible.py); a path view
+    (pathview.py) rewrites these maps with the rest of the environment."""
     toolchain = plan.toolchain
     env = {k: base[k] for k in PASS_THROUGH if k in base}
     path = [str(p) for p in toolchain.bin_dirs] + [base.get("PATH", "/usr/bin:/bin")]
@@ -135,6 +134,5 @@ def build_env(
     env.update(dict(plan.release.env))
     env.update(dict(plan.extra_env))
     if source is not None:
-        maps = reproducible.path_maps(toolchain, source, seen_site)
-        env.update(reproducible.compiler_env(maps, env))
+        env.update(reproducible.compiler_env(reproducible.path_maps(toolchain, source), env))
     return env

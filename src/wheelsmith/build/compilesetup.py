@@ -78,7 +78,7 @@ def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int
         compiler_env = cache.env(plan.toolchain, work, base_dir=view.root if view else work)
     env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ,
                              guard=guard, compile_cache=compiler_env, launchers=launchers,
-                             source=source, seen_site=view.fixed_site if view else None)
+                             source=source)
     return CompileSetup(view.env(env) if view else env, parallelism, guard, cache, farm, note,
                         view)
 

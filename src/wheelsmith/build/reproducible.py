@@ -66,11 +66,10 @@ RUN_FILE = "run.json"
 RUN_KEYS = ("build", "smoke", "prebuild_check", "runner", "compile_cache", "compile_farm")
 
 
-def path_maps(toolchain: Toolchain, source: Path, seen_site: Path | None = None
-              ) -> list[tuple[str, str]]:
+def path_maps(toolchain: Toolchain, source: Path) -> list[tuple[str, str]]:
     """(old, new) prefixes for `-ffile-prefix-map`, the most specific last (GCC uses the last
-    option that matches). `seen_site`: where a path view (pathview.py) shows the compilers
-    the toolchain's site-packages."""
+    option that matches). A path view (pathview.py) rewrites the real paths in them to the
+    ones its compilers see."""
     venv = toolchain.python.parent.parent
     base = Path(os.path.realpath(toolchain.python)).parent.parent
     wanted = [(venv, TOOLCHAIN_AS), (base, PYTHON_AS), (toolchain.cuda_home, CUDA_AS),
@@ -82,9 +81,8 @@ def path_maps(toolchain: Toolchain, source: Path, seen_site: Path | None = None
         wanted.append((toolchain.target_site, TARGET_AS))
     # the site-packages (torch's headers) has one name whether or not the build runs in a
     # path view: a build in the image, where there is none, gives the bytes of one here
-    for site in (toolchain.site, seen_site):
-        if site is not None:
-            wanted.append((site, SITE_AS))
+    if toolchain.site is not None:
+        wanted.append((toolchain.site, SITE_AS))
     maps: dict[str, str] = {}
     for path, new in wanted:
         for old in dict.fromkeys([str(path), os.path.realpath(path)]):
