@@ -4,13 +4,18 @@ and build servers on 127.0.0.1 (bubblewrap sandboxes), on the GPU machine.
 Usage (root; sccache 0.16 on PATH or beside this Python; wheelsmith from this checkout):
 
     python3 scripts/gpu-proof-farm.py PACKAGE ARCHS OUT [--servers N] [--toolchain NAME]
-                                      [--bwrap PATH] [--sdists DIR]
+                                      [--bwrap PATH] [--sdists DIR] [--limit S] [--resume]
 
 `--sdists DIR` holds sdists named by their sha256 (a machine without network: copy them from
 ~/.cache/wheelsmith/downloads/*/ here). Cold build (`--compile-cache off`, an empty sccache
 directory), `--compile-farm-required`: a job the farm cannot run fails the build instead of
 compiling here unseen. Writes OUT/result.json (seconds, the farm's counts, provenance) and
 OUT/farm.log, and prints the build's stage lines as they come.
+
+A build longer than one command (flash-attn: about 25 minutes on 16 cores) runs as a nightly cell
+does: `--limit S` stops it with SIGTERM after S seconds (it keeps its finished objects), and
+`--resume` runs it again on the kept work tree with a new farm. Each run appends a line to
+OUT/runs.jsonl: seconds, objects before and after (ninja's log), and the jobs the farm completed.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -30,7 +36,7 @@ sys.path[:0] = [str(REPO / "src"), str(REPO)]
 from tests.farm import running_farm  # noqa: E402
 
 from wheelsmith import locations  # noqa: E402
-from wheelsmith.build import compilefarm  # noqa: E402
+from wheelsmith.build import compilefarm, resume  # noqa: E402
 from wheelsmith.recipes.fetch import cached_path  # noqa: E402
 
 
@@ -52,13 +58,19 @@ def main() -> None:
     parser.add_argument("--toolchain", default="system")
     parser.add_argument("--bwrap", help="bubblewrap for the servers (default: on PATH)")
     parser.add_argument("--sdists", type=Path)
+    parser.add_argument("--limit", type=float, help="stop the build after SECONDS (SIGTERM)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep OUT/work: continue the build an earlier --limit stopped")
     options = parser.parse_args()
     if options.sdists:
         seed(options.sdists)
     out: Path = options.out
     out.mkdir(parents=True, exist_ok=True)
     work = out / "work"
-    shutil.rmtree(work, ignore_errors=True)
+    if not options.resume:
+        shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(work / "farm", ignore_errors=True)  # a new scheduler and servers each run
+    before = objects_done(work / "build")
     with running_farm(work / "farm", servers=options.servers, bwrap=options.bwrap) as farm:
         env = {**os.environ, compilefarm.TOKEN_ENV: farm.token,
                compilefarm.LOCAL_ENV: str(work / "sccache"),
@@ -69,21 +81,49 @@ def main() -> None:
                 "--compile-farm", farm.url, "--compile-farm-required", "--json",
                 "--out", str(out / "wheels"), "--work-dir", str(work / "build")]
         started = time.monotonic()
-        done = subprocess.run(args, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
-                              check=False)
+        returncode, stdout = run_limited(args, env, options.limit)
         seconds = round(time.monotonic() - started, 1)
-        shutil.copyfile(farm.log, out / "farm.log")
+        farm_text = farm.log.read_text(errors="replace")
+        with (out / "farm.log").open("a") as sink:
+            sink.write(farm_text)
     result = {"package": options.package, "archs": options.archs, "servers": options.servers,
               "cores": len(os.sched_getaffinity(0)), "seconds": seconds,
-              "returncode": done.returncode}
-    if done.returncode == 0:
-        built = json.loads(done.stdout)
+              "returncode": returncode, "objects_before": before,
+              "objects_after": objects_done(work / "build"),
+              "farm_jobs_completed": farm_text.count("updated state to Complete")}
+    if returncode == 0:
+        built = json.loads(stdout)
         result |= {"wheel": built["wheel"], "compile_farm": built["run"]["compile_farm"],
                    "device_code": built["provenance"]["device_code"],
                    "build": built["run"]["build"]}
-    (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result.get(k) for k in ("seconds", "returncode", "compile_farm")}))
-    sys.exit(done.returncode)
+        (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    with (out / "runs.jsonl").open("a") as runs:
+        runs.write(json.dumps({k: v for k, v in result.items() if k != "device_code"}) + "\n")
+    print(json.dumps({k: result.get(k) for k in ("seconds", "returncode", "objects_before",
+                                                  "objects_after", "farm_jobs_completed",
+                                                  "compile_farm")}))
+    sys.exit(returncode)
+
+
+def run_limited(args: list[str], env: dict[str, str], limit: float | None) -> tuple[int, str]:
+    """Run the build; past `limit` seconds send it SIGTERM (it stops its compilers and keeps
+    what they finished) and wait for it to end."""
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        stdout, _ = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        stdout, _ = proc.communicate()
+    return proc.returncode, stdout
+
+
+def objects_done(build_work: Path) -> str:
+    """N/M from the kept build tree (wheelsmith's own progress reader), or "none"."""
+    for tree in sorted(build_work.glob("*/")) if build_work.is_dir() else []:
+        found = resume.progress(tree)
+        if found:
+            return f"{found[0]}/{found[1]}"
+    return "none"
 
 
 if __name__ == "__main__":
