@@ -11,8 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.leftovers import left_after
-from wheelsmith import locations
-from wheelsmith.build.pathview import VIEW_DIR, PathView
+from wheelsmith.build.pathview import ROOT, PathView
 
 # causal-conv1d's first object takes minutes on 2 idle cores, several times that beside a load
 FIRST_OBJECT_WITHIN_S = 3600
@@ -65,5 +64,5 @@ def ninja_steps(build_log: Path) -> int:
 def real_path(seen: str, log: Path) -> Path:
     """A path the build's ninja names (maybe as seen through the path view) where it is: in the
     source tree whose `<source>/build/temp.*/.ninja_log` is `log`."""
-    view = PathView(locations.cache_dir() / VIEW_DIR, Path("/nonexistent"), log.parents[2])
+    view = PathView(ROOT, Path("/nonexistent"), log.parents[2])
     return view.outside(Path(seen))

@@ -106,8 +106,8 @@ def test_compiler_flags_come_before_what_the_build_sets_itself() -> None:
         "NVCC_PREPEND_FLAGS": "-objtemp -frandom-seed=wheelsmith "
                               "-Xcompiler -ffile-prefix-map=/w/src=/wheelsmith/src "
                               "-lineinfo",
-        "CFLAGS": "-Wsign-compare -DNDEBUG -g -fwrapv -O3 -Wall",
-        "CXXFLAGS": "-Wsign-compare -DNDEBUG -g -fwrapv -O3 -Wall",
+        "CFLAGS": "-Wsign-compare -DNDEBUG -fwrapv -O3 -Wall",
+        "CXXFLAGS": "-Wsign-compare -DNDEBUG -fwrapv -O3 -Wall",
         "LDSHARED": "gcc -shared", "LDCXXSHARED": "g++ -shared"}
 
 

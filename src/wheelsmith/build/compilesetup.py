@@ -57,7 +57,7 @@ def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int
     farm, health, note = farm_session(request, work)
     # --configure-only leaves build files to read and run by hand: they name the real paths
     view = None if request.configure_only else pathview.resolve(
-        plan.toolchain, source, locations.cache_dir(), farm=farm is not None)
+        plan.toolchain, source, farm=farm is not None)
     cores, available = buildenv.machine_size()
     parallelism = buildenv.choose_parallelism(
         cores, available, plan.recipe.memory_per_job_gb, len(plan.archs.archs), request.jobs,

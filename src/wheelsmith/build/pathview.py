@@ -8,11 +8,18 @@ content key (which names the Python), so every header path, every `__FILE__` tor
 expand, and the source path differ in the preprocessed text ccache hashes.
 
 So the compile runs in a private mount namespace (`unshare -rm`, with `-n` where the build is
-offline) in which the toolchain's site-packages is bind-mounted at `<cache>/view/site` (torch is
-imported from there: PYTHONPATH, so its include paths and CUDA_HOME, which lies inside it, say
-that) and the patched source tree at `<cache>/view/source`. The build then names the same
-paths for every Python, except what truly differs: the Python include directory and
-`build/temp.*-cpython-3XX` (the objects' directory, which ccache does not hash).
+offline) in which a tmpfs covers ROOT (`/tmp/wheelsmith-view`), the toolchain's site-packages is
+bind-mounted at ROOT/site (torch is imported from there: PYTHONPATH, so its include paths and
+CUDA_HOME, which lies inside it, say that) and the patched source tree at ROOT/source. The build
+then names the same paths for every Python, except what truly differs: the Python include
+directory and `build/temp.*-cpython-3XX` (the objects' directory, which ccache does not hash).
+
+ROOT is one fixed path, not under the user's cache, because the same path is also what makes a
+build reproducible across work directories, users, machines and runners: cudafe++ names each
+file's anonymous namespaces after a hash of the source file's real path (a symlink does not
+hide it), and those names are in the binary. The container runner's build runs in the same view
+inside the image, so host and container compile the same source path. The tmpfs keeps ROOT
+empty on disk: another user's namespace mounts over the same directory without touching it.
 
 Correctness stays with the cache: ccache hashes the preprocessed text, so a file that includes
 `Python.h` (the bindings) differs with the Python headers it includes and is never shared.
@@ -38,17 +45,20 @@ from wheelsmith.toolchain.env import Toolchain
 
 log = logging.getLogger(__name__)
 
-VIEW_DIR = "view"
-# mount the real directories on the fixed ones, then run the build from the fixed source tree
-_MOUNT_SCRIPT = ('mount --bind "$1" "$2" && mount --bind "$3" "$4" && cd "$4" && shift 4 && '
-                 'exec "$@"')
+# nothing is written here: in the build's namespace a tmpfs covers it (a symlink is refused)
+ROOT = Path("/tmp/wheelsmith-view")  # noqa: S108
+# a tmpfs on the fixed root, the real directories bound into it, then run the build from the
+# fixed source tree
+_MOUNT_SCRIPT = ('mount -t tmpfs -o mode=0755 wheelsmith-view "$1" && mkdir "$1/site" "$1/source"'
+                 ' && mount --bind "$2" "$1/site" && mount --bind "$3" "$1/source" && '
+                 'cd "$1/source" && shift 3 && exec "$@"')
 
 
 @dataclass(frozen=True, slots=True)
 class PathView:
     """Where the build sees the toolchain's site-packages and the source tree."""
 
-    root: Path  # <cache>/view: the fixed mount points
+    root: Path  # ROOT: the fixed mount point
     site: Path  # the toolchain's site-packages (real)
     source: Path  # the patched source tree (real)
 
@@ -91,38 +101,42 @@ class PathView:
     def prefix(self, *, offline: bool) -> tuple[str, ...]:
         """The command line that runs a command (appended) in the view, from its source tree."""
         return ("unshare", "-rmn" if offline else "-rm", "sh", "-c", _MOUNT_SCRIPT,
-                "wheelsmith-view", str(self.site), str(self.fixed_site), str(self.source),
-                str(self.fixed_source))
+                "wheelsmith-view", str(self.root), str(self.site), str(self.source))
 
 
-def resolve(toolchain: Toolchain, source: Path, cache_root: Path, *, farm: bool
+def resolve(toolchain: Toolchain, source: Path, *, farm: bool, root: Path = ROOT
             ) -> PathView | None:
     """The view for a build of `source` with `toolchain`, or None (and why, in the log)."""
     if farm or toolchain.cross or toolchain.site is None:
         return None
-    root = cache_root / VIEW_DIR
-    try:
-        for mount_point in (root / "site", root / "source"):
-            mount_point.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a read-only cache (the build container's)
-        log.warning("no path view: %s (%s): the build runs at its real paths", root,
-                    exc.strerror)
-        return None
-    if not mounts_allowed(root):
-        log.warning("no user namespace with mounts here: the build runs at its real paths, "
-                    "and a build for another Python compiles every file again")
+    problem = mount_point_problem(root)
+    if problem:
+        log.warning("no path view: %s: the build runs at its real paths, so its binaries "
+                    "depend on the work directory, and a build for another Python compiles "
+                    "every file again", problem)
         return None
     return PathView(root, toolchain.site, source)
 
 
+def mount_point_problem(root: Path) -> str:
+    """"" when `root` is a directory this machine lets a user namespace mount a tmpfs on."""
+    if root.is_symlink():  # the build would see (and hash) where it points
+        return f"{root} is a symbolic link"
+    try:
+        root.mkdir(mode=0o755, parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot make {root} ({exc.strerror})"
+    return "" if mounts_allowed(root) else "no user namespace with mounts here"
+
+
 @functools.cache
 def mounts_allowed(root: Path) -> bool:
-    """Whether `unshare -rm` and a bind mount work on this machine."""
+    """Whether `unshare -rm`, a tmpfs and a bind mount work on this machine."""
     if shutil.which("unshare") is None or shutil.which("mount") is None:
         return False
     try:
-        cmd.run(["unshare", "-rm", "mount", "--bind", root, root], stream=False,
-                what="unshare with a bind mount")
+        cmd.run(["unshare", "-rm", "sh", "-c", _MOUNT_SCRIPT, "wheelsmith-view", root, root,
+                 root, "true"], stream=False, what="unshare with a tmpfs and bind mounts")
     except WheelsmithError:
         return False
     return True

@@ -95,9 +95,12 @@ def path_maps(toolchain: Toolchain, source: Path) -> list[tuple[str, str]]:
     return sorted(maps.items(), key=lambda item: len(item[0]))
 
 
-# CPython's configure defaults (python.org's, pyenv's and manylinux's Pythons carry exactly
-# these): the compile flags of every build, whichever Python runs it (python_flags)
-PYTHON_CFLAGS = "-Wsign-compare -DNDEBUG -g -fwrapv -O3 -Wall"
+# CPython's configure defaults (python.org's, pyenv's and manylinux's Pythons carry these) less
+# `-g`: the compile flags of every build, whichever Python runs it (python_flags). No host debug
+# info, as in torch's and numpy's release wheels: its DWARF holds the Python headers' lines and
+# layout, so every patch release of one Python minor (pyenv's 3.11.7, Debian's 3.11.2) gave
+# other bytes under one content key; without it they give one .so (the ABI is the minor's).
+PYTHON_CFLAGS = "-Wsign-compare -DNDEBUG -fwrapv -O3 -Wall"
 
 
 def compiler_env(maps: list[tuple[str, str]], env: Mapping[str, str]) -> dict[str, str]:
