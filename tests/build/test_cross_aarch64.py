@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import add_variant, wheelsmith
+from tests.conftest import REPO, add_variant, wheelsmith
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.foreign import debian_mirror
 from wheelsmith.toolchain.platform import host_machine
@@ -89,14 +89,15 @@ def test_a_cross_build_in_a_container_is_refused_by_name(project: Path) -> None:
             "compiler)") in result.stderr
 
 
-def pip_target(index: Path, target: Path, *platform: str) -> subprocess.CompletedProcess[str]:
-    """What pip installs of tiny-ext from the channel's simple index for those platform tags
+def pip_target(index: Path, target: Path, *platform: str, package: str = "tiny-ext"
+               ) -> subprocess.CompletedProcess[str]:
+    """What pip installs of `package` from the channel's simple index for those platform tags
     (none: this machine's)."""
     tags = [arg for tag in platform for arg in ("--platform", tag)]
     return subprocess.run(
         [sys.executable, "-m", "pip", "install", "--isolated", "--no-deps", "--only-binary",
          ":all:", *tags, "--python-version", "3.11", "--target", str(target), "--index-url",
-         (index / "cu130-torch2.14" / "simple").as_uri(), "tiny-ext"],
+         (index / "cu130-torch2.14" / "simple").as_uri(), package],
         capture_output=True, text=True, check=False)
 
 
@@ -125,3 +126,24 @@ def test_one_channel_serves_both_cpus_and_pip_picks_by_tag(
         "_C.cpython-311-x86_64-linux-gnu.so"]
     old = pip_target(index, tmp_path / "old", *glibc_tags(28))
     assert "No matching distribution found for tiny-ext" in old.stderr
+
+
+@pytest.mark.parametrize("archs", ["12.1", "9.0;10.0"])
+def test_causal_conv1d_for_aarch64_carries_exactly_its_sass_and_installs_there_by_tag(
+        archs: str, toolchain: Toolchain, tmp_path: Path) -> None:
+    """The real package for DGX Spark (12.1) and for GH200 with GB200 (9.0;10.0), built here
+    (about 7 and 12 minutes on 2 cores), published, and fetched from the channel by an aarch64
+    pip on glibc 2.35."""
+    index = tmp_path / "index"
+    result = wheelsmith("build", "causal-conv1d", "--arch", archs, "--platform", "aarch64",
+                        "--publish", "--index", str(index), "--out", str(tmp_path / "out"),
+                        "--work-dir", str(tmp_path / "work"), "--json", cwd=REPO, check=True)
+    data = json.loads(result.stdout)
+    sass = [f"sm_{arch.replace('.', '')}" for arch in archs.split(";")]
+    assert [(d["sass"], d["ptx"]) for d in data["provenance"]["device_code"]] == [(sass, [])]
+    assert data["provenance"]["platform"]["tag"] == "manylinux_2_34_aarch64"
+    assert "imported causal_conv1d" in data["run"]["smoke"]
+    arm = pip_target(index, tmp_path / "arm", *glibc_tags(35), package="causal-conv1d")
+    assert arm.returncode == 0, arm.stderr
+    assert [p.name for p in (tmp_path / "arm").glob("*.so")] == [
+        "causal_conv1d_cuda.cpython-311-aarch64-linux-gnu.so"]
