@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,7 +18,13 @@ from wheelsmith.errors import RecipeError, ToolchainError
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.profile import load_profile
 from wheelsmith.toolchain.tools import auditwheel_for, ensure_tools
-from wheelsmith.toolchain.venv import ensure_profile, venv_root
+from wheelsmith.toolchain.venv import (
+    FILE_TIME,
+    MARKER,
+    _fix_times_once,
+    ensure_profile,
+    venv_root,
+)
 
 pytestmark = pytest.mark.toolchain
 
@@ -98,3 +105,49 @@ def test_platform_check_is_skipped_not_guessed_when_auditwheel_cannot_be_had(
     assert auditwheel_for(None, Path(sys.executable)) is None
     assert "the platform tag is not checked: no auditwheel (could not create" in caplog.text
     assert not list((tmp_path / "cache" / "tools").glob("*/bin"))  # nothing half-made kept
+
+
+def fake_venv(root: Path, marker: dict[str, object]) -> dict[str, Path]:
+    """A venv's shape: a header, a Python source and its bytecode, a link, the marker."""
+    files = {"header": root / "site" / "torch" / "include" / "Half.h",
+             "source": root / "site" / "torch" / "__init__.py",
+             "bytecode": root / "site" / "torch" / "__pycache__" / "__init__.cpython-311.pyc"}
+    for path in files.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    (root / "lib64").symlink_to("site")
+    (root / MARKER).write_text(json.dumps(marker))
+    return files
+
+
+def test_a_toolchain_venvs_headers_get_one_fixed_time_and_python_sources_keep_theirs(
+        tmp_path: Path) -> None:
+    """nvcc -lineinfo records each header's mtime in the device code: two installs of one
+    profile must not differ there; a .py keeps its time, which its .pyc names."""
+    files = fake_venv(tmp_path / "venv", {"python": "3.11"})
+    before = {name: path.stat().st_mtime for name, path in files.items()}
+    _fix_times_once(tmp_path / "venv")
+    assert files["header"].stat().st_mtime == FILE_TIME
+    assert (tmp_path / "venv" / "lib64").lstat().st_mtime == FILE_TIME
+    assert [files[n].stat().st_mtime for n in ("source", "bytecode")] == [
+        before["source"], before["bytecode"]]
+    assert json.loads((tmp_path / "venv" / MARKER).read_text()) == {
+        "python": "3.11", "file_time": FILE_TIME}
+
+
+def test_a_read_only_toolchain_with_install_times_says_how_to_get_fixed_ones(
+        tmp_path: Path) -> None:
+    """An image built before the times were fixed: its venv cannot be changed in the
+    container (here: a read-only bind mount), so the build says its wheels differ and how to
+    rebuild the image."""
+    files = fake_venv(tmp_path / "venv", {"python": "3.11"})
+    code = ("import logging, pathlib; logging.basicConfig(); "
+            "from wheelsmith.toolchain.venv import _fix_times_once; "
+            f"_fix_times_once(pathlib.Path({str(tmp_path / 'venv')!r}))")
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", 'mount --bind "$1" "$1" && mount -o remount,bind,ro '
+         '"$1" && exec "$2" -c "$3"', "read-only", str(tmp_path / "venv"), sys.executable,
+         code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert files["header"].stat().st_mtime != FILE_TIME
+    assert "for an image, rebuild it (wheelsmith image build --rebuild)" in done.stderr

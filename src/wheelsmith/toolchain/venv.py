@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 from pathlib import Path
@@ -32,6 +33,12 @@ log = logging.getLogger(__name__)
 
 
 MARKER = "wheelsmith-toolchain.json"
+# Every file of a toolchain venv but Python's own sources and bytecode gets this time
+# (1980-01-01, the zip epoch; Nix sets its store's times alike): nvcc's `-lineinfo` writes
+# each header's mtime into the device code's line table, so two venvs of one profile installed
+# at other times (here and in the image) gave other cubins (causal-conv1d: 12 bytes of
+# `.debug_line` per cubin, then the whole compressed fatbin).
+FILE_TIME = 315532800
 
 
 def venv_root(profile: Profile, python_version: str, cache: Path) -> Path:
@@ -72,7 +79,37 @@ def ensure_venv(profile: Profile, python: Path, cache: Path) -> Path:
         with exclusive_lock(root.parent / f"{root.name}.lock"):
             if not marker.is_file() and not _reuse_same_pins(profile, version, root):
                 _create_venv(profile, python, root)
+    if json.loads(marker.read_text()).get("file_time") != FILE_TIME:
+        _fix_times_once(root)
     return root
+
+
+def _fix_times_once(root: Path) -> None:
+    """A venv made before file times were fixed gets them now (once), where it may be
+    written; else (an older image's, read-only) the build says what differs."""
+    marker = root / MARKER
+    if not os.access(marker, os.W_OK):
+        log.warning("the toolchain in %s keeps its files' install times (it predates fixed "
+                    "times): device code built with -lineinfo records them, so these wheels "
+                    "differ from other builds of the same content key; for an image, rebuild "
+                    "it (wheelsmith image build --rebuild)", root)
+        return
+    with exclusive_lock(root.parent / f"{root.name}.lock"):
+        info = json.loads(marker.read_text())
+        if info.get("file_time") != FILE_TIME:
+            fix_file_times(root.resolve())
+            atomic_write_text(marker, json.dumps({**info, "file_time": FILE_TIME}, indent=2)
+                              + "\n")
+
+
+def fix_file_times(root: Path) -> None:
+    """Every file and directory under `root` gets FILE_TIME, but Python sources and bytecode
+    (a `.pyc` names its source's time: changing it would make every import compile again)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*filenames, *dirnames]:
+            if not name.endswith((".py", ".pyc")):
+                os.utime(Path(dirpath, name), (FILE_TIME, FILE_TIME),
+                         follow_symlinks=False)
 
 
 def _reuse_same_pins(profile: Profile, version: str, root: Path) -> bool:
@@ -110,6 +147,8 @@ def _create_venv(profile: Profile, python: Path, root: Path) -> None:
         cuda_home = Path(info["purelib"]) / profile.cuda_home
         _link_cuda_libs(cuda_home)
         info.update(cuda_home=str(cuda_home), nvcc=str(nvcc_version(cuda_home / "bin" / "nvcc")))
+    fix_file_times(root)
+    info["file_time"] = FILE_TIME
     atomic_write_text(root / MARKER, json.dumps(info, indent=2) + "\n")
 
 
