@@ -21,10 +21,14 @@ ARG PROFILE=cu130-torch2.14
 ARG PROFILE_KEY=unknown
 ARG PYTHON=3.11
 ARG BASE_ID=unknown
+# how the toolchain is made beyond its pins (build/container.py: LAYOUT); the toolchain step
+# names it, so a new layout is a new step for the layer cache
+ARG LAYOUT=2
 LABEL dev.wheelsmith.profile="${PROFILE}" \
       dev.wheelsmith.python="${PYTHON}" \
       dev.wheelsmith.profile-key="${PROFILE_KEY}" \
-      dev.wheelsmith.base="${BASE_ID}"
+      dev.wheelsmith.base="${BASE_ID}" \
+      dev.wheelsmith.layout="${LAYOUT}"
 
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -71,6 +75,7 @@ RUN --mount=type=bind,source=pyproject.toml,target=/mnt/wheelsmith-context/pypro
     /opt/wheelsmith/venv/bin/pip install --quiet /tmp/wheelsmith-src; \
     rm -rf /tmp/wheelsmith-src; \
     ln -s /opt/wheelsmith/venv/bin/wheelsmith /usr/local/bin/wheelsmith; \
+    echo "toolchain layout ${LAYOUT}"; \
     wheelsmith toolchain ensure "${PROFILE}"; \
     chmod -R a+rX /opt/wheelsmith
 

@@ -18,11 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO, Docker, assert_platform_tagged, docker_clis, wheelsmith
+from tests.conftest import (
+    DEFAULT_PROFILE,
+    FIXTURES,
+    REPO,
+    Docker,
+    assert_platform_tagged,
+    docker_clis,
+    wheelsmith,
+)
 from wheelsmith.build import container
 from wheelsmith.build.container import Engine, Mounts, run_argv
 from wheelsmith.build.rebuild import differences
 from wheelsmith.files import sha256_file
+from wheelsmith.toolchain.profile import load_profile
 from wheelsmith.wheelfile import read_provenance
 
 BASE = "localhost/wheelsmith-base:bookworm"
@@ -417,3 +426,19 @@ def assert_one_sha256(home: Path, scratch: Path, *build: str) -> None:
     assert wheels[0].name == wheels[1].name
     assert differences(wheels[0], wheels[1]) == []
     assert sha256_file(wheels[0]) == sha256_file(wheels[1])
+
+
+def test_an_image_of_an_older_toolchain_layout_is_stale_and_says_why() -> None:
+    """An image made before the toolchain's file times were fixed has the profile's pins but
+    other device code than a host build: a build refuses it with the command that rebuilds
+    it, and `image build` makes a new one."""
+    profile = load_profile(DEFAULT_PROFILE)
+    labels = {container.LABEL_KEY: profile.key("3.11")}
+    assert container.staleness({"Config": {"Labels": labels}}, profile, "3.11") == (
+        "its toolchain is of layout 1, wheelsmith now makes 2 (one fixed time on the "
+        "toolchain's files, so its device code is a host build's)")
+    labels[container.LABEL_LAYOUT] = container.LAYOUT
+    assert container.staleness({"Config": {"Labels": labels}}, profile, "3.11") == ""
+    labels[container.LABEL_KEY] = "0" * 16
+    assert container.staleness({"Config": {"Labels": labels}}, profile, "3.11") == (
+        f"it was built for pins {'0' * 16}, the profile now has {profile.key('3.11')}")

@@ -46,6 +46,11 @@ BASES = {"3.11": "bookworm", "3.13": "trixie", "3.14": "forky", "3.15": "forky"}
 LABEL_PROFILE = "dev.wheelsmith.profile"
 LABEL_KEY = "dev.wheelsmith.profile-key"
 LABEL_BASE = "dev.wheelsmith.base"
+LABEL_LAYOUT = "dev.wheelsmith.layout"
+# How an image's toolchain is made, beyond its pins (an image without the label is 1); an image
+# of another layout is stale. 2: the toolchain's files have one fixed time (toolchain/venv.py:
+# FILE_TIME), so device code built with -lineinfo is the same as a host build's.
+LAYOUT = "2"
 ENGINES = ("podman", "docker")
 CODE_IN_IMAGE = "/opt/wheelsmith/current"  # where the host's wheelsmith package is mounted
 PYTHON_IN_IMAGE = "/opt/wheelsmith/venv/bin/python"  # the Python wheelsmith runs with there
@@ -144,11 +149,23 @@ def require_image(engine: Engine, profile: Profile, python: str = IMAGE_PYTHON
     if info is None:
         raise ToolchainError(f"no {engine.name} image {ref} for the {profile.name} toolchain",
                              hint=f"build it: {build}")
-    key = labels_of(info).get(LABEL_KEY)
-    if key != profile.key(python):
-        raise ToolchainError(f"{ref} is stale: it was built for pins {key}, the profile now has "
-                             f"{profile.key(python)}", hint=f"rebuild it: {build}")
+    why = staleness(info, profile, python)
+    if why:
+        raise ToolchainError(f"{ref} is stale: {why}", hint=f"rebuild it: {build}")
     return ref, info
+
+
+def staleness(info: dict[str, Any], profile: Profile, python: str) -> str:
+    """Why the image `info` is not the one `profile` and `python` make now ("" when it is)."""
+    labels = labels_of(info)
+    key = labels.get(LABEL_KEY)
+    if key != profile.key(python):
+        return f"it was built for pins {key}, the profile now has {profile.key(python)}"
+    layout = labels.get(LABEL_LAYOUT, "1")
+    if layout != LAYOUT:
+        return (f"its toolchain is of layout {layout}, wheelsmith now makes {LAYOUT} (one "
+                "fixed time on the toolchain's files, so its device code is a host build's)")
+    return ""
 
 
 def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
@@ -174,7 +191,8 @@ def build_image(engine: Engine, profile: Profile, *, project: Path, base: str,
         engine.exe, "build", *engine.common(), "--file", project / "Dockerfile", "--tag", ref,
         "--build-arg", f"BASE={base}", "--build-arg", f"PROFILE={profile.name}",
         "--build-arg", f"PROFILE_KEY={profile.key(python)}", "--build-arg", f"PYTHON={python}",
-        "--build-arg", f"BASE_ID={(base_info or {}).get('Id', base)}"]
+        "--build-arg", f"BASE_ID={(base_info or {}).get('Id', base)}",
+        "--build-arg", f"LAYOUT={LAYOUT}"]
     if HOST_CA.is_file():  # networks that re-sign TLS: a build secret, never in the image
         argv += ["--secret", f"id=host-ca,src={HOST_CA}"]
     if engine.name == "docker":

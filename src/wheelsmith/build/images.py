@@ -18,12 +18,15 @@ from wheelsmith import cmd
 from wheelsmith.build.container import (
     LABEL_BASE,
     LABEL_KEY,
+    LABEL_LAYOUT,
+    LAYOUT,
     Engine,
     build_image,
     drop,
     image_ref,
     inspect,
     labels_of,
+    staleness,
     superseded,
 )
 from wheelsmith.errors import ToolchainError
@@ -48,7 +51,7 @@ def make_image(engine: Engine, profile: Profile, *, project: Path, base: str,
     The images of older pins are removed after."""
     ref = image_ref(profile, python)
     current = inspect(engine, ref)
-    if rebuild or current is None or labels_of(current).get(LABEL_KEY) != profile.key(python):
+    if rebuild or current is None or staleness(current, profile, python):
         base_id = str((inspect(engine, base) or {}).get("Id", base))
         reused = None if rebuild else reuse_older(engine, profile, python, base_id,
                                                   log_file=log_file, log_path=log_path)
@@ -64,7 +67,8 @@ def reuse_older(engine: Engine, profile: Profile, python: str, base_id: str, *,
     """The current image made from an older one on the same base with the same pins; None
     when there is none."""
     for older in superseded(engine, profile, python):
-        if labels_of(inspect(engine, older) or {}).get(LABEL_BASE) != base_id:
+        labels = labels_of(inspect(engine, older) or {})
+        if labels.get(LABEL_BASE) != base_id or labels.get(LABEL_LAYOUT) != LAYOUT:
             continue
         venv = next((name for name, text in _venvs_in(engine, older).items()
                      if f"-py{python}-" in name and same_pins(text, profile, python)), None)

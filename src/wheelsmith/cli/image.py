@@ -123,11 +123,13 @@ def image_show(toolchain: str | None, engine: str, python: str, as_json: bool) -
             "profile": labels.get(container.LABEL_PROFILE),
             "profile_key": labels.get(container.LABEL_KEY),
             "base": labels.get(container.LABEL_BASE),
-            "current": labels.get(container.LABEL_KEY) == profile.key(python),
+            "layout": labels.get(container.LABEL_LAYOUT, "1") if info else None,
+            "current": info is not None and not container.staleness(info, profile, python),
             "pins": pins}
     if as_json:
         emit_json(data)
         return
-    for key in ("image", "exists", "id", "digest", "profile", "profile_key", "base", "current"):
+    for key in ("image", "exists", "id", "digest", "profile", "profile_key", "base", "layout",
+                "current"):
         click.echo(f"{key:<12} {data[key]}")
     click.echo(f"pins         {len(pins)} (wheelsmith toolchain requirements {profile.name})")
