@@ -8,6 +8,7 @@ assembled from PyPI's CUDA 13 wheels (the default profile's nvcc, cudart, cccl, 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -105,3 +106,56 @@ def test_an_image_base_with_a_compiler_from_the_pins_is_refused(tmp_path: Path) 
                             capture_output=True, text=True, check=False)
     assert ("image_base names a base that carries the CUDA toolkit, but cuda_home is "
             "nvidia/cu13 (the compiler from the pins)") in result.stderr
+
+
+def project_on_standin(home: Path, base: str) -> None:
+    """A wheelsmith project (what `image build` sends as its context: Dockerfile, pyproject.toml,
+    src/, recipes/, patches/) with a profile `cu130-standin`: the default one's pins, compiled
+    with the toolkit in `base` (a name of its own: an image build removes the images other keys
+    of its profile name made)."""
+    profile_with_base(home, base)
+    shipped = home / "toolchains" / "cu130-torch2.14.yaml"
+    (home / "toolchains" / "cu130-standin.yaml").write_text(
+        shipped.read_text().replace("name: cu130-torch2.14", "name: cu130-standin"))
+    for part in ("Dockerfile", "pyproject.toml", "README.md"):
+        shutil.copy(REPO / part, home / part)
+    for part in ("src", "patches"):
+        shutil.copytree(REPO / part, home / part, ignore=shutil.ignore_patterns("__pycache__",
+                                                                                 "*.egg-info"))
+    shutil.copy(REPO / "recipes" / "causal-conv1d.yaml", home / "recipes")
+    shutil.copy(REPO / "tests" / "fixtures" / "tiny-ext.recipe.yaml", home / "recipes" /
+                "tiny-ext.yaml")
+
+
+@pytest.mark.slow
+def test_an_image_on_the_toolkit_base_builds_verified_wheels_with_its_toolkit(
+        standin: str, tmp_path: Path) -> None:
+    """The cu128 route with no local toolkit, end to end: the image is built on the base that
+    carries the toolkit (an image build: minutes, ~22 GB at its peak), and tiny-ext and
+    causal-conv1d built in it are verified (about 10 minutes on 2 cores); the provenance names
+    the toolkit that compiled them."""
+    home = tmp_path / "home"
+    project_on_standin(home, standin)
+    tiny = shutil.copytree(REPO / "tests" / "fixtures" / "tiny-ext", tmp_path / "tiny-ext")
+    recipe = home / "recipes" / "tiny-ext.yaml"
+    recipe.write_text(recipe.read_text().replace("PATH", str(tiny)))
+    env = {**no_registry_env(tmp_path / "config"), "WHEELSMITH_HOME": str(home)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "wheelsmith", *args], cwd=home, env=env,
+                              capture_output=True, text=True, check=False)
+
+    made = run("image", "build", "--engine", "podman", "--toolchain", "cu130-standin")
+    assert made.returncode == 0, made.stderr
+    try:
+        for package in ("tiny-ext", "causal-conv1d"):
+            result = run("build", package, "--arch", "12.0", "--runner", "podman",
+                         "--toolchain", "cu130-standin", "--json")
+            assert result.returncode == 0, result.stderr
+            provenance = json.loads(result.stdout)["provenance"]
+            assert provenance["toolchain"]["cuda_home"] == "/usr/local/cuda"
+            assert [d["sass"] for d in provenance["device_code"]] == [["sm_120"]]
+            verified = run("verify", json.loads(result.stdout)["wheel"], "--arch", "12.0")
+            assert verified.returncode == 0, verified.stderr
+    finally:
+        subprocess.run(["podman", "rmi", made.stdout.strip()], capture_output=True, check=False)
