@@ -15,7 +15,7 @@ from packaging.version import Version
 
 from tests.conftest import add_variant, find_python, wheelsmith
 from wheelsmith.build.compilecache import cache_identity
-from wheelsmith.build.pathview import PathView
+from wheelsmith.build.pathview import PathView, mount_point_problem
 from wheelsmith.toolchain.env import Toolchain
 
 
@@ -100,3 +100,16 @@ def test_cache_identity_is_one_for_every_python_of_a_profile_but_not_for_another
     other_ptxas = profile_toolchain("3.12", ("torch==2.14.1", "nvidia-cuda-nvcc==13.0.96",
                                              "nvidia_cuda_crt==13.0.88"))
     assert cache_identity(other_ptxas) != cache_identity(py312)
+
+
+def test_a_view_root_that_is_a_symlink_or_cannot_be_made_is_refused_by_name(
+        tmp_path: Path) -> None:
+    """The compile would see (and cudafe++ hash) where a link points: no view, and why."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "view").symlink_to(tmp_path / "elsewhere")
+    assert mount_point_problem(tmp_path / "view") == f"{tmp_path}/view is a symbolic link"
+    (tmp_path / "file").write_text("")
+    assert mount_point_problem(tmp_path / "file" / "view") == (
+        f"cannot make {tmp_path}/file/view (Not a directory)")
+    if shutil.which("unshare"):
+        assert mount_point_problem(tmp_path / "fine") == ""

@@ -104,18 +104,17 @@ class PathView:
                 "wheelsmith-view", str(self.root), str(self.site), str(self.source))
 
 
-def resolve(toolchain: Toolchain, source: Path, *, farm: bool, root: Path = ROOT
-            ) -> PathView | None:
+def resolve(toolchain: Toolchain, source: Path, *, farm: bool) -> PathView | None:
     """The view for a build of `source` with `toolchain`, or None (and why, in the log)."""
     if farm or toolchain.cross or toolchain.site is None:
         return None
-    problem = mount_point_problem(root)
+    problem = mount_point_problem(ROOT)
     if problem:
         log.warning("no path view: %s: the build runs at its real paths, so its binaries "
                     "depend on the work directory, and a build for another Python compiles "
                     "every file again", problem)
         return None
-    return PathView(root, toolchain.site, source)
+    return PathView(ROOT, toolchain.site, source)
 
 
 def mount_point_problem(root: Path) -> str:
