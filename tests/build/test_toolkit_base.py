@@ -110,13 +110,13 @@ def test_an_image_base_with_a_compiler_from_the_pins_is_refused(tmp_path: Path) 
 
 def project_on_standin(home: Path, base: str) -> None:
     """A wheelsmith project (what `image build` sends as its context: Dockerfile, pyproject.toml,
-    src/, recipes/, patches/) with a profile `cu130-standin`: the default one's pins, compiled
+    src/, recipes/, patches/) with a profile `cu999-torch2.14`: the default one's pins, compiled
     with the toolkit in `base` (a name of its own: an image build removes the images other keys
     of its profile name made)."""
     profile_with_base(home, base)
     shipped = home / "toolchains" / "cu130-torch2.14.yaml"
-    (home / "toolchains" / "cu130-standin.yaml").write_text(
-        shipped.read_text().replace("name: cu130-torch2.14", "name: cu130-standin"))
+    (home / "toolchains" / "cu999-torch2.14.yaml").write_text(
+        shipped.read_text().replace("name: cu130-torch2.14", "name: cu999-torch2.14"))
     for part in ("Dockerfile", "pyproject.toml", "README.md"):
         shutil.copy(REPO / part, home / part)
     for part in ("src", "patches"):
@@ -145,12 +145,12 @@ def test_an_image_on_the_toolkit_base_builds_verified_wheels_with_its_toolkit(
         return subprocess.run([sys.executable, "-m", "wheelsmith", *args], cwd=home, env=env,
                               capture_output=True, text=True, check=False)
 
-    made = run("image", "build", "--engine", "podman", "--toolchain", "cu130-standin")
+    made = run("image", "build", "--engine", "podman", "--toolchain", "cu999-torch2.14")
     assert made.returncode == 0, made.stderr
     try:
         for package in ("tiny-ext", "causal-conv1d"):
             result = run("build", package, "--arch", "12.0", "--runner", "podman",
-                         "--toolchain", "cu130-standin", "--json")
+                         "--toolchain", "cu999-torch2.14", "--json")
             assert result.returncode == 0, result.stderr
             provenance = json.loads(result.stdout)["provenance"]
             assert provenance["toolchain"]["cuda_home"] == "/usr/local/cuda"
