@@ -20,6 +20,7 @@ from tests.conftest import (
     wheelsmith_on_small_fs,
 )
 from wheelsmith import locations
+from wheelsmith.build import pathview
 from wheelsmith.recipes import fetch
 from wheelsmith.toolchain.env import Toolchain
 
@@ -221,7 +222,7 @@ def test_compile_error_shows_tail_log_and_keeps_source(project: Path,
     kept = log.parent / "src" / "broken-ext"
     assert (kept / "csrc" / "add_kernel.cu").is_file()
     assert (f"hint: read the full log; the patched source is kept in {kept} "  # the compiler
-            f"(the log's {locations.cache_dir() / 'view' / 'source'} is {kept})"  # saw the view
+            f"(the log's {pathview.ROOT / 'source'} is {kept})"  # saw the view
             ) in error_lines(result.stderr)
 
 
