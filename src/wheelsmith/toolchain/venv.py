@@ -3,7 +3,8 @@ pins for that Python (a venv made under an older key with the same pins is linke
 again), installed `--no-deps` and `pip check`ed, completed by a marker
 written last under a lock (an interrupted creation is redone, never half-used). Its CUDA
 compiler comes from PyPI (`cuda_home: nvidia/cu13`) or, for a CUDA major PyPI ships no nvcc
-for, from an installed toolkit (`cuda_home: installed`)."""
+for, from an installed toolkit (`cuda_home: installed`). On glibc 2.42 or newer a PyPI CUDA
+older than 13.2 gets 13.2's rsqrt declarations (glibc_headers.py), recorded in the marker."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from packaging.version import Version
 from wheelsmith import cmd
 from wheelsmith.errors import MissingToolkitError, ToolchainError, WheelsmithError
 from wheelsmith.files import atomic_write_text, exclusive_lock
+from wheelsmith.toolchain import glibc_headers
 from wheelsmith.toolchain.env import (
     Toolchain,
     find_cuobjdump,
@@ -146,7 +148,8 @@ def _create_venv(profile: Profile, python: Path, root: Path) -> None:
     if not profile.installed_compiler:
         cuda_home = Path(info["purelib"]) / profile.cuda_home
         _link_cuda_libs(cuda_home)
-        info.update(cuda_home=str(cuda_home), nvcc=str(nvcc_version(cuda_home / "bin" / "nvcc")))
+        info.update(cuda_home=str(cuda_home), nvcc=str(nvcc_version(cuda_home / "bin" / "nvcc")),
+                    header_fixes=glibc_headers.fix_for_machine(cuda_home))
     fix_file_times(root)
     info["file_time"] = FILE_TIME
     atomic_write_text(root / MARKER, json.dumps(info, indent=2) + "\n")
