@@ -1,7 +1,7 @@
 """Python 3.14 and 3.15: causal-conv1d built for 12.0 in the image whose interpreter is Debian
 forky's python3.14 / python3.15 (a debootstrap base, no registry), against the torch that
-publishes wheels for it (cp314: torch 2.14; cp315: torch 2.15 only), verified by cuobjdump in
-the image and again on the host, and imported by that Python in the image.
+publishes wheels for it (cp314: torch 2.14 and 2.15; cp315: torch 2.15 only), verified by
+cuobjdump in the image and again on the host, and imported by that Python in the image.
 
 Each image holds its toolchain (~6.7 GB; torch and the CUDA compiler come from the package
 index the first time) and each build takes ~5 min on 2 cores. Needs root, podman, runc and
@@ -48,14 +48,23 @@ def image_for(profile: str, python: str) -> str:
 
 
 @pytest.mark.parametrize(("python", "profile", "label"), [
-    # not cu130-torch2.14: forky's glibc (2.42) declares rsqrt/rsqrtf noexcept, and CUDA 13.0's
-    # crt/math_functions.h does not ("exception specification is incompatible"); 13.2's does
+    # CUDA 13.0 on forky: its venv carries CUDA 13.2's rsqrt declarations (glibc_headers.py:
+    # forky's glibc 2.42 declares rsqrt/rsqrtf noexcept, CUDA 13.0's headers did not)
+    ("3.14", "cu130-torch2.14", "cu.13.0.torch.2.14.sm.120"),
     ("3.14", "cu132-torch2.15", "cu.13.2.torch.2.15.sm.120"),
     ("3.15", "cu132-torch2.15", "cu.13.2.torch.2.15.sm.120"),
 ])
 def test_causal_conv1d_builds_verifies_and_imports_on_the_newest_pythons(
         python: str, profile: str, label: str, tmp_path: Path) -> None:
     image = image_for(profile, python)
+    engine = container.detect("podman")
+    assert engine is not None
+    marker = subprocess.run(  # forky's glibc is 2.42: CUDA 13.0 gets the backport, 13.2 not
+        ["podman", "run", "--rm", *engine.common(), "--network=none", "--entrypoint", "sh",
+         image, "-c", "cat /opt/wheelsmith/cache/toolchains/*/wheelsmith-toolchain.json"],
+        capture_output=True, text=True, check=True).stdout
+    assert json.loads(marker)["header_fixes"] == (
+        ["glibc-2.42-rsqrt"] if profile == "cu130-torch2.14" else [])
     result = wheelsmith("build", "causal-conv1d", "--arch", "12.0", "--runner", "podman",
                         "--toolchain", profile, "--python", python, "--out", str(tmp_path / "out"),
                         "--work-dir", str(tmp_path / "work"), "--json", cwd=REPO)

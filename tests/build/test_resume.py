@@ -88,6 +88,24 @@ def test_progress_counts_the_compiles_ninja_logged_as_finished(tmp_path: Path) -
     assert resume.progress(tmp_path / "pkg") == (1, 3)
 
 
+def test_run_facts_say_how_long_each_object_took_longest_first(tmp_path: Path) -> None:
+    root = prepared(tmp_path, "pkg", "a" * 64)
+    build = root / "build" / "temp.linux-x86_64-cpython-311"
+    (build / "csrc").mkdir(parents=True)
+    (build / "build.ninja").write_text("".join(
+        f"build {build}/csrc/{name}.o: {rule} {root}/csrc/{name}.cu\n"
+        for name, rule in (("fwd", "cuda_compile"), ("bwd", "cuda_compile"), ("py", "compile")))
+        + f"build {build}/stamp: phony\n")
+    (build / ".ninja_log").write_text(  # bwd compiled twice (a resumed build): the last counts
+        f"# ninja log v7\n0\t61000\t5\t{build}/csrc/bwd.o\tabc\n"
+        f"0\t2500\t5\t{build}/csrc/fwd.o\tabc\n0\t9000\t5\t{build}/stamp\tabc\n"
+        f"100\t170100\t5\t{build}/csrc/bwd.o\tabc\n3000\t45250\t5\t{build}/csrc/py.o\tabc\n")
+    assert resume.object_seconds(tmp_path / "pkg") == {
+        "csrc/bwd.o": 170.0, "csrc/py.o": 42.25, "csrc/fwd.o": 2.5}
+    assert list(resume.object_seconds(tmp_path / "pkg")) == ["csrc/bwd.o", "csrc/py.o",
+                                                             "csrc/fwd.o"]
+
+
 @pytest.mark.skipif(NINJA is None, reason="no ninja in this environment (pip install ninja)")
 def test_ninja_counts_only_objects_whose_compiler_exited_0(tmp_path: Path) -> None:
     assert NINJA is not None

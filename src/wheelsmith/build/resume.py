@@ -78,6 +78,22 @@ def progress(work: Path) -> tuple[int, int] | None:
     return (done, total) if total else None
 
 
+def object_seconds(work: Path) -> dict[str, float]:
+    """How long each compile step of the build tree in `work` took (ninja's log; the last
+    entry of an output compiled twice), keyed by the object's path under its build dir,
+    longest first: where a build's time went, for the run facts."""
+    seconds: dict[str, float] = {}
+    for log_file in sorted(source_dir(work).glob("*/build/*/.ninja_log")):
+        outputs = set(_COMPILE_OUTPUT_RE.findall(
+            (log_file.parent / "build.ninja").read_text(errors="replace")))
+        for line in log_file.read_text(errors="replace").splitlines():
+            fields = line.split("\t")
+            if len(fields) == 5 and fields[3] in outputs:
+                name = fields[3].split(f"/{log_file.parent.name}/", 1)[-1]
+                seconds[name] = (int(fields[1]) - int(fields[0])) / 1000
+    return dict(sorted(seconds.items(), key=lambda item: -item[1]))
+
+
 def _logged_outputs(log_file: Path) -> set[str]:
     """The outputs ninja logged (their command exited 0)."""
     if not log_file.is_file():

@@ -65,8 +65,10 @@ def emulated_python(machine: str, python_version: str, cache: Path) -> list[str]
     return [str(qemu), "-L", str(root), str(root / "usr" / "bin" / f"python{python_version}")]
 
 
-def ensure_root(machine: str, python_version: str, cache: Path) -> Path:
-    """A minimal Debian root of `machine` with python3.X, made once and renamed into place."""
+def ensure_root(machine: str, python_version: str, cache: Path,
+                extra: tuple[str, ...] = ()) -> Path:
+    """A minimal Debian root of `machine` with python3.X (and the `extra` packages), made once
+    and renamed into place."""
     suite = SUITES.get(python_version)
     if suite is None or machine not in DEBIAN_ARCH:
         raise ToolchainError(f"no Debian root with Python {python_version} for {machine} to "
@@ -76,7 +78,7 @@ def ensure_root(machine: str, python_version: str, cache: Path) -> Path:
     if mirror is None:
         raise ToolchainError(f"no Debian archive in {SOURCES}/*.sources to make the "
                              f"{machine} root from", hint="configure apt with a Debian archive")
-    packages = f"python{python_version}"
+    packages = ",".join((f"python{python_version}", *extra))
     key = hashlib.sha256(f"{suite} {machine} {packages} {mirror}".encode()).hexdigest()[:12]
     root = cache / "foreign-roots" / f"{suite}-{machine}-{key}"
     if root.is_dir():
