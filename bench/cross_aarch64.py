@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 from tests.conftest import DEFAULT_PROFILE, FIXTURES, add_variant  # noqa: E402
 
 from wheelsmith import locations  # noqa: E402
+from wheelsmith.inventory import wheel_inventory  # noqa: E402
 from wheelsmith.toolchain.foreign import ensure_root  # noqa: E402
 from wheelsmith.toolchain.platform import ensure_target_site  # noqa: E402
 from wheelsmith.toolchain.profile import load_profile  # noqa: E402
@@ -86,7 +87,7 @@ def binfmt_problem() -> str | None:
 
 def emulated(arch: str, work: Path) -> float:
     """The tiny fixture's `setup.py bdist_wheel` natively under qemu-user in an arm64 chroot
-    (seconds); checks that the wheel holds an aarch64 extension."""
+    (seconds); checks that the wheel holds an aarch64 extension with exactly the asked SASS."""
     cache = locations.cache_dir()
     profile = load_profile(DEFAULT_PROFILE)
     toolchain = ensure_profile(profile, Path(sys.executable), cache)
@@ -109,7 +110,11 @@ def emulated(arch: str, work: Path) -> float:
                     f"{binds} && {run}"], check=True, capture_output=True, text=True)
     seconds = time.monotonic() - started
     wheel = next((source / "dist").glob("*.whl"))
-    assert "aarch64" in wheel.name, wheel
+    assert wheel.name.endswith("-linux_aarch64.whl"), wheel
+    assert toolchain.cuobjdump is not None, "the default profile's venv has a cuobjdump"
+    sass = {code.path: sorted(code.sass) for code in wheel_inventory(wheel, toolchain.cuobjdump)}
+    assert sass == {"tiny_ext/_C.cpython-311-aarch64-linux-gnu.so": sorted(
+        f"sm_{a.replace('.', '')}" for a in arch.split(";"))}, sass
     return seconds
 
 
