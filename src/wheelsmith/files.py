@@ -34,6 +34,18 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def set_times(root: Path, when: int, select: Callable[[Path], bool], *,
+              directories: bool) -> None:
+    """`when` as the access and modification time of every file under `root` that `select`
+    picks (and of directories, with `directories`); a symlink's own time, never its
+    target's. The one walker of the toolchain's fixed times and the patched tree's clamp."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*filenames, *(dirnames if directories else [])]:
+            path = Path(dirpath, name)
+            if select(path):
+                os.utime(path, (when, when), follow_symlinks=False)
+
+
 def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:

@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wheelsmith.files import atomic_write_text
+from wheelsmith.files import atomic_write_text, set_times
 from wheelsmith.toolchain.env import Toolchain
 
 log = logging.getLogger(__name__)
@@ -137,11 +137,8 @@ def python_flags(env: Mapping[str, str]) -> dict[str, str]:
 
 def clamp_mtimes(root: Path, epoch: int) -> None:
     """Files newer than `epoch` (what the patches wrote) get `epoch` as their time."""
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            path = Path(dirpath) / name
-            if not path.is_symlink() and path.stat().st_mtime > epoch:
-                os.utime(path, (epoch, epoch))
+    set_times(root, epoch, lambda path: not path.is_symlink() and path.stat().st_mtime > epoch,
+              directories=False)
 
 
 def split_record(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

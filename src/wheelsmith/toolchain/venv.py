@@ -19,7 +19,7 @@ from packaging.version import Version
 
 from wheelsmith import cmd
 from wheelsmith.errors import MissingToolkitError, ToolchainError, WheelsmithError
-from wheelsmith.files import atomic_write_text, exclusive_lock
+from wheelsmith.files import atomic_write_text, exclusive_lock, set_times
 from wheelsmith.toolchain import glibc_headers
 from wheelsmith.toolchain.env import (
     Toolchain,
@@ -107,11 +107,8 @@ def _fix_times_once(root: Path) -> None:
 def fix_file_times(root: Path) -> None:
     """Every file and directory under `root` gets FILE_TIME, but Python sources and bytecode
     (a `.pyc` names its source's time: changing it would make every import compile again)."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in [*filenames, *dirnames]:
-            if not name.endswith((".py", ".pyc")):
-                os.utime(Path(dirpath, name), (FILE_TIME, FILE_TIME),
-                         follow_symlinks=False)
+    set_times(root, FILE_TIME, lambda path: not path.name.endswith((".py", ".pyc")),
+              directories=True)
 
 
 def _reuse_same_pins(profile: Profile, version: str, root: Path) -> bool:
