@@ -6,6 +6,7 @@ Each build takes 15-30 s on 2 cores (the first run also creates the toolchain ve
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -80,6 +81,22 @@ def test_builds_sm_90_and_sm_120_with_ptx(project: Path, toolchain: Toolchain) -
     assert provenance["device_code"][0]["ptx"] == ["sm_120"]
     assert Path(str(data["wheel"])).name.startswith("tiny_ext-0.1.0+cu.13.0.torch.2.14.sm.90.120"
                                                     ".ptx.120-")
+
+
+def test_a_build_after_one_for_another_arch_compiles_longest_first_by_its_times(
+        project: Path, toolchain: Toolchain) -> None:
+    add_variant(project, "tiny-ext")
+    first = build_json(project, "tiny-ext", "--arch", "12.0")
+    run = first["run"]
+    assert isinstance(run, dict)
+    timed = run["build"]["object_seconds"]
+    assert sorted(timed) == ["csrc/add.o", "csrc/add_kernel.o"]
+    assert all(isinstance(seconds, float) and seconds >= 0 for seconds in timed.values())
+    second = wheelsmith("build", "tiny-ext", "--arch", "9.0", cwd=project)
+    assert second.returncode == 0, second.stderr
+    assert re.search(r"^==> \[\s*\d+s\] compile: plan from _C's build.ninja: 1 CUDA \+ 1 C\+\+ "
+                     r"file\(s\): .*; longest first by an earlier run \(2 of 2 objects timed\)$",
+                     second.stderr, re.MULTILINE), second.stderr
 
 
 def test_second_build_is_up_to_date_and_rebuild_replaces(project: Path,

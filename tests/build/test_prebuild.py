@@ -20,8 +20,10 @@ from wheelsmith.build.prebuild import (
     MISSING,
     REPORT,
     STOOD_IN,
+    TIMINGS,
     check,
     gencode_targets,
+    longest_first,
     missing_sources,
     wrapper_script,
 )
@@ -132,3 +134,68 @@ def test_a_ninja_launcher_that_does_not_answer_stops_the_build_before_compiling(
     assert raised.value.hint == ("its output above says why; it runs /bin/false (the Python "
                                  "running wheelsmith), which must start with -I and import the "
                                  "standard library")
+
+
+
+# --- longest first by an earlier run's times ------------------------------------------------
+
+def torch_like_ninja(build: Path, sources: list[str]) -> str:
+    """build.ninja as torch writes it: variables, rules, a compile statement per source (one
+    with a variable line of its own), blank lines after."""
+    statements = "".join(
+        f"build {build}/csrc/{Path(source).stem}.o: "
+        f"{'compile' if source.endswith('.cpp') else 'cuda_compile'} /src/csrc/{source}\n"
+        + ("  cuda_cflags = -DX\n" if source == "b.cu" else "") for source in sources)
+    return ("ninja_required_version = 1.3\ncxx = c++\n\nrule compile\n  command = $cxx $in\n\n"
+            "rule cuda_compile\n  command = nvcc $in\n\n" + statements + "\n\n\n")
+
+
+def compile_order(text: str) -> list[str]:
+    return [line.split(": ")[0].rsplit("/", 1)[-1] for line in text.splitlines()
+            if line.startswith("build ")]
+
+
+EARLIER = {"csrc/b.o": 170.0, "csrc/py.o": 55.0, "csrc/c.o": 42.5, "csrc/a.o": 20.0}
+
+
+def test_compiles_are_written_longest_first_and_untimed_ones_go_first(tmp_path: Path) -> None:
+    build = tmp_path / "build" / "temp.linux-x86_64-cpython-312"  # timed under cpython-311
+    text = torch_like_ninja(build, ["py.cpp", "a.cu", "b.cu", "c.cu", "new.cu"])
+    ordered, timed = longest_first(text, build.name, EARLIER)
+    assert compile_order(ordered) == ["new.o", "b.o", "py.o", "c.o", "a.o"]
+    assert timed == 4
+    assert f"build {build}/csrc/b.o: cuda_compile /src/csrc/b.cu\n  cuda_cflags = -DX\n" in ordered
+    assert sorted(ordered.splitlines()) == sorted(text.splitlines())  # only the order changes
+    assert ordered.startswith("ninja_required_version = 1.3\ncxx = c++\n\nrule compile\n")
+    assert longest_first(ordered, build.name, EARLIER)[0] == ordered
+    assert longest_first(text, build.name, {}) == (text, 0)
+
+
+def test_ninja_starts_the_longest_compile_first_through_the_launcher(tmp_path: Path) -> None:
+    """The launcher rewrites build.ninja, and the real ninja (one job) runs it in that order;
+    the plan line says how many objects were timed."""
+    build = tmp_path / "build" / "temp.linux-x86_64-cpython-312"
+    (build / "csrc").mkdir(parents=True)
+    (tmp_path / "src" / "csrc").mkdir(parents=True)
+    sources = ["py.cpp", "a.cu", "b.cu", "c.cu"]
+    for source in sources:
+        (tmp_path / "src" / "csrc" / source).write_text("x\n")
+    ran = tmp_path / "ran.txt"
+    text = torch_like_ninja(build, sources).replace("/src/", f"{tmp_path}/src/")
+    (build / "build.ninja").write_text(text.replace(
+        "command = $cxx $in", f"command = echo $out >> {ran} && touch $out").replace(
+        "command = nvcc $in", f"command = echo $out >> {ran} && touch $out"))
+    timings = tmp_path / "earlier-object-seconds.json"
+    timings.write_text(json.dumps(EARLIER))
+    launcher = tmp_path / "ninja"
+    launcher.write_text(wrapper_script(sys.executable, str(Path(ninja.BIN_DIR) / "ninja")))
+    launcher.chmod(0o755)
+    done = subprocess.run([launcher, "-j", "1"], cwd=build, env={  # as torch runs it: no -C
+        "PATH": "/usr/bin:/bin", TIMINGS: str(timings)}, capture_output=True, text=True,
+        check=False)
+    assert done.returncode == 0, done.stderr
+    assert [Path(line).name for line in ran.read_text().splitlines()] == [
+        "b.o", "py.o", "c.o", "a.o"]
+    assert ("wheelsmith plan: temp.linux-x86_64-cpython-312: longest first by an earlier run "
+            "(4 of 4 objects timed)"
+            in done.stderr.splitlines())

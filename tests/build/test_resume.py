@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import add_variant
 from tests.leftovers import new_env
 from tests.resumes import kill_after_first_object, log_entries, ninja_steps, real_path
-from wheelsmith.build import resume
+from wheelsmith.build import reproducible, resume
 from wheelsmith.build.prebuild import already_built
 from wheelsmith.files import exclusive_lock
 from wheelsmith.toolchain.env import Toolchain
@@ -68,7 +68,7 @@ def test_old_unfinished_trees_of_other_keys_are_pruned_unless_a_build_holds_them
     with exclusive_lock(tmp_path / "old-but-building.lock"):
         held = subprocess.run(
             [sys.executable, "-c", "import sys; from pathlib import Path; "
-             "from wheelsmith.build import resume; "
+             "from wheelsmith.build import reproducible, resume; "
              "print(*[p.name for p in resume.prune(Path(sys.argv[1]), keep='mine')])",
              str(tmp_path)], capture_output=True, text=True, check=True)
     assert held.stdout.split() == ["old"]  # the lock of a running build is another process's
@@ -104,6 +104,23 @@ def test_run_facts_say_how_long_each_object_took_longest_first(tmp_path: Path) -
         "csrc/bwd.o": 170.0, "csrc/py.o": 42.25, "csrc/fwd.o": 2.5}
     assert list(resume.object_seconds(tmp_path / "pkg")) == ["csrc/bwd.o", "csrc/py.o",
                                                              "csrc/fwd.o"]
+
+
+def test_the_newest_run_of_the_same_recipe_and_version_gives_the_earlier_times(
+        tmp_path: Path) -> None:
+    def ran(slug: str, seconds: dict[str, float], age_s: float) -> None:
+        (tmp_path / slug).mkdir()
+        reproducible.write_run(tmp_path / slug, {"build": {"object_seconds": seconds}})
+        when = time.time() - age_s
+        os.utime(tmp_path / slug / reproducible.RUN_FILE, (when, when))
+
+    ran("causal-conv1d-1.7.0-aaaaaaaaaaaa", {"csrc/bwd.o": 170.0}, age_s=600)  # sm_120, older
+    ran("causal-conv1d-1.7.0-bbbbbbbbbbbb", {"csrc/bwd.o": 90.0}, age_s=60)  # sm_90, newer
+    ran("causal-conv1d-1.6.0-cccccccccccc", {"csrc/old.o": 1.0}, age_s=0)  # another version
+    ran("causal-conv1d-1.7.0-dddddddddddd", {}, age_s=0)  # configure-only: nothing timed
+    this = tmp_path / "causal-conv1d-1.7.0-eeeeeeeeeeee"
+    assert resume.earlier_object_seconds(this) == {"csrc/bwd.o": 90.0}
+    assert resume.earlier_object_seconds(tmp_path / "mamba-ssm-2.2.6-eeeeeeeeeeee") == {}
 
 
 @pytest.mark.skipif(NINJA is None, reason="no ninja in this environment (pip install ninja)")

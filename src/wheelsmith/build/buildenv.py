@@ -71,6 +71,7 @@ class Guard:
 
     report: Path
     configure_only: bool = False
+    timings: Path | None = None  # an earlier run's seconds per object: longest first
 
 
 def build_env(
@@ -99,6 +100,8 @@ def build_env(
         env[prebuild.REPORT] = str(guard.report)
         if guard.configure_only:
             env[prebuild.CONFIGURE_ONLY] = "1"
+        if guard.timings is not None:
+            env[prebuild.TIMINGS] = str(guard.timings)
     env.update(
         PATH=os.pathsep.join(path),
         CUDA_HOME=str(toolchain.cuda_home),

@@ -15,10 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from wheelsmith import cmd, locations
-from wheelsmith.build import buildenv, compilecache, compilefarm, parallel, pathview, prebuild
+from wheelsmith.build import (
+    buildenv,
+    compilecache,
+    compilefarm,
+    parallel,
+    pathview,
+    prebuild,
+    resume,
+)
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.request import BuildRequest, Reporter
 from wheelsmith.errors import CompileFarmError, SourceError, ToolchainError, UsageError
+from wheelsmith.files import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +175,11 @@ def install_guard(plan: BuildPlan, work: Path, launchers: Path, *, configure_onl
                  "wheelsmith), which must start with -I and import the standard library")
     report = work / "prebuild.jsonl"
     report.unlink(missing_ok=True)
-    return buildenv.Guard(report, configure_only)
+    timings = work / "earlier-object-seconds.json"  # for longest first (prebuild.py)
+    timings.unlink(missing_ok=True)
+    if seconds := resume.earlier_object_seconds(work):
+        atomic_write_text(timings, json.dumps(seconds) + "\n")
+    return buildenv.Guard(report, configure_only, timings if seconds else None)
 
 
 def ninja_switched_off(setup_py: Path) -> int | None:

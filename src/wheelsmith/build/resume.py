@@ -21,6 +21,7 @@ same work directory, unless a build holds their lock.
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ import shutil
 import time
 from pathlib import Path
 
+from wheelsmith.build import reproducible
 from wheelsmith.files import atomic_write_text, exclusive_lock
 
 log = logging.getLogger(__name__)
@@ -80,8 +82,8 @@ def progress(work: Path) -> tuple[int, int] | None:
 
 def object_seconds(work: Path) -> dict[str, float]:
     """How long each compile step of the build tree in `work` took (ninja's log; the last
-    entry of an output compiled twice), keyed by the object's path under its build dir,
-    longest first: where a build's time went, for the run facts."""
+    entry of an output compiled twice), keyed by the object's path under its build dir: where
+    a build's time went, for the run facts (longest first here; run.json sorts its keys)."""
     seconds: dict[str, float] = {}
     for log_file in sorted(source_dir(work).glob("*/build/*/.ninja_log")):
         outputs = set(_COMPILE_OUTPUT_RE.findall(
@@ -92,6 +94,21 @@ def object_seconds(work: Path) -> dict[str, float]:
                 name = fields[3].split(f"/{log_file.parent.name}/", 1)[-1]
                 seconds[name] = (int(fields[1]) - int(fields[0])) / 1000
     return dict(sorted(seconds.items(), key=lambda item: -item[1]))
+
+
+def earlier_object_seconds(work: Path) -> dict[str, float]:
+    """The seconds per object of the newest finished run of the same recipe and version in
+    this work directory (its run facts; any key: another arch, Python or toolchain costs the
+    objects in about the same proportions); empty when there is none."""
+    prefix = work.name[:-12]  # `<name>-<version>-` of the slug `<name>-<version>-<key12>`
+    runs = [(path.stat().st_mtime, path) for path in
+            work.parent.glob(f"{glob.escape(prefix)}*/{reproducible.RUN_FILE}")
+            if len(path.parent.name) == len(work.name)]
+    for _, path in sorted(runs, reverse=True):
+        seconds = reproducible.read_run(path.parent).get("build", {}).get("object_seconds")
+        if seconds:
+            return {str(name): float(value) for name, value in seconds.items()}
+    return {}
 
 
 def _logged_outputs(log_file: Path) -> set[str]:
