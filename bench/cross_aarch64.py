@@ -1,8 +1,9 @@
 """Benchmark: an aarch64 wheel cross-built here vs. the x86-64 wheel of the same source, in the
 same run, one after the other, with no compile cache (`--platform aarch64` vs `x86_64`).
 
-Prints, per platform, the compile stage (the run facts' build seconds, verify and smoke
-excluded) and the whole build, and the aarch64/x86-64 ratios.
+Prints, per platform, the compile stage (from its stage line to verify's, timed as the lines
+arrive: verify and the import test excluded) and the whole build, and the aarch64/x86-64
+ratios.
 
 The third leg is the other way to get aarch64 wheels: a native build under qemu-user (tiny
 only). An arm64 Debian root with python3.11-dev and g++ (debootstrap's first stage, unpacked,
@@ -12,8 +13,9 @@ the same path). nvcc starts cicc, ptxas and g++ as child processes, so the kerne
 aarch64 programs itself: a binfmt_misc handler for aarch64 with the F flag (Debian:
 `update-binfmts --enable qemu-aarch64` with qemu-user-static installed; it changes the
 kernel's state until reboot, so this bench never registers one). Where it is missing that is
-said instead of a figure. Its figure is the bdist_wheel alone: the build seconds of the other
-two legs are their bdist_wheel too (the PEP 517 build), with no wheelsmith around it.
+said instead of a figure. Its figure is the bdist_wheel alone, with no wheelsmith around it;
+the compile stage of the other two legs is their PEP 517 build (the same bdist_wheel) plus
+wheelsmith's pre-build check.
 
 Usage: python bench/cross_aarch64.py [--recipe tiny|causal-conv1d] [--arch 9.0] [--no-emulated]
 (tiny: the test fixture, ~1 min, plus ~N min emulated; causal-conv1d: ~12 min on 2 cores)
@@ -22,8 +24,9 @@ Usage: python bench/cross_aarch64.py [--recipe tiny|causal-conv1d] [--arch 9.0] 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -44,6 +47,7 @@ from wheelsmith.toolchain.profile import load_profile  # noqa: E402
 from wheelsmith.toolchain.venv import ensure_profile  # noqa: E402
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
+STAGE_RE = re.compile(r"==> \[[^]]*\] (\w+):")
 ROOT_PACKAGES = ("python3.11-dev", "g++")  # what a native build needs beside python3.11
 
 
@@ -58,15 +62,24 @@ def project(work: Path) -> Path:
 
 def build(recipe: str, arch: str, platform: str, work: Path, home: Path | None
           ) -> tuple[float, float]:
+    """(the compile stage's seconds: its stage line to verify's, timed as they arrive; the
+    whole build's seconds)."""
     env = dict(os.environ, WHEELSMITH_HOME=str(home)) if home else None
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "wheelsmith", "build", recipe, "--arch", arch, "--platform",
-         platform, "--compile-cache", "off", "--rebuild", "--out", str(work / f"out-{platform}"),
-         "--work-dir", str(work / "work"), "--json"],
-        cwd=home or REPO, env=env, capture_output=True, text=True, check=True)
-    whole = time.monotonic() - started
-    return json.loads(result.stdout)["run"]["build"]["seconds"], whole
+    stages: dict[str, float] = {}
+    with subprocess.Popen(
+            [sys.executable, "-m", "wheelsmith", "build", recipe, "--arch", arch, "--platform",
+             platform, "--compile-cache", "off", "--rebuild", "--out",
+             str(work / f"out-{platform}"), "--work-dir", str(work / "work")],
+            cwd=home or REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True) as proc:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if (match := STAGE_RE.match(line)) and match[1] not in stages:
+                stages[match[1]] = time.monotonic()
+    if proc.returncode != 0 or not {"compile", "verify"} <= set(stages):
+        raise SystemExit(f"the {platform} build failed (exit {proc.returncode})")
+    return stages["verify"] - stages["compile"], time.monotonic() - started
 
 
 def binfmt_problem() -> str | None:
@@ -103,8 +116,8 @@ def emulated(arch: str, work: Path) -> float:
     # and /dev (nvcc writes to /dev/null); /proc stays the root's stand-in (torch's cpuinfo)
     binds = " && ".join(f"mkdir -p {root}{path} && mount --bind {path} {root}{path}"
                         for path in (site, source, Path("/dev")))
-    run = " ".join(["chroot", str(root), "env", "-i", *(f"{k}={v}" for k, v in env.items()),
-                    "sh", "-c", f"'cd {source} && python3.11 setup.py -q bdist_wheel'"])
+    run = shlex.join(["chroot", str(root), "env", "-i", *(f"{k}={v}" for k, v in env.items()),
+                      "sh", "-c", f"cd {source} && python3.11 setup.py -q bdist_wheel"])
     started = time.monotonic()
     subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                     f"{binds} && {run}"], check=True, capture_output=True, text=True)
