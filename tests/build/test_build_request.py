@@ -14,9 +14,9 @@ import pytest
 
 from tests.build.test_buildenv import plan
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import container
+from wheelsmith.build import container, reproducible, resume
 from wheelsmith.build.request import BuildRequest, from_json, to_json
-from wheelsmith.build.runner import inner_request
+from wheelsmith.build.runner import inner_request, timings_for_image
 from wheelsmith.cli import main
 
 # Fields the build command fills from what it parses or checks first (and from which option);
@@ -32,11 +32,13 @@ CONVERTED = {
     "env": "--env KEY=VALUE, parsed",
     "wait": "--no-wait",
     "prepared_source": "set by the container runner, in the request file",
+    "earlier_object_seconds": "set by the container runner, in the request file",
 }
 # Fields the container runner sets for the build inside the image; every other field is carried.
 SET_FOR_THE_CONTAINER = {"recipe", "version", "archs", "toolchain", "python", "target",
                          "python_version", "out_dir", "work_dir", "prepared_source", "rebuild",
-                         "compile_cache", "runner", "keep_container"}
+                         "compile_cache", "runner", "keep_container",
+                         "earlier_object_seconds"}
 
 
 def _other_value(name: str, hint: Any, default: object) -> object:
@@ -116,3 +118,31 @@ def test_every_build_request_field_is_a_build_option_of_its_name_or_listed_here(
     fields = {f.name for f in dataclasses.fields(BuildRequest)}
     assert sorted(passed_through - fields) == []
     assert sorted(fields - passed_through) == sorted(CONVERTED)
+
+
+def test_the_build_in_the_image_gets_the_times_of_the_hosts_earlier_run(tmp_path: Path) -> None:
+    earlier = tmp_path / "work" / "causal-conv1d-1.7.0-aaaaaaaaaaaa"
+    earlier.mkdir(parents=True)
+    reproducible.write_run(earlier, {"build": {"object_seconds": {"csrc/bwd.o": 170.0}}})
+    this = tmp_path / "work" / "causal-conv1d-1.7.0-bbbbbbbbbbbb"
+    inside = tmp_path / "container-work"
+    inside.mkdir()
+    timed = timings_for_image(this, inside)
+    assert timed == Path(container.WORK_IN_IMAGE) / "earlier-object-seconds.json"
+    assert json.loads((inside / "earlier-object-seconds.json").read_text()) == {
+        "csrc/bwd.o": 170.0}
+    inner = inner_request(plan("12.0"), BuildRequest(recipe="causal-conv1d"), None,
+                                 timed=timed)
+    assert inner.earlier_object_seconds == timed
+    # inside, the file is read before the (empty) work directory's own runs
+    assert resume.earlier_object_seconds(tmp_path / "fresh" / this.name,
+                                         given=inside / "earlier-object-seconds.json") == {
+        "csrc/bwd.o": 170.0}
+
+
+def test_a_first_build_in_the_image_gets_no_times(tmp_path: Path) -> None:
+    inside = tmp_path / "container-work"
+    inside.mkdir()
+    assert timings_for_image(tmp_path / "causal-conv1d-1.7.0-aaaaaaaaaaaa",
+                                          inside) is None
+    assert list(inside.iterdir()) == []

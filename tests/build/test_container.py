@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -115,6 +116,15 @@ def leftover_containers(engine: str = "podman") -> list[str]:
 @pytest.mark.container
 def test_tiny_extension_builds_in_the_image_offline(image: str, tiny_project: Path) -> None:
     built_and_verified_in(image, tiny_project, "podman")
+    # another arch: the build inside gets the first one's times (from the host's work
+    # directory: the container's own is fresh each run) and compiles longest first
+    other = run_in(tiny_project, "build", "tiny-ext", "--arch", "9.0", "--runner", "podman",
+                   "--json")
+    assert other.returncode == 0, other.stderr
+    log = Path(json.loads(other.stdout)["log"]).read_text()
+    assert re.search(r"compile: plan from _C's build.ninja: 1 CUDA \+ 1 C\+\+ file\(s\): .*; "
+                     r"longest first by an earlier run \(2 of 2 objects timed\)$", log,
+                     re.MULTILINE), log[-3000:]
 
 
 def built_and_verified_in(image: str, tiny_project: Path, engine: str,
@@ -134,6 +144,8 @@ def built_and_verified_in(image: str, tiny_project: Path, engine: str,
     assert run["runner"]["image_id"]
     assert provenance["device_code"][0]["sass"] == ["sm_120"]
     assert run["smoke"][0] == "imported tiny_ext"
+    # the objects' times come from the host's tree that the image built in
+    assert sorted(run["build"]["object_seconds"]) == ["csrc/add.o", "csrc/add_kernel.o"]
     assert "verify: again on the host" in result.stderr
     wheel = Path(data["wheel"])
     # tagged in the image by its auditwheel: bookworm's g++ 12 needs GLIBC_2.32 -> 2.34

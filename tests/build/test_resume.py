@@ -100,9 +100,9 @@ def test_run_facts_say_how_long_each_object_took_longest_first(tmp_path: Path) -
         f"# ninja log v7\n0\t61000\t5\t{build}/csrc/bwd.o\tabc\n"
         f"0\t2500\t5\t{build}/csrc/fwd.o\tabc\n0\t9000\t5\t{build}/stamp\tabc\n"
         f"100\t170100\t5\t{build}/csrc/bwd.o\tabc\n3000\t45250\t5\t{build}/csrc/py.o\tabc\n")
-    assert resume.object_seconds(tmp_path / "pkg") == {
+    assert resume.object_seconds(root) == {
         "csrc/bwd.o": 170.0, "csrc/py.o": 42.25, "csrc/fwd.o": 2.5}
-    assert list(resume.object_seconds(tmp_path / "pkg")) == ["csrc/bwd.o", "csrc/py.o",
+    assert list(resume.object_seconds(root)) == ["csrc/bwd.o", "csrc/py.o",
                                                              "csrc/fwd.o"]
 
 

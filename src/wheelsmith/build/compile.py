@@ -20,7 +20,7 @@ from typing import Any
 
 from build import BuildBackendException, BuildException, ProjectBuilder
 from wheelsmith import cmd
-from wheelsmith.build import buildenv, prebuild
+from wheelsmith.build import buildenv, prebuild, resume
 from wheelsmith.build.compilesetup import CompileSetup, farm_done, read_guard_report
 from wheelsmith.build.diagnose import SOURCES_MISSING, diagnose, explain
 from wheelsmith.build.pathview import PathView
@@ -178,6 +178,7 @@ class Compiled:
     raw: Path
     farm: dict[str, Any] | None  # where its compiles ran, when a farm was asked for
     plans: tuple[str, ...]  # the pre-build check's plan lines
+    object_seconds: dict[str, float]  # what each object took (resume.object_seconds)
 
 
 def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup, source: Path, *,
@@ -209,7 +210,7 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
     if request.configure_only:  # objects stood in for (prebuild.stand_in): keep nothing
         drop_stand_ins(source / "build")
         return configured_result(read_guard_report(setup.guard), log_path, report)
-    return Compiled(raw, farm, tuple(plans))
+    return Compiled(raw, farm, tuple(plans), resume.object_seconds(source))
 
 
 def configured_result(records: tuple[dict[str, Any], ...], log_path: Path,

@@ -73,7 +73,8 @@ def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int
         split=split_setting(request.split_compile), farm_cpus=health.cpus if farm else 0)
     launchers = work / "launchers"
     shutil.rmtree(launchers, ignore_errors=True)
-    guard = install_guard(plan, work, launchers, configure_only=request.configure_only)
+    guard = install_guard(plan, work, launchers, configure_only=request.configure_only,
+                          timed=request.earlier_object_seconds)
     cache = None if farm else compilecache.resolve(request.compile_cache, locations.cache_dir())
     compiler_env = None
     if farm is not None:
@@ -150,8 +151,8 @@ def farm_done(setup: CompileSetup, report: Reporter, *, failed: bool = False
     return {"used": True, "scheduler": setup.farm.farm.scheduler, **stats.as_dict()}
 
 
-def install_guard(plan: BuildPlan, work: Path, launchers: Path, *, configure_only: bool
-                   ) -> buildenv.Guard | None:
+def install_guard(plan: BuildPlan, work: Path, launchers: Path, *, configure_only: bool,
+                  timed: Path | None = None) -> buildenv.Guard | None:
     """Put the pre-build check's `ninja` in front of the real one (prebuild.py). A CUDA
     build without ninja is refused: torch would fall back to compiling one file at a time,
     MAX_JOBS unused, and no build.ninja would exist for the pre-build arch check."""
@@ -175,9 +176,9 @@ def install_guard(plan: BuildPlan, work: Path, launchers: Path, *, configure_onl
                  "wheelsmith), which must start with -I and import the standard library")
     report = work / "prebuild.jsonl"
     report.unlink(missing_ok=True)
-    timings = work / "earlier-object-seconds.json"  # for longest first (prebuild.py)
+    timings = work / resume.TIMINGS_FILE  # for longest first (prebuild.py)
     timings.unlink(missing_ok=True)
-    if seconds := resume.earlier_object_seconds(work):
+    if seconds := resume.earlier_object_seconds(work, given=timed):
         atomic_write_text(timings, json.dumps(seconds) + "\n")
     return buildenv.Guard(report, configure_only, timings if seconds else None)
 

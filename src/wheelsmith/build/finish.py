@@ -15,7 +15,7 @@ from typing import Any
 
 from wheelsmith import __version__, locations
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import compilecache, manylinux, reproducible, resume
+from wheelsmith.build import compilecache, manylinux, reproducible
 from wheelsmith.build.compile import Compiled, log_path_of
 from wheelsmith.build.compilesetup import CompileSetup, read_guard_report
 from wheelsmith.build.parallel import Parallelism
@@ -174,7 +174,7 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
         "extra_env": dict(plan.extra_env),
         "device_code": [d.as_dict() for d in checked.inventory],
         "build": {**_build_record(setup.parallelism, seconds, compiled),
-                  "object_seconds": resume.object_seconds(work)},
+                  "object_seconds": compiled.object_seconds},
         "smoke": checked.smoke_output.strip().splitlines(),
         "prebuild_check": (list(read_guard_report(setup.guard))
                            or "not run (the build used no ninja)"),

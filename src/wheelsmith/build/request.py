@@ -66,6 +66,8 @@ class BuildRequest:
     runner: str = "host"  # host | podman | docker | auto
     keep_container: bool = False
     prepared_source: Path | None = None  # a tree already fetched and patched (inside a container)
+    earlier_object_seconds: Path | None = None  # a JSON file of an earlier run's seconds per
+    # object, for longest first (prebuild.py), from the runner outside (container runs)
     rebuild: bool = False
     keep_work: bool = False
     fresh: bool = False  # ignore what an unfinished build of the same key left (resume.py)

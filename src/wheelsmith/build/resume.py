@@ -29,6 +29,7 @@ import re
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from wheelsmith.build import reproducible
 from wheelsmith.files import atomic_write_text, exclusive_lock
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 MARKER = "wheelsmith-prepared.json"  # written into <work>/src once fetched and patched
 KEEP_DAYS_ENV = "WHEELSMITH_KEEP_PARTIAL_DAYS"
 KEEP_DAYS = 14.0
+TIMINGS_FILE = "earlier-object-seconds.json"  # an earlier run's seconds per object
 _COMPILE_OUTPUT_RE = re.compile(r"^build (\S+): (?:cuda_)?compile ", re.MULTILINE)
 
 
@@ -80,12 +82,13 @@ def progress(work: Path) -> tuple[int, int] | None:
     return (done, total) if total else None
 
 
-def object_seconds(work: Path) -> dict[str, float]:
-    """How long each compile step of the build tree in `work` took (ninja's log; the last
+def object_seconds(source: Path) -> dict[str, float]:
+    """How long each compile step of the source tree `source` took (ninja's log; the last
     entry of an output compiled twice), keyed by the object's path under its build dir: where
-    a build's time went, for the run facts (longest first here; run.json sorts its keys)."""
+    a build's time went, for the run facts (longest first here; run.json sorts its keys). The
+    tree, not the work dir: a container build's tree is the host's, mounted outside its work."""
     seconds: dict[str, float] = {}
-    for log_file in sorted(source_dir(work).glob("*/build/*/.ninja_log")):
+    for log_file in sorted(source.glob("build/*/.ninja_log")):
         outputs = set(_COMPILE_OUTPUT_RE.findall(
             (log_file.parent / "build.ninja").read_text(errors="replace")))
         for line in log_file.read_text(errors="replace").splitlines():
@@ -96,10 +99,14 @@ def object_seconds(work: Path) -> dict[str, float]:
     return dict(sorted(seconds.items(), key=lambda item: -item[1]))
 
 
-def earlier_object_seconds(work: Path) -> dict[str, float]:
+def earlier_object_seconds(work: Path, given: Path | None = None) -> dict[str, float]:
     """The seconds per object of the newest finished run of the same recipe and version in
     this work directory (its run facts; any key: another arch, Python or toolchain costs the
-    objects in about the same proportions); empty when there is none."""
+    objects in about the same proportions); empty when there is none. `given`: a JSON file of
+    them written by the runner that started this build, read first (a container build's work
+    directory is fresh each run; the host's holds the earlier runs)."""
+    if given is not None and given.is_file():
+        return _seconds_of(json.loads(given.read_text()))
     prefix = work.name[:-12]  # `<name>-<version>-` of the slug `<name>-<version>-<key12>`
     runs = [(path.stat().st_mtime, path) for path in
             work.parent.glob(f"{glob.escape(prefix)}*/{reproducible.RUN_FILE}")
@@ -107,8 +114,12 @@ def earlier_object_seconds(work: Path) -> dict[str, float]:
     for _, path in sorted(runs, reverse=True):
         seconds = reproducible.read_run(path.parent).get("build", {}).get("object_seconds")
         if seconds:
-            return {str(name): float(value) for name, value in seconds.items()}
+            return _seconds_of(seconds)
     return {}
+
+
+def _seconds_of(seconds: dict[str, Any]) -> dict[str, float]:
+    return {str(name): float(value) for name, value in seconds.items()}
 
 
 def _logged_outputs(log_file: Path) -> set[str]:

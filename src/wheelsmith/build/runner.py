@@ -27,7 +27,7 @@ from wheelsmith.build.request import (
     to_json,
 )
 from wheelsmith.errors import CompileError, UsageError, VerifyError
-from wheelsmith.files import scratch_dir
+from wheelsmith.files import atomic_write_text, scratch_dir
 from wheelsmith.recipes import repos
 from wheelsmith.toolchain import select, tools
 from wheelsmith.toolchain.platform import host_machine, parse_platform
@@ -124,7 +124,9 @@ def _run_locked(engine: container.Engine, image: str, info: dict[str, object], *
                               out=_writable_dir(work / "container-out"),
                               work=_writable_dir(work / "container-work"), ccache=ccache,
                               recipes=tuple(r.root for r in repos.repos() if r.user))
-    (mounts.work / REQUEST_FILE).write_text(to_json(inner_request(plan, request, ccache)))
+    timed = timings_for_image(work, mounts.work)
+    (mounts.work / REQUEST_FILE).write_text(to_json(inner_request(plan, request, ccache,
+                                                                 timed=timed)))
     runner_info = {"engine": engine.name, "image": image, "image_id": info.get("Id"),
                    "digest": info.get("Digest")}
     target = str(plan.archs) if plan.archs.archs else "pure Python"
@@ -164,8 +166,18 @@ def _container_ccache(cache: compilecache.CompileCache | None) -> Path | None:
     return ccache
 
 
-def inner_request(plan: BuildPlan, request: BuildRequest, ccache: Path | None
-                  ) -> BuildRequest:
+def timings_for_image(work: Path, container_work: Path) -> Path | None:
+    """The earlier runs' seconds per object (the host's work directory keeps them), written
+    for the build inside; its path there, or None when no earlier run was timed."""
+    seconds = resume.earlier_object_seconds(work)
+    if not seconds:
+        return None
+    atomic_write_text(container_work / resume.TIMINGS_FILE, json.dumps(seconds) + "\n")
+    return Path(container.WORK_IN_IMAGE) / resume.TIMINGS_FILE
+
+
+def inner_request(plan: BuildPlan, request: BuildRequest, ccache: Path | None, *,
+                  timed: Path | None = None) -> BuildRequest:
     """The request the wheelsmith inside the image runs: the host's, with the plan's
     resolved choices and the container's paths. Every other field is carried as it is, so a
     field added to BuildRequest reaches the container build without a line here."""
@@ -176,7 +188,7 @@ def inner_request(plan: BuildPlan, request: BuildRequest, ccache: Path | None
         out_dir=Path(container.OUT_IN_IMAGE), work_dir=Path(container.WORK_IN_IMAGE),
         prepared_source=Path(container.SOURCE_IN_IMAGE), rebuild=True,
         compile_cache=container.CCACHE_IN_IMAGE if ccache is not None else "off",
-        runner="host", keep_container=False)
+        runner="host", keep_container=False, earlier_object_seconds=timed)
 
 
 def _check_and_place(plan: BuildPlan, request: BuildRequest, out: Path,
