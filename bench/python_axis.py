@@ -8,7 +8,11 @@ what each source file got from the cache, and how long each object took (ninja's
 the second build's compile time and CPU seconds as shares of the first's. Target for
 causal-conv1d: <= 15%. The objects the second build must compile (its cache misses: the
 bindings, which include Python.h) are its floor.
-Usage: python bench/python_axis.py [RECIPE] [--arch 12.0] [--pythons 3.11,3.12]
+With `--limit S` each build is stopped with SIGTERM after S seconds, as a nightly cell out
+of time is (for builds that take hours: flash-attn), and the figures are the seconds of each
+object both builds compiled (their kept trees' ninja logs): what the second Python paid for
+the objects the first one compiled.
+Usage: python bench/python_axis.py [RECIPE] [--arch 12.0] [--pythons 3.11,3.12] [--limit S]
 (python3.X on PATH, import-tested against the toolchain's torch; run it under
 `flock /tmp/wheelsmith-cuda.lock` on a shared machine)
 """
@@ -20,12 +24,14 @@ import json
 import os
 import re
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from wheelsmith.build import resume
 from wheelsmith.toolchain.profile import default_profile_name
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,16 +46,50 @@ def compile_seconds(stderr: str) -> int:
     return next(t for t, name in stages if name == "verify") - start
 
 
+def build_argv(recipe: str, arch: str, python: str, cache: Path, scratch: Path) -> list[str]:
+    return [sys.executable, "-m", "wheelsmith", "build", recipe, "--arch", arch, "--toolchain",
+            default_profile_name(REPO / "toolchains"), "--python", python,
+            "--compile-cache", str(cache),
+            "--work-dir", str(scratch / "work"), "--out", str(scratch / "out"), "--json"]
+
+
+def build_for(recipe: str, arch: str, python: str, cache: Path, scratch: Path, *,
+              limit: float) -> dict[str, float]:
+    """One build stopped with SIGTERM after `limit` seconds (unless it ends first): the
+    seconds of each object it compiled (its kept tree's ninja log)."""
+    process = subprocess.Popen(build_argv(recipe, arch, python, cache, scratch), cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = process.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate()
+    print(python, "ended with exit code", process.returncode, "|", stderr.strip()[-300:])
+    seconds: dict[str, float] = {}
+    for work in sorted((scratch / "work").glob("*/")):
+        for tree in sorted(resume.source_dir(work).glob("*/")):
+            seconds.update(resume.object_seconds(tree))
+    print(python, "object seconds:", json.dumps(seconds))
+    return seconds
+
+
+def compare_objects(pythons: list[str], first: dict[str, float],
+                    second: dict[str, float]) -> None:
+    both = [name for name in first if name in second]
+    for name in both:
+        print(f"{name}: {pythons[0]} {first[name]:.1f} s, {pythons[-1]} {second[name]:.1f} s")
+    paid, cost = sum(second[n] for n in both), sum(first[n] for n in both)
+    print(f"second Python: the {len(both)} object(s) both compiled took {paid:.1f} s of "
+          f"{cost:.1f} s ({100 * paid / max(cost, 1e-9):.0f}%); "
+          f"{len(second) - len(both)} more compiled in its time")
+
+
 def build(recipe: str, arch: str, python: str, cache: Path, scratch: Path) -> dict[str, int]:
     """One build; its figures (objects_s: the sum of its compile steps' seconds, ninja's)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "wheelsmith", "build", recipe, "--arch", arch, "--toolchain",
-         default_profile_name(REPO / "toolchains"), "--python", python,
-         "--compile-cache", str(cache),
-         "--work-dir", str(scratch / "work"), "--out", str(scratch / "out"), "--json"],
-        cwd=REPO, capture_output=True, text=True, check=False)
+    result = subprocess.run(build_argv(recipe, arch, python, cache, scratch),
+                            cwd=REPO, capture_output=True, text=True, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         raise SystemExit(f"the build for {python} failed:\n{result.stderr[-3000:]}")
@@ -69,8 +109,17 @@ def main() -> None:
     parser.add_argument("recipe", nargs="?", default="causal-conv1d")
     parser.add_argument("--arch", default="12.0")
     parser.add_argument("--pythons", default="3.11,3.12")
+    parser.add_argument("--limit", type=float, help="stop each build after this many seconds")
     args = parser.parse_args()
     os.environ.pop("WHEELSMITH_COMPILE_CACHE", None)
+    pythons = args.pythons.split(",")
+    if args.limit is not None:
+        with tempfile.TemporaryDirectory(prefix="python-axis-") as tmp:
+            timed = [build_for(args.recipe, args.arch, python, Path(tmp) / "ccache",
+                               Path(tmp) / f"run{i}", limit=args.limit)
+                     for i, python in enumerate(pythons)]
+        compare_objects(pythons, timed[0], timed[-1])
+        return
     with tempfile.TemporaryDirectory(prefix="python-axis-") as tmp:
         cache = Path(tmp) / "ccache"
         runs = [build(args.recipe, args.arch, python, cache, Path(tmp) / f"run{i}")
