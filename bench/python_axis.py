@@ -60,11 +60,15 @@ def build_for(recipe: str, arch: str, python: str, cache: Path, scratch: Path, *
     process = subprocess.Popen(build_argv(recipe, arch, python, cache, scratch), cwd=REPO,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _, stderr = process.communicate(timeout=limit)
+        stdout, stderr = process.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate()
+        stdout, stderr = process.communicate()
     print(python, "ended with exit code", process.returncode, "|", stderr.strip()[-300:])
+    if process.returncode not in (0, 130):  # 130: stopped at the limit, as asked
+        raise SystemExit(f"the build for {python} failed:\n{stderr[-3000:]}")
+    if process.returncode == 0:  # finished in time: its tree is gone, its run facts say
+        return dict(json.loads(stdout)["run"]["build"]["object_seconds"])
     seconds: dict[str, float] = {}
     for work in sorted((scratch / "work").glob("*/")):
         for tree in sorted(resume.source_dir(work).glob("*/")):
