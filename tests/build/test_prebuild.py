@@ -137,6 +137,26 @@ def test_a_ninja_launcher_that_does_not_answer_stops_the_build_before_compiling(
 
 
 
+def test_the_times_a_runner_hands_in_are_the_guards_over_the_work_dirs_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside the image the work directory is fresh each run: the file of times the host
+    wrote (the request's earlier_object_seconds) is the one the pre-build check reads."""
+    monkeypatch.setenv("PATH", f"{ninja.BIN_DIR}:/usr/bin:/bin")
+    work = tmp_path / "causal-conv1d-1.7.0-bbbbbbbbbbbb"
+    work.mkdir()
+    handed_in = tmp_path / "earlier-object-seconds.json"
+    handed_in.write_text('{"csrc/bwd.o": 170.0}\n')
+    guard = compilesetup.install_guard(plan(), work, tmp_path / "bin", configure_only=False,
+                                       timed=handed_in)
+    assert guard is not None
+    assert guard.timings == handed_in
+    assert json.loads(guard.timings.read_text()) == {"csrc/bwd.o": 170.0}
+    # without one, and no earlier run in the work directory: nothing to order by
+    untimed = compilesetup.install_guard(plan(), work, tmp_path / "bin2", configure_only=False)
+    assert untimed is not None
+    assert untimed.timings is None
+
+
 # --- longest first by an earlier run's times ------------------------------------------------
 
 def torch_like_ninja(build: Path, sources: list[str]) -> str:

@@ -155,7 +155,9 @@ def install_guard(plan: BuildPlan, work: Path, launchers: Path, *, configure_onl
                   timed: Path | None = None) -> buildenv.Guard | None:
     """Put the pre-build check's `ninja` in front of the real one (prebuild.py). A CUDA
     build without ninja is refused: torch would fall back to compiling one file at a time,
-    MAX_JOBS unused, and no build.ninja would exist for the pre-build arch check."""
+    MAX_JOBS unused, and no build.ninja would exist for the pre-build arch check. `timed`: an
+    earlier run's seconds per object written by the runner outside (a container build's work
+    directory is fresh each run), used as it is; else this work directory's earlier runs."""
     toolchain = plan.toolchain
     search = os.pathsep.join([*map(str, toolchain.bin_dirs), os.environ.get("PATH", "")])
     real = shutil.which("ninja", path=search)
@@ -178,9 +180,10 @@ def install_guard(plan: BuildPlan, work: Path, launchers: Path, *, configure_onl
     report.unlink(missing_ok=True)
     timings = work / resume.TIMINGS_FILE  # for longest first (prebuild.py)
     timings.unlink(missing_ok=True)
-    if seconds := resume.earlier_object_seconds(work, given=timed):
+    if timed is None and (seconds := resume.earlier_object_seconds(work)):
         atomic_write_text(timings, json.dumps(seconds) + "\n")
-    return buildenv.Guard(report, configure_only, timings if seconds else None)
+        timed = timings
+    return buildenv.Guard(report, configure_only, timed)
 
 
 def ninja_switched_off(setup_py: Path) -> int | None:

@@ -29,7 +29,6 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 from wheelsmith.build import reproducible
 from wheelsmith.files import atomic_write_text, exclusive_lock
@@ -99,14 +98,10 @@ def object_seconds(source: Path) -> dict[str, float]:
     return dict(sorted(seconds.items(), key=lambda item: -item[1]))
 
 
-def earlier_object_seconds(work: Path, given: Path | None = None) -> dict[str, float]:
+def earlier_object_seconds(work: Path) -> dict[str, float]:
     """The seconds per object of the newest finished run of the same recipe and version in
     this work directory (its run facts; any key: another arch, Python or toolchain costs the
-    objects in about the same proportions); empty when there is none. `given`: a JSON file of
-    them written by the runner that started this build, read first (a container build's work
-    directory is fresh each run; the host's holds the earlier runs)."""
-    if given is not None and given.is_file():
-        return _seconds_of(json.loads(given.read_text()))
+    objects in about the same proportions); empty when there is none."""
     prefix = work.name[:-12]  # `<name>-<version>-` of the slug `<name>-<version>-<key12>`
     runs = [(path.stat().st_mtime, path) for path in
             work.parent.glob(f"{glob.escape(prefix)}*/{reproducible.RUN_FILE}")
@@ -114,12 +109,8 @@ def earlier_object_seconds(work: Path, given: Path | None = None) -> dict[str, f
     for _, path in sorted(runs, reverse=True):
         seconds = reproducible.read_run(path.parent).get("build", {}).get("object_seconds")
         if seconds:
-            return _seconds_of(seconds)
+            return {str(name): float(value) for name, value in seconds.items()}
     return {}
-
-
-def _seconds_of(seconds: dict[str, Any]) -> dict[str, float]:
-    return {str(name): float(value) for name, value in seconds.items()}
 
 
 def _logged_outputs(log_file: Path) -> set[str]:
