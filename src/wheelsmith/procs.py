@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 OWNER_ENV = "WHEELSMITH_OWNER"
@@ -44,9 +45,10 @@ def alive(owner: str) -> bool:
     return pid.isdigit() and ident(int(pid)) == owner
 
 
-def owned_by(owner: str) -> list[int]:
-    """Live processes whose environment says `owner` started them (or their ancestors)."""
-    needle = f"{OWNER_ENV}={owner}".encode()
+def with_env(name: str, value: str) -> list[int]:
+    """Live processes whose environment holds `name=value` (they or an ancestor were started
+    with it)."""
+    needle = f"{name}={value}".encode()
     found = []
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
@@ -60,15 +62,35 @@ def owned_by(owner: str) -> list[int]:
     return found
 
 
-def end_owned_by(owner: str) -> int:
-    """SIGKILL everything `owner` (a wheelsmith process that is gone) left running, until
-    nothing is left (a dying tree may still fork); return how many processes were ended."""
+def owned_by(owner: str) -> list[int]:
+    """Live processes whose environment says `owner` started them (or their ancestors)."""
+    return with_env(OWNER_ENV, owner)
+
+
+def end_all(find: Callable[[], list[int]]) -> int:
+    """SIGKILL what `find` names until nothing is left (a dying tree may still fork); return
+    how many processes were ended."""
     ended: set[int] = set()
     deadline = time.monotonic() + END_TIMEOUT_S
-    while (pids := owned_by(owner)) and time.monotonic() < deadline:
+    while (pids := find()) and time.monotonic() < deadline:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         ended.update(pids)
         time.sleep(0.05)
     return len(ended)
+
+
+def end_owned_by(owner: str) -> int:
+    """SIGKILL everything `owner` (a wheelsmith process that is gone) left running."""
+    return end_all(lambda: owned_by(owner))
+
+
+def gone_within(find: Callable[[], list[int]], seconds: float) -> bool:
+    """Wait up to `seconds` for `find` to name no process; True when none is left."""
+    deadline = time.monotonic() + seconds
+    while find():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True

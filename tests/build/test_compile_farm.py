@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 
 from tests.conftest import add_variant, wheelsmith
 from tests.farm import MISSING, Farm, free_port, running_farm
+from wheelsmith import procs
 from wheelsmith.build import compilefarm
 from wheelsmith.toolchain.env import Toolchain
 
@@ -171,3 +173,61 @@ def test_a_build_server_that_cannot_run_the_toolchain_keeps_the_farm_out(
     assert fallback.returncode == 0, fallback.stderr
     assert (f"; compile farm {farm.url} not used: {problem}; compiling here; "
             in stage_lines(fallback.stderr, "compile")[0])
+
+
+def slow_cpp(path: Path) -> Path:
+    """A C++ file g++ -O3 takes tens of seconds over: a compile still in flight when stopped."""
+    path.write_text("#include <algorithm>\n#include <map>\n#include <string>\n#include <vector>\n"
+                    + "".join(
+        f"int f{i}(std::vector<int> v, std::map<std::string, int>& m) {{\n"
+        "  std::sort(v.begin(), v.end()); int s = 0;\n"
+        f"  for (auto x : v) {{ s += x * {i}; m[std::to_string(x + {i})] += s; }}\n"
+        f"  std::stable_sort(v.begin(), v.end(), [](int a, int b) {{ return a % {i + 3} < "
+        f"b % {i + 3}; }});\n  return s + (int)m.size();\n}}\n" for i in range(1500)))
+    return path
+
+
+def compiling(source: Path) -> list[int]:
+    """Live compilers (cc1plus) of `source`, here or in a build server's sandbox."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"cc1plus") and str(source).encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def test_stopping_the_build_ends_the_compiles_its_sccache_server_still_runs(
+        tmp_path: Path, farm: Farm, caplog: pytest.LogCaptureFixture) -> None:
+    """A build stopped mid-compile (its compilers killed, as ninja's are) leaves the compile in
+    flight in its sccache server, which waits for the build server; once the farm is gone it
+    would compile here on its own, beside the next build."""
+    source = slow_cpp(tmp_path / "slow.cpp")
+    found = compilefarm.resolve(farm.url, required=True, cache_root=tmp_path)
+    assert found is not None
+    session = compilefarm.start(found, tmp_path / "work")
+    try:
+        client = subprocess.Popen([str(found.sccache), "g++", "-O3", "-c", str(source), "-o",
+                                   str(tmp_path / "slow.o")], env={**os.environ, **session.env()})
+        deadline = time.monotonic() + 120
+        while not compiling(source):
+            assert client.poll() is None, "the compile ended before it was seen"
+            assert time.monotonic() < deadline, "no compile started in 120 s"
+            time.sleep(0.1)
+        client.kill()
+        client.wait()
+        assert session.processes()  # the server still waits on the build server's compile
+        session.stop()
+        assert session.processes() == []
+        farm.kill_servers()
+        time.sleep(2)  # a server still alive would now fall back to compiling here
+        assert compiling(source) == []
+    finally:
+        procs.end_all(session.processes)
+    ended = [r.getMessage() for r in caplog.records if "sccache server" in r.getMessage()]
+    assert len(ended) == 1
+    assert re.fullmatch(r"ended \d+ process\(es\) of the build's sccache server: compiles a "
+                        r"stopped build left in flight", ended[0])

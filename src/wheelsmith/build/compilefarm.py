@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from wheelsmith import cmd
+from wheelsmith import cmd, procs
 from wheelsmith.build.compilecache import compiler_launchers
 from wheelsmith.errors import CommandError, UsageError
 from wheelsmith.toolchain.env import Toolchain
@@ -42,6 +42,8 @@ TOKEN_ENV = "WHEELSMITH_COMPILE_FARM_TOKEN"  # noqa: S105 - the variable holding
 REQUIRED_ENV = "WHEELSMITH_COMPILE_FARM_REQUIRED"  # "1": as --compile-farm-required
 LOCAL_ENV = "WHEELSMITH_SCCACHE_DIR"  # sccache's objects and toolchain archives
 IDLE_TIMEOUT_S = 3600  # a server whose build was killed ends by itself after this
+SERVER_ENV = "SCCACHE_SERVER_UDS"  # the build's own server: its processes carry this address
+SERVER_EXIT_S = 5.0  # how long a stopped server may take to end before it is killed
 SERVER_FAILED_RE = re.compile(r"Job failed on server (\S+):\n(.*)")
 FALLBACK_RE = re.compile(r"Could not perform distributed compile, falling back to local: (.*)")
 
@@ -137,7 +139,7 @@ class Session:
         return {
             "SCCACHE_CONF": str(self.work / "config.toml"),
             "SCCACHE_DIR": str(self.farm.local / "objects"),
-            "SCCACHE_SERVER_UDS": self.address,
+            SERVER_ENV: self.address,
             "SCCACHE_IDLE_TIMEOUT": str(IDLE_TIMEOUT_S),
             "SCCACHE_ERROR_LOG": str(self.work / "server.log"),
             "SCCACHE_LOG": "warn",
@@ -157,11 +159,23 @@ class Session:
                        what=f"sccache {args[0]}")
 
     def stop(self) -> None:
+        """Stop the build's sccache server and whatever it still runs. A build stopped
+        mid-compile leaves compiles in flight in the server (waiting on a build server, or
+        compiling here once the farm is gone), and sccache's stop waits for them: left alone
+        they would compile on beside the next build for up to the idle timeout."""
         try:
             self._run("--stop-server", ok=tuple(range(256)))
-        except CommandError as exc:  # stopping is best effort; the idle timeout ends it too
+        except CommandError as exc:  # stopping is best effort; the processes are ended below
             log.warning("could not stop the build's sccache server: %s", exc.message)
         (self.work / "config.toml").unlink(missing_ok=True)  # it holds the token
+        if not procs.gone_within(self.processes, SERVER_EXIT_S):
+            ended = procs.end_all(self.processes)
+            log.warning("ended %d process(es) of the build's sccache server: compiles a stopped "
+                        "build left in flight", ended)
+
+    def processes(self) -> list[int]:
+        """The build's sccache server and the compilers it runs (they carry its address)."""
+        return procs.with_env(SERVER_ENV, self.address)
 
     def status(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self._run("--dist-status").stdout)
