@@ -128,6 +128,7 @@ def test_toolchain_new_pins_torch_and_its_compiler_with_pips_resolver(tmp_path: 
     assert f"error: {path} exists" in again.stderr
 
 
+@pytest.mark.slow  # two resolver runs against the index: about 3 minutes
 def test_toolchain_new_covers_the_newest_pythons_torch_has_wheels_for(tmp_path: Path) -> None:
     """cp314 and cp315 asked from pip's resolver: torch 2.14 has cp314 wheels, not cp315."""
     result = wheelsmith("toolchain", "new", "--torch", "2.14.1", "--python", "3.14", "--python",

@@ -98,6 +98,7 @@ def install(project: Path, server: Server, python: Path, *args: str) -> dict[str
 
 
 @pytest.mark.build
+@pytest.mark.slow  # a second cold causal-conv1d compile in CI: the tiny fixture covers the flow
 def test_causal_conv1d_for_the_users_torch_2_11_env_imports_there(user_env: Path,
                                                                   tmp_path: Path) -> None:
     """The case this project exists for, for real (5-7 minutes on 2 cores)."""
