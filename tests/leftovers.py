@@ -8,7 +8,6 @@ every build shares)."""
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from pathlib import Path
 
@@ -51,8 +50,6 @@ def marked(mark: str, root: Path | None = None) -> list[str]:
 
 def left_after(mark: str, seconds: float, root: Path | None = None) -> list[str]:
     """What is still `marked` after waiting up to `seconds` for it all to end."""
-    deadline = time.monotonic() + seconds
-    while (alive := marked(mark, root)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return alive
+    procs.gone_within(lambda: marked(mark, root), seconds)
+    return marked(mark, root)
 

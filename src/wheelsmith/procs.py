@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from pathlib import Path
 
 OWNER_ENV = "WHEELSMITH_OWNER"
@@ -86,10 +86,10 @@ def end_owned_by(owner: str) -> int:
     return end_all(lambda: owned_by(owner))
 
 
-def gone_within(find: Callable[[], list[int]], seconds: float) -> bool:
+def gone_within(find: Callable[[], Sized], seconds: float) -> bool:
     """Wait up to `seconds` for `find` to name no process; True when none is left."""
     deadline = time.monotonic() + seconds
-    while find():
+    while len(find()):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
