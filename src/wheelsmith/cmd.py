@@ -38,6 +38,11 @@ SUPERVISOR = Path(__file__).parent / "resources" / "supervise.py"
 STOP_GRACE_S = 3.0  # SIGTERM to the command's tree, then SIGKILL
 STOP_WAIT_S = STOP_GRACE_S + 10.0  # then the supervisor itself is killed
 INTERRUPTS = {signal.SIGINT, signal.SIGTERM, signal.SIGALRM}  # SIGALRM: time_limit
+DRAIN_SIGNAL = signal.SIGUSR1  # to a supervisor: let the compiles run, start none (supervise.py)
+DRAIN_MAX_S = 900.0  # a default drain is a quarter of the time limit, at most this
+
+_running: set[subprocess.Popen[str]] = set()  # the supervisors of the commands running now
+_draining = False
 
 
 class TimeLimitReached(BaseException):  # an interrupt, like KeyboardInterrupt
@@ -50,24 +55,58 @@ class TimeLimitReached(BaseException):  # an interrupt, like KeyboardInterrupt
         self.seconds = seconds
 
 
+def default_drain(seconds: float) -> float:
+    return min(seconds / 4, DRAIN_MAX_S)
+
+
 @contextlib.contextmanager
-def time_limit(seconds: float | None) -> Iterator[None]:
+def time_limit(seconds: float | None, *, drain: float | None = None) -> Iterator[None]:
     """Raise TimeLimitReached in this (the main) thread once `seconds` have passed inside the
-    block; None: no limit."""
+    block; None: no limit.
+
+    The last `drain` seconds (default_drain when None; 0: none) drain the commands running:
+    the compiles they have in flight go on, none starts (resources/supervise.py), so a cut
+    does not lose work that was nearly done. A command that fails while draining (ninja after
+    its first refused compile) ends the block early with TimeLimitReached, as does the limit
+    itself."""
     if seconds is None:
         yield
         return
+    global _draining  # noqa: PLW0603 - one process-wide drain, as there is one SIGALRM
+    drain = min(default_drain(seconds) if drain is None else drain, seconds)
+    phases = [seconds - drain, drain] if drain > 0 else [seconds]
 
     def expire(signum: int, frame: object) -> None:  # noqa: ARG001 - a signal handler
-        raise TimeLimitReached(seconds)
+        global _draining  # noqa: PLW0603
+        phases.pop(0)
+        if not phases:
+            raise TimeLimitReached(seconds)
+        signal.setitimer(signal.ITIMER_REAL, phases[0])
+        _draining = True
+        # logging, not the reporter: its lock may be held where the signal landed
+        log.warning("time limit: %g s left: no new compile starts; those running may finish",
+                    phases[0])
+        drain_running()
 
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, phases[0])
     try:
         yield
+    except WheelsmithError as error:
+        if _draining:
+            raise TimeLimitReached(seconds) from error
+        raise
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        _draining = False
+
+
+def drain_running() -> None:
+    """Ask the supervisor of every command running now to drain."""
+    for proc in list(_running):
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(DRAIN_SIGNAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +212,9 @@ def _started(args: list[str], cwd: Path | None, env: Mapping[str, str] | None, *
                 bufsize=-1 if capture else 1,
                 start_new_session=True,
             )
+        _running.add(proc)
+        if _draining:  # started while a time limit drains: it drains too
+            proc.send_signal(DRAIN_SIGNAL)
         for signum in held:  # what arrived meanwhile, now that `proc` is known
             signal.raise_signal(signum)
         yield proc
@@ -181,9 +223,11 @@ def _started(args: list[str], cwd: Path | None, env: Mapping[str, str] | None, *
             _stop(proc, args)
         raise
     finally:
-        for pipe in (proc.stdout, proc.stderr) if proc is not None else ():
-            if pipe is not None:
-                pipe.close()
+        if proc is not None:
+            _running.discard(proc)
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
 
 
 @contextlib.contextmanager
@@ -197,14 +241,19 @@ def _interrupts_held() -> Iterator[list[int]]:
     raises what was recorded."""
     held: list[int] = []
     if threading.current_thread() is not threading.main_thread():  # handlers run in main only
-        yield held
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {DRAIN_SIGNAL})
+        try:
+            yield held
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return
 
     def record(signum: int, frame: object) -> None:  # noqa: ARG001 - a signal handler
         held.append(signum)
 
     handlers = {signum: signal.signal(signum, record) for signum in INTERRUPTS}
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS)
+    # the supervisor starts with the drain signal blocked too, until its handler is set
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {*INTERRUPTS, DRAIN_SIGNAL})
     try:
         yield held
     finally:

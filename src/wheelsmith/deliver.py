@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith import cmd
-from wheelsmith.build import runner
+from wheelsmith.build import resume, runner
 from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
 from wheelsmith.build.runner import Prepared
 from wheelsmith.build.smoke import SMOKE_SCRIPT
-from wheelsmith.errors import FileConflictError, VerifyError
+from wheelsmith.errors import FileConflictError, OutOfTimeError, VerifyError
 from wheelsmith.index.publish import Published, publish
 from wheelsmith.recipes.model import Recipe
 from wheelsmith.recipes.repos import resolve_recipe
@@ -26,6 +26,19 @@ from wheelsmith.toolchain.target import Target
 def install_file(target: Target, wheel: Path) -> None:
     cmd.run([*target.pip(), "install", "--no-input", "--no-deps", "--force-reinstall", wheel],
             what=f"pip install of {wheel.name} into {target.python}")
+
+
+def out_of_time(reached: cmd.TimeLimitReached, request: BuildRequest,
+                prepared: Prepared | None) -> OutOfTimeError:
+    if prepared is None:
+        return OutOfTimeError(f"{reached} before the build was planned",
+                              progress="stopped before compiling",
+                              hint="run it again with a longer --time-limit")
+    work = request.work_dir.resolve() / prepared.plan.slug()
+    done = resume.progress_text(work)
+    return OutOfTimeError(f"{reached}: partial ({done}), kept in {work}", progress=done,
+                          hint="run the same build again: it resumes from there "
+                               "(--fresh starts over)")
 
 
 def check_imports(target: Target, recipe: Recipe) -> tuple[str, ...]:
@@ -50,17 +63,25 @@ class Delivered:
 
 def deliver(request: BuildRequest, report: Reporter, *, prepared: Prepared | None = None,
             publish_to: Path | None = None, install_into: Target | None = None,
-            keep_index_copy: bool = False, time_limit: float | None = None) -> Delivered:
+            keep_index_copy: bool = False, time_limit: float | None = None,
+            drain: float | None = None) -> Delivered:
     """Build (verified, on the runner the request names), then publish the wheel to the index
     at `publish_to` and install it into `install_into`, as asked. A build that made no wheel
     (configure-only) goes no further. A build still running after `time_limit` seconds is
-    stopped (cmd.TimeLimitReached) and keeps what it finished for the next run.
+    stopped (OutOfTimeError) and keeps what it finished for the next run; in its last
+    `drain` seconds (default: cmd.default_drain) no compile starts, and those in flight may
+    finish.
 
     Publishing refuses a filename the index holds with other bytes (builds are not yet
     bit-reproducible, so two builds of one missing wheel differ): with `keep_index_copy` the
     flow stops there instead, `index_copy` set, for the caller to install the index's copy."""
-    with cmd.time_limit(time_limit):
-        result = runner.build(request, report, prepared)
+    ready = prepared
+    try:
+        with cmd.time_limit(time_limit, drain=drain):
+            ready = ready or runner.prepare(request, report)
+            result = runner.build(request, report, ready)
+    except cmd.TimeLimitReached as reached:
+        raise out_of_time(reached, request, ready) from None
     if result.wheel is None:
         return Delivered(result)
     published = None

@@ -193,6 +193,18 @@ class DiskFullError(WheelsmithError):
     exit_code = 19
 
 
+class OutOfTimeError(WheelsmithError):
+    """A build ran out of its time limit; its work directory keeps the objects it finished,
+    and the same build resumes from them. `progress`: `N/M objects` or `stopped before
+    compiling`."""
+
+    exit_code = 20
+
+    def __init__(self, message: str, *, progress: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.progress = progress
+
+
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 

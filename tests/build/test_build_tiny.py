@@ -344,3 +344,22 @@ def test_cuda_build_without_ninja_is_refused_before_compiling(
         f"hint: install it into that environment: {python} -m pip install ninja"]
     assert "compile [" not in result.stderr
     assert not any((project / "wheelhouse").glob("*.whl"))
+
+
+def test_a_build_out_of_time_exits_20_naming_what_it_kept_and_the_rerun_resumes(
+        project: Path, toolchain: Toolchain) -> None:
+    add_variant(project, "tiny-ext")
+    args = ("build", "tiny-ext", "--arch", "12.0", "--compile-cache", "off", "--jobs", "1")
+    stopped = wheelsmith(*args, "--time-limit", "6", cwd=project)
+    assert stopped.returncode == 20, stopped.stderr
+    message, hint = error_lines(stopped.stderr)[:2]
+    work = project / "build" / "wheelsmith"
+    assert re.fullmatch(rf"error: the time limit of 6 s ran out: partial \((\d/2 objects|stopped "
+                        rf"before compiling)\), kept in {work}/tiny-ext-0\.1\.0-\w+", message)
+    assert hint == "hint: run the same build again: it resumes from there (--fresh starts over)"
+    assert not (project / "wheelhouse").exists() or not any((project / "wheelhouse").iterdir())
+
+    again = wheelsmith(*args, cwd=project)
+    assert again.returncode == 0, again.stderr
+    assert "resuming: tiny-ext 0.1.0: the patched source and build tree an unfinished build " \
+           "left in" in again.stderr

@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import add_variant
 from tests.leftovers import new_env
 from tests.resumes import kill_after_first_object, log_entries, ninja_steps, real_path
+from wheelsmith import cmd
 from wheelsmith.build import reproducible, resume
 from wheelsmith.build.prebuild import already_built
 from wheelsmith.files import exclusive_lock
@@ -139,6 +140,38 @@ def test_ninja_counts_only_objects_whose_compiler_exited_0(tmp_path: Path) -> No
     run = subprocess.run([NINJA, *argv], check=True, capture_output=True, text=True)
     assert re.findall(r"^\[\d+/(\d+)\]", run.stdout, re.MULTILINE)[-1] == "2"
     assert (tmp_path / "b.o").read_text() == "int b;\n"  # compiled again, not trusted
+
+
+def slow_objects(directory: Path, count: int, seconds: float) -> None:
+    """A build.ninja of `count` objects whose commands take `seconds` each."""
+    (directory / "build.ninja").write_text(
+        f"rule compile\n  command = sleep {seconds} && touch $out\n"
+        + "".join(f"build {directory}/{n}.o: compile\n" for n in range(count)))
+
+
+@pytest.mark.skipif(NINJA is None, reason="no ninja in this environment (pip install ninja)")
+@pytest.mark.parametrize(("limit", "drain", "finished"), [(4, 3.5, 2), (0.5, 0, 0)])
+def test_a_time_limit_lets_the_compiles_in_flight_finish_and_starts_no_more(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, limit: float, drain: float,
+        finished: int) -> None:
+    """Two compiles of 2 s in flight when the drain begins (0.5 s in): both finish and enter
+    ninja's log, none of the other four starts, and the build ends when they do, not at the
+    limit. Without a drain the limit cuts both, and their work is lost."""
+    assert NINJA is not None
+    slow_objects(tmp_path, 6, 2)
+    started = time.monotonic()
+    with pytest.raises(cmd.TimeLimitReached, match=rf"^the time limit of {limit:g} s ran out$"), \
+            cmd.time_limit(limit, drain=drain):
+        cmd.run([NINJA, "-j", "2"], cwd=tmp_path)
+    took = time.monotonic() - started
+    made = sorted(p.name for p in tmp_path.glob("*.o"))
+    assert len(made) == finished
+    log = tmp_path / ".ninja_log"  # ninja writes it with the first finished object
+    assert sorted(Path(o).name for o in (log_entries(log) if log.exists() else {})) == made
+    if drain:
+        assert 2 <= took < 3.5
+        assert caplog.messages[-1] == ("time limit: 3.5 s left: no new compile starts; those "
+                                       "running may finish")
 
 
 @pytest.mark.toolchain

@@ -81,6 +81,11 @@ def progress(work: Path) -> tuple[int, int] | None:
     return (done, total) if total else None
 
 
+def progress_text(work: Path) -> str:
+    found = progress(work)
+    return f"{found[0]}/{found[1]} objects" if found else "stopped before compiling"
+
+
 def object_seconds(source: Path) -> dict[str, float]:
     """How long each compile step of the source tree `source` took (ninja's log; the last
     entry of an output compiled twice), keyed by the object's path under its build dir: where

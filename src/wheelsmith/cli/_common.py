@@ -54,6 +54,11 @@ def _exit_with(ctx: click.Context, error: WheelsmithError) -> None:
     ctx.exit(error.exit_code)
 
 
+DRAIN_HELP = ("The last SECONDS of the time limit start no compile, so those in flight can "
+              "finish and count for the next run (default: a quarter of the limit, at most "
+              "15 minutes; 0: cut at the limit).")
+
+
 def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """`--env KEY=VALUE` values; a value without '=' is an error naming it."""
     pairs = []

@@ -15,6 +15,7 @@ from wheelsmith.build.rebuild import rebuild as rebuild_wheel
 from wheelsmith.build.request import BuildRequest, BuildResult, from_json
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
+    DRAIN_HELP,
     arch_option,
     display,
     emit_json,
@@ -96,11 +97,16 @@ from wheelsmith.wheelfile import read_provenance
                    "hold (for packages too big to compile here).")
 @click.option("--publish", "publish_to", is_flag=True,
               help="Publish the verified wheel to --index afterwards.")
+@click.option("--time-limit", type=click.FloatRange(min=1), metavar="SECONDS",
+              help="Stop the build after SECONDS (exit 20): --work-dir keeps the objects it "
+                   "finished, and the same build resumes from them.")
+@click.option("--drain", type=click.FloatRange(min=0), metavar="SECONDS", help=DRAIN_HELP)
 @index_option
 @json_option
 def build(recipe: str, archs: tuple[str, ...], python: str | None, install_into: bool,
           split_compile: str | None, env: tuple[str, ...], no_wait: bool, publish_to: bool,
-          index_dir: Path, as_json: bool, **same_named: Any) -> None:
+          time_limit: float | None, drain: float | None, index_dir: Path, as_json: bool,
+          **same_named: Any) -> None:
     """Build RECIPE into a wheel that provably carries device code for --arch."""
     # Options named like a BuildRequest field arrive in `same_named` and go into the request
     # as they are: a new build flag is one field plus one option (docs/architecture.md).
@@ -118,7 +124,7 @@ def build(recipe: str, archs: tuple[str, ...], python: str | None, install_into:
         env=parse_env(env), wait=not no_wait, **same_named)
     install_target = target.probe(target_env) if install_into and target_env else None
     _deliver(request, publish_to=index_dir if publish_to else None,
-             install_into=install_target, as_json=as_json)
+             install_into=install_target, as_json=as_json, time_limit=time_limit, drain=drain)
 
 
 @main.command("build-request", hidden=True)
@@ -129,9 +135,10 @@ def build_request(file: Path) -> None:
 
 
 def _deliver(request: BuildRequest, *, publish_to: Path | None, install_into: Target | None,
-             as_json: bool) -> None:
+             as_json: bool, time_limit: float | None = None, drain: float | None = None) -> None:
     with console.TerminalReporter() as reporter:
-        done = deliver(request, reporter, publish_to=publish_to, install_into=install_into)
+        done = deliver(request, reporter, publish_to=publish_to, install_into=install_into,
+                       time_limit=time_limit, drain=drain)
     result = done.result
     if result.wheel is None:
         _report_configured(result, as_json)

@@ -12,6 +12,7 @@ from packaging.version import Version
 from wheelsmith import locations
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
+    DRAIN_HELP,
     display,
     emit_json,
     index_option,
@@ -84,10 +85,12 @@ def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
 @click.option("--cell-time-limit", type=click.FloatRange(min=1), metavar="SECONDS",
               help="Stop a cell's build after SECONDS: it is reported partial (N/M objects) "
                    "and resumes from them on the next run with the same --work-dir.")
+@click.option("--cell-drain", type=click.FloatRange(min=0), metavar="SECONDS", help=DRAIN_HELP)
 def nightly_command(matrix_file: Path | None, python: str | None, shard: str | None,
                     report_dir: Path, publish: bool, index_dir: Path, out_dir: Path,
                     work_dir: Path, jobs: int | None, compile_cache: str | None,
-                    runner: str, cell_time_limit: float | None) -> None:
+                    runner: str, cell_time_limit: float | None,
+                    cell_drain: float | None) -> None:
     """Build every cell that is missing or changed; one failure never stops the others."""
 
     cells = [c for c in _cells(matrix_file) if python in (None, c.python)]
@@ -96,7 +99,7 @@ def nightly_command(matrix_file: Path | None, python: str | None, shard: str | N
     cells = matrix.shard(cells, shard)
     settings = nightly.Settings(out_dir=out_dir, work_dir=work_dir, index_dir=index_dir,
                                 publish=publish, jobs=jobs, compile_cache=compile_cache,
-                                runner=runner, time_limit=cell_time_limit)
+                                runner=runner, time_limit=cell_time_limit, drain=cell_drain)
     with console.TerminalReporter() as reporter:
         results = nightly.run(cells, settings, reporter)
     written = report.write(report_dir, results, shard=shard)

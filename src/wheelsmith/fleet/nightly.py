@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import compilefarm, resume, runner
+from wheelsmith.build import compilefarm, runner
 from wheelsmith.build.request import BuildRequest, BuildResult, QuietReporter, Reporter
-from wheelsmith.cmd import TimeLimitReached
 from wheelsmith.deliver import deliver
-from wheelsmith.errors import MissingToolkitError, UsageError, WheelsmithError
+from wheelsmith.errors import MissingToolkitError, OutOfTimeError, UsageError, WheelsmithError
 from wheelsmith.fleet.matrix import Cell
 from wheelsmith.index import ledger
 from wheelsmith.wheelfile import read_provenance
@@ -55,6 +54,7 @@ class Settings:
     compile_cache: str | None = None
     runner: str = "host"  # host | podman | docker | auto (runner.py)
     time_limit: float | None = None  # seconds a cell's build may run; then it is partial
+    drain: float | None = None  # its last seconds start no compile (None: cmd.default_drain)
 
 
 def known_keys(settings: Settings) -> set[str]:
@@ -123,20 +123,15 @@ def _build_cell(cell: Cell, settings: Settings, request: BuildRequest, *,
     """Build, publish; out of its time budget, a cell is partial and keeps what it finished."""
     try:
         done = deliver(request, reporter, prepared=prepared, time_limit=settings.time_limit,
+                       drain=settings.drain,
                        publish_to=settings.index_dir if settings.publish else None)
-    except TimeLimitReached:
-        return _partial(cell, settings.work_dir.resolve() / prepared.plan.slug(),
-                        time.monotonic() - started)
+    except OutOfTimeError as error:
+        log.warning("cell %s ran out of its time: partial (%s)", cell.id, error.progress)
+        return CellResult(cell, "partial", f"partial ({error.progress}), resumes next run",
+                          round(time.monotonic() - started, 1))
     outcome = _built(cell, done.result, time.monotonic() - started)
     outcome.published = done.published.status if done.published else None
     return outcome
-
-
-def _partial(cell: Cell, work: Path, seconds: float) -> CellResult:
-    found = resume.progress(work)
-    done = f"{found[0]}/{found[1]} objects" if found else "stopped before compiling"
-    log.warning("cell %s ran out of its time: partial (%s)", cell.id, done)
-    return CellResult(cell, "partial", f"partial ({done}), resumes next run", round(seconds, 1))
 
 
 def _check_python(cell: Cell, toolchain_python: str, where: str) -> None:

@@ -10,6 +10,12 @@ compiler in a group of its own, so killing one group is not enough). It exits wi
 command's status. On SIGTERM, SIGINT or SIGHUP, or when wheelsmith dies, it sends SIGTERM to
 its whole tree, SIGKILL to what is left after GRACE_S, reaps everything and exits with 128 plus
 the signal.
+
+On SIGUSR1 it drains: the compiles running go on, none starts. From then on it ends every
+command that a `ninja` below it starts (killing its process group): ninja takes the failure as
+its cue to start nothing more, waits for the compiles it has running, and exits. Those
+compiles finish and enter ninja's log, so a later run does not compile them again (a time
+limit that cut them would lose their work; cmd.time_limit drains before it cuts).
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ import os
 import signal
 import sys
 import time
+from collections import namedtuple
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+DRAIN_SIGNAL = signal.SIGUSR1  # cmd.DRAIN_SIGNAL
 POLL_S = 0.02
 
 
@@ -43,25 +51,73 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(ctypes.get_errno(), f"prctl({option})")
 
 
-def _descendants() -> list[int]:
-    """Live processes below this one (zombies are only reaped, not signalled)."""
-    children: dict[int, list[int]] = {}
+# started: clock ticks after boot; name: bytes (typing.NamedTuple would cost start-up time)
+Proc = namedtuple("Proc", "pid parent group started name")
+
+
+def _processes() -> list[Proc]:
+    """Live processes (zombies are only reaped, not signalled)."""
+    found = []
     for entry in os.listdir("/proc"):  # noqa: PTH208 - no pathlib: start-up time
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as handle:  # noqa: PTH123 - no pathlib: start-up time
-                fields = handle.read().rpartition(b")")[2].split()
+                head, _, tail = handle.read().rpartition(b")")
         except OSError:
             continue
+        fields = tail.split()
         if fields[0] not in (b"Z", b"X"):
-            children.setdefault(int(fields[1]), []).append(int(entry))
+            found.append(Proc(int(entry), int(fields[1]), int(fields[2]), int(fields[19]),
+                              head.partition(b"(")[2]))
+    return found
+
+
+def _below(processes: list[Proc]) -> list[Proc]:
+    """Those of `processes` below this one."""
+    children: dict[int, list[Proc]] = {}
+    for proc in processes:
+        children.setdefault(proc.parent, []).append(proc)
     found, todo = [], [os.getpid()]
     while todo:
         for child in children.get(todo.pop(), []):
             found.append(child)
-            todo.append(child)
+            todo.append(child.pid)
     return found
+
+
+def _descendants() -> list[int]:
+    """Live processes below this one."""
+    return [proc.pid for proc in _below(_processes())]
+
+
+class Drain(Exception):
+    pass
+
+
+def _drain(_signum: int, _frame: object) -> None:
+    signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)  # once is enough
+    raise Drain
+
+
+def _ticks_now() -> int:
+    with open("/proc/uptime", "rb") as handle:  # noqa: PTH123 - no pathlib: start-up time
+        return int(float(handle.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def end_new_compiles(since: int) -> None:
+    """End what a ninja below this one started at or after `since` (clock ticks after boot)."""
+    below = _below(_processes())
+    ninjas = {proc.pid for proc in below if proc.name == b"ninja"}
+    for proc in below:
+        if proc.parent in ninjas and proc.started >= since and proc.name != b"ninja":
+            with contextlib.suppress(ProcessLookupError):
+                if proc.group == proc.pid:  # ninja gives each command a group of its own
+                    os.killpg(proc.pid, signal.SIGKILL)
+                else:
+                    os.kill(proc.pid, signal.SIGKILL)
+            os.write(2, f"wheelsmith: draining for the time limit: stopped a command ninja "
+                        f"started (pid {proc.pid})\n".encode())
 
 
 def _reap() -> None:
@@ -96,7 +152,7 @@ def _exec(argv: list[str]) -> None:
     """In the forked child: default signal dispositions (Python ignores SIGPIPE and SIGXFSZ,
     and ignored signals survive exec), then the command."""
     try:
-        for signum in (*STOP_SIGNALS, signal.SIGPIPE, signal.SIGXFSZ):
+        for signum in (*STOP_SIGNALS, DRAIN_SIGNAL, signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(signum, signal.SIG_DFL)
         os.execvp(argv[0], argv)  # noqa: S606 - the command wheelsmith.cmd was asked to run
     except BaseException as exc:  # report, leave the forked child
@@ -105,11 +161,25 @@ def _exec(argv: list[str]) -> None:
 
 
 def _wait_for(child: int) -> int:
-    """Reap until `child` ends (orphans re-parented here are reaped on the way)."""
+    """Reap until `child` ends (orphans re-parented here are reaped on the way); drain from
+    the first SIGUSR1 on."""
+    try:
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == child:
+                return status
+    except Drain:
+        return _wait_draining(child, _ticks_now())
+
+
+def _wait_draining(child: int, since: int) -> int:
     while True:
-        pid, status = os.waitpid(-1, 0)
+        pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == child:
             return status
+        if pid == 0:
+            end_new_compiles(since)
+            time.sleep(POLL_S)
 
 
 def _exit_like(status: int) -> None:
@@ -125,9 +195,11 @@ def main(argv: list[str]) -> None:
     parent, grace, command = int(argv[1]), float(argv[2]), argv[4:]
     for signum in STOP_SIGNALS:
         signal.signal(signum, _stop)
+    signal.signal(DRAIN_SIGNAL, _drain)
     try:
         # wheelsmith blocks them (and its time limit's SIGALRM) while it starts us
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {*STOP_SIGNALS, signal.SIGALRM})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK,
+                               {*STOP_SIGNALS, DRAIN_SIGNAL, signal.SIGALRM})
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # wheelsmith died before the kernel could be asked
