@@ -14,7 +14,8 @@ compiling here unseen. Writes OUT/result.json (seconds, the farm's counts, prove
 OUT/farm.log, and prints the build's stage lines as they come.
 
 A build longer than one command (flash-attn: about 25 minutes on 16 cores) runs as a nightly cell
-does: `--limit S` stops it with SIGTERM after S seconds (it keeps its finished objects), and
+does: `--limit S` is the build's `--time-limit S` (it drains, then stops, and keeps its
+finished objects), and
 `--resume` runs it again on the kept work tree with a new farm. Each run appends a line to
 OUT/runs.jsonl: seconds, objects before and after (ninja's log), and the jobs the farm completed.
 """
@@ -59,7 +60,9 @@ def main() -> None:
     parser.add_argument("--toolchain", default="system")
     parser.add_argument("--bwrap", help="bubblewrap for the servers (default: on PATH)")
     parser.add_argument("--sdists", type=Path)
-    parser.add_argument("--limit", type=float, help="stop the build after SECONDS (SIGTERM)")
+    parser.add_argument("--limit", type=float,
+                        help="the build's --time-limit SECONDS (its last quarter starts no "
+                             "compile: those in flight finish); SIGTERM 60 s after")
     parser.add_argument("--jobs", type=int,
                         help="MAX_JOBS (default: the planner's, which counts the farm's CPUs "
                              "on top of this machine's: with the servers here too, a limit "
@@ -87,6 +90,8 @@ def main() -> None:
                 "--out", str(out / "wheels"), "--work-dir", str(work / "build")]
         if options.jobs:
             args += ["--jobs", str(options.jobs)]
+        if options.limit:
+            args += ["--time-limit", str(options.limit)]
         started = time.monotonic()
         returncode, stdout = run_limited(args, env, options.limit)
         seconds = round(time.monotonic() - started, 1)
@@ -113,11 +118,12 @@ def main() -> None:
 
 
 def run_limited(args: list[str], env: dict[str, str], limit: float | None) -> tuple[int, str]:
-    """Run the build; past `limit` seconds send it SIGTERM (it stops its compilers and keeps
-    what they finished) and wait for it to end."""
+    """Run the build (it stops itself at its --time-limit, exit 20); should it still run 60 s
+    after `limit`, send it SIGTERM (it stops its compilers and keeps what they finished) and
+    wait for it to end."""
     proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
     try:
-        stdout, _ = proc.communicate(timeout=limit)
+        stdout, _ = proc.communicate(timeout=None if limit is None else limit + 60)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGTERM)
         stdout, _ = proc.communicate()
