@@ -68,6 +68,12 @@ def python(tmp_path: Path) -> Path:
     return script
 
 
+def chosen_for(python: Path) -> str:
+    """The line naming the toolchain chosen for the stand-in torch 2.14.1+cu130 of `python`."""
+    return (f"toolchain: {CHANNEL}, chosen for {python} (Python {sys.version_info[0]}."
+            f"{sys.version_info[1]}, torch 2.14.1+cu130, CUDA 13.0)")
+
+
 def install_cli(python: Path, *args: str) -> Any:
     return CliRunner().invoke(main, ["install", "tiny-ext", "--python", str(python), "--arch",
                                      "12.0", *args])
@@ -152,6 +158,7 @@ def test_a_wheel_another_build_published_first_is_installed_from_the_index(
     assert [line.split("] ", 1)[1] for line in result.stderr.splitlines()[1:]] == [
         f"index: {server.url}/{CHANNEL}/simple/ has no tiny-ext wheel for Python "
         f"{sys.version_info[0]}.{sys.version_info[1]} with 12.0 kernels: building one",
+        chosen_for(python),
         f"publish: the index already has {WHEEL} (published by another build); installing "
         "its copy",
         f"installed: {WHEEL} (index); imports tiny_ext"]
@@ -184,6 +191,7 @@ def test_the_same_bytes_published_by_another_build_are_already_published_and_ins
         result = install_cli(python, "--index", server.url, "--publish", str(served))
     assert (result.exit_code, result.stdout) == (0, f"{WHEEL}\n"), result.output
     assert [line.split("] ", 1)[1] for line in result.stderr.splitlines()[2:]] == [
+        chosen_for(python),
         f"publish: already published: {served}/{CHANNEL}/simple/tiny-ext/",
         f"install: {WHEEL} into {python}",
         f"installed: {WHEEL} (built); imports tiny_ext"]
