@@ -39,10 +39,12 @@ STOP_GRACE_S = 3.0  # SIGTERM to the command's tree, then SIGKILL
 STOP_WAIT_S = STOP_GRACE_S + 10.0  # then the supervisor itself is killed
 INTERRUPTS = {signal.SIGINT, signal.SIGTERM, signal.SIGALRM}  # SIGALRM: time_limit
 DRAIN_SIGNAL = signal.SIGUSR1  # to a supervisor: let the compiles run, start none (supervise.py)
+DRAINED_EXIT = 75  # from a supervisor: the command failed after the drain stopped part of it
 DRAIN_MAX_S = 900.0  # a default drain is a quarter of the time limit, at most this
 
 _running: set[subprocess.Popen[str]] = set()  # the supervisors of the commands running now
 _draining = False
+_cut_by_drain = False  # a command failed because the drain stopped part of it
 
 
 class TimeLimitReached(BaseException):  # an interrupt, like KeyboardInterrupt
@@ -66,13 +68,14 @@ def time_limit(seconds: float | None, *, drain: float | None = None) -> Iterator
 
     The last `drain` seconds (default_drain when None; 0: none) drain the commands running:
     the compiles they have in flight go on, none starts (resources/supervise.py), so a cut
-    does not lose work that was nearly done. A command that fails while draining (ninja after
-    its first refused compile) ends the block early with TimeLimitReached, as does the limit
-    itself."""
+    does not lose work that was nearly done; commands that are not compiles (verify, smoke)
+    run as usual. A command that fails because the drain stopped part of it (ninja after its
+    first refused compile) ends the block early with TimeLimitReached, as does the limit
+    itself; any other failure is reported as itself."""
     if seconds is None:
         yield
         return
-    global _draining  # noqa: PLW0603 - one process-wide drain, as there is one SIGALRM
+    global _draining, _cut_by_drain  # noqa: PLW0603 - one drain, as there is one SIGALRM
     drain = min(default_drain(seconds) if drain is None else drain, seconds)
     phases = [seconds - drain, drain] if drain > 0 else [seconds]
 
@@ -93,13 +96,13 @@ def time_limit(seconds: float | None, *, drain: float | None = None) -> Iterator
     try:
         yield
     except WheelsmithError as error:
-        if _draining:
+        if _cut_by_drain:
             raise TimeLimitReached(seconds) from error
         raise
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-        _draining = False
+        _draining = _cut_by_drain = False
 
 
 def drain_running() -> None:
@@ -170,6 +173,7 @@ def run(
         raise error(f"{what or args[0]} could not start: {exc.strerror or exc}", tail=[],
                     returncode=127, log_file=log_path) from exc
     if returncode not in ok_returncodes:
+        _note_drained(returncode)
         subject = what or render(args)
         raise error(
             f"{subject} failed with exit code {returncode}",
@@ -179,6 +183,12 @@ def run(
             hint=hint,
         )
     return Completed(tuple(args), returncode, stdout, stderr)
+
+
+def _note_drained(returncode: int) -> None:
+    global _cut_by_drain  # noqa: PLW0603
+    if _draining and returncode == DRAINED_EXIT:
+        _cut_by_drain = True
 
 
 def _emit(text: str, log_file: IO[str] | None, on_line: Callable[[str], None] | None) -> None:

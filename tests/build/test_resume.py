@@ -11,13 +11,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import add_variant
 from tests.leftovers import new_env
 from tests.resumes import kill_after_first_object, log_entries, ninja_steps, real_path
-from wheelsmith import cmd
+from wheelsmith import cmd, errors
 from wheelsmith.build import reproducible, resume
 from wheelsmith.build.prebuild import already_built
 from wheelsmith.files import exclusive_lock
@@ -87,6 +88,11 @@ def test_progress_counts_the_compiles_ninja_logged_as_finished(tmp_path: Path) -
         for name, rule in (("a", "cuda_compile"), ("b", "cuda_compile"), ("c", "compile"))))
     (build / ".ninja_log").write_text(f"# ninja log v7\n1\t9\t5\t{build}/b.o\tabc\n")
     assert resume.progress(tmp_path / "pkg") == (1, 3)
+    assert resume.progress_text(tmp_path / "pkg") == "1/3 objects"
+    with (build / ".ninja_log").open("a") as log:
+        log.writelines(f"2\t9\t5\t{build}/{name}.o\tabc\n" for name in "ac")
+    assert resume.progress_text(tmp_path / "pkg") == (  # cut in verify or smoke
+        "3/3 objects: all compiled, stopped in the checks after them")
 
 
 def test_run_facts_say_how_long_each_object_took_longest_first(tmp_path: Path) -> None:
@@ -172,6 +178,44 @@ def test_a_time_limit_lets_the_compiles_in_flight_finish_and_starts_no_more(
         assert 2 <= took < 3.5
         assert caplog.messages[-1] == ("time limit: 3.5 s left: no new compile starts; those "
                                        "running may finish")
+
+
+
+def run_while_draining(argv: list[str | Path], cwd: Path, **options: Any) -> cmd.Completed:
+    """cmd.run started 0.3 s into a time limit of 30 s whose drain began at 0.1 s."""
+    with cmd.time_limit(30, drain=29.9):
+        time.sleep(0.3)
+        return cmd.run(argv, cwd=cwd, **options)
+
+
+def test_a_command_started_while_a_time_limit_drains_runs_to_its_end(tmp_path: Path) -> None:
+    """The drain stops compiles only: what runs after the compile stage (the wheel's verify,
+    the auditwheel toolchain's pip, the smoke test) started during a drain on the H200 and
+    failed at once, and the finished flash-attn build ended `partial (73/73 objects)`."""
+    done = run_while_draining([sys.executable, "-c", "print('imported')"], tmp_path,
+                              stream=False)
+    assert done.stdout == "imported\n"
+
+
+def test_a_command_that_fails_while_a_time_limit_drains_reports_its_own_failure(
+        tmp_path: Path) -> None:
+    """Only a command the drain stopped part of is the time limit's doing; a smoke test that
+    fails during the drain says why, not `the time limit ran out`."""
+    script = "import sys; sys.exit('no kernel image is available')"
+    with pytest.raises(errors.VerifyError) as failed:
+        run_while_draining([sys.executable, "-c", script], tmp_path, what="the smoke test",
+                           error=errors.VerifyError)
+    assert str(failed.value) == "the smoke test failed with exit code 1"
+    assert failed.value.tail == ["no kernel image is available"]
+
+
+@pytest.mark.skipif(NINJA is None, reason="no ninja in this environment (pip install ninja)")
+def test_a_ninja_started_while_a_time_limit_drains_compiles_nothing(tmp_path: Path) -> None:
+    assert NINJA is not None
+    slow_objects(tmp_path, 2, 0.1)
+    with pytest.raises(cmd.TimeLimitReached, match=r"^the time limit of 30 s ran out$"):
+        run_while_draining([NINJA, "-j", "2"], tmp_path)
+    assert not list(tmp_path.glob("*.o"))
 
 
 @pytest.mark.toolchain

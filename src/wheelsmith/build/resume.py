@@ -83,7 +83,12 @@ def progress(work: Path) -> tuple[int, int] | None:
 
 def progress_text(work: Path) -> str:
     found = progress(work)
-    return f"{found[0]}/{found[1]} objects" if found else "stopped before compiling"
+    if found is None:
+        return "stopped before compiling"
+    done, total = found
+    if done == total:  # cut in the stages after compiling: a rerun links and checks
+        return f"{done}/{total} objects: all compiled, stopped in the checks after them"
+    return f"{done}/{total} objects"
 
 
 def object_seconds(source: Path) -> dict[str, float]:

@@ -15,7 +15,10 @@ On SIGUSR1 it drains: the compiles running go on, none starts. From then on it e
 command that a `ninja` below it starts (killing its process group): ninja takes the failure as
 its cue to start nothing more, waits for the compiles it has running, and exits. Those
 compiles finish and enter ninja's log, so a later run does not compile them again (a time
-limit that cut them would lose their work; cmd.time_limit drains before it cuts).
+limit that cut them would lose their work; cmd.time_limit drains before it cuts). Other
+commands run to their end: a drain that comes before the command starts only marks it. When the
+drain stopped something and the command then fails, the supervisor exits with DRAINED_EXIT
+(cmd.DRAINED_EXIT), so wheelsmith tells a cut by the time limit from a failure of its own.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 DRAIN_SIGNAL = signal.SIGUSR1  # cmd.DRAIN_SIGNAL
+DRAINED_EXIT = 75  # cmd.DRAINED_EXIT: the command failed after the drain stopped part of it
 POLL_S = 0.02
 
 
@@ -95,9 +99,19 @@ class Drain(Exception):
     pass
 
 
+_drain_asked = False  # a SIGUSR1 came
+_waiting = False  # inside _wait_for, where the handler may raise Drain
+_stopped = 0  # commands the drain stopped
+
+
 def _drain(_signum: int, _frame: object) -> None:
+    """Mark the drain; raise only inside the wait (it may come as soon as the signal is
+    unblocked, before the command has started: an exception there would end the supervisor)."""
+    global _drain_asked  # noqa: PLW0603 - signal handler state
     signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)  # once is enough
-    raise Drain
+    _drain_asked = True
+    if _waiting:
+        raise Drain
 
 
 def _ticks_now() -> int:
@@ -107,6 +121,7 @@ def _ticks_now() -> int:
 
 def end_new_compiles(since: int) -> None:
     """End what a ninja below this one started at or after `since` (clock ticks after boot)."""
+    global _stopped  # noqa: PLW0603
     below = _below(_processes())
     ninjas = {proc.pid for proc in below if proc.name == b"ninja"}
     for proc in below:
@@ -116,6 +131,7 @@ def end_new_compiles(since: int) -> None:
                     os.killpg(proc.pid, signal.SIGKILL)
                 else:
                     os.kill(proc.pid, signal.SIGKILL)
+            _stopped += 1
             os.write(2, f"wheelsmith: draining for the time limit: stopped a command ninja "
                         f"started (pid {proc.pid})\n".encode())
 
@@ -163,7 +179,11 @@ def _exec(argv: list[str]) -> None:
 def _wait_for(child: int) -> int:
     """Reap until `child` ends (orphans re-parented here are reaped on the way); drain from
     the first SIGUSR1 on."""
+    global _waiting  # noqa: PLW0603
     try:
+        _waiting = True  # then the check: a SIGUSR1 between the two raises in the try
+        if _drain_asked:
+            raise Drain
         while True:
             pid, status = os.waitpid(-1, 0)
             if pid == child:
@@ -183,6 +203,8 @@ def _wait_draining(child: int, since: int) -> int:
 
 
 def _exit_like(status: int) -> None:
+    if _stopped and status != 0:
+        sys.exit(DRAINED_EXIT)
     if os.WIFSIGNALED(status):
         signum = os.WTERMSIG(status)  # die of the same signal, so the caller sees it
         if signum not in (signal.SIGKILL, signal.SIGSTOP):
