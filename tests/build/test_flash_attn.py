@@ -1,7 +1,7 @@
-"""flash-attn 2.8.3: its own arch knob is bridged from --arch. A full build takes hours on 2
-cores, so this checks the configure-only step: the generated build.ninja holds exactly the
-requested -gencode targets and nothing else (real sdist, real torch, real setup.py), and one
-real kernel compiled from it carries exactly that SASS."""
+"""flash-attn (the recipe's newest, 2.8.3.post2): its own arch knob is bridged from --arch. A
+full build takes hours on 2 cores, so this checks the configure-only step: the generated
+build.ninja holds exactly the requested -gencode targets and nothing else (real sdist, real
+torch, real setup.py), and one real kernel compiled from it carries exactly that SASS."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_one_real_kernel_compiles_into_sass_for_exactly_the_requested_arch(
         tmp_path: Path, toolchain: Toolchain) -> None:
     """A full build takes hours here; one of its 72 kernels (about a minute and a half on one
     core) shows the flags of the configured build compile with this toolchain's torch headers
-    (2.8.3's own -std=c++17 did not: patch 0004) and make sm_120 code and nothing else."""
+    (flash-attn's own -std=c++17 did not: patch 0004) and make sm_120 code and nothing else."""
     result = wheelsmith("build", "flash-attn", "--arch", "12.0", "--configure-only", "--json",
                         "--compile-cache", "off", "--work-dir", str(tmp_path / "work"),
                         cwd=REPO)

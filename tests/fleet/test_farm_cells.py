@@ -31,7 +31,7 @@ def test_the_shipped_matrix_has_flash_attn_as_a_farm_cell() -> None:
     shipped = load(REPO / "matrix.yaml", repos.recipe_file, default_toolchain="cu130-torch2.14",
                    default_python="3.11")
     farm = [c for c in shipped if c.needs == "farm"]
-    assert [c.id for c in farm] == ["flash-attn-2.8.3-cu130-torch2.14-12.0-py3.11"]
+    assert [c.id for c in farm] == ["flash-attn-2.8.3.post2-cu130-torch2.14-12.0-py3.11"]
 
 
 def test_needs_accepts_only_farm(tmp_path: Path) -> None:
@@ -68,7 +68,7 @@ def test_nightly_skips_the_farm_cell_with_its_reason(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "report" / "nightly.json").read_text())
     assert [(c["id"], c["status"], c["reason"]) for c in report["cells"]] == [(
-        "flash-attn-2.8.3-cu130-torch2.14-12.0-py3.11", "skipped",
+        "flash-attn-2.8.3.post2-cu130-torch2.14-12.0-py3.11", "skipped",
         f"needs a compile farm or a big runner: $WHEELSMITH_COMPILE_FARM is not set and this "
         f"runner has {CORES} cores (fewer than 32)")]
     assert not (tmp_path / "work").exists()  # nothing fetched, no toolchain touched
