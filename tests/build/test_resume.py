@@ -20,6 +20,7 @@ from tests.leftovers import new_env
 from tests.resumes import kill_after_first_object, log_entries, ninja_steps, real_path
 from wheelsmith import cmd, errors
 from wheelsmith.build import reproducible, resume
+from wheelsmith.build.compile import progress_parser
 from wheelsmith.build.prebuild import already_built
 from wheelsmith.files import exclusive_lock
 from wheelsmith.toolchain.env import Toolchain
@@ -216,6 +217,23 @@ def test_a_ninja_started_while_a_time_limit_drains_compiles_nothing(tmp_path: Pa
     with pytest.raises(cmd.TimeLimitReached, match=r"^the time limit of 30 s ran out$"):
         run_while_draining([NINJA, "-j", "2"], tmp_path)
     assert not list(tmp_path.glob("*.o"))
+
+
+
+@pytest.mark.skipif(NINJA is None, reason="no ninja in this environment (pip install ninja)")
+def test_the_progress_bar_does_not_count_a_compile_that_failed(tmp_path: Path) -> None:
+    """ninja counts a step when it ends, failed or not: the compile a drain stopped made the
+    H200 run's bar say 36/73 where ninja's log, and the final line, had 35."""
+    assert NINJA is not None
+    (tmp_path / "build.ninja").write_text(
+        "rule ok\n  command = touch $out\nrule refused\n  command = false\n"
+        "build a.o: ok\nbuild b.o: refused\nbuild c.o: ok\n")
+    shown: list[tuple[int, int]] = []
+    with pytest.raises(errors.CommandError):
+        cmd.run([NINJA, "-j", "1", "-k", "0"], cwd=tmp_path,
+                on_line=progress_parser(lambda done, total: shown.append((done, total))))
+    assert shown[-1] == (2, 3)
+    assert max(done for done, _ in shown) == 2
 
 
 @pytest.mark.toolchain

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 
 PROGRESS_RE = re.compile(r"^\s*\[(\d+)/(\d+)\]")
+FAILED_LINE = "FAILED: "  # ninja, after the [N/M] line of a step that failed
 
 
 ERROR_RE = re.compile(r"\berror\b|^\s*FAILED:|\bfatal\b|Traceback|Error:", re.IGNORECASE)
@@ -71,13 +72,23 @@ def offline_prefix() -> tuple[str, ...]:
 def progress_parser(on_progress: ProgressCallback | None,
                     on_plan: Callable[[str], None] | None = None,
                     on_resume: Callable[[str], None] | None = None) -> Callable[[str], None]:
-    """ninja's `[N/M]` to `on_progress`; the pre-build check's plan line to `on_plan`, its
-    resume line (what an unfinished build left) to `on_resume`."""
+    """ninja's `[N/M]` to `on_progress`, less the steps that failed (ninja counts a step when
+    it ends, then prints `FAILED:` for one that failed: a compile a time limit's drain stopped
+    showed as done); the pre-build check's plan line to `on_plan`, its resume line (what an
+    unfinished build left) to `on_resume`."""
+    failed = 0
+    last: tuple[int, int] | None = None
+
     def on_line(line: str) -> None:
+        nonlocal failed, last
         match = PROGRESS_RE.match(line)
         text = line.strip()
         if match and on_progress is not None:
-            on_progress(int(match[1]), int(match[2]))
+            last = (int(match[1]), int(match[2]))
+            on_progress(last[0] - failed, last[1])
+        elif text.startswith(FAILED_LINE) and last is not None and on_progress is not None:
+            failed += 1
+            on_progress(last[0] - failed, last[1])
         elif on_plan is not None and text.startswith(PLAN_LINE):
             on_plan(text.removeprefix(PLAN_LINE))
         elif on_resume is not None and text.startswith(RESUME_LINE):
