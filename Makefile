@@ -41,6 +41,7 @@ unit: $(BIN)/.installed
 	$(BIN)/pytest -m "not toolchain and not build and not slow"
 
 test-slow: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[dev,slow]'
 	$(BIN)/pytest -m slow
 
 test-gpu: $(BIN)/.installed

