@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, wheelsmith
+from wheelsmith.build import pathview
 from wheelsmith.toolchain.env import Toolchain
 
 CONFIGURED = "configured: sm_120"
@@ -119,7 +120,10 @@ def test_recipe_new_then_build_gives_a_wheel_verify_passes_with_no_flags(
         assert stopped.returncode == 9, stopped.stderr
         hint = next(line for line in stopped.stderr.splitlines() if line.startswith("hint: "))
         assert hint.startswith(CXX_HINT), hint
-        assert hint.endswith(f"(--toolchain {hinted})"), hint
+        kept = tmp_path / "work" / f"{name}-{spec.partition('==')[2]}-"  # + the key's 12 hex
+        assert re.search(rf"\(--toolchain {re.escape(hinted)}\) \(the log's "
+                         rf"{re.escape(str(pathview.ROOT / 'source'))} is "
+                         rf"{re.escape(str(kept))}[0-9a-f]{{12}}/src/\S+\)$", hint), hint
         assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
         build_verified(tmp_path, name, "--toolchain", hinted)
     else:
