@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 WS := $(BIN)/wheelsmith
 
-.PHONY: demo test lint typecheck unit test-slow test-gpu bench schema clean
+.PHONY: demo test lint typecheck unit fuzz test-slow test-gpu bench schema clean
 
 $(BIN)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "wheelsmith needs Python >= 3.10")'
@@ -39,6 +39,11 @@ test: lint typecheck
 
 unit: $(BIN)/.installed
 	$(BIN)/pytest -m "not toolchain and not build and not slow"
+
+# The trust harness's soak: every generated-input property of tests/trust/ with many more
+# cases than make test's fixed budget (FUZZ_EXAMPLES per property, random each run).
+fuzz: $(BIN)/.installed
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/trust -m "not slow" --hypothesis-show-statistics
 
 test-slow: $(BIN)/.installed
 	$(BIN)/python -m pip install --quiet -e '.[dev,slow]'

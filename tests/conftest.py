@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from wheelsmith import locations
 from wheelsmith.build import container
@@ -28,6 +29,16 @@ from wheelsmith.toolchain.venv import ensure_profile
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 DEFAULT_PROFILE = REPO / "toolchains" / "cu130-torch2.14.yaml"
+
+# Generated inputs (tests/trust/): `make test` runs a fixed, derandomized budget per property;
+# `make fuzz` (HYPOTHESIS_PROFILE=fuzz) runs many more, random each time, for the soak.
+_GENERATED = settings(deadline=None, print_blob=True,
+                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                             HealthCheck.function_scoped_fixture])
+settings.register_profile("make-test", _GENERATED, max_examples=40, derandomize=True)
+settings.register_profile("fuzz", _GENERATED,
+                          max_examples=int(os.environ.get("FUZZ_EXAMPLES", "2000")))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "make-test"))
 
 
 @pytest.fixture

@@ -204,10 +204,13 @@ def install_pinned(python: Path, root: Path, pins: tuple[str, ...], profile: Pro
           *profile.pip_index_args(), "-r", requirements], "pip install of the pinned packages"),
         ([venv_python, "-m", "pip", "check"], "pip check (are all dependencies pinned?)"),
     ]
+    # The caller's PYTHONPATH (wheelsmith run from a checkout, PYTHONPATH=src) must not reach
+    # the venv's pip: `pip check` would judge the checkout's wheelsmith.egg-info as installed
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     try:
         with log_path.open("w") as log_file:
             for argv, what in steps:
-                cmd.run(argv, what=what, log_file=log_file, log_path=log_path)
+                cmd.run(argv, what=what, log_file=log_file, log_path=log_path, env=env)
     except WheelsmithError as exc:
         shutil.rmtree(root, ignore_errors=True)
         raise ToolchainError(f"could not create {root.name}: {exc.message}",
