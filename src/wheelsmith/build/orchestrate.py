@@ -58,7 +58,8 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
             else request.python
         toolchain = resolve_toolchain(request.toolchain, python, for_target=for_target,
                                       say=lambda chosen: report.stage("toolchain", chosen),
-                                      machine=parse_platform(request.platform))
+                                      machine=parse_platform(request.platform),
+                                      compiles=recipe.kind != "pure")
         preflight(toolchain, archs, recipe.arch.min_cuda)
     check_known_bad(recipe, release, toolchain, archs, report)
     return BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,

@@ -176,7 +176,8 @@ def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:
 
 
 @main.command()
-@click.argument("wheels", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("wheels", nargs=-1, required=True,
+                type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("--arch", "archs", multiple=True, metavar="ARCHS",
               help="Compute capability to check, e.g. 12.0; repeat or use '9.0;12.0'; '+PTX' "
                    "adds PTX. Default: the archs a wheelsmith wheel's provenance records "
