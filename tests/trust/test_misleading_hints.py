@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tests.conftest import Served
 from tests.doctor.test_doctor_runs import probe_info
 from tests.hostile import assert_orderly, run_bounded
-from tests.trust.test_wheel_provenance import provenance, wheel_with
+from tests.trust.test_rebuild_provenance import provenance, wheel_with
 from wheelsmith import cmd
 from wheelsmith.arch import ArchSet, parse_arch
 from wheelsmith.build.compile import offline_prefix
