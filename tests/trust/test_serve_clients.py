@@ -141,8 +141,12 @@ def test_generated_requests_get_a_status_or_a_closed_connection_and_one_log_line
 
 
 @pytest.mark.parametrize(("data", "code", "note"), [
-    (b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 300 + b"\r\n", 431, "Too many headers"),
-    (b"GET / HTTP/1.1\r\nX: " + b"a" * 100_000 + b"\r\n\r\n", 431, "Line too long"),
+    (b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 300 + b"\r\n", 431,
+     "Too many headers (got more than 100 headers)"),
+    (b"GET / HTTP/1.1\r\nX: " + b"a" * 100_000 + b"\r\n\r\n", 431,
+     "Line too long (got more than 65536 bytes when reading header line)"),
+    (b"GET / HTTP/1.1\r\n" + (b"X: " + b"a" * 10_000 + b"\r\n") * 20 + b"\r\n", 431,
+     "Too many headers (a request head over 131072 bytes)"),
     (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414, "Request-URI Too Long"),
     (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 garbage\r\n\r\n", 400,  # TLS
      "Bad HTTP/0.9 request type"),

@@ -250,11 +250,12 @@ class IndexHandler(http.server.BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None,
                    explain: str | None = None) -> None:
         # its phrase, without the request line http.server quotes in it: the reply does not
-        # echo what the client sent, the log shows it once
-        self._note = (message or self.responses.get(code, ("",))[0]).split(" (", 1)[0]
+        # echo what the client sent, the log shows it once; the limit that was passed, if any
+        phrase = (message or self.responses.get(code, ("",))[0]).split(" (", 1)[0]
+        self._note = f"{phrase} ({explain})" if explain else phrase
         self._in_error = True
         try:
-            super().send_error(code, self._note, explain)
+            super().send_error(code, phrase, explain)
         finally:
             self._in_error = False
 
