@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from tests.conftest import Server, serve
 from tests.hostile import assert_orderly, run_bounded
 from tests.wheels import make_wheel
+from wheelsmith.index import serve as serve_module
 from wheelsmith.index.listener import listen
 from wheelsmith.index.publish import publish
 
@@ -261,6 +262,34 @@ def test_connections_beyond_the_limit_are_answered_503_at_once(
         server.server_close()
     refused = [r.getMessage() for r in caplog.records if '" 503 ' in r.getMessage()]
     assert refused == ['127.0.0.1 "-" 503 accept="-"; 4 connections are open']
+
+
+def test_a_bug_while_answering_is_a_500_and_one_line_and_the_server_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    def broken(root: Path, raw_path: str, accept: str | None) -> serve_module.Response:
+        if raw_path == "/broken":
+            raise RuntimeError("a bug planted by the test")
+        return real(root, raw_path, accept)
+
+    real = serve_module.route
+    monkeypatch.setattr(serve_module, "route", broken)
+    server = listen(published_index(tmp_path / "index", tmp_path / "wheels"), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    running = Server(f"http://127.0.0.1:{server.server_address[1]}", tmp_path / "none")
+    caplog.set_level(logging.INFO, logger="wheelsmith")
+    try:
+        assert status(exchange(running, b"GET /broken HTTP/1.1\r\n\r\n")) == 500
+        good_request(running)
+    finally:
+        server.shutdown()
+        server.server_close()
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert lines[0] == ('127.0.0.1 "GET /broken HTTP/1.1" 500 accept="-"; a bug in wheelsmith '
+                        "serve (please report it): RuntimeError: a bug planted by the test")
+    assert lines[1].startswith(f'127.0.0.1 "GET {PAGE} HTTP/1.1" 200 ')
+    assert len(lines) == 2
+    assert all(r.exc_info is None for r in caplog.records if r.levelno >= logging.INFO)
 
 
 def test_serving_on_an_address_in_use_names_it(tmp_path: Path) -> None:

@@ -238,6 +238,14 @@ class IndexHandler(http.server.BaseHTTPRequestHandler):
         except (ClientGone, HeadTooLarge, OSError) as exc:
             self.close_connection = True
             self._note = _why(exc)
+        except Exception as exc:  # a bug: a 500 when nothing was sent yet, and one line
+            self.close_connection = True
+            log.debug("the traceback of a bug in wheelsmith serve:", exc_info=True)
+            if self._status == "-":
+                with contextlib.suppress(OSError):
+                    self.send_error(500)
+            self._note = (f"a bug in wheelsmith serve (please report it): "
+                          f"{type(exc).__name__}: {exc}")
         finally:
             self._log_line()
 
