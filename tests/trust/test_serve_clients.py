@@ -171,12 +171,13 @@ def test_malformed_requests_get_their_status_and_one_line_saying_why(
 def test_a_request_that_drips_is_cut_at_the_idle_timeout(server: Server) -> None:
     before = len(request_lines(server))
     start = time.monotonic()
-    with socket.create_connection(address(server), timeout=30) as sock:
-        with contextlib.suppress(OSError):
-            for byte in b"GET / HTTP/1.1\r\nX-Slow: " + b"y" * 100:
-                sock.sendall(bytes([byte]))
-                time.sleep(0.25)  # each byte well within the idle timeout
-        assert sock.recv(1024) == b""
+    # the server closes: the next byte is refused (or recv sees the end)
+    with socket.create_connection(address(server), timeout=30) as sock, \
+            contextlib.suppress(OSError):
+        for byte in b"GET / HTTP/1.1\r\nX-Slow: " + b"y" * 100:
+            sock.sendall(bytes([byte]))
+            time.sleep(0.25)  # each byte well within the idle timeout
+        assert sock.recv(1024) == b"", "the server never closed the connection"
     assert time.monotonic() - start < IDLE_S + 5
     (line,) = request_lines(server)[before:]
     assert line == f'127.0.0.1 "-" - accept="-"; no complete request within {IDLE_S} s'
