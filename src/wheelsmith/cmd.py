@@ -343,11 +343,16 @@ def _run_captured(
         except subprocess.TimeoutExpired:
             raise too_slow(subject[0], limits.seconds, verb="did not finish",
                            hint=subject[1]) from None
-    stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
+    stdout, stderr = (_text(part) for part in (out, err))
     lines = (stdout + stderr).splitlines()
     for text in lines:
         _emit(text, log_file, None)
     return proc.returncode, stdout, stderr, lines[-TAIL_LINES:]
+
+
+def _text(data: bytes) -> str:
+    """As a text-mode pipe reads it: undecodable bytes replaced, newlines universal."""
+    return data.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _read_pipes(fds: tuple[int, int], bounds: Bounds, subject: tuple[str, str | None]

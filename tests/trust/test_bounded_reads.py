@@ -131,3 +131,12 @@ def test_a_bounded_command_within_its_bounds_gives_its_output() -> None:
     done = cmd.run(["sh", "-c", "echo out; echo err >&2; exit 3"], stream=False,
                    ok_returncodes=(3,), bounds=Bounds(1 << 20, 10.0, quiet_seconds=5.0))
     assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+
+
+def test_a_capture_reads_as_a_text_pipe_did() -> None:
+    """Bounded or not, a capture reads both pipes in chunks now: its text is what a text-mode
+    pipe gave (undecodable bytes replaced, newlines universal), large outputs included."""
+    script = "printf 'a\\r\\nb\\rc\\377\\n'; head -c 3000000 /dev/zero | tr '\\0' x >&2"
+    for bounds in (None, Bounds(8 << 20, 30.0)):
+        done = cmd.run(["sh", "-c", script], stream=False, bounds=bounds)
+        assert (done.stdout, len(done.stderr)) == ("a\nb\nc\ufffd\n", 3_000_000)
