@@ -271,7 +271,7 @@ class Provenance:
         return cls(
             key=node.optional("key", Node.text),
             recipe=field(recipe, "package", Node.name),
-            version=field(recipe, "version", lambda n: str(n.parsed(Version, "a version"))),
+            version=field(recipe, "version", _version),
             toolchain=field(toolchain, "name", Node.name),
             python=field(toolchain, "python", lambda n: n.text(_PYTHON_RE, "a Python version")),
             channel=field(toolchain, "channel", lambda n: n.text(CHANNEL_RE, "a channel name")),
@@ -282,6 +282,12 @@ class Provenance:
 
 
 _PYTHON_RE = re.compile(r"\d+\.\d+")
+
+
+def _version(node: Node) -> str:
+    """A version, kept as it was written (a recipe names its versions so)."""
+    node.parsed(Version, "a version")
+    return node.text()
 
 
 def read_provenance(wheel: Path) -> Provenance | None:

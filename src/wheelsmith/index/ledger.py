@@ -108,6 +108,7 @@ def _entry(node: Node) -> FileRecord | Yank:
     def optional(key: str) -> str | None:
         return node.optional(key, Node.text)
 
+    node["version"].parsed(Version, "a version")  # checked, and kept as it was written
     return FileRecord(
         channel=node["channel"].text(CHANNEL_RE, "a channel name"),
         project=node["project"].text(PROJECT_RE, "a normalized project name"),
@@ -116,7 +117,7 @@ def _entry(node: Node) -> FileRecord | Yank:
         upload_time=node["upload_time"].text(),
         metadata_sha256=node["metadata_sha256"].text(SHA256_RE, "a sha256"),
         requires_python=optional("requires_python"),
-        version=str(node["version"].parsed(Version, "a version")),
+        version=node["version"].text(),
         key=optional("key"), archs=optional("archs"))
 
 
