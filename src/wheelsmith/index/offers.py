@@ -70,15 +70,16 @@ def offers(base: str, project: str, target: Target, archs: tuple[Arch, ...], *,
     project it does not have offers nothing, and neither does a wheel without a sha256 (an
     install pins it)."""
     page = simple_page(project, base, timeout=timeout, missing_ok=True)
+    if page is None:
+        return []
     found = []
-    for number, item in enumerate(page.files if page else ()):
+    for number, item in enumerate(page.files):
         if not item.filename.endswith(".whl") or item.yanked:
             continue
         try:
             name = WheelName.parse(item.filename)
         except InvalidWheelFilename as exc:
-            raise UntrustedDataError(page.url if page else base,
-                                     f"files[{number}].filename: {exc}") from None
+            raise UntrustedDataError(page.url, f"files[{number}].filename: {exc}") from None
         if not target.accepts(item.filename) or item.sha256 is None:
             continue
         if version is not None and name.version.public != Version(version).public:
