@@ -43,21 +43,19 @@ def request_for(wheel: Path, *, work_dir: Path, runner_name: str) -> BuildReques
         raise VerifyError(f"{wheel.name} carries no wheelsmith provenance "
                           "(<dist-info>/wheelsmith.json)",
                           hint="only a wheel wheelsmith built can be rebuilt from itself")
-    try:
-        toolchain = provenance["toolchain"]
-        archs = ArchSet.parse([provenance["archs_requested"]]) \
-            if provenance["archs_requested"] else None
-        return BuildRequest(
-            recipe=provenance["recipe"]["package"], version=provenance["recipe"]["version"],
-            archs=archs, toolchain=toolchain["name"], python_version=toolchain["python"],
-            env=tuple(sorted(provenance.get("extra_env", {}).items())),
-            out_dir=work_dir / "rebuilt" / wheel.name.removesuffix(".whl"), work_dir=work_dir,
-            compile_cache="off", compile_farm="off", runner=runner_name, rebuild=True,
-            fresh=True)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise VerifyError(f"{wheel.name}: its provenance lacks what defines the build ({exc})",
+    recipe, version, python = provenance.recipe, provenance.version, provenance.python
+    if recipe is None or version is None or python is None or provenance.toolchain is None:
+        raise VerifyError(f"{wheel.name}: its provenance lacks what defines the build (the "
+                          "recipe's package and version, the toolchain's name and Python)",
                           hint="the wheel was built by an older wheelsmith or its "
-                               "wheelsmith.json was edited") from None
+                               "wheelsmith.json was edited")
+    return BuildRequest(
+        recipe=recipe, version=version,
+        archs=ArchSet.parse([provenance.archs]) if provenance.archs else None,
+        toolchain=provenance.toolchain, python_version=python,
+        env=tuple(sorted(provenance.extra_env.items())),
+        out_dir=work_dir / "rebuilt" / wheel.name.removesuffix(".whl"), work_dir=work_dir,
+        compile_cache="off", compile_farm="off", runner=runner_name, rebuild=True, fresh=True)
 
 
 def rebuild(wheel: Path, *, work_dir: Path, runner_name: str, report: Reporter) -> Comparison:
@@ -66,7 +64,8 @@ def rebuild(wheel: Path, *, work_dir: Path, runner_name: str, report: Reporter) 
         raise VerifyError(f"no such wheel: {wheel}")
     request = request_for(wheel, work_dir=work_dir.resolve(), runner_name=runner_name)
     prepared = runner.prepare(request, report)
-    key = (read_provenance(wheel) or {}).get("key")
+    provenance = read_provenance(wheel)
+    key = provenance.key if provenance else None
     if prepared.plan.key != key:
         raise VerifyError(
             f"cannot rebuild {wheel.name} as it was built: the recipe, patches and toolchain "

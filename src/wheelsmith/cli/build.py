@@ -216,13 +216,13 @@ def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[st
 def _verify_request(wheel: Path, archs: tuple[str, ...], host_only: tuple[str, ...]
                     ) -> tuple[ArchSet, tuple[str, ...]]:
     """--arch and --host-only, else what the wheel's provenance records."""
-    recorded = (read_provenance(wheel) or {}) if wheel.is_file() else {}
-    requested = parse_archs(archs) or (parse_archs((recorded["archs_requested"],))
-                                       if recorded.get("archs_requested") else None)
+    recorded = read_provenance(wheel) if wheel.is_file() else None
+    requested = parse_archs(archs) or (parse_archs((recorded.archs,))
+                                       if recorded and recorded.archs else None)
     if requested is None:
         raise click.UsageError(f"--arch is required: {wheel.name} has no wheelsmith provenance "
                                "that records its archs; e.g. --arch 12.0")
-    return requested, host_only or tuple(recorded.get("host_only", ()))
+    return requested, host_only or (recorded.host_only if recorded else ())
 
 
 def _verify_rebuild(wheels: tuple[Path, ...], work_dir: Path, runner: str,
