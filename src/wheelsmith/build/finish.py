@@ -131,7 +131,8 @@ def up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
     for wheel in sorted(out_dir.glob(expected_prefix(plan) + "*.whl")):
         if not _for_this_target(wheel.name, plan):
             continue  # the same package for another Python or CPU: another build's
-        key = (read_provenance(wheel) or {}).get("key")
+        provenance = read_provenance(wheel)
+        key = provenance.key if provenance else None
         if key == plan.key and not rebuild:
             return wheel
         if key != plan.key and not rebuild:

@@ -38,7 +38,7 @@ from wheelsmith.toolchain.platform import parse_platform
 from wheelsmith.toolchain.preflight import preflight
 from wheelsmith.toolchain.select import resolve_toolchain
 from wheelsmith.toolchain.target import interpreter_for
-from wheelsmith.wheelfile import read_provenance
+from wheelsmith.wheelfile import recorded_provenance
 
 
 def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None = None
@@ -82,7 +82,7 @@ def already_built(plan: BuildPlan, request: BuildRequest, report: Reporter
     if existing is None:
         return None
     report.stage("up to date", existing.name)
-    return BuildResult(wheel=existing, provenance=read_provenance(existing) or {},
+    return BuildResult(wheel=existing, provenance=recorded_provenance(existing),
                        up_to_date=True, log=None,
                        run=reproducible.read_run(request.work_dir.resolve() / plan.slug()))
 

@@ -27,7 +27,6 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -163,64 +162,49 @@ class Rebuild:
 
 def plan_rebuild(wheel: Path, *, accepted: Mapping[str, str], work_dir: Path,
                  runner_name: str) -> Rebuild:
-    """The build request the wheel's provenance describes, every field checked as data
-    (nothing prepared or run); its environment judged (`Rebuild.refusal`)."""
+    """The build request the wheel's provenance describes, every field checked as data for
+    this command (nothing prepared or run); its environment judged (`Rebuild.refusal`)."""
     if not wheel.is_file():
         raise VerifyError(f"no such wheel file: {wheel}")
-    provenance = read_provenance(wheel)
-    if not isinstance(provenance, dict):
+    provenance = read_provenance(wheel)  # a record of another shape: UntrustedDataError
+    if provenance is None:
         raise VerifyError(f"{wheel.name} carries no wheelsmith provenance "
                           "(<dist-info>/wheelsmith.json)",
                           hint="only a wheel wheelsmith built can be rebuilt from itself")
     label = wheel.name
-    entries = judge_env(recorded_env(label, provenance), accepted)
-    archs = _plain(label, provenance, "archs_requested", _ARCHS, "an arch list")
+    entries = judge_env(provenance.extra_env, accepted)
+    archs = _plain(label, "archs_requested", provenance.archs, _ARCHS, "an arch list")
     try:
         parsed = ArchSet.parse([archs]) if archs else None
     except ArchParseError as exc:
         raise _bad(label, "archs_requested", archs, f"an arch list ({exc.message})") from None
     request = BuildRequest(
-        recipe=_plain(label, provenance, "recipe.package", _NAME, "a package name"),
-        version=_version(label, provenance), archs=parsed,
-        toolchain=_toolchain(label, provenance),
-        python_version=_plain(label, provenance, "toolchain.python", _PYTHON, "a Python X.Y"),
+        recipe=_plain(label, "recipe.package", provenance.recipe, _NAME, "a package name"),
+        version=_version(label, provenance.version), archs=parsed,
+        toolchain=_toolchain(label, provenance.toolchain),
+        python_version=_plain(label, "toolchain.python", provenance.python, _PYTHON,
+                              "a Python X.Y"),
         env=tuple((e.name, e.value) for e in entries if e.refusal is None),
         out_dir=work_dir / "rebuilt" / wheel.name.removesuffix(".whl"), work_dir=work_dir,
         compile_cache="off", compile_farm="off", runner=runner_name, rebuild=True, fresh=True)
-    key = _plain(label, provenance, "key", _KEY, "a content key")
+    key = _plain(label, "key", provenance.key, _KEY, "a content key")
     return Rebuild(wheel, request, key, tuple(entries))
 
 
-def recorded_env(label: str, provenance: Mapping[str, Any]) -> dict[str, str]:
-    """The provenance's `extra_env`: text names to text values, or refused."""
-    env = provenance.get("extra_env", {})
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                            for k, v in env.items()):
-        raise _bad(label, "extra_env", env, "variable names with text values")
-    return env
-
-
-def _field(label: str, provenance: Mapping[str, Any], path: str, kind: type) -> Any:
-    """The provenance's value at dotted `path`, of type `kind`, or a VerifyError naming it."""
-    value: Any = provenance
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    if not isinstance(value, kind):
+def _plain(label: str, path: str, value: str | None, pattern: re.Pattern[str],
+           what: str) -> str:
+    """`value` (the provenance's at dotted `path`) when it is `what`; else a VerifyError
+    naming the field."""
+    if value is None:
         raise VerifyError(f"{label}: its provenance lacks what defines the build ({path})",
                           hint=DATA_HINT)
-    return value
-
-
-def _plain(label: str, provenance: Mapping[str, Any], path: str, pattern: re.Pattern[str],
-           what: str) -> str:
-    value: str = _field(label, provenance, path, str)
     if not pattern.fullmatch(value):
         raise _bad(label, path, value, what)
     return value
 
 
-def _version(label: str, provenance: Mapping[str, Any]) -> str:
-    value = _plain(label, provenance, "recipe.version", _VERSION, "a version")
+def _version(label: str, version: str | None) -> str:
+    value = _plain(label, "recipe.version", version, _VERSION, "a version")
     try:
         Version(value)
     except InvalidVersion:
@@ -228,9 +212,9 @@ def _version(label: str, provenance: Mapping[str, Any]) -> str:
     return value
 
 
-def _toolchain(label: str, provenance: Mapping[str, Any]) -> str:
+def _toolchain(label: str, name: str | None) -> str:
     """The profile the wheel names: one known here (or 'system'), never a path."""
-    value = _plain(label, provenance, "toolchain.name", _NAME, "a toolchain profile's name")
+    value = _plain(label, "toolchain.name", name, _NAME, "a toolchain profile's name")
     known = profile_files(locations.profile_dirs())
     if value != SYSTEM and value not in known:
         raise VerifyError(f"{label}: its provenance names the toolchain profile {value}, which "

@@ -11,7 +11,7 @@ import click
 
 from wheelsmith.arch import ArchSet
 from wheelsmith.build import compilesetup, finish
-from wheelsmith.build.rebuild import EnvEntry, judge_env, plan_rebuild, recorded_env
+from wheelsmith.build.rebuild import EnvEntry, judge_env, plan_rebuild
 from wheelsmith.build.rebuild import rebuild as rebuild_wheel
 from wheelsmith.build.request import BuildRequest, BuildResult, from_json
 from wheelsmith.cli import console
@@ -37,7 +37,7 @@ from wheelsmith.recipes.model import load_recipe
 from wheelsmith.recipes.schema import schema_json
 from wheelsmith.toolchain import target
 from wheelsmith.toolchain.target import Target
-from wheelsmith.wheelfile import read_provenance
+from wheelsmith.wheelfile import Provenance, read_provenance
 
 
 @main.command()
@@ -209,12 +209,11 @@ def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[st
                                "provenance sets for the rebuild")
     results = []
     for wheel in wheels:
-        provenance = read_provenance(wheel)
-        recorded = provenance if isinstance(provenance, dict) else {}
+        recorded = read_provenance(wheel)
         requested, allowed = _verify_request(wheel, recorded, archs, host_only)
         inventory = finish.verify(wheel, requested, python=Path(sys.executable),
                                   host_only=allowed)
-        environment = recorded_env(wheel.name, recorded) if provenance is not None else None
+        environment = recorded.extra_env if recorded is not None else None
         results.append({"wheel": str(wheel), "archs": str(requested), "host_only": list(allowed),
                         "device_code": [d.as_dict() for d in inventory],
                         "environment": environment})
@@ -229,18 +228,15 @@ def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[st
         emit_json({"ok": True, "wheels": results})
 
 
-def _verify_request(wheel: Path, recorded: dict[str, Any], archs: tuple[str, ...],
+def _verify_request(wheel: Path, recorded: Provenance | None, archs: tuple[str, ...],
                     host_only: tuple[str, ...]) -> tuple[ArchSet, tuple[str, ...]]:
     """--arch and --host-only, else what the wheel's provenance records."""
-    recorded_archs = recorded.get("archs_requested")
-    requested = parse_archs(archs) or (parse_archs((recorded_archs,))
-                                       if isinstance(recorded_archs, str) and recorded_archs
-                                       else None)
+    requested = parse_archs(archs) or (parse_archs((recorded.archs,))
+                                       if recorded and recorded.archs else None)
     if requested is None:
         raise click.UsageError(f"--arch is required: {wheel.name} has no wheelsmith provenance "
                                "that records its archs; e.g. --arch 12.0")
-    globs = recorded.get("host_only", ())
-    return requested, host_only or tuple(g for g in globs if isinstance(g, str))
+    return requested, host_only or (recorded.host_only if recorded else ())
 
 
 def _echo_env(heading: str, entries: list[EnvEntry], *, err: bool) -> None:

@@ -11,7 +11,8 @@ from wheelsmith.cli._common import emit_json, index_option, json_option, main
 from wheelsmith.errors import IndexDriftError
 from wheelsmith.index import publish
 from wheelsmith.index import store as index
-from wheelsmith.index.serve import make_server
+from wheelsmith.index.listener import authority, listen
+from wheelsmith.index.serve import IDLE_S, banner
 
 
 def published_json(published: publish.Published | None) -> dict[str, str] | None:
@@ -91,23 +92,27 @@ def index_rebuild(index_dir: Path) -> None:
 @index_option
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-def serve_command(index_dir: Path, host: str, port: int) -> None:
+@click.option("--idle-timeout", "idle_s", default=int(IDLE_S), show_default=True,
+              type=click.IntRange(1, 3600), metavar="SECONDS",
+              help="Close a connection that has not sent a whole request, or has taken no "
+                   "part of its reply, for this long.")
+def serve_command(index_dir: Path, host: str, port: int, idle_s: int) -> None:
     """Serve the index read-only over HTTP (HTML/JSON negotiation, .metadata, no PyPI)."""
 
-    if index.create(index_dir):
-        click.echo(f"a new, empty index in {index_dir}: publishing fills it while it is served",
-                   err=True)
-    elif not (index_dir / "ledger.jsonl").is_file():
-        raise IndexDriftError(f"{index_dir} is not a wheelsmith index (no ledger.jsonl)",
-                              hint="point --index at an index, an empty directory or a new path")
-    server = make_server(index_dir, host, port)
-    console.setup_logging(max(1, _verbosity()))
-    bound = f"http://{host}:{server.server_address[1]}"
-    channels = sorted(p.parent.name for p in index_dir.glob("*/simple/index.html"))
-    click.echo(f"serving {index_dir} at {bound}/ (Ctrl-C stops)", err=True)
-    for channel in channels:
-        click.echo(f"  pip install --index-url {bound}/{channel}/simple/ PACKAGE", err=True)
+    server = listen(index_dir, host, port, idle_s=idle_s)  # nothing is created if it cannot
     try:
+        if index.create(index_dir):
+            click.echo(f"a new, empty index in {index_dir}: publishing fills it while it is "
+                       "served", err=True)
+        elif not (index_dir / "ledger.jsonl").is_file():
+            raise IndexDriftError(f"{index_dir} is not a wheelsmith index (no ledger.jsonl)",
+                                  hint="point --index at an index, an empty directory or a new "
+                                       "path")
+        console.setup_logging(max(1, _verbosity()))
+        url = f"http://{authority(host, server.server_address[1])}"
+        click.echo(f"serving {index_dir} at {url}/ (Ctrl-C stops)", err=True)
+        for line in banner(index_dir, url, host):
+            click.echo(line, err=True)
         server.serve_forever()
     finally:
         server.server_close()

@@ -62,9 +62,9 @@ def known_keys(settings: Settings) -> set[str]:
     keys = {r.key for r in ledger.read(settings.index_dir).by_filename.values() if r.key}
     if settings.out_dir.is_dir():
         for wheel in settings.out_dir.glob("*.whl"):
-            key = (read_provenance(wheel) or {}).get("key")
-            if key:
-                keys.add(key)
+            provenance = read_provenance(wheel)
+            if provenance and provenance.key:
+                keys.add(provenance.key)
     return keys
 
 

@@ -13,7 +13,6 @@ Publishing identical bytes again is a no-op.
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 from dataclasses import dataclass
 from email.parser import BytesHeaderParser
@@ -27,12 +26,9 @@ from wheelsmith.files import sha256_bytes, sha256_file, store_no_clobber
 from wheelsmith.index import ledger
 from wheelsmith.index import store as index
 from wheelsmith.index.ledger import FileRecord, IndexState
-from wheelsmith.wheelfile import read_provenance
+from wheelsmith.wheelfile import CHANNEL_RE, read_provenance
 
 log = logging.getLogger(__name__)
-
-CHANNEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-
 
 @dataclass(frozen=True, slots=True)
 class Published:
@@ -63,12 +59,12 @@ def _inspect(wheel: Path, channel: str | None) -> _Candidate:
                            "exactly what a build wrote")
     metadata = wheelfile.read_metadata(wheel)
     headers = BytesHeaderParser().parsebytes(metadata)
-    provenance = read_provenance(wheel) or {}
-    chosen = channel or provenance.get("toolchain", {}).get("channel")
+    provenance = read_provenance(wheel)
+    chosen = channel or (provenance.channel if provenance else None)
     if not chosen:
         raise PublishError(f"{wheel.name} has no wheelsmith provenance, so its channel is "
                            "unknown", hint="pass --channel, e.g. --channel cu130-torch2.14")
-    if not CHANNEL_RE.match(chosen):
+    if not CHANNEL_RE.fullmatch(chosen):
         raise PublishError(f"channel '{chosen}' is not a valid name",
                            hint="use lowercase letters, digits, '.', '_' and '-'")
     name = wheelfile.WheelName.parse(wheel.name)
@@ -76,8 +72,8 @@ def _inspect(wheel: Path, channel: str | None) -> _Candidate:
         channel=chosen, project=ledger.normalize(name.name), filename=wheel.name,
         sha256=sha256_file(wheel), size=wheel.stat().st_size, upload_time=ledger.now(),
         metadata_sha256=sha256_bytes(metadata), requires_python=headers.get("Requires-Python"),
-        version=str(name.version), key=provenance.get("key"),
-        archs=provenance.get("archs_requested"))
+        version=str(name.version), key=provenance.key if provenance else None,
+        archs=provenance.archs if provenance else None)
     return _Candidate(wheel, record, metadata)
 
 

@@ -83,7 +83,7 @@ def _torch_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
         env = dict(os.environ, TORCH_CUDA_ARCH_LIST=wanted, CUDA_HOME=str(toolchain.cuda_home))
         info = probe_python(toolchain.python, env=env)
         known[wanted] = ([f"torch {toolchain.torch_version} refuses the arch list: "
-                          f"{info['arch_error']}"] if "arch_error" in info else [])
+                          f"{info.arch_error}"] if info.arch_error is not None else [])
         if memo is not None:
             with contextlib.suppress(OSError):  # a read-only toolchain (an image) just re-asks
                 atomic_write_text(memo, json.dumps(known, indent=1, sort_keys=True) + "\n")
