@@ -134,11 +134,13 @@ def _resolve(argv: Sequence[str | Path], env: Mapping[str, str] | None) -> list[
     path = (env or os.environ).get("PATH")
     found = shutil.which(args[0], path=path)
     if found is None:
+        here = shutil.which(args[0])
         raise CommandError(
             f"command not found: {args[0]}",
             tail=[],
             returncode=127,
-            hint=f"install {args[0]} or put it on PATH",
+            hint=f"install {args[0]} or put it on PATH" if here is None else
+            f"{args[0]} is {here}, but not on the PATH this command runs with ({path})",
         )
     return args
 

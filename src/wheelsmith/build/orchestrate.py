@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from wheelsmith import __version__, locations, locks
-from wheelsmith.build import reproducible, resume
+from wheelsmith.build import buildenv, reproducible, resume
 from wheelsmith.build.compile import compile_package, log_path_of
 from wheelsmith.build.compilesetup import compile_setup, refuse_without_ninja
 from wheelsmith.build.finish import (
@@ -49,6 +49,7 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
     recipe = resolve_recipe(request.recipe)
     release = recipe.release(request.version)
     archs = archs_for(recipe, request.archs)
+    buildenv.check_extra_env(request.env, buildenv.recipe_sets(recipe, release, archs))
     if toolchain is None:
         for_target = request.target is not None
         if request.toolchain or not for_target:
@@ -57,7 +58,8 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
             else request.python
         toolchain = resolve_toolchain(request.toolchain, python, for_target=for_target,
                                       say=lambda chosen: report.stage("toolchain", chosen),
-                                      machine=parse_platform(request.platform))
+                                      machine=parse_platform(request.platform),
+                                      compiles=recipe.kind != "pure")
         preflight(toolchain, archs, recipe.arch.min_cuda)
     check_known_bad(recipe, release, toolchain, archs, report)
     return BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
