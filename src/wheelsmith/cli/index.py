@@ -10,7 +10,7 @@ import click
 from wheelsmith.cli import console
 from wheelsmith.cli._common import emit_json, index_option, json_option, main
 from wheelsmith.errors import IndexDriftError
-from wheelsmith.index import publish, upload
+from wheelsmith.index import export, publish, upload
 from wheelsmith.index import store as index
 from wheelsmith.index.listener import authority, listen
 from wheelsmith.index.serve import IDLE_S, banner
@@ -105,6 +105,26 @@ def index_rebuild(index_dir: Path) -> None:
     """Regenerate every page from the ledger (files are never touched)."""
     count = index.rebuild(index_dir)
     click.echo(f"ok: {count} page(s) regenerated from {index_dir}/ledger.jsonl")
+
+
+@index_group.command("export")
+@click.argument("dest", type=click.Path(path_type=Path))
+@index_option
+@click.option("--base-url", metavar="URL", help="Where the files will be served from (a "
+              "bucket, a CDN): pages link URL/files/...; a URL with {filename} (release "
+              "assets) links URL with each file's name, the files flat in DEST/files/. "
+              "Default: links relative to the pages, the files served with them.")
+@json_option
+def index_export(dest: Path, index_dir: Path, base_url: str | None, as_json: bool) -> None:
+    """Write the index as a static tree into DEST (PEP 503, PEP 691, PEP 658), for any
+    static host; again later, only what changed is written."""
+    done = export.export(index_dir, dest, base_url)
+    if as_json:
+        emit_json({"ok": True, "files": done.files, "files_written": done.files_written,
+                   "pages": done.pages, "pages_written": done.pages_written})
+        return
+    click.echo(f"ok: {done.files} file(s) ({done.files_written} new), {done.pages} page(s) "
+               f"({done.pages_written} rewritten) in {dest}")
 
 
 @main.command("serve")
