@@ -100,21 +100,25 @@ def server_for(to: str, simple: str | None, channel: str) -> Server:
                   else upload + "simple/")
 
 
+def check_url(option: str, url: str) -> None:
+    """An http(s) URL template with no credentials in it and no placeholder but {channel}."""
+    parts = urllib.parse.urlsplit(url.replace(CHANNEL, "c"))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"{option}: '{url}' is not an http:// or https:// URL",
+                         hint="e.g. --to http://HOST:3141/USER/{channel}/ (devpi)")
+    if parts.username or parts.password:
+        raise UsageError(f"{option}: '{parts.hostname}' is given with credentials in the URL, "
+                         "where every process on the machine can read them",
+                         hint=CREDENTIAL_HINT)
+    if "{" in url.replace(CHANNEL, "") or "}" in url.replace(CHANNEL, ""):
+        raise UsageError(f"{option}: '{url}' has a placeholder other than {CHANNEL}")
+
+
 def check_templates(to: str, simple: str | None, channel: str | None) -> None:
     """Refuse what would put credentials on a command line, mix channels, or is no URL."""
-    for option, url in (("--to", to), ("--simple", simple)):
-        if url is None:
-            continue
-        parts = urllib.parse.urlsplit(url.replace(CHANNEL, "c"))
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(f"{option}: '{url}' is not an http:// or https:// URL",
-                             hint="e.g. --to http://HOST:3141/USER/{channel}/ (devpi)")
-        if parts.username or parts.password:
-            raise UsageError(f"{option}: '{parts.hostname}' is given with credentials in the "
-                             "URL, where every process on the machine can read them",
-                             hint=CREDENTIAL_HINT)
-        if "{" in url.replace(CHANNEL, "") or "}" in url.replace(CHANNEL, ""):
-            raise UsageError(f"{option}: '{url}' has a placeholder other than {CHANNEL}")
+    check_url("--to", to)
+    if simple is not None:
+        check_url("--simple", simple)
     if channel is None and CHANNEL not in to:
         raise UsageError(f"--to {to} names no channel: every channel would share one index, "
                          "where pip picks among the builds by label, not by your torch",
