@@ -11,6 +11,7 @@ another host; a POST is never redirected.
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import os
@@ -77,8 +78,6 @@ class Auth:
     origin: str
 
     def header(self) -> str:
-        import base64  # noqa: PLC0415 - only uploads with credentials need it
-
         pair = f"{self.username}:{self.password}".encode()
         return "Basic " + base64.b64encode(pair).decode()
 
