@@ -22,6 +22,7 @@ import pytest
 from tests.index.servers import CHANNEL, IndexServer, devpi, listed_sha256, pypiserver
 from tests.index.test_index_clients import CLEAN_ENV, INSTALLERS, installed, venv
 from tests.wheels import make_wheel
+from wheelsmith.index import upload
 from wheelsmith.wheelfile import PROVENANCE_FILE
 
 VERSION = "1.0.0+cu.13.0.torch.2.14.sm.120"
@@ -213,3 +214,23 @@ def test_metadata_fields_reach_the_server(tmp_path: Path, server: IndexServer,
     assert data["requires_dist"] == ["torch==2.14.*", "packaging>=24"]
     assert (data["name"], data["metadata_version"]) == (project, "2.1")
     assert data["description"] == "A description.\n"
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"WHEELSMITH_UPLOAD_TOKEN": "tok-1", "TWINE_PASSWORD": "tok-2", "TWINE_USERNAME": "t"},
+     ("__token__", "tok-1", "WHEELSMITH_UPLOAD_TOKEN")),
+    ({"WHEELSMITH_UPLOAD_TOKEN": "tok-1", "WHEELSMITH_UPLOAD_USER": "ci"},
+     ("ci", "tok-1", "WHEELSMITH_UPLOAD_TOKEN")),
+    ({"TWINE_PASSWORD": "tok-2", "TWINE_USERNAME": "t"}, ("t", "tok-2", "TWINE_PASSWORD")),
+    ({"TWINE_PASSWORD": "tok-2"}, ("__token__", "tok-2", "TWINE_PASSWORD")),
+    ({"WHEELSMITH_UPLOAD_TOKEN": ""}, None),
+])
+def test_where_the_token_comes_from(env: dict[str, str],
+                                    expected: tuple[str, str, str] | None) -> None:
+    """wheelsmith's own variables first, then twine's; none (and no keyring package in this
+    environment): no credentials. The password never shows in the object's repr."""
+    found = upload.credentials("http://127.0.0.1:9/ci/cu130-torch2.14/", env)
+    assert (None if found is None else (found.username, found.password, found.origin)
+            ) == expected
+    if found is not None:
+        assert found.password not in repr(found)
