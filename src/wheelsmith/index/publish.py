@@ -43,13 +43,13 @@ class Published:
 
 
 @dataclass(frozen=True, slots=True)
-class _Candidate:
+class Candidate:
     wheel: Path
     record: FileRecord
     metadata: bytes
 
 
-def _inspect(wheel: Path, channel: str | None) -> _Candidate:
+def inspect(wheel: Path, channel: str | None) -> Candidate:
     if not wheel.is_file():
         raise PublishError(f"no such file: {wheel}")
     problems = wheelfile.check(wheel)
@@ -74,11 +74,11 @@ def _inspect(wheel: Path, channel: str | None) -> _Candidate:
         metadata_sha256=sha256_bytes(metadata), requires_python=headers.get("Requires-Python"),
         version=str(name.version), key=provenance.key if provenance else None,
         archs=provenance.archs if provenance else None)
-    return _Candidate(wheel, record, metadata)
+    return Candidate(wheel, record, metadata)
 
 
 def publish(wheel: Path, root: Path, *, channel: str | None = None) -> Published:
-    candidate = _inspect(wheel, channel)
+    candidate = inspect(wheel, channel)
     record = candidate.record
     with index.locked(root, project=record.project, filename=record.filename) as known:
         status = _decide(known, record)
@@ -126,7 +126,7 @@ def _check_one_arch_set(project: ledger.ProjectState | None, record: FileRecord)
                      f"{record.channel}-sm{record.archs.replace(';', '-').replace('+', '')})")
 
 
-def _store(root: Path, candidate: _Candidate) -> None:
+def _store(root: Path, candidate: Candidate) -> None:
     """File and sidecar at their content-addressed paths; an existing one has the same bytes
     (its name contains its sha256), which `index check` verifies."""
     target = root / candidate.record.path
