@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import runner
+from wheelsmith.build import parallel, reproducible, runner
+from wheelsmith.build.compilesetup import split_setting
 from wheelsmith.build.request import BuildRequest, Reporter
 from wheelsmith.errors import VerifyError
 from wheelsmith.files import sha256_file
@@ -53,7 +54,7 @@ def request_for(wheel: Path, *, work_dir: Path, runner_name: str) -> BuildReques
             env=tuple(sorted(provenance.get("extra_env", {}).items())),
             out_dir=work_dir / "rebuilt" / wheel.name.removesuffix(".whl"), work_dir=work_dir,
             compile_cache="off", compile_farm="off", runner=runner_name, rebuild=True,
-            fresh=True)
+            fresh=True, split_compile=reproducible_split())
     except (KeyError, TypeError, ValueError) as exc:
         raise VerifyError(f"{wheel.name}: its provenance lacks what defines the build ({exc})",
                           hint="the wheel was built by an older wheelsmith or its "
@@ -65,6 +66,7 @@ def rebuild(wheel: Path, *, work_dir: Path, runner_name: str, report: Reporter) 
     if not wheel.is_file():
         raise VerifyError(f"no such wheel: {wheel}")
     request = request_for(wheel, work_dir=work_dir.resolve(), runner_name=runner_name)
+    refuse_unpromised(wheel)
     prepared = runner.prepare(request, report)
     key = (read_provenance(wheel) or {}).get("key")
     if prepared.plan.key != key:
@@ -77,6 +79,26 @@ def rebuild(wheel: Path, *, work_dir: Path, runner_name: str, report: Reporter) 
     assert result.wheel is not None  # a rebuild never stops after configuring
     return Comparison(wheel, result.wheel, sha256_file(wheel), sha256_file(result.wheel),
                       tuple(differences(wheel, result.wheel)))
+
+
+def reproducible_split() -> str | None:
+    """The rebuild's split: $WHEELSMITH_SPLIT_COMPILE, unless that is `fast` (whose bytes vary:
+    a rebuild with it would report its own variation as a change), then auto."""
+    return parallel.AUTO if split_setting(None) == parallel.FAST else None
+
+
+def refuse_unpromised(wheel: Path) -> None:
+    """A wheel whose provenance says its bytes vary (reproducible.promise) cannot be checked
+    by its bytes: refused before anything is built, never reported as changed. The mark's
+    own text is not shown (it is the wheel's); an edited mark only makes this refuse."""
+    if reproducible.NOT_PROMISED in (read_provenance(wheel) or {}):
+        raise VerifyError(
+            f"{wheel.name}: its bytes are not promised (its provenance says so: nvcc's own "
+            "split-compile, by --split-compile fast or in its NVCC flags, varies the device "
+            "code from run to run), so a rebuild cannot tell a change made after the build "
+            "from that; nothing was built",
+            hint=f"`wheelsmith verify {wheel.name}` still checks its device code; a build with "
+                 "the default --split-compile (auto) gives a wheel that --rebuild can check")
 
 
 def differences(wheel: Path, rebuilt: Path) -> list[str]:
