@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import REPO, add_variant, wheelsmith
+from tests.hostile import assert_orderly, run_bounded
 from tests.wheels import make_wheel
 from wheelsmith.build import parallel, reproducible
 from wheelsmith.build.rebuild import differences, request_for
@@ -124,6 +125,18 @@ def test_a_split_setting_is_one_of_the_named_ones_or_refused_by_name(text: str) 
         assert setting in ("auto", "off", "fast") or 0 <= int(setting) <= 256
         return
     assert refused == f"'{text}' is not auto, off, fast or a number of workers (0-256)"
+
+
+@settings(max_examples=max(4, settings().max_examples // 10))  # each runs the CLI
+@example("\u00b2")  # a traceback (ValueError) before parse_split took ASCII digits only
+@given(SETTINGS.filter(lambda text: "\x00" not in text))
+def test_build_answers_any_split_setting_in_order(project: Path, text: str) -> None:
+    """Valid or not, the setting is read before anything is built: exit 4 either way here (a
+    refused setting, or the recipe that does not exist)."""
+    outcome = run_bounded("build", "no-such-recipe", "--split-compile", text, cwd=project,
+                          seconds=60)
+    assert_orderly(outcome, seconds=60)
+    assert outcome.returncode == 4, outcome.describe()
 
 
 UNPROMISED = ("{}: its bytes are not promised (its provenance says so: nvcc's own "
