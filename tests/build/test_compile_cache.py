@@ -14,10 +14,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import FIXTURES
+from wheelsmith.files import sha256_file
 from wheelsmith.toolchain.env import Toolchain
 
 pytestmark = [pytest.mark.toolchain,
@@ -45,8 +47,9 @@ def redis(tmp_path: Path) -> Iterator[str]:
     proc.wait(timeout=10)
 
 
-def runner(tmp_path: Path, name: str, remote: str, *args: str) -> dict[str, int]:
-    """A build as on a fresh CI runner: its own project dir and an empty local cache."""
+def runner(tmp_path: Path, name: str, remote: str, *args: str) -> dict[str, Any]:
+    """A build as on a fresh CI runner: its own project dir and an empty local cache. The
+    cache's outcome, with the wheel's sha256 as `sha256`."""
     home = tmp_path / name
     (home / "recipes").mkdir(parents=True)
     shutil.copytree(FIXTURES.parents[1] / "toolchains", home / "toolchains")
@@ -59,8 +62,9 @@ def runner(tmp_path: Path, name: str, remote: str, *args: str) -> dict[str, int]
                              "tiny-ext", "--compile-cache", remote, "--json", *args], cwd=home,
                             env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
-    stats: dict[str, int] = json.loads(result.stdout)["run"]["compile_cache"]
-    return stats
+    data = json.loads(result.stdout)
+    stats: dict[str, Any] = data["run"]["compile_cache"]
+    return {**stats, "sha256": sha256_file(Path(data["wheel"]))}
 
 
 def test_second_runner_reuses_objects_from_redis(tmp_path: Path, redis: str,
@@ -69,6 +73,7 @@ def test_second_runner_reuses_objects_from_redis(tmp_path: Path, redis: str,
     assert (first["hits"], first["misses"]) == (0, 2)  # add.cpp and add_kernel.cu
     second = runner(tmp_path, "runner-2", redis, "--arch", "12.0")
     assert (second["hits"], second["remote_hits"], second["misses"]) == (2, 2, 0)
+    assert second["sha256"] == first["sha256"]  # the objects from redis: the same wheel
 
 
 def test_other_arch_or_toolchain_does_not_reuse_objects(tmp_path: Path, redis: str,

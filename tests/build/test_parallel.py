@@ -77,23 +77,27 @@ def test_no_split_without_cuda_files_or_with_a_farm() -> None:
     ("off", None, "split-compile off"),
     ("0", "--ptxas-options=--split-compile=0", "split-compile=0"),
     ("6", "--ptxas-options=--split-compile=6", "split-compile=6"),
+    ("fast", "--split-compile=0", "split-compile fast (nvcc's own: bytes not reproducible)"),
 ])
 def test_split_compile_can_be_set(setting: str, flag: str | None, shown: str) -> None:
     chosen = parallel.refine(parallel.choose(16, 120.0, 3.0, 2, split=setting), 3, 1)
     assert (chosen.split_flag(), chosen.describe_split()) == (flag, shown)
+    assert chosen.reproducible is (setting != "fast")
 
 
 def test_a_wrong_split_setting_is_refused_by_name() -> None:
     with pytest.raises(parallel.SplitSettingError,
-                       match="'fast' is not auto, off or a number of workers"):
-        parallel.parse_split("fast")
+                       match="'quick' is not auto, off, fast or a number of workers"):
+        parallel.parse_split("quick")
 
 
 def test_build_refuses_a_wrong_split_compile_before_doing_anything(project: Path) -> None:
-    result = wheelsmith("build", "tiny-ext", "--split-compile", "fast", cwd=project)
+    result = wheelsmith("build", "tiny-ext", "--split-compile", "quick", cwd=project)
     assert result.returncode == 4
-    assert result.stderr.splitlines()[0] == (
-        "error: --split-compile: 'fast' is not auto, off or a number of workers (0-256)")
+    assert result.stderr.splitlines()[:2] == [
+        "error: --split-compile: 'quick' is not auto, off, fast or a number of workers (0-256)",
+        "hint: auto (the default), off, fast (nvcc's own split: bytes not reproducible), or N "
+        "workers (0: one per CPU)"]
 
 
 def test_prebuild_counts_translation_units() -> None:

@@ -154,7 +154,7 @@ def test_every_variable_build_env_sets_is_protected(
         chain = toolchain(tmp_path, platform="aarch64", target_site=tmp_path / "site")
     elif kind == "guarded-cache":
         cache = CompileCache("ccache", tmp_path / "ccache", remote="redis://127.0.0.1:9")
-        compiler_env = cache.env(chain, tmp_path, base_dir=tmp_path)
+        compiler_env = cache.env(chain, tmp_path)
     elif kind == "farm":
         farm = CompileFarm("http://127.0.0.1:9", "t", tmp_path / "sccache", tmp_path / "farm")
         compiler_env = Session(farm, tmp_path, "unix:x").compiler_env(chain)

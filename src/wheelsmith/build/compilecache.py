@@ -10,9 +10,14 @@ What may reuse an object: ccache hashes the compiler binary (compiler_check=cont
 argument (so each -gencode arch), the preprocessed source or its includes, and — as an extra
 file — the toolchain's identity (pins, torch, nvcc; not the Python, which reaches an object
 only through the headers it includes) and how build paths are kept out of objects
-(reproducible.SCHEME). Paths under the base directory (the fixed paths the build sees,
-pathview.py, else the work directory) are made relative (base_dir), so a fresh directory on
-another runner, or a build for another Python, still hits.
+(reproducible.SCHEME).
+
+An object from the cache is the object a compile without it makes: same key, same bytes with
+the cache off, cold or warm, local or remote. So ccache compiles with the paths it was given
+(no base_dir: SAME_BYTES), and a fresh directory on another runner, or a build for another
+Python, still hits because the compile sees the toolchain and the source at fixed paths
+(pathview.py). Where there is no path view, objects are reused only at the same paths (the
+same work directory: a resumed or repeated build of the key).
 """
 
 from __future__ import annotations
@@ -36,6 +41,16 @@ ENV = "WHEELSMITH_COMPILE_CACHE"
 LOCAL_ENV = "WHEELSMITH_CCACHE_DIR"  # the local object directory (default <cache>/ccache)
 REMOTE_SCHEMES = ("redis://", "redis+unix://", "http://", "https://")
 HIT_COUNTERS = ("direct_cache_hit", "preprocessed_cache_hit")
+# ccache's base_dir does not only hash paths under it relative to the compile's directory: it
+# compiles with them so (`-I../../../site/torch/include`, `../../csrc/x.cu`), and the compilers
+# record the relative forms where a build without the cache records the absolute ones, which
+# the prefix maps then fix (reproducible.py): `__FILE__` in host code and torch's checks, and
+# `-lineinfo`'s file table, which also takes the compile's directory (`.../temp.linux-x86_64-
+# cpython-311/../../../site/...`). An object from the cache then differed from one compiled
+# without it. The empty value also overrides a base_dir in ccache.conf (the cache directory's
+# or the system's); the fixed paths of the path view are what lets another work directory or
+# Python hit (pathview.py).
+SAME_BYTES = {"CCACHE_BASEDIR": ""}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +70,7 @@ class CompileCache:
     def launchers(self) -> dict[str, str]:
         return compiler_launchers(self.ccache, "wheelsmith compile cache")
 
-    def env(self, toolchain: Toolchain, work: Path, *, base_dir: Path) -> dict[str, str]:
-        """`base_dir`: paths under it are hashed relative to the compile's directory."""
+    def env(self, toolchain: Toolchain, work: Path) -> dict[str, str]:
         identity = work / "toolchain-identity.json"
         # nvcc's flags for reproducible objects reach it through NVCC_PREPEND_FLAGS, which
         # ccache does not see: objects made before them must not be reused
@@ -69,7 +83,7 @@ class CompileCache:
         env = {
             "PYTORCH_NVCC": f"{self.ccache} {toolchain.nvcc}",
             "CCACHE_DIR": str(self.local),
-            "CCACHE_BASEDIR": str(base_dir),
+            **SAME_BYTES,
             "CCACHE_NOHASHDIR": "1",
             "CCACHE_COMPILERCHECK": "content",
             "CCACHE_EXTRAFILES": f"{identity}:{nvcc_flags}",
@@ -126,36 +140,39 @@ def resolve(spec: str | None, cache_root: Path) -> CompileCache | None:
     return CompileCache(ccache, Path(value).resolve() if value else local)
 
 
-def stats(work: Path) -> dict[str, object]:
+def stats(work: Path, source: Path) -> dict[str, object]:
     """Hits and misses of this build, from ccache's per-call stats log, and what each source
-    file got (`sources`: its path relative to the source tree, "hit (direct)",
-    "hit (preprocessed)" or "miss", "+ remote" when the object came from the remote)."""
+    file got (`sources`: its path relative to `source`, the tree as the compilers saw it,
+    "hit (direct)", "hit (preprocessed)" or "miss", "+ remote" when the object came from the
+    remote)."""
     log = work / "ccache-stats.log"
-    calls = _calls(log.read_text()) if log.is_file() else []
+    calls = _calls(log.read_text(), source) if log.is_file() else []
     counts = Counter(counter for _, found in calls for counter in found)
     sources = {name: _outcome(found) for name, found in calls if _outcome(found)}
     return {"hits": sum(counts[c] for c in HIT_COUNTERS), "misses": counts["cache_miss"],
             "remote_hits": counts["remote_storage_hit"], "sources": sources}
 
 
-def _calls(text: str) -> list[tuple[str, set[str]]]:
+def _calls(text: str, source: Path) -> list[tuple[str, set[str]]]:
     """(input file, counters) per ccache call: a `# FILE` line, then its counters."""
     calls: list[tuple[str, set[str]]] = []
     for line in filter(None, map(str.strip, text.splitlines())):
         if line.startswith("#"):
-            calls.append((_relative(line.removeprefix("#").strip()), set()))
+            calls.append((_relative(Path(line.removeprefix("#").strip()), source), set()))
         elif calls:
             calls[-1][1].add(line)
     return calls
 
 
-def _relative(name: str) -> str:
-    """`../../csrc/x.cu` (relative to build/temp.*, where torch's ninja compiles) as
-    `csrc/x.cu`."""
-    parts = Path(name).parts
+def _relative(name: Path, source: Path) -> str:
+    """`<source>/csrc/x.cu` (torch's ninja names its inputs so) and `../../csrc/x.cu`
+    (relative to build/temp.*, where it compiles) as `csrc/x.cu`."""
+    if name.is_relative_to(source):
+        return name.relative_to(source).as_posix()
+    parts = name.parts
     while parts and parts[0] == "..":
         parts = parts[1:]
-    return "/".join(parts)
+    return Path(*parts).as_posix() if parts else ""
 
 
 def _outcome(counters: set[str]) -> str:

@@ -45,6 +45,12 @@ class CompileSetup:
     farm: compilefarm.Session | None = None
     farm_note: str = ""
     view: pathview.PathView | None = None  # the paths the compile sees (pathview.py)
+    source: Path = Path()  # the source tree (real)
+
+    @property
+    def source_seen(self) -> Path:
+        """The source tree as the compilers see it."""
+        return self.view.fixed_source if self.view else self.source
 
     def describe(self) -> str:
         if self.farm is not None:
@@ -86,12 +92,12 @@ def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int
         (work / "ccache-stats.log").unlink(missing_ok=True)
         for name, script in cache.launchers().items():
             write_launcher(launchers / name, script)
-        compiler_env = cache.env(plan.toolchain, work, base_dir=view.root if view else work)
+        compiler_env = cache.env(plan.toolchain, work)
     env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ,
                              guard=guard, compile_cache=compiler_env, launchers=launchers,
                              source=source)
     return CompileSetup(view.env(env) if view else env, parallelism, guard, cache, farm, note,
-                        view)
+                        view, source)
 
 
 def split_setting(value: str | None) -> str:
@@ -101,7 +107,8 @@ def split_setting(value: str | None) -> str:
         return parallel.parse_split(text)
     except parallel.SplitSettingError as exc:
         raise UsageError(f"--split-compile: {exc}",
-                         hint="auto (the default), off, or N workers (0: nvcc's own)") from None
+                         hint="auto (the default), off, fast (nvcc's own split: bytes not "
+                              "reproducible), or N workers (0: one per CPU)") from None
 
 
 def farm_session(request: BuildRequest, work: Path

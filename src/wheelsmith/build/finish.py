@@ -175,6 +175,7 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
         "archs_requested": str(plan.archs),
         "host_only": list(recipe.host_only),  # `wheelsmith verify` reads both
         "extra_env": dict(plan.extra_env),
+        **reproducible.promise(setup.parallelism, setup.env),
         "device_code": [d.as_dict() for d in checked.inventory],
         "build": {**_build_record(setup.parallelism, seconds, compiled),
                   "object_seconds": compiled.object_seconds},
@@ -183,7 +184,8 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
                            or "not run (the build used no ninja)"),
         "platform": checked.platform,
         "runner": json.loads(os.environ.get(RUNNER_INFO, '{"engine": "host"}')),
-        "compile_cache": ({"backend": setup.cache.describe(), **compilecache.stats(work)}
+        "compile_cache": ({"backend": setup.cache.describe(),
+                           **compilecache.stats(work, setup.source_seen)}
                           if setup.cache else None),
         "compile_farm": compiled.farm,
     }

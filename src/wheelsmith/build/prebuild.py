@@ -110,7 +110,7 @@ def missing_sources(ninja_text: str, directory: Path) -> list[str]:
     return [name for name in dict.fromkeys(inputs) if not (directory / name).exists()]
 
 
-def _given_split(environ: Mapping[str, str]) -> str | None:
+def given_split(environ: Mapping[str, str]) -> str | None:
     """A split-compile the build sets itself (NVCC_APPEND/PREPEND_FLAGS: --env or the recipe)."""
     for var in ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS"):
         match = _GIVEN_SPLIT_RE.search(environ.get(var, ""))
@@ -134,7 +134,7 @@ def _split_into_flags(ninja_text: str, environ: MutableMapping[str, str]) -> str
     if not chosen or "rule cuda_compile" not in ninja_text:
         return None
     plan = parallel.refine(parallel.Parallelism.from_json(chosen), *count_units(ninja_text))
-    given = _given_split(environ)
+    given = given_split(environ)
     if given is not None:
         plan = replace(plan, split_setting=given, split=int(given))
         return plan.describe_units() + " (set by the build's NVCC flags)"

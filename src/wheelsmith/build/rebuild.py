@@ -32,8 +32,9 @@ from packaging.version import InvalidVersion, Version
 
 from wheelsmith import locations
 from wheelsmith.arch import ArchParseError, ArchSet
-from wheelsmith.build import runner
+from wheelsmith.build import parallel, reproducible, runner
 from wheelsmith.build.buildenv import ENV_DOC, ENV_NAME, protection
+from wheelsmith.build.compilesetup import split_setting
 from wheelsmith.build.request import BuildRequest, Reporter
 from wheelsmith.errors import VerifyError
 from wheelsmith.files import sha256_file
@@ -186,7 +187,8 @@ def plan_rebuild(wheel: Path, *, accepted: Mapping[str, str], work_dir: Path,
                               "a Python X.Y"),
         env=tuple((e.name, e.value) for e in entries if e.refusal is None),
         out_dir=work_dir / "rebuilt" / wheel.name.removesuffix(".whl"), work_dir=work_dir,
-        compile_cache="off", compile_farm="off", runner=runner_name, rebuild=True, fresh=True)
+        compile_cache="off", compile_farm="off", runner=runner_name, rebuild=True, fresh=True,
+        split_compile=reproducible_split())
     key = _plain(label, "key", provenance.key, _KEY, "a content key")
     return Rebuild(wheel, request, key, tuple(entries))
 
@@ -238,6 +240,7 @@ def rebuild(planned: Rebuild, *, report: Reporter) -> Comparison:
     if refused is not None:
         raise refused
     wheel, request = planned.wheel, planned.request
+    refuse_unpromised(wheel)
     prepared = runner.prepare(request, report)
     if prepared.plan.key != planned.key:
         raise VerifyError(
@@ -249,6 +252,27 @@ def rebuild(planned: Rebuild, *, report: Reporter) -> Comparison:
     assert result.wheel is not None  # a rebuild never stops after configuring
     return Comparison(wheel, result.wheel, sha256_file(wheel), sha256_file(result.wheel),
                       tuple(differences(wheel, result.wheel)))
+
+
+def reproducible_split() -> str | None:
+    """The rebuild's split: $WHEELSMITH_SPLIT_COMPILE, unless that is `fast` (whose bytes vary:
+    a rebuild with it would report its own variation as a change), then auto."""
+    return parallel.AUTO if split_setting(None) == parallel.FAST else None
+
+
+def refuse_unpromised(wheel: Path) -> None:
+    """A wheel whose provenance says its bytes vary (reproducible.promise) cannot be checked
+    by its bytes: refused before anything is built, never reported as changed. The mark's
+    own text is not shown (it is the wheel's); an edited mark only makes this refuse."""
+    provenance = read_provenance(wheel)
+    if provenance is not None and reproducible.NOT_PROMISED in provenance.record:
+        raise VerifyError(
+            f"{wheel.name}: its bytes are not promised (its provenance says so: nvcc's own "
+            "split-compile, by --split-compile fast or in its NVCC flags, varies the device "
+            "code from run to run), so a rebuild cannot tell a change made after the build "
+            "from that; nothing was built",
+            hint=f"`wheelsmith verify {wheel.name}` still checks its device code; a build with "
+                 "the default --split-compile (auto) gives a wheel that --rebuild can check")
 
 
 def differences(wheel: Path, rebuilt: Path) -> list[str]:

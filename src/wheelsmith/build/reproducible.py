@@ -28,6 +28,12 @@ one sha256, whatever the work directory or runner. What made them differ, and th
   to ptxas only (parallel.PTXAS_SPLIT), which gives the same code as no split; its worker
   count stays in the cubin's `.note.nv.tkinfo` (ptxas's command line), so wheels are
   bit-identical where the split count is: the same machine, or `--split-compile off|N`.
+  nvcc's own split is there by name, `--split-compile fast`, for speed on many cores; such a
+  wheel's provenance says its bytes are not promised (`promise`), and so does one whose
+  build's NVCC flags ask for nvcc's split (`--env NVCC_APPEND_FLAGS=--split-compile=0`).
+- the compile cache: ccache's base_dir made the compilers record relative paths where a
+  build without the cache records absolute ones (compilecache.SAME_BYTES): the cache is used
+  without it, and an object from it is the one a compile without it makes.
 - the time: SOURCE_DATE_EPOCH is the sdist's newest file (finish.source_epoch), also after the
   recipe's patches, which would make it the time of the build (`clamp_mtimes`); zip entries
   are sorted, dated from it and get fixed permissions (wheelfile.rewrite).
@@ -45,6 +51,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from wheelsmith.build import prebuild
+from wheelsmith.build.parallel import Parallelism
 from wheelsmith.files import atomic_write_text, set_times
 from wheelsmith.toolchain.env import Toolchain
 
@@ -59,9 +67,10 @@ SITE_AS = "/wheelsmith/site"  # the toolchain's site-packages at a path view's f
 SYSTEM_PREFIXES = frozenset({"/", "/usr", "/usr/local"})  # the same on every machine
 # what the compile cache adds to its key: objects made under another scheme differ in bytes
 SCHEME = ("file-prefix-map to /wheelsmith/*, nvcc -objtemp -frandom-seed, "
-          "split-compile in ptxas only, path view")
+          "split-compile in ptxas only, path view, absolute paths (no ccache base_dir)")
 RANDOM_SEED = "wheelsmith"
 RUN_FILE = "run.json"
+NOT_PROMISED = "bytes_not_promised"  # the provenance's mark of a wheel whose bytes vary
 # provenance keys that describe one run, not the build: they go to the side file
 RUN_KEYS = ("build", "smoke", "prebuild_check", "runner", "compile_cache", "compile_farm")
 
@@ -133,6 +142,21 @@ def python_flags(env: Mapping[str, str]) -> dict[str, str]:
             "CXXFLAGS": env.get("CXXFLAGS") or PYTHON_CFLAGS,
             "LDSHARED": env.get("LDSHARED") or f"{env.get('CC') or 'gcc'} -shared",
             "LDCXXSHARED": env.get("LDCXXSHARED") or f"{env.get('CXX') or 'g++'} -shared"}
+
+
+def promise(parallelism: Parallelism, env: Mapping[str, str]) -> dict[str, str]:
+    """What the provenance says of a build whose bytes its content key does not promise (and
+    `verify --rebuild` reads): nvcc's own split-compile, asked for by `--split-compile fast`
+    or by the build's NVCC flags, splits cicc's optimisation, whose result varies from run to
+    run. Nothing for every other build, so its wheel's bytes stay what they were."""
+    given = prebuild.given_split(env)
+    if given is not None and given != "1":  # the build's own flags win (prebuild.py)
+        why = f"its NVCC flags ask for nvcc's own --split-compile={given}"
+    elif not parallelism.reproducible:
+        why = "built with --split-compile fast (nvcc's own split)"
+    else:
+        return {}
+    return {NOT_PROMISED: f"{why}: its device code varies from run to run"}
 
 
 def clamp_mtimes(root: Path, epoch: int) -> None:

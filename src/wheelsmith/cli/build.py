@@ -63,10 +63,12 @@ from wheelsmith.wheelfile import Provenance, read_provenance
               show_default=True, help="Sources, logs and scratch files.")
 @click.option("--jobs", type=click.IntRange(min=1), help="MAX_JOBS (default: from cores, free "
               "memory and a compile farm's CPUs).")
-@click.option("--split-compile", "split_compile", metavar="auto|off|N",
+@click.option("--split-compile", "split_compile", metavar="auto|off|fast|N",
               help="ptxas --split-compile workers, so one heavy file uses idle cores. auto: "
-                   "from cores, memory and build.ninja's CUDA files. Not part of the content "
-                   "key. Default: $WHEELSMITH_SPLIT_COMPILE, else auto.")
+                   "from cores, memory and build.ninja's CUDA files. fast: nvcc's own split "
+                   "(cicc too), faster on many cores but its bytes vary: the wheel says so "
+                   "and verify --rebuild refuses it. Not part of the content key. Default: "
+                   "$WHEELSMITH_SPLIT_COMPILE, else auto.")
 @click.option("--compile-farm", "compile_farm", metavar="URL|off",
               help="Compile nvcc and c++ on an sccache-dist scheduler's build servers (token "
                    "in $WHEELSMITH_COMPILE_FARM_TOKEN). When it is unusable, compile here and "
