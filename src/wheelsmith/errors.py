@@ -273,10 +273,12 @@ _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 def disk_full(error: OSError, cache: Path) -> DiskFullError | None:
     """The OSError of a full disk as a DiskFullError naming the file and where space can be
-    made; None for any other OSError (a bug: let it show its traceback)."""
+    made; None for any other OSError (a bug: let it show its traceback). A copy's or a link's
+    error names its source first: the file it was writing is the second name."""
     if error.errno not in _DISK_FULL:
         return None
-    where = Path(error.filename) if error.filename else None
+    written = error.filename2 or error.filename
+    where = Path(written) if written else None
     shown = f" writing {where}" if where else ""
     folder = where.parent if where else Path.cwd()
     return DiskFullError(

@@ -55,8 +55,10 @@ class SplitSettingError(ValueError):
 def parse_split(value: str) -> str:
     """`auto`, `off`, or a worker count (`0` is nvcc's own: one per CPU)."""
     text = value.strip().lower()
-    if text in (AUTO, OFF) or (text.isdigit() and int(text) <= 256):
-        return str(int(text)) if text.isdigit() else text
+    # ASCII digits, at most 3 (not '²', which isdigit() but int() refuses, nor 5,000 of them)
+    digits = text.isascii() and text.isdigit() and len(text) <= 3
+    if text in (AUTO, OFF) or (digits and int(text) <= 256):
+        return str(int(text)) if digits else text
     raise SplitSettingError(f"'{value}' is not auto, off or a number of workers (0-256)")
 
 

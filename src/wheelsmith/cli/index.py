@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from wheelsmith.cli import console
-from wheelsmith.cli._common import emit_json, index_option, json_option, main
+from wheelsmith.cli._common import emit_json, index_option, json_option, main, writable
 from wheelsmith.errors import IndexDriftError
 from wheelsmith.index import publish
 from wheelsmith.index import store as index
@@ -31,9 +31,16 @@ def published_json(published: publish.Published | None) -> dict[str, str] | None
 def publish_command(wheels: tuple[Path, ...], index_dir: Path, channel: str | None,
                     as_json: bool) -> None:
     """Publish WHEELS to the local index. Identical bytes again: no-op; other bytes: refused."""
+    writable(("--index", index_dir), cache=False)
+    progress = console.progress()
+    progress.items([wheel.name for wheel in wheels], "published", "not published")
     results = []
     for wheel in wheels:  # each is complete (ledger + pages) when its line is printed
+        progress.begin(wheel.name)
+        progress.stopping = (f"{wheel.name} was being published (`wheelsmith index check "
+                             f"--index {index_dir}` says whether it was)")
         result = publish.publish(wheel, index_dir, channel=channel)
+        progress.finish()
         results.append(result)
         if not as_json:
             click.echo(f"{result.status}: {result.filename} -> {index_dir}/{result.page}")
@@ -50,6 +57,7 @@ def yank_command(filename: str, index_dir: Path, reason: str | None, undo: bool)
     """Yank FILENAME: installers skip it unless it is pinned exactly. Nothing is deleted."""
     if not undo and not reason:
         raise click.UsageError("--reason is required, e.g. --reason 'wrong results on sm_103'")
+    writable(("--index", index_dir), cache=False)
     record = publish.yank(index_dir, Path(filename).name, None if undo else reason)
     click.echo(f"{'unyanked' if undo else 'yanked'}: {record.filename}")
 
@@ -84,6 +92,7 @@ def index_check(index_dir: Path, as_json: bool) -> None:
 @index_option
 def index_rebuild(index_dir: Path) -> None:
     """Regenerate every page from the ledger (files are never touched)."""
+    writable(("--index", index_dir), cache=False)
     count = index.rebuild(index_dir)
     click.echo(f"ok: {count} page(s) regenerated from {index_dir}/ledger.jsonl")
 
@@ -100,6 +109,8 @@ def serve_command(index_dir: Path, host: str, port: int, idle_s: int) -> None:
     """Serve the index read-only over HTTP (HTML/JSON negotiation, .metadata, no PyPI)."""
 
     server = listen(index_dir, host, port, idle_s=idle_s)  # nothing is created if it cannot
+    console.progress().stopping = (f"stopped serving {index_dir}; serving only reads the "
+                                   "index, and has no work directory")
     try:
         if index.create(index_dir):
             click.echo(f"a new, empty index in {index_dir}: publishing fills it while it is "
