@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SMALL_FS, wheelsmith_on_small_fs
+from tests.conftest import SMALL_FS, add_variant, wheelsmith_on_small_fs
 from tests.hostile import Outcome, assert_orderly, run_bounded
 from tests.wheels import make_wheel
+from wheelsmith import locations
+from wheelsmith.build import diagnose, pathview
 from wheelsmith.errors import DiskFullError, FileSystemError, machine_error
 
 OTHER = "move that file out of the way or use another directory"
@@ -234,3 +236,77 @@ def test_each_refusal_of_the_machine_is_one_line_naming_the_path(tmp_path: Path,
 def test_an_error_that_is_not_the_machines_refusal_is_left_to_show_itself() -> None:
     assert machine_error(OSError(errno.ENOENT, "No such file", "/x"), Path("/c")) is None
     assert machine_error(OSError(errno.ECONNREFUSED, "refused"), Path("/c")) is None
+
+
+# --- a work directory that fills up during the compile -----------------------------------------
+
+FILLS_THE_DISK = '''import os
+
+
+def _fill_the_disk():
+    """Write until the file system is full, remove the partial output and fail, as a compiler
+    does when its object no longer fits."""
+    os.makedirs("build", exist_ok=True)
+    path = os.path.abspath("build/big.o")
+    try:
+        with open(path, "wb") as out:
+            while True:
+                out.write(b"\\\\0" * (1 << 16))
+                out.flush()
+    except OSError as exc:
+        os.remove(path)
+        raise OSError(exc.errno, exc.strerror, path) from None
+
+
+_fill_the_disk()
+setup('''
+
+
+@SMALL_FS
+@pytest.mark.toolchain
+def test_a_work_directory_that_fills_up_during_the_compile_is_exit_19_not_a_compile_failure(
+        project: Path, toolchain: object) -> None:
+    """The package's build fails because its output does not fit (the log still does: the
+    compiler removed what it wrote): disk full, exit 19, naming the file where it really is
+    (not the build's fixed view of it), never exit 9's 'read the full log'."""
+    add_variant(project, "tiny-ext", edit=("\nsetup(", "\n" + FILLS_THE_DISK))
+    work = project / "work"
+    result = wheelsmith_on_small_fs(work, "2m", "build", "tiny-ext", "--arch", "12.0",
+                                    "--work-dir", str(work), "--compile-cache", "off",
+                                    cwd=project)
+    assert result.returncode == DiskFullError.exit_code, result.stderr
+    assert "Traceback (most recent call last)" not in result.stderr.split("--- output ---")[0]
+    lines = result.stderr.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("error: "))
+    message, *details = lines[start:]
+    written = Path(message.removeprefix("error: no space left on the device writing "))
+    slug, *where = written.relative_to(work).parts  # the work directory (gone with its tmpfs)
+    assert slug.startswith("tiny-ext-0.1.0-"), message
+    assert where == ["src", "tiny-ext", "build", "big.o"], message
+    source = work / slug / "src" / "tiny-ext"
+    assert details[:2] == ["  --- output ---", "  OSError: [Errno 28] No space left on device: "
+                           f"'{pathview.ROOT}/source/build/big.o'"]
+    assert details[2] == f"  --- full log: {work / slug}/build.log"
+    assert details[3] == (f"hint: free space where it was writing (df -h {source}/build); "
+                          f"wheelsmith's caches are in {locations.cache_dir()} (its toolchains/ "
+                          "are made again when needed); then run the same command again: a "
+                          "build resumes from the objects it had finished")
+    assert not (project / "wheelhouse").exists()
+
+
+LOG_LINES = {
+    "cc1plus: fatal error: error writing to /tmp/ccX1.s: No space left on device": "/tmp/ccX1.s",
+    "/usr/bin/ld: final link failed: No space left on device": None,  # the linker's own name
+    "OSError: [Errno 28] No space left on device: '/w/src/build/a.o'": "/w/src/build/a.o",
+    "ptxas fatal   : Could not write '/w/k.cubin': Disk quota exceeded": "/w/k.cubin",
+    "OSError: [Errno 122] Disk quota exceeded": None,
+}
+
+
+@pytest.mark.parametrize("line", list(LOG_LINES))
+def test_a_build_log_that_ran_out_of_space_is_recognised_with_the_file_it_wrote(
+        line: str) -> None:
+    text = f"[1/3] c++ -c a.cpp\n{line}\nninja: build stopped: subcommand failed.\n"
+    named = LOG_LINES[line]
+    assert diagnose.disk_full(text) == (line, Path(named) if named else None)
+    assert diagnose.disk_full(text.replace(line, "error: expected ';' before '}'")) is None
