@@ -251,14 +251,14 @@ def machine_error(error: OSError, cache: Path, *, given: tuple[str, Path] | None
         return full
     reason, todo = REFUSALS[error.errno]
     paths = [str(p) for p in (error.filename, error.filename2) if p is not None]
-    where = " -> ".join(paths) if paths else "a file"
+    where = " -> ".join(paths)
     if given is not None:
         option, value = given
         culprit = "" if paths == [str(value.absolute())] else f" ({where})"
         where, reason = f"{option} {value}", reason + culprit
     if paths and _inside(Path(paths[0]), cache):
         todo += "; it is wheelsmith's cache: set WHEELSMITH_CACHE to a writable directory"
-    return FileSystemError(f"{where}: {reason}", hint=todo)
+    return FileSystemError(f"{where}: {reason}" if where else reason, hint=todo)
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -233,6 +233,13 @@ def test_each_refusal_of_the_machine_is_one_line_naming_the_path(tmp_path: Path,
         f"{raised.value.filename}: {reason}", todo + (CACHE if in_cache else ""), 22)
 
 
+def test_a_refusal_that_names_no_path_is_its_reason() -> None:
+    error = machine_error(OSError(errno.EACCES, "Permission denied"), Path("/c"))
+    assert isinstance(error, FileSystemError)
+    assert (error.message, error.hint) == ("permission denied", "give this user write access "
+                                           "to it or use another directory")
+
+
 def test_an_error_that_is_not_the_machines_refusal_is_left_to_show_itself() -> None:
     assert machine_error(OSError(errno.ENOENT, "No such file", "/x"), Path("/c")) is None
     assert machine_error(OSError(errno.ECONNREFUSED, "refused"), Path("/c")) is None
