@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -159,8 +160,46 @@ def test_stages_move_a_builds_record_to_what_stopping_then_leaves() -> None:
     for stage, detail in [("cell", "cell-a"), ("fetch", "x"), ("stamp", "label"),
                           ("publish", "published"), ("cell", "cell-b"), ("compile", "x")]:
         record.stage(stage, detail)
-    assert record.said() == ("finished 1 of 3: cell-a; nothing reached --out; not started: "
-                             "cell-c; no report was written")
+    assert record.said() == ("finished 1 of 3: cell-a; cell-b: nothing reached --out; not "
+                             "started: cell-c; no report was written")
     record.stage("stamp", "label")
-    assert record.said() == ("finished 1 of 3: cell-a; being written; not started: cell-c; "
-                             "no report was written")
+    assert record.said() == ("finished 1 of 3: cell-a; cell-b: being written; not started: "
+                             "cell-c; no report was written")
+
+
+def pure_package(project: Path, name: str) -> None:
+    """A pure Python package in a `path:` source and its recipe."""
+    source = project.parent / "sources" / name
+    (source / name.replace("-", "_")).mkdir(parents=True)
+    (source / name.replace("-", "_") / "__init__.py").write_text("")
+    (source / "setup.py").write_text(
+        f'from setuptools import setup\nsetup(name="{name}", version="0.1.0", '
+        f'packages=["{name.replace("-", "_")}"])\n')
+    (project / "recipes" / f"{name}.yaml").write_text(
+        f"package: {name}\nkind: pure\nsmoke:\n  import: []\nversions:\n  - version: \"0.1.0\"\n"
+        f"    source:\n      path: {source}\n")
+
+
+@pytest.mark.toolchain
+def test_an_interrupted_nightly_says_which_cells_finished_and_which_not(
+        project: Path, toolchain: object) -> None:
+    names = ["pure-a", "pure-b", "pure-c"]
+    for name in names:
+        pure_package(project, name)
+    (project / "matrix.yaml").write_text(
+        "pythons: ['3.11']\npackages:\n" + "".join(f"  - recipe: {n}\n" for n in names))
+    proc = start("nightly", "--no-publish", "--out", "out", "--work-dir", "work", "--report",
+                 "report", cwd=project)
+    assert proc.stderr is not None
+    cells = [f"{name}-0.1.0-cu130-torch2.14-pure-py3.11" for name in names]
+    for line in iter(proc.stderr.readline, ""):
+        if line.startswith("==> [") and f"cell: {cells[1]}" in line:
+            break
+    _, err = stop(proc, signal.SIGINT)
+    assert err.splitlines()[-1] == (
+        f"interrupted: finished 1 of 3: {cells[0]}; {cells[1]}: nothing reached --out out; a "
+        f"build keeps the objects it finished in work, and the same command resumes from them; "
+        f"not started: {cells[2]}; no report was written to report")
+    assert [p.name for p in (project / "out").iterdir()] == [
+        "pure_a-0.1.0+pure-py3-none-any.whl"]
+    assert not (project / "report").exists()

@@ -172,8 +172,11 @@ class Progress:
             total = len(self.done) + len(self.pending) + (self.current is not None)
             parts.append(f"{self.verb} {len(self.done)} of {total}"
                          + (f": {_names(self.done)}" if self.done else ""))
-        if not self.verb or self.current is not None:
+        if not self.verb:
             parts.append(self.stopping)
+        elif self.current is not None:  # what stopping the item under way left, by its name
+            named = self.stopping.startswith(self.current)
+            parts.append(self.stopping if named else f"{self.current}: {self.stopping}")
         if self.pending:
             parts.append(f"{self.rest}: {_names(self.pending)}")
         return "; ".join([*parts, *([self.note] if self.note else [])])
