@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -28,8 +28,8 @@ from typing import TypeVar
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
 
-# docs/cli.md#exit-codes: 0, click's 2, WheelsmithError's 3-21, 130 interrupted. 1 is "a bug".
-DOCUMENTED_EXIT_CODES = frozenset({0, 2, *range(3, 22), 130})
+# docs/cli.md#exit-codes: 0, click's 2, WheelsmithError's 3-22, 130 interrupted. 1 is "a bug".
+DOCUMENTED_EXIT_CODES = frozenset({0, 2, *range(3, 23), 130})
 
 
 @dataclass(frozen=True)
@@ -251,13 +251,23 @@ class Outcome:
                 f"\n--- stdout ---\n{self.stdout[-3000:]}\n--- stderr ---\n{self.stderr[-3000:]}")
 
 
+READ_ONLY_MOUNTS = ('n=$1; shift; while [ "$n" -gt 0 ]; do mount --bind "$1" "$1" && '
+                    'mount -o remount,bind,ro "$1" || exit 97; shift; n=$((n - 1)); done; '
+                    'exec "$@"')
+
+
 def run_bounded(*args: str, cwd: Path, env: Mapping[str, str] | None = None,
-                seconds: float = 60, address_space: int = 2 << 30) -> Outcome:
+                seconds: float = 60, address_space: int = 2 << 30,
+                read_only: Sequence[Path] = ()) -> Outcome:
     """The real CLI in a subprocess under RLIMIT_AS=`address_space` bytes (util-linux
-    prlimit), killed with its session after `seconds`."""
+    prlimit), killed with its session after `seconds`. `read_only`: directories it sees
+    mounted read-only (a user and mount namespace of its own: root cannot write there
+    either; tests.conftest.SMALL_FS skips where the machine allows no such namespace)."""
     start = time.monotonic()
-    proc = subprocess.Popen(["prlimit", f"--as={address_space}", "--", sys.executable, "-m",
-                             "wheelsmith", *args], cwd=cwd,
+    wrap = ["unshare", "-rm", "sh", "-c", READ_ONLY_MOUNTS, "sh", str(len(read_only)),
+            *map(str, read_only)] if read_only else []
+    proc = subprocess.Popen([*wrap, "prlimit", f"--as={address_space}", "--", sys.executable,
+                             "-m", "wheelsmith", *args], cwd=cwd,
                             env=dict(env if env is not None else os.environ),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             errors="replace", start_new_session=True)

@@ -75,30 +75,108 @@ class Document:
             raise RecipeError(sorted(self.problems, key=lambda p: (p.file, p.line, p.column)))
 
 
+MAX_BYTES = 256 << 10  # a YAML file wheelsmith reads: recipes, profiles, matrix, rules, locks
+MAX_DEPTH = 64  # nesting of mappings and lists (real files need fewer than 10)
+MAX_NODES = 10_000  # keys, values and items (real files have a few hundred)
+
+
 def load(path: Path, display: str | None = None) -> Document:
-    """Parse a YAML file, recording positions; syntax errors and duplicate keys are problems."""
+    """Parse a YAML file, recording positions. Every way it can be wrong is a located problem,
+    never an exception: a file larger than MAX_BYTES, a byte that is not UTF-8, a character
+    YAML refuses, invalid syntax, an alias, nesting deeper than MAX_DEPTH, duplicate keys, a
+    value its tag cannot be read as."""
     name = display or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            data = stream.read(MAX_BYTES + 1)
     except OSError as exc:
         raise RecipeError([Problem(name, 1, 1, f"cannot read: {exc.strerror}")]) from exc
-    return loads(text, name)
+    if len(data) > MAX_BYTES:
+        raise RecipeError([Problem(
+            name, 1, 1, f"the file is larger than {MAX_BYTES // 1024} KiB, the most a YAML "
+                        "file wheelsmith reads may have",
+            "is it the file you meant? recipes, profiles and matrix files are a few KiB")])
+    return loads(_decoded(data, name), name)
+
+
+def _decoded(data: bytes, name: str) -> str:
+    """`data` as UTF-8; the first byte that is not is one problem at its line and column."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = len(data[line_start:exc.start].decode("utf-8", errors="replace")) + 1
+        raise RecipeError([Problem(
+            name, line, column, f"byte 0x{data[exc.start]:02x} is not UTF-8",
+            "save the file as UTF-8 (comments too): wheelsmith reads YAML as UTF-8 only")]
+        ) from None
 
 
 def loads(text: str, name: str) -> Document:
     doc = Document(name, None, SourceMap())
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as exc:  # a character YAML never allows, anywhere
+        line, column = _position(text, exc.position)
+        raise RecipeError([Problem(name, line, column, f"character U+{exc.character:04X} is "
+                                   "not allowed in YAML", "remove it, or write it as an escape "
+                                   "(\\uXXXX) in a double-quoted string")]) from None
     try:
         node = loader.get_single_node()
         doc.data = _walk(loader, node, (), doc) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        doc.problems.append(Problem(name, line, col, f"invalid YAML: {exc.problem}"))
+        problem = exc.problem or "cannot be read"
+        said = problem if isinstance(exc, _Refused) else f"invalid YAML: {problem}"
+        doc.problems.append(Problem(name, line, col, said))
         doc.raise_if_problems()
     finally:
         loader.dispose()
     return doc
+
+
+def _position(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of the character at `offset`."""
+    return text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+class _Refused(yaml.composer.ComposerError):
+    """Valid YAML that wheelsmith does not read (an alias, too deep, too many nodes)."""
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader whose composer refuses aliases, nesting deeper than MAX_DEPTH and more than
+    MAX_NODES nodes (it stops there: a large file costs no more than that to refuse).
+
+    An alias makes a node shared: whatever walks the data (positions, validation, a JSON dump)
+    walks it once per path to it, so a few nested anchors make a small file exponential ("a
+    billion laughs"). wheelsmith's files have no use for them: the first alias is a problem at
+    its position."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self._depth = self._nodes = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        mark = event.start_mark
+        if isinstance(event, yaml.AliasEvent):
+            raise _Refused(None, None, f"an alias (*{event.anchor}) is not allowed here: write "
+                           "the value out (aliases can make a small file expand without bound)",
+                           mark)
+        if self._depth >= MAX_DEPTH:
+            raise _Refused(None, None, f"nested more than {MAX_DEPTH} levels deep", mark)
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise _Refused(None, None, f"more than {MAX_NODES} keys and values: is it the file "
+                           "you meant?", mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _walk(loader: yaml.SafeLoader, node: yaml.Node, path: KeyPath, doc: Document) -> Any:
@@ -106,7 +184,7 @@ def _walk(loader: yaml.SafeLoader, node: yaml.Node, path: KeyPath, doc: Document
     if isinstance(node, yaml.MappingNode):
         result: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
+            key = _construct(loader, key_node, path, doc)
             key_text = str(key)
             child = (*path, key_text)
             doc.smap.keys[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
@@ -118,7 +196,31 @@ def _walk(loader: yaml.SafeLoader, node: yaml.Node, path: KeyPath, doc: Document
     if isinstance(node, yaml.SequenceNode):
         return [_walk(loader, item, (*path, i), doc) for i, item in enumerate(node.value)]
     doc.smap.scalars[path] = str(node.value)
-    return loader.construct_object(node, deep=True)
+    return _construct(loader, node, path, doc)
+
+
+def _construct(loader: yaml.SafeLoader, node: yaml.Node, path: KeyPath, doc: Document) -> Any:
+    """The value of a key or scalar node. One its tag cannot read (`!!float abc`, a date that
+    does not exist, an integer of 5,000 digits), or a string with a lone surrogate (an escape
+    like "\\ud800", which no file or terminal can take), is a problem at the node, and reads
+    as None."""
+    try:
+        value = loader.construct_object(node, deep=True)
+        if isinstance(value, str):
+            value.encode("utf-8")
+    except yaml.MarkedYAMLError:
+        raise
+    except Exception as exc:  # PyYAML's constructors raise KeyError, ValueError, ...
+        line, column = node.start_mark.line + 1, node.start_mark.column + 1
+        said = f"{_tag(node)} cannot read '{str(node.value)[:40]}': {exc}"
+        doc.problems.append(Problem(doc.file, line, column, f"'{render_path(path)}': " + said
+                                    .encode("utf-8", errors="backslashreplace").decode()))
+        return None
+    return value
+
+
+def _tag(node: yaml.Node) -> str:
+    return str(node.tag).replace("tag:yaml.org,2002:", "!!")
 
 
 # --- schema subset -------------------------------------------------------------------------
@@ -154,16 +256,20 @@ def _describe(value: Any) -> str:
         return f"number {value}"
     if isinstance(value, str):
         return f"string '{value}'"
-    return "a list" if isinstance(value, list) else "a mapping"
+    if isinstance(value, list | dict):
+        return "a list" if isinstance(value, list) else "a mapping"
+    return f"{type(value).__name__} {value}"  # a date, or !!binary's bytes
 
 
 def validate(doc: Document, schema: Mapping[str, Any]) -> Any:
     """Check `doc.data` against `schema`, adding every problem to `doc.problems`.
 
     Returns the data with every invalid part removed (mapping keys dropped, list items
-    replaced by None), so that later checks can keep going and report their problems too.
+    replaced by None; None when the whole document is invalid), so that later checks can keep
+    going and report their problems too.
     """
-    return _check(doc, doc.data, schema, ())
+    checked = _check(doc, doc.data, schema, ())
+    return None if checked is INVALID else checked
 
 
 def _check(doc: Document, value: Any, schema: Mapping[str, Any], path: KeyPath) -> Any:

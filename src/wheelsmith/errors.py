@@ -77,7 +77,7 @@ class RecipeError(WheelsmithError):
         self.problems = problems
 
     def details(self) -> list[str]:
-        return [p.render() for p in self.problems]
+        return listed([p.render() for p in self.problems])
 
 
 class UsageError(WheelsmithError):
@@ -136,7 +136,7 @@ class VerifyError(WheelsmithError):
         self.findings = list(findings)
 
     def details(self) -> list[str]:
-        return [*self.findings, *super().details()]
+        return [*listed(self.findings), *super().details()]
 
 
 class OutputError(WheelsmithError):
@@ -221,15 +221,80 @@ class UntrustedDataError(SourceError):
         self.status = status
 
 
+class FileSystemError(WheelsmithError):
+    """The machine refused a file operation: no permission, a read-only file system, a file
+    where a directory belongs (or the other way), a name too long, a loop of links."""
+
+    exit_code = 22
+
+
+MAX_LISTED = 50  # problems or findings an error lists; the rest are counted
+
+
+def listed(lines: Sequence[str]) -> list[str]:
+    """At most MAX_LISTED of `lines`, then `... and N more`: no input prints without bound."""
+    if len(lines) <= MAX_LISTED:
+        return list(lines)
+    return [*lines[:MAX_LISTED], f"... and {len(lines) - MAX_LISTED} more"]
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+ELSEWHERE = "or use another directory"
+# errno: what it means for the path, and what to do
+REFUSALS: dict[int, tuple[str, str]] = {
+    errno.EACCES: ("permission denied", f"give this user write access to it {ELSEWHERE}"),
+    errno.EPERM: ("operation not permitted", f"give this user write access to it {ELSEWHERE}"),
+    errno.EROFS: ("the file system is read-only", "use a directory on a writable file system"),
+    errno.ENOTDIR: ("a file is where a directory belongs",
+                    f"move that file out of the way {ELSEWHERE}"),
+    errno.EISDIR: ("it is a directory, not a file", f"move it out of the way {ELSEWHERE}"),
+    errno.EEXIST: ("it exists already (a file where a directory belongs?)",
+                   f"move it out of the way {ELSEWHERE}"),
+    errno.ELOOP: ("too many symbolic links (a link that leads back to itself?)",
+                  f"fix or remove the link {ELSEWHERE}"),
+    errno.ENAMETOOLONG: ("the name is too long for the file system", "use a shorter path"),
+}
+
+
+def machine_error(error: OSError, cache: Path, *, given: tuple[str, Path] | None = None
+                  ) -> WheelsmithError | None:
+    """The OSError of a full disk or of a refused file operation as one error naming the path
+    and what to do; None for any other OSError (a bug: let it show its traceback). `given`:
+    the option and value the path came from (`--out`, wheelhouse), named first. `cache`:
+    wheelsmith's cache, named where the path is in it."""
+    full = disk_full(error, cache)
+    if full is not None or error.errno not in REFUSALS:
+        return full
+    reason, todo = REFUSALS[error.errno]
+    paths = [str(p) for p in (error.filename, error.filename2) if p is not None]
+    where = " -> ".join(paths)
+    if given is not None:
+        option, value = given
+        culprit = "" if paths == [str(value.absolute())] else f" ({where})"
+        where, reason = f"{option} {value}", reason + culprit
+    if paths and _inside(Path(paths[0]), cache):
+        todo += "; it is wheelsmith's cache: set WHEELSMITH_CACHE to a writable directory"
+    return FileSystemError(f"{where}: {reason}" if where else reason, hint=todo)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):  # a loop of links cannot be resolved
+        return path.is_relative_to(root)
+
+
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def disk_full(error: OSError, cache: Path) -> DiskFullError | None:
     """The OSError of a full disk as a DiskFullError naming the file and where space can be
-    made; None for any other OSError (a bug: let it show its traceback)."""
+    made; None for any other OSError (a bug: let it show its traceback). A copy's or a link's
+    error names its source first: the file it was writing is the second name."""
     if error.errno not in _DISK_FULL:
         return None
-    where = Path(error.filename) if error.filename else None
+    written = error.filename2 or error.filename
+    where = Path(written) if written else None
     shown = f" writing {where}" if where else ""
     folder = where.parent if where else Path.cwd()
     return DiskFullError(

@@ -20,9 +20,7 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
-from wheelsmith import cmd, locations
+from wheelsmith import cmd, document, locations
 from wheelsmith.build import container
 from wheelsmith.errors import ToolchainError
 from wheelsmith.files import atomic_write_text
@@ -57,11 +55,17 @@ def user_lock() -> Path:
     return locations.config_dir() / LOCK
 
 
+LOCK_SCHEMA = {"type": "object", "patternProperties": {"": {"type": "string"}}}
+
+
 def _read(path: Path) -> dict[str, str]:
+    """A lock's pins (name: reference); every problem in it is located (document.py)."""
     if not path.is_file():
         return {}
-    data = yaml.safe_load(path.read_text()) or {}
-    return {str(k): str(v) for k, v in data.items() if v}
+    doc = document.load(path)
+    data = document.validate(doc, LOCK_SCHEMA) if doc.data is not None else {}
+    doc.raise_if_problems()
+    return {str(k): str(v) for k, v in (data or {}).items() if v}
 
 
 def pinned(key: str) -> Pin | None:

@@ -9,6 +9,7 @@ attaches the log tail and a diagnosis.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import re
@@ -19,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from build import BuildBackendException, BuildException, ProjectBuilder
-from wheelsmith import cmd
+from wheelsmith import cmd, errors, locations
 from wheelsmith.build import buildenv, prebuild, resume
 from wheelsmith.build.compilesetup import CompileSetup, farm_done, read_guard_report
-from wheelsmith.build.diagnose import SOURCES_MISSING, diagnose, explain
+from wheelsmith.build.diagnose import SOURCES_MISSING, diagnose, disk_full, explain
 from wheelsmith.build.pathview import PathView
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.prebuild import PLAN_LINE, RESUME_LINE
@@ -151,6 +152,7 @@ def compile_wheel(
             build_backend(source, toolchain.python, dist, run_hook, what=what, log_path=log_path)
     except CompileError as exc:
         text = log_path.read_text(errors="replace")
+        out_of_space(text, source, view, log_path, exc)
         exc.hint = explain(diagnose(text)) or (
             f"read the full log; the patched source is kept in {source}")
         if view is not None:  # the compiler's messages name the fixed paths
@@ -165,6 +167,22 @@ def compile_wheel(
                            log_file=log_path)
     return wheels[0]
 
+
+
+def out_of_space(log_text: str, source: Path, view: PathView | None, log_path: Path,
+                 failed: CompileError) -> None:
+    """A compile that failed because a file system was full is a DiskFullError (exit 19:
+    free space and run it again, it resumes), naming the file it could not write (where it
+    really is, not the build's fixed view of it), never a compile failure to read up on."""
+    found = disk_full(log_text)
+    if found is None:
+        return
+    line, named = found
+    where = (view.outside(named) if view is not None else named) if named else source
+    full = errors.disk_full(OSError(errno.ENOSPC, line, str(where)), locations.cache_dir())
+    assert full is not None
+    full.tail, full.log_file = [line], log_path
+    raise full from failed
 
 
 def build_backend(source: Path, python: Path, dist: Path, run_hook: Callable[..., None], *,

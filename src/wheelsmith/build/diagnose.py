@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,22 @@ SIGNATURES = (
         "pass --arch; the recipe's arch.env must be the variable the package reads",
     ),
 )
+
+
+DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|\[Errno (?:28|122)\]")
+ABSOLUTE_PATH = re.compile(r"/[^\s:'\"]+")
+
+
+def disk_full(log_text: str) -> tuple[str, Path | None] | None:
+    """A build that ran out of space (a compiler, the linker or Python could not write): the
+    first line that says so and the file it names (None: it names none); None when no line
+    does. Such a build is not a compile failure: it needs space, not a fix."""
+    for line in log_text.splitlines():
+        if DISK_FULL.search(line):
+            named = [Path(p) for p in ABSOLUTE_PATH.findall(line)]
+            written = [p for p in named if not (p.is_file() and os.access(p, os.X_OK))]
+            return line.strip(), written[0] if written else None  # not the linker's own name
+    return None
 
 
 def diagnose(log_text: str) -> list[Signature]:

@@ -63,9 +63,10 @@ class SplitSettingError(ValueError):
 def parse_split(value: str) -> str:
     """`auto`, `off`, a worker count (`0`: one per CPU) or `fast` (nvcc's own split)."""
     text = value.strip().lower()
-    number = text.isascii() and text.isdigit()  # `²` is a digit to str.isdigit, not to int
-    if text in (AUTO, OFF, FAST) or (number and int(text) <= 256):
-        return str(int(text)) if number else text
+    # ASCII digits, at most 3 (not '²', which isdigit() but int() refuses, nor 5,000 of them)
+    digits = text.isascii() and text.isdigit() and len(text) <= 3
+    if text in (AUTO, OFF, FAST) or (digits and int(text) <= 256):
+        return str(int(text)) if digits else text
     raise SplitSettingError(f"'{value}' is not auto, off, fast or a number of workers (0-256)")
 
 

@@ -8,7 +8,10 @@ group and shared options, console.py the rendering.
 
 from __future__ import annotations
 
+import errno
 import json
+import math
+import os
 import re
 import signal
 import urllib.parse
@@ -22,7 +25,7 @@ from wheelsmith import __version__, locations
 from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.build.buildenv import ENV_NAME, protection
 from wheelsmith.cli import console
-from wheelsmith.errors import UsageError, WheelsmithError, disk_full
+from wheelsmith.errors import UsageError, WheelsmithError, machine_error
 from wheelsmith.recipes import repos
 from wheelsmith.toolchain.target import refuse_free_threaded
 
@@ -30,7 +33,8 @@ INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 class Main(click.Group):
-    """Catches WheelsmithError once, renders it, and exits with its code."""
+    """Catches WheelsmithError once, renders it, and exits with its code; the machine's own
+    errors (a full disk, a read-only file system, a file in the way, ...) the same way."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -38,13 +42,12 @@ class Main(click.Group):
         except WheelsmithError as error:
             _exit_with(ctx, error)
         except OSError as error:
-            full = disk_full(error, locations.cache_dir())
-            if full is None:
+            mapped = machine_error(error, locations.cache_dir())
+            if mapped is None:
                 raise
-            _exit_with(ctx, full)
+            _exit_with(ctx, mapped)
         except KeyboardInterrupt:
-            click.echo("\ninterrupted: nothing was written to the output; partial work is in "
-                       "the work directory", err=True)
+            click.echo(f"\ninterrupted: {console.progress().said()}", err=True)
             ctx.exit(INTERRUPTED)
 
 
@@ -53,6 +56,102 @@ def _exit_with(ctx: click.Context, error: WheelsmithError) -> None:
         click.echo(json.dumps(console.error_json(error), indent=2))
     console.render_error(error)
     ctx.exit(error.exit_code)
+
+
+def writable(*places: tuple[str, Path], cache: bool = True) -> None:
+    """Before any work starts: each place (its option, its directory) must be a directory
+    this user can write, or one that can be made; with `cache`, wheelsmith's cache too. The
+    first that is not is a FileSystemError naming the option, the path and what to do."""
+    root = locations.cache_dir()
+    for option, path in [*places, *([("wheelsmith's cache", root)] if cache else [])]:
+        refused = _unwritable(path.absolute())
+        if refused is not None:
+            error = machine_error(refused, root, given=(option, path))
+            assert error is not None
+            raise error
+
+
+def _unwritable(path: Path) -> OSError | None:
+    """Why `path` cannot be (made into) a directory this user writes, as the OSError writing
+    there would raise; None when it can."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():  # the path, or a directory it needs, is a file
+        return OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+    if os.access(existing, os.W_OK | os.X_OK):
+        return None
+    code = errno.EROFS if os.statvfs(existing).f_flag & os.ST_RDONLY else errno.EACCES
+    return OSError(code, os.strerror(code), str(existing))
+
+
+def flow_story(progress: console.Progress, *, out: Path, work: Path,
+               index: Path | None = None) -> None:
+    """What an interrupt leaves, stage by stage, in the one flow build -> publish -> install
+    (deliver.py) that build, install and nightly run."""
+    building = (f"nothing reached --out {out}; a build keeps the objects it finished in "
+                f"{work}, and the same command resumes from them")
+    published = f", then published to {index} (`wheelsmith index check --index {index}` " \
+                "says whether it was)" if index is not None else ""
+    progress.stopping = progress.fresh = building
+    progress.after.update({
+        "toolchain": building, "fetch": building, "compile": building,
+        "up to date": f"nothing was built: the wheel in --out {out} is up to date",
+        "stamp": f"the wheel was being written to --out {out} (it is there whole or not at "
+                 f"all){published}",
+        "publish": f"the wheel is in --out {out} and published to {index}",
+        "install": f"the wheel is in --out {out}; pip was installing it (run the same command "
+                   "again to finish)"})
+
+
+class Number(click.ParamType[float, Any]):
+    """A number that its option's use can take: finite and within [minimum, maximum]. nan,
+    inf, 1e300, a fraction where a count belongs, a value out of range: refused in one line
+    naming the option (click's usage error, exit 2), before the command does anything."""
+
+    def __init__(self, *, minimum: float, maximum: float, integer: bool = False,
+                 unit: str = "", most: str = "") -> None:
+        self.minimum, self.maximum, self.integer = minimum, maximum, integer
+        self.unit, self.most = unit, most  # "seconds"; how the maximum reads ("30 days")
+        self.name = "integer" if integer else "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> float:
+        text = str(value).strip()
+        of = f" of {self.unit}" if self.unit else ""
+        try:
+            number = int(text) if self.integer else float(text)
+        except ValueError:
+            self.fail(f"'{value}' is not {'a whole number' if self.integer else 'a number'}"
+                      f"{of}", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"'{value}' is not a finite number{of}", param, ctx)
+        if not self.minimum <= number <= self.maximum:
+            most = f" ({self.most})" if self.most else ""
+            self.fail(f"{value} is not from {self.minimum:.0f} to {self.maximum:.0f}"
+                      f"{' ' + self.unit if self.unit else ''}{most}", param, ctx)
+        return number
+
+
+SECONDS_MAX = 30 * 24 * 3600.0
+SECONDS = Number(minimum=1, maximum=SECONDS_MAX, unit="seconds", most="30 days")  # limits
+DRAIN_SECONDS = Number(minimum=0, maximum=SECONDS_MAX, unit="seconds", most="30 days")
+JOBS = Number(minimum=1, maximum=4096, integer=True)
+
+
+def check_drain(limit: tuple[str, float | None], drain: tuple[str, float | None]) -> None:
+    """A drain is the last part of its limit: refused without one, and when it is not
+    shorter (the limit would pass and cut nothing), in one line naming both options."""
+    (limit_option, seconds), (drain_option, draining) = limit, drain
+    if draining is None:
+        return
+    if seconds is None:
+        raise click.UsageError(f"{drain_option} {draining:.12g} needs {limit_option}: a drain is "
+                               f"the last part of a time limit")
+    if draining >= seconds:
+        raise click.UsageError(f"{drain_option} {draining:.12g} is not shorter than "
+                               f"{limit_option} {seconds:.12g}: the drain is the last part of "
+                               "the limit (0 cuts at the limit)")
 
 
 DRAIN_HELP = ("The last SECONDS of the time limit start no compile, so those in flight can "

@@ -17,9 +17,14 @@ from wheelsmith.build.request import BuildRequest, BuildResult, from_json
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     DRAIN_HELP,
+    DRAIN_SECONDS,
+    JOBS,
+    SECONDS,
     arch_option,
+    check_drain,
     display,
     emit_json,
+    flow_story,
     index_option,
     json_option,
     main,
@@ -28,6 +33,7 @@ from wheelsmith.cli._common import (
     parse_python,
     recipes_option,
     runner_option,
+    writable,
 )
 from wheelsmith.cli.index import published_json
 from wheelsmith.deliver import deliver
@@ -61,7 +67,7 @@ from wheelsmith.wheelfile import Provenance, read_provenance
               show_default=True, help="Where the finished wheel goes.")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
               show_default=True, help="Sources, logs and scratch files.")
-@click.option("--jobs", type=click.IntRange(min=1), help="MAX_JOBS (default: from cores, free "
+@click.option("--jobs", type=JOBS, help="MAX_JOBS (default: from cores, free "
               "memory and a compile farm's CPUs).")
 @click.option("--split-compile", "split_compile", metavar="auto|off|fast|N",
               help="ptxas --split-compile workers, so one heavy file uses idle cores. auto: "
@@ -100,10 +106,10 @@ from wheelsmith.wheelfile import Provenance, read_provenance
                    "hold (for packages too big to compile here).")
 @click.option("--publish", "publish_to", is_flag=True,
               help="Publish the verified wheel to --index afterwards.")
-@click.option("--time-limit", type=click.FloatRange(min=1), metavar="SECONDS",
+@click.option("--time-limit", type=SECONDS, metavar="SECONDS",
               help="Stop the build after SECONDS (exit 20): --work-dir keeps the objects it "
                    "finished, and the same build resumes from them.")
-@click.option("--drain", type=click.FloatRange(min=0), metavar="SECONDS", help=DRAIN_HELP)
+@click.option("--drain", type=DRAIN_SECONDS, metavar="SECONDS", help=DRAIN_HELP)
 @index_option
 @json_option
 def build(recipe: str, archs: tuple[str, ...], python: str | None, install_into: bool,
@@ -121,6 +127,11 @@ def build(recipe: str, archs: tuple[str, ...], python: str | None, install_into:
     target_env: Path | None = chosen_python.get("target")
     if install_into and target_env is None:
         raise click.UsageError("--install needs --python PATH: the environment to install into")
+    check_drain(("--time-limit", time_limit), ("--drain", drain))
+    out, work = same_named["out_dir"], same_named["work_dir"]
+    index = index_dir if publish_to else None
+    writable(("--out", out), ("--work-dir", work), *([("--index", index_dir)] if index else []))
+    flow_story(console.progress(), out=out, work=work, index=index)
     request = BuildRequest(
         recipe=name, version=version or None, archs=parse_archs(archs), **chosen_python,
         split_compile=None if split_compile is None else compilesetup.split_setting(split_compile),
@@ -204,6 +215,9 @@ def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[st
     """Check that each WHEEL carries SASS for exactly --arch (and PTX iff +PTX); no recipe
     is read. With --rebuild, check that building it again gives the same bytes."""
     if rebuild:
+        writable(("--work-dir", work_dir))
+        console.progress().stopping = (f"nothing was compared; the rebuild's work directory "
+                                       f"{work_dir} keeps the objects it finished")
         _verify_rebuild(wheels, work_dir, runner, parse_env(env), as_json)
         return
     if env:

@@ -11,7 +11,11 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
+
+import click
 
 from wheelsmith.doctor.report import missing_dependency
 from wheelsmith.errors import WheelsmithError
@@ -65,6 +69,7 @@ class TerminalReporter:
         self._clear()
 
     def stage(self, name: str, detail: str) -> None:
+        progress().stage(name, detail)
         with self.lock:
             self._clear()
             self.stage_name, self.stage_started = name, time.monotonic()
@@ -113,6 +118,83 @@ class TerminalReporter:
                     self._draw()
                 else:
                     self._plain_line()
+
+
+NAMES_SHOWN = 10  # names an interrupt's line lists; the rest are counted
+
+
+@dataclass
+class Progress:
+    """What the running command has done, and what stopping it now leaves: the line an
+    interrupt (Ctrl-C, SIGTERM) prints, in `Main.invoke`, says both.
+
+    A command says what stopping it leaves (`stopping`; `after`: the same from a stage on, as
+    its reporter passes the stages here). One that works through a list (wheels to publish,
+    cells) names it (`items`) and `begin`s each, or a stage named `item_stage` does; each
+    item starts from `fresh`, and `stopping` is said only while an item is under way."""
+
+    stopping: str = "the commands it ran were stopped"
+    after: dict[str, str] = field(default_factory=dict)  # stage name -> `stopping` from then
+    fresh: str | None = None  # `stopping` as each item begins
+    note: str = ""  # said last, whatever was under way
+    verb: str = ""  # what a finished item is: "published"
+    rest: str = ""  # what the items not begun are: "not published"
+    item_stage: str | None = None  # a stage whose detail names the item it begins
+    done: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    current: str | None = None
+
+    def items(self, names: Sequence[str], verb: str, rest: str, *,
+              stage: str | None = None) -> None:
+        self.pending, self.verb, self.rest, self.item_stage = list(names), verb, rest, stage
+
+    def begin(self, name: str) -> None:
+        """`name` is under way: the one before it is done."""
+        self.finish()
+        if name in self.pending:
+            self.pending.remove(name)
+        self.current = name
+        self.stopping = self.fresh or self.stopping
+
+    def finish(self) -> None:
+        if self.current is not None:
+            self.done.append(self.current)
+        self.current = None
+
+    def stage(self, name: str, detail: str) -> None:
+        if name == self.item_stage:
+            self.begin(detail)
+        self.stopping = self.after.get(name, self.stopping)
+
+    def said(self) -> str:
+        parts = []
+        if self.verb:
+            total = len(self.done) + len(self.pending) + (self.current is not None)
+            parts.append(f"{self.verb} {len(self.done)} of {total}"
+                         + (f": {_names(self.done)}" if self.done else ""))
+        if not self.verb:
+            parts.append(self.stopping)
+        elif self.current is not None:  # what stopping the item under way left, by its name
+            named = self.stopping.startswith(self.current)
+            parts.append(self.stopping if named else f"{self.current}: {self.stopping}")
+        if self.pending:
+            parts.append(f"{self.rest}: {_names(self.pending)}")
+        return "; ".join([*parts, *([self.note] if self.note else [])])
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:NAMES_SHOWN])
+    return shown + (f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else "")
+
+
+def progress() -> Progress:
+    """The running command's record (one per command line, in click's shared meta); outside a
+    command, a record nobody reads."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return Progress()
+    found: Progress = ctx.meta.setdefault("wheelsmith.progress", Progress())
+    return found
 
 
 def setup_logging(verbosity: int) -> None:

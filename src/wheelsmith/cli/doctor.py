@@ -11,6 +11,7 @@ import click
 from wheelsmith.arch import Arch
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
+    SECONDS,
     emit_json,
     index_url_option,
     json_option,
@@ -46,7 +47,7 @@ from wheelsmith.toolchain.driver import find_driver
               help="Run the installed fast-path ops on tiny inputs against plain PyTorch "
                    "(default: yes; they need a GPU visible to the examined torch, and are "
                    "not run without one).")
-@click.option("--op-timeout", "op_timeout", type=click.FloatRange(min=1), metavar="SECONDS",
+@click.option("--op-timeout", "op_timeout", type=SECONDS, metavar="SECONDS",
               default=fastpath.OP_TIMEOUT_S, show_default=True,
               help="Time limit of each op's run (a cold Triton cache compiles first).")
 @json_option

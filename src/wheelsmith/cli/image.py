@@ -8,7 +8,7 @@ import click
 
 from wheelsmith import locations
 from wheelsmith.build import baseimage, container, images
-from wheelsmith.cli._common import emit_json, json_option, main
+from wheelsmith.cli._common import emit_json, json_option, main, writable
 from wheelsmith.errors import UsageError
 from wheelsmith.toolchain import select
 from wheelsmith.toolchain.profile import Profile
@@ -74,6 +74,7 @@ def image_build(toolchain: str | None, engine: str, base: str | None,
     """The image for a toolchain profile (tagged with the hash of its pins): the existing one,
     one made from an older image with the same pins (a link and a label), or built."""
     container.base_for(python)  # a Python without an image: refused before anything is done
+    writable()
     chosen = _engine(engine)
     container.check_builder(chosen, pip_mirror)  # before a base is locked or moved for it
     profile = select.profile_named(toolchain)

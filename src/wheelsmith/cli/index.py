@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from wheelsmith.cli import console
-from wheelsmith.cli._common import emit_json, index_option, json_option, main
+from wheelsmith.cli._common import emit_json, index_option, json_option, main, writable
 from wheelsmith.errors import IndexDriftError
 from wheelsmith.index import export, publish, upload
 from wheelsmith.index import store as index
@@ -44,8 +44,17 @@ def publish_command(wheels: tuple[Path, ...], index_dir: Path, to: str | None,
     no-op; other bytes under a published name: refused."""
     if simple is not None and to is None:
         raise click.UsageError("--simple goes with --to (the server's simple API)")
+    if to is None:
+        writable(("--index", index_dir), cache=False)
+    where_to = to if to is not None else str(index_dir)
+    progress = console.progress()
+    progress.items([wheel.name for wheel in wheels], "published", "not published")
     results: list[publish.Published | upload.Uploaded] = []
     for wheel in wheels:  # each is complete (ledger + pages) when its line is printed
+        progress.begin(wheel.name)
+        progress.stopping = (f"{wheel.name} was being published to {where_to}" + (
+            f" (`wheelsmith index check --index {index_dir}` says whether it was)"
+            if to is None else " (the server's simple page says whether it was)"))
         if to is not None:
             result: publish.Published | upload.Uploaded = upload.upload(
                 wheel, to, simple=simple, channel=channel)
@@ -53,6 +62,7 @@ def publish_command(wheels: tuple[Path, ...], index_dir: Path, to: str | None,
         else:
             result = publish.publish(wheel, index_dir, channel=channel)
             where = f"{index_dir}/{result.page}"
+        progress.finish()
         results.append(result)
         if not as_json:
             click.echo(f"{result.status}: {result.filename} -> {where}")
@@ -69,6 +79,7 @@ def yank_command(filename: str, index_dir: Path, reason: str | None, undo: bool)
     """Yank FILENAME: installers skip it unless it is pinned exactly. Nothing is deleted."""
     if not undo and not reason:
         raise click.UsageError("--reason is required, e.g. --reason 'wrong results on sm_103'")
+    writable(("--index", index_dir), cache=False)
     record = publish.yank(index_dir, Path(filename).name, None if undo else reason)
     click.echo(f"{'unyanked' if undo else 'yanked'}: {record.filename}")
 
@@ -103,6 +114,7 @@ def index_check(index_dir: Path, as_json: bool) -> None:
 @index_option
 def index_rebuild(index_dir: Path) -> None:
     """Regenerate every page from the ledger (files are never touched)."""
+    writable(("--index", index_dir), cache=False)
     count = index.rebuild(index_dir)
     click.echo(f"ok: {count} page(s) regenerated from {index_dir}/ledger.jsonl")
 
@@ -139,6 +151,8 @@ def serve_command(index_dir: Path, host: str, port: int, idle_s: int) -> None:
     """Serve the index read-only over HTTP (HTML/JSON negotiation, .metadata, no PyPI)."""
 
     server = listen(index_dir, host, port, idle_s=idle_s)  # nothing is created if it cannot
+    console.progress().stopping = (f"stopped serving {index_dir}; serving only reads the "
+                                   "index, and has no work directory")
     try:
         if index.create(index_dir):
             click.echo(f"a new, empty index in {index_dir}: publishing fills it while it is "

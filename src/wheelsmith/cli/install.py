@@ -11,13 +11,16 @@ from wheelsmith import install
 from wheelsmith.build.request import BuildRequest
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
+    JOBS,
     arch_option,
     emit_json,
+    flow_story,
     index_url_option,
     json_option,
     main,
     parse_archs,
     recipes_option,
+    writable,
 )
 from wheelsmith.toolchain import target
 
@@ -40,7 +43,7 @@ from wheelsmith.toolchain import target
               show_default=True, help="Where a wheel built on a miss goes.")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
               show_default=True)
-@click.option("--jobs", type=click.IntRange(min=1), help="MAX_JOBS for a build on a miss.")
+@click.option("--jobs", type=JOBS, help="MAX_JOBS for a build on a miss.")
 @click.option("--compile-cache", metavar="off|DIR|URL", help="As for build.")
 @click.option("--runner", type=click.Choice(["host", "podman", "docker", "auto"]),
               default="host", show_default=True, help="Where a build on a miss runs.")
@@ -51,6 +54,13 @@ def install_command(recipe: str, python: Path, index_url: str, archs: tuple[str,
     """Install RECIPE into the --python environment: the index's wheel that fits it (sha256
     pinned), or one built for it when the index has none."""
     name, _, version = recipe.partition("==")
+    publish_dir = Path(publish_to) if publish_to else None
+    writable(("--out", out_dir), ("--work-dir", work_dir),
+             *([("--publish", publish_dir)] if publish_dir else []))
+    progress = console.progress()
+    flow_story(progress, out=out_dir, work=work_dir, index=publish_dir)
+    progress.after["index"] = (f"pip was installing a wheel into {python}, or a build of a "
+                               "missing one was starting: run the same command again")
     started = time.monotonic()
     with console.TerminalReporter() as reporter:
         environment = target.probe(python, gpu=True)
@@ -58,7 +68,7 @@ def install_command(recipe: str, python: Path, index_url: str, archs: tuple[str,
         request = install.InstallRequest(
             recipe=name, version=version or None, python=python, index_url=index_url,
             archs=parse_archs(archs), publish=publish_to is not None,
-            publish_to=Path(publish_to) if publish_to else None,
+            publish_to=publish_dir,
             build=BuildRequest(recipe=name, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
                                compile_cache=compile_cache, runner=runner))
         done = install.install(request, environment, reporter)

@@ -13,13 +13,20 @@ from wheelsmith import locations
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     DRAIN_HELP,
+    DRAIN_SECONDS,
+    JOBS,
+    SECONDS,
+    Number,
+    check_drain,
     display,
     emit_json,
+    flow_story,
     index_option,
     json_option,
     main,
     recipes_option,
     runner_option,
+    writable,
 )
 from wheelsmith.errors import NightlyError, UsageError
 from wheelsmith.fleet import matrix, nightly, outdated, report
@@ -46,7 +53,8 @@ def _cells(matrix_file: Path | None) -> list[matrix.Cell]:
 @recipes_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]),
               default="table", show_default=True)
-@click.option("--shards", type=click.IntRange(min=1), default=4, show_default=True,
+@click.option("--shards", type=Number(minimum=1, maximum=256, integer=True), default=4,
+              show_default=True,
               help="With --format github: how many runners to split each Python's cells over.")
 def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
     """Expand the build matrix into cells (recipe x version x toolchain x archs x Python x
@@ -84,14 +92,14 @@ def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
               show_default=True)
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
               show_default=True)
-@click.option("--jobs", type=click.IntRange(min=1))
+@click.option("--jobs", type=JOBS)
 @click.option("--compile-cache", metavar="off|DIR|URL",
               help="As for build: share compiled objects between runners (redis://...).")
 @runner_option
-@click.option("--cell-time-limit", type=click.FloatRange(min=1), metavar="SECONDS",
+@click.option("--cell-time-limit", type=SECONDS, metavar="SECONDS",
               help="Stop a cell's build after SECONDS: it is reported partial (N/M objects) "
                    "and resumes from them on the next run with the same --work-dir.")
-@click.option("--cell-drain", type=click.FloatRange(min=0), metavar="SECONDS", help=DRAIN_HELP)
+@click.option("--cell-drain", type=DRAIN_SECONDS, metavar="SECONDS", help=DRAIN_HELP)
 def nightly_command(matrix_file: Path | None, python: str | None, shard: str | None,
                     report_dir: Path, publish: bool, published: tuple[str, ...],
                     index_dir: Path, out_dir: Path,
@@ -100,10 +108,17 @@ def nightly_command(matrix_file: Path | None, python: str | None, shard: str | N
                     cell_drain: float | None) -> None:
     """Build every cell that is missing or changed; one failure never stops the others."""
 
+    check_drain(("--cell-time-limit", cell_time_limit), ("--cell-drain", cell_drain))
+    writable(("--out", out_dir), ("--work-dir", work_dir), ("--report", report_dir),
+             *([("--index", index_dir)] if publish else []))
     cells = [c for c in _cells(matrix_file) if python in (None, c.python)]
     if python is not None and not cells:
         raise UsageError(f"--python {python}: the matrix has no cells for that Python")
     cells = matrix.shard(cells, shard)
+    progress = console.progress()
+    progress.items([c.id for c in cells], "finished", "not started", stage="cell")
+    flow_story(progress, out=out_dir, work=work_dir, index=index_dir if publish else None)
+    progress.note = f"no report was written to {report_dir}"
     settings = nightly.Settings(out_dir=out_dir, work_dir=work_dir, index_dir=index_dir,
                                 publish=publish, jobs=jobs, compile_cache=compile_cache,
                                 runner=runner, time_limit=cell_time_limit, drain=cell_drain,

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from packaging.utils import canonicalize_name
 
-from wheelsmith.cli._common import display, emit_json, json_option, main
+from wheelsmith.cli._common import display, emit_json, json_option, main, writable
 from wheelsmith.errors import UsageError
 from wheelsmith.recipes import repos
 from wheelsmith.scaffold import check, patches, render, sdist, setup_py
@@ -45,6 +45,7 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
     the sources its extensions compile, and the standard patches it needs."""
     name, version = sdist.parse_request(package)
     destination = _destination(repo)
+    writable(("--recipes", destination))
     chosen = sdist.choose_sdist(name, version)
     with tempfile.TemporaryDirectory(prefix="wheelsmith-recipe-new-") as work:
         tree = sdist.unpacked(chosen, Path(work) / "sdist")

@@ -11,7 +11,8 @@ import click
 from packaging.version import InvalidVersion, Version
 
 from wheelsmith import locations
-from wheelsmith.cli._common import display, emit_json, json_option, main
+from wheelsmith.cli import console
+from wheelsmith.cli._common import display, emit_json, json_option, main, writable
 from wheelsmith.errors import UsageError
 from wheelsmith.toolchain import resolve, select
 from wheelsmith.toolchain.profile import default_profile_name, load_profiles
@@ -51,6 +52,7 @@ def toolchain_list(as_json: bool) -> None:
               show_default="this Python")
 def toolchain_ensure(profile: str | None, python: Path) -> None:
     """Create the profile's venv if needed (used by the Dockerfile); print its identity."""
+    writable()
     toolchain = select.resolve_toolchain(profile, python)
     click.echo(json.dumps({**toolchain.identity(), "python_path": str(toolchain.python),
                            "cuda_home": str(toolchain.cuda_home)}, indent=2))
@@ -83,10 +85,12 @@ def toolchain_new(torch: str, cuda: str | None, index: str | None, pythons: tupl
     """Write toolchains/<name>.yaml for a torch release: its exact closure from pip's resolver
     (metadata only), the CUDA compiler wheels at torch's CUDA version, the build tools."""
     _version("--torch", torch, hint="give a torch release, e.g. --torch 2.14.1")
+    destination = directory or locations.new_profile_dir()
+    writable(("--dir" if directory else "the profiles' directory", destination), cache=False)
+    console.progress().stopping = f"no profile was written to {destination}"
     request = resolve.NewProfileRequest(
         torch=torch, cuda=_version("--cuda", cuda, hint="e.g. --cuda 12.8"), index=index,
-        pythons=pythons or resolve.DEFAULT_PYTHONS,
-        toolchains_dir=directory or locations.new_profile_dir(), force=force)
+        pythons=pythons or resolve.DEFAULT_PYTHONS, toolchains_dir=destination, force=force)
     with tempfile.TemporaryDirectory(prefix="wheelsmith-new-") as scratch:
         profile = resolve.new_profile(request, Path(scratch))
     compiler = ("an installed CUDA toolkit" if profile.installed_compiler

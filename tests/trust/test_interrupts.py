@@ -1,0 +1,205 @@
+"""Ctrl-C and SIGTERM, for real, to real commands: exit 130 and one line that says what was
+done and what was not, from the record the running command keeps (cli/console.Progress),
+which Main.invoke reads: publish names the wheels it published and those it did not, serve only
+stopped serving, a build kept its finished objects and put nothing in --out."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.wheels import make_wheel
+from wheelsmith.cli.console import NAMES_SHOWN, Progress
+
+INTERRUPTED = 130
+
+
+def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "wheelsmith", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def stop(proc: subprocess.Popen[str], signum: int) -> tuple[str, str]:
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == INTERRUPTED, err
+    assert "Traceback" not in err, err
+    return out, err
+
+
+def test_an_interrupted_publish_says_which_wheels_it_published_and_which_not(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    wheels = [make_wheel(folder, f"w{i:03d}") for i in range(200)]
+    index = tmp_path / "index"
+    proc = start("publish", "--index", str(index), "--channel", "t", *map(str, wheels),
+                 cwd=tmp_path)
+    assert proc.stdout is not None
+    seen = [proc.stdout.readline() for _ in range(3)]
+    out, err = stop(proc, signal.SIGINT)
+    printed = [re.match(r"published: (\S+) -> ", line)[1]  # type: ignore[index]
+               for line in [*seen, *out.splitlines()]]
+    line = err.splitlines()[-1]
+    said = re.match(r"interrupted: published (\d+) of 200: ", line)
+    assert said is not None, line
+    done = int(said[1])
+    assert printed == [w.name for w in wheels[:len(printed)]]
+    assert len(printed) in (done, done - 1)  # the signal may come before its line is printed
+    names = [w.name for w in wheels]
+    in_ledger = [json.loads(entry)["filename"]
+                 for entry in (index / "ledger.jsonl").read_text().splitlines()]
+    rest, middle = names[done:], ""
+    if f"; {names[done]} was being published" in line:  # the signal came during its publish
+        rest = rest[1:]
+        assert in_ledger in (names[:done], names[:done + 1])  # committed, or not at all
+        middle = (f"; {names[done]} was being published (`wheelsmith index check --index "
+                  f"{index}` says whether it was)")
+    else:
+        assert in_ledger == names[:done]
+    assert line == (f"interrupted: published {done} of 200: {shown(names[:done])}{middle}; "
+                    f"not published: {shown(rest)}")
+
+
+def shown(names: list[str]) -> str:
+    more = len(names) - NAMES_SHOWN
+    return ", ".join(names[:NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+def test_an_interrupted_serve_says_it_only_stopped_serving(tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    wheel = make_wheel(tmp_path)
+    subprocess.run([sys.executable, "-m", "wheelsmith", "publish", "--index", str(index),
+                    "--channel", "t", str(wheel)], check=True, capture_output=True)
+    proc = start("serve", "--index", str(index), "--port", "0", cwd=tmp_path)
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith(f"serving {index} at http://127.0.0.1:")
+    _, err = stop(proc, signal.SIGTERM)
+    assert err.splitlines()[-1] == (f"interrupted: stopped serving {index}; serving only "
+                                    "reads the index, and has no work directory")
+
+
+def test_an_interrupted_build_says_nothing_reached_out_and_the_work_dir_keeps_its_objects(
+        tmp_path: Path) -> None:
+    """Stopped while it asks its --python environment what it is (a Python that never
+    answers): before any compile, as at any point before the wheel is written."""
+    sleeper = tmp_path / "python-that-sleeps"
+    sleeper.write_text("#!/bin/sh\nexec sleep 317\n")
+    sleeper.chmod(0o755)
+    proc = start("build", "causal-conv1d", "--python", str(sleeper), "--out", "out",
+                 "--work-dir", "work", cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while not _running(SLEEPING):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the build never asked its --python"
+        time.sleep(0.2)
+    _, err = stop(proc, signal.SIGINT)
+    assert err.splitlines()[-1] == (
+        "interrupted: nothing reached --out out; a build keeps the objects it finished in "
+        "work, and the same command resumes from them")
+    assert not (tmp_path / "out").exists()
+    assert not _running(SLEEPING)
+
+
+SLEEPING = b"sleep\x00317\x00"  # the command line of the Python that never answers
+
+
+def _running(command: bytes) -> bool:
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry / "cmdline").read_bytes() == command:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+# --- the record, over generated runs -----------------------------------------------------------
+
+@given(names=st.lists(st.from_regex(r"[a-z]{1,6}\.whl", fullmatch=True), min_size=1,
+                      max_size=30, unique=True),
+       finished=st.integers(0, 30), under_way=st.booleans())
+def test_the_record_says_every_item_once_as_done_under_way_or_not_begun(
+        names: list[str], finished: int, under_way: bool) -> None:
+    finished = min(finished, len(names) - 1)
+    record = Progress()
+    record.items(names, "published", "not published")
+    for name in names[:finished]:
+        record.begin(name)
+        record.stopping = f"{name} was being published"
+        record.finish()
+    if under_way:
+        record.begin(names[finished])
+        record.stopping = f"{names[finished]} was being published"
+    said = record.said()
+    assert said.startswith(f"published {finished} of {len(names)}")
+    parts = said.split("; ")
+    assert (f"{names[finished]} was being published" in parts) == under_way
+    begun = finished + under_way
+    if begun < len(names):
+        assert parts[-1].startswith(f"not published: {names[begun]}")
+        assert parts[-1].endswith(
+            f" and {len(names) - begun - NAMES_SHOWN} more" if len(names) - begun > NAMES_SHOWN
+            else names[min(len(names), begun + NAMES_SHOWN) - 1])
+
+
+def test_stages_move_a_builds_record_to_what_stopping_then_leaves() -> None:
+    record = Progress(stopping="nothing reached --out", fresh="nothing reached --out",
+                      after={"stamp": "being written", "publish": "in --out and published"})
+    record.items(["cell-a", "cell-b", "cell-c"], "finished", "not started", stage="cell")
+    record.note = "no report was written"
+    for stage, detail in [("cell", "cell-a"), ("fetch", "x"), ("stamp", "label"),
+                          ("publish", "published"), ("cell", "cell-b"), ("compile", "x")]:
+        record.stage(stage, detail)
+    assert record.said() == ("finished 1 of 3: cell-a; cell-b: nothing reached --out; not "
+                             "started: cell-c; no report was written")
+    record.stage("stamp", "label")
+    assert record.said() == ("finished 1 of 3: cell-a; cell-b: being written; not started: "
+                             "cell-c; no report was written")
+
+
+def pure_package(project: Path, name: str) -> None:
+    """A pure Python package in a `path:` source and its recipe."""
+    source = project.parent / "sources" / name
+    (source / name.replace("-", "_")).mkdir(parents=True)
+    (source / name.replace("-", "_") / "__init__.py").write_text("")
+    (source / "setup.py").write_text(
+        f'from setuptools import setup\nsetup(name="{name}", version="0.1.0", '
+        f'packages=["{name.replace("-", "_")}"])\n')
+    (project / "recipes" / f"{name}.yaml").write_text(
+        f"package: {name}\nkind: pure\nsmoke:\n  import: []\nversions:\n  - version: \"0.1.0\"\n"
+        f"    source:\n      path: {source}\n")
+
+
+@pytest.mark.toolchain
+def test_an_interrupted_nightly_says_which_cells_finished_and_which_not(
+        project: Path, toolchain: object) -> None:
+    names = ["pure-a", "pure-b", "pure-c"]
+    for name in names:
+        pure_package(project, name)
+    (project / "matrix.yaml").write_text(
+        "pythons: ['3.11']\npackages:\n" + "".join(f"  - recipe: {n}\n" for n in names))
+    proc = start("nightly", "--no-publish", "--out", "out", "--work-dir", "work", "--report",
+                 "report", cwd=project)
+    assert proc.stderr is not None
+    cells = [f"{name}-0.1.0-cu130-torch2.14-pure-py3.11" for name in names]
+    for line in iter(proc.stderr.readline, ""):
+        if line.startswith("==> [") and f"cell: {cells[1]}" in line:
+            break
+    _, err = stop(proc, signal.SIGINT)
+    assert err.splitlines()[-1] == (
+        f"interrupted: finished 1 of 3: {cells[0]}; {cells[1]}: nothing reached --out out; a "
+        f"build keeps the objects it finished in work, and the same command resumes from them; "
+        f"not started: {cells[2]}; no report was written to report")
+    assert [p.name for p in (project / "out").iterdir()] == [
+        "pure_a-0.1.0+pure-py3-none-any.whl"]
+    assert not (project / "report").exists()
