@@ -70,6 +70,7 @@ IN_THE_WAY: list[tuple[tuple[str, ...], str, str]] = [
 def test_a_file_where_a_directory_belongs_is_refused_before_any_work(
         tmp_path: Path, command: tuple[str, ...], option: str, below: str) -> None:
     (tmp_path / "in-the-way").write_text("a file\n")
+    (tmp_path / "x.whl").write_text("never read: the directories are checked first\n")
     value = str(tmp_path / "in-the-way") + below
     before = listing(tmp_path)
     outcome = run(*command, option, value, cwd=tmp_path)
@@ -91,6 +92,7 @@ def test_a_cache_that_is_a_file_is_refused_before_any_work(tmp_path: Path,
                                                           command: tuple[str, ...]) -> None:
     cache = tmp_path / "cache"
     cache.write_text("not a directory\n")
+    (tmp_path / "x.whl").write_text("never read: the directories are checked first\n")
     before = listing(tmp_path)
     outcome = run(*command, cwd=tmp_path, env={"WHEELSMITH_CACHE": str(cache)})
     assert (outcome.returncode, error_lines(outcome)) == (FileSystemError.exit_code, [

@@ -46,15 +46,15 @@ def publish_command(wheels: tuple[Path, ...], index_dir: Path, to: str | None,
         raise click.UsageError("--simple goes with --to (the server's simple API)")
     if to is None:
         writable(("--index", index_dir), cache=False)
-    where_to = to if to is not None else str(index_dir)
     progress = console.progress()
     progress.items([wheel.name for wheel in wheels], "published", "not published")
     results: list[publish.Published | upload.Uploaded] = []
     for wheel in wheels:  # each is complete (ledger + pages) when its line is printed
         progress.begin(wheel.name)
-        progress.stopping = (f"{wheel.name} was being published to {where_to}" + (
-            f" (`wheelsmith index check --index {index_dir}` says whether it was)"
-            if to is None else " (the server's simple page says whether it was)"))
+        progress.stopping = (
+            f"{wheel.name} was being published (`wheelsmith index check --index {index_dir}` "
+            "says whether it was)" if to is None else f"{wheel.name} was being uploaded to "
+            f"{to} (the server's simple page says whether it was)")
         if to is not None:
             result: publish.Published | upload.Uploaded = upload.upload(
                 wheel, to, simple=simple, channel=channel)

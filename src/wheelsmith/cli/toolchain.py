@@ -52,7 +52,8 @@ def toolchain_list(as_json: bool) -> None:
               show_default="this Python")
 def toolchain_ensure(profile: str | None, python: Path) -> None:
     """Create the profile's venv if needed (used by the Dockerfile); print its identity."""
-    writable()
+    if not locations.cache_dir().is_dir():  # a read-only cache that holds the venv is fine
+        writable()  # (the image's, for a build container's user)
     toolchain = select.resolve_toolchain(profile, python)
     click.echo(json.dumps({**toolchain.identity(), "python_path": str(toolchain.python),
                            "cuda_home": str(toolchain.cuda_home)}, indent=2))
