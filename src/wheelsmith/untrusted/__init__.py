@@ -1,10 +1,8 @@
 """The boundary for data from outside (docs/security.md): what others wrote reaches wheelsmith's
 logic only bounded, parsed into typed models, and with every name in it checked.
 
-- Bounded reads: `read_url`/`copy_url` (http, https, file) stop at `Bounds`, a byte cap and a
-  total deadline on the monotonic clock (as `cmd.run(bounds=...)` does for a command's
-  output). A watchdog shuts the connection's sockets at the deadline, so a server that drips
-  one byte at a time (which never trips a per-read timeout) or never answers ends the read.
+- Bounded reads: `urls.read_url`/`urls.copy_url` (http, https, file) stop at `Bounds`, a
+  byte cap and a total deadline (as `cmd.run(bounds=...)` does for a command's output).
 - Typed parsing: `parse_json` and `Node`, the getters every model of outside data is built
   from (pages, ledger lines, provenance, probe answers): a wrong shape is one
   UntrustedDataError naming the source and the place in it (`files[3].hashes`), never a
@@ -16,27 +14,15 @@ logic only bounded, parsed into typed models, and with every name in it checked.
 from __future__ import annotations
 
 import ast
-import contextlib
-import functools
-import http.client
 import json
-import os
 import re
-import socket
-import ssl
-import stat
-import threading
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any, TypeVar
 
-from wheelsmith.errors import SourceError, UntrustedDataError
+from wheelsmith.errors import UntrustedDataError
 
 T = TypeVar("T")
 CHUNK = 1 << 16
@@ -217,37 +203,6 @@ class Bounds:
     quiet_seconds: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
-    url: str
-    media_type: str  # the Content-Type without parameters; "" for a file
-    data: bytes
-
-
-def read_url(url: str, bounds: Bounds, *, accept: str | None = None) -> Answer:
-    """The whole of `url` (http, https or file), within `bounds`. Not found (HTTP 404, no
-    such file): UntrustedDataError with status 404; nothing answers: SourceError."""
-    data = bytearray()
-    media_type = copy_url(url, data.extend, bounds, accept=accept)
-    return Answer(url, media_type, bytes(data))
-
-
-def copy_url(url: str, sink: Callable[[bytes], object], bounds: Bounds, *,
-             accept: str | None = None) -> str:
-    """Hand `url`'s body to `sink` chunk by chunk, within `bounds`; its media type."""
-    scheme = urllib.parse.urlsplit(url).scheme
-    if scheme == "file":
-        _copy_file(url, sink, bounds)
-        return ""
-    if scheme not in ("http", "https"):
-        raise UntrustedDataError(url, "is not an http://, https:// or file:// URL")
-    watchdog = _Watchdog(bounds.seconds)
-    try:
-        return _copy_http(url, sink, bounds, accept, watchdog)
-    finally:
-        watchdog.timer.cancel()
-
-
 def too_big(source: str, bounds: Bounds, *, verb: str = "answered",
             hint: str | None = None) -> UntrustedDataError:
     return UntrustedDataError(source, f"{verb} more than {describe_size(bounds.max_bytes)}",
@@ -261,138 +216,3 @@ def too_slow(source: str, seconds: float, *, verb: str = "did not finish answeri
                               hint=hint or "the server is down, overloaded or holds the "
                                            "connection open without answering: check it, then "
                                            "try again")
-
-
-def _pump(read: Callable[[int], bytes], sink: Callable[[bytes], object], url: str,
-          bounds: Bounds, deadline: float) -> None:
-    total = 0
-    while chunk := read(CHUNK):
-        total += len(chunk)
-        if total > bounds.max_bytes:
-            raise too_big(url, bounds)
-        sink(chunk)
-        if time.monotonic() > deadline:
-            raise too_slow(url, bounds.seconds)
-
-
-def _copy_file(url: str, sink: Callable[[bytes], object], bounds: Bounds) -> None:
-    path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
-    try:  # non-blocking: opening a FIFO must not wait for a writer
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except (FileNotFoundError, NotADirectoryError):
-        raise UntrustedDataError(url, "no such file", status=NOT_FOUND) from None
-    except OSError as exc:
-        raise SourceError(f"cannot read {url}: {exc.strerror or exc}") from exc
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UntrustedDataError(url, "is not a regular file")
-        _pump(handle.read, sink, url, bounds, time.monotonic() + bounds.seconds)
-
-
-class _Watchdog:
-    """Shuts every socket of one read at its deadline: a blocked read then returns at once."""
-
-    def __init__(self, seconds: float) -> None:
-        self.deadline = time.monotonic() + seconds
-        self.fired = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self.timer = threading.Timer(seconds, self._fire)
-        self.timer.daemon = True
-        self.timer.start()
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.fired = True
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-    def connect(self, address: tuple[str, int], timeout: float | None = None,
-                source_address: tuple[str, int] | None = None) -> socket.socket:
-        sock = socket.create_connection(address, timeout, source_address)
-        with self._lock:
-            self._sockets.append(sock)
-            if self.fired:
-                sock.shutdown(socket.SHUT_RDWR)
-        return sock
-
-
-class _Connection(http.client.HTTPConnection):
-    def __init__(self, host: str, *, watchdog: _Watchdog, **kwargs: Any) -> None:
-        super().__init__(host, **kwargs)
-        self._create_connection = watchdog.connect
-
-
-class _TLSConnection(http.client.HTTPSConnection):
-    def __init__(self, host: str, *, watchdog: _Watchdog, **kwargs: Any) -> None:
-        super().__init__(host, **kwargs)
-        self._create_connection = watchdog.connect
-
-
-class _Handler(urllib.request.HTTPSHandler):
-    """http and https, over sockets the watchdog can shut."""
-
-    http_request = urllib.request.AbstractHTTPHandler.do_request_
-
-    def __init__(self, watchdog: _Watchdog) -> None:
-        self.tls = ssl.create_default_context()
-        super().__init__(context=self.tls)
-        self.watchdog = watchdog
-
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_Connection, watchdog=self.watchdog), req)
-
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_TLSConnection, watchdog=self.watchdog), req,
-                            context=self.tls)
-
-
-def _copy_http(url: str, sink: Callable[[bytes], object], bounds: Bounds,
-               accept: str | None, watchdog: _Watchdog) -> str:
-    """Proxies from the environment and redirects are followed; no scheme but http(s) (a
-    redirect to ftp:// or file:// is not)."""
-    opener = urllib.request.OpenerDirector()
-    for handler in (urllib.request.ProxyHandler(), urllib.request.UnknownHandler(),
-                    _Handler(watchdog), urllib.request.HTTPRedirectHandler(),
-                    urllib.request.HTTPDefaultErrorHandler(),
-                    urllib.request.HTTPErrorProcessor()):
-        opener.add_handler(handler)
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})  # noqa: S310 - the scheme was checked
-    try:
-        with opener.open(request, timeout=bounds.seconds) as response:
-            length = response.headers.get("Content-Length", "")
-            if length.isdigit() and int(length) > bounds.max_bytes:
-                raise too_big(url, bounds)
-            _pump(response.read, sink, url, bounds, watchdog.deadline)
-            media_type: str = response.headers.get_content_type()
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        raise too_slow(url, bounds.seconds) if watchdog.fired else _answered(url, exc) from None
-    except http.client.HTTPException as exc:  # garbage instead of HTTP, a body cut short
-        raise too_slow(url, bounds.seconds) if watchdog.fired else UntrustedDataError(
-            url, f"did not answer with valid HTTP ({type(exc).__name__}: {clip(str(exc))})",
-            hint="check that the URL names an HTTP server, and the server") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if watchdog.fired or isinstance(reason, TimeoutError):
-            raise too_slow(url, bounds.seconds) from None
-        raise SourceError(f"nothing answers at {url}: {reason}") from exc
-    if watchdog.fired:  # the body ended because the watchdog shut the socket
-        raise too_slow(url, bounds.seconds)
-    return media_type
-
-
-def _answered(url: str, exc: urllib.error.HTTPError) -> UntrustedDataError:
-    code = exc.code
-    if code == NOT_FOUND:
-        return UntrustedDataError(url, "not found (HTTP 404)", status=code)
-    if 300 <= code < 400:
-        where = exc.headers.get("Location") if exc.headers else None
-        return UntrustedDataError(
-            url, f"redirects in a loop (HTTP {code}{f' to {clip(where)}' if where else ''})",
-            status=code, hint="the server sends the request back where it came from: check "
-                              "the URL (its trailing slash) and the server's configuration")
-    return UntrustedDataError(url, f"answered HTTP {code} {clip(str(exc.reason))}",
-                              status=code, hint="the server failed or refused the request: "
-                                                "check the URL and the server's log")
