@@ -39,6 +39,20 @@ def describe_size(count: int) -> str:
     return f"{count} bytes"
 
 
+# What a terminal obeys instead of showing (C0 but tab and newline, DEL, C1: ESC and CSI start
+# its commands), and the Unicode controls that reorder or break the text around them (bidi
+# marks, embeddings, overrides and isolates; line and paragraph separators).
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                      "\u2028\u2029]")
+
+
+def control_in(text: str, *, lines: bool = False) -> str | None:
+    """The first character of `text` that a terminal would obey rather than show (with
+    `lines`, a tab or a newline too), escaped as a message shows it; None when there is none."""
+    found = CONTROLS.search(text) or (re.search("[\t\n]", text) if lines else None)
+    return None if found is None else found[0].encode("unicode_escape").decode("ascii")
+
+
 def clip(text: str, limit: int = 60) -> str:
     """`text` shown in a message: at most `limit` characters, control characters escaped."""
     shown = text.encode("unicode_escape").decode("ascii")
@@ -51,7 +65,7 @@ def name_problem(name: str) -> str | None:
     checks = ((not name, "it is empty"), ("\0" in name, "it holds a NUL byte"),
               ("/" in name or "\\" in name, "it holds a path separator"),
               (name in (".", ".."), f"it is '{name}'"),
-              (any(ord(c) < 32 or ord(c) == 127 for c in name), "it holds control characters"),
+              (control_in(name, lines=True) is not None, "it holds control characters"),
               (len(name.encode(errors="surrogatepass")) > MAX_NAME_BYTES,
                f"it is longer than {MAX_NAME_BYTES} bytes"))
     return next((why for wrong, why in checks if wrong), None)
@@ -125,9 +139,10 @@ class Node:
         return {k: self._child(k, v) for k, v in self._as(dict, "an object").items()}
 
     def text(self, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
-        """A string; with `pattern`, one that matches it whole (`what` names the form)."""
+        """A string; with `pattern`, one that matches it whole (`what` names the form): every
+        form is ASCII, whatever `\\d` or `\\w` in it would match elsewhere (`٣` is a digit)."""
         value = self._as(str, "a string")
-        if pattern is not None and not pattern.fullmatch(value):
+        if pattern is not None and not (value.isascii() and pattern.fullmatch(value)):
             raise self.fail(f"'{clip(value)}' is not {what or 'in the expected form'}")
         return value
 
@@ -160,14 +175,56 @@ class Node:
         return {key: node.text() for key, node in self.entries().items()}
 
 
+class _Ambiguous(Exception):
+    """JSON that readers take differently: a key twice in one object, NaN or Infinity."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _Ambiguous(f"holds the key '{clip(key)}' twice in one object (readers differ "
+                             "on which one counts)")
+        seen.add(key)
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> float:
+    raise _Ambiguous(f"holds {name}, which is not JSON")
+
+
+def _controlled(value: Any, source: str) -> UntrustedDataError | None:
+    """The error for the first string (a key or a value) in `value` that holds a character a
+    terminal would obey (`control_in`); None when there is none."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):  # its keys first (a value's place names its key)
+            stack += [(v, f"{path}.{k}" if path else k) for k, v in item.items()]
+            stack += [(k, path) for k in item]
+        elif isinstance(item, list):
+            stack += [(v, f"{path}[{i}]") for i, v in enumerate(item)]
+        elif isinstance(item, str) and (char := control_in(item)) is not None:
+            return Node(item, source, path).fail(f"holds the control character {char}, which "
+                                                 "a terminal would obey rather than show")
+    return None
+
+
 def parse_json(data: bytes | str, source: str) -> Node:
-    """The JSON document `data` from `source` as a Node; not JSON: one UntrustedDataError."""
+    """The JSON document `data` from `source` as a Node; not JSON, JSON that readers take
+    differently (a key twice, NaN) or a string holding a terminal's control character: one
+    UntrustedDataError."""
     try:
-        value: Any = json.loads(data)
+        value: Any = json.loads(data, object_pairs_hook=_unique, parse_constant=_no_constant)
+    except _Ambiguous as exc:
+        raise UntrustedDataError(source, str(exc)) from None
     except RecursionError:
         raise UntrustedDataError(source, "its JSON nests too deeply") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a number too long
         raise UntrustedDataError(source, f"not valid JSON ({clip(str(exc), 100)})") from None
+    controlled = _controlled(value, source)
+    if controlled is not None:
+        raise controlled
     return Node(value, source)
 
 
