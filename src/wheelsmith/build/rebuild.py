@@ -35,6 +35,7 @@ from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.build import runner
 from wheelsmith.build.buildenv import ENV_DOC, ENV_NAME, protection
 from wheelsmith.build.request import BuildRequest, Reporter
+from wheelsmith.build.verify import require_valid
 from wheelsmith.errors import VerifyError
 from wheelsmith.files import sha256_file
 from wheelsmith.toolchain.profile import SYSTEM, profile_files
@@ -167,6 +168,7 @@ def plan_rebuild(wheel: Path, *, accepted: Mapping[str, str], work_dir: Path,
     if not wheel.is_file():
         raise VerifyError(f"no such wheel file: {wheel}")
     provenance = read_provenance(wheel)  # a record of another shape: UntrustedDataError
+    require_valid(wheel)  # its members are compared after the build
     if provenance is None:
         raise VerifyError(f"{wheel.name} carries no wheelsmith provenance "
                           "(<dist-info>/wheelsmith.json)",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import shutil
 from dataclasses import dataclass
-from email.parser import BytesHeaderParser
 from pathlib import Path
 
 from packaging.version import Version
@@ -58,7 +57,7 @@ def _inspect(wheel: Path, channel: str | None) -> _Candidate:
                            + "; ".join(problems), hint="rebuild it; published files must be "
                            "exactly what a build wrote")
     metadata = wheelfile.read_metadata(wheel)
-    headers = BytesHeaderParser().parsebytes(metadata)
+    headers = wheelfile.headers(metadata)  # checked: UTF-8, Requires-Python a specifier
     provenance = read_provenance(wheel)
     chosen = channel or (provenance.channel if provenance else None)
     if not chosen:
