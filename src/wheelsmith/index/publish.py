@@ -25,6 +25,7 @@ from wheelsmith.files import sha256_bytes, sha256_file, store_no_clobber
 from wheelsmith.index import ledger
 from wheelsmith.index import store as index
 from wheelsmith.index.ledger import FileRecord, IndexState
+from wheelsmith.untrusted import inside
 from wheelsmith.wheelfile import CHANNEL_RE, read_provenance
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ def _check_one_arch_set(project: ledger.ProjectState | None, record: FileRecord)
 def _store(root: Path, candidate: _Candidate) -> None:
     """File and sidecar at their content-addressed paths; an existing one has the same bytes
     (its name contains its sha256), which `index check` verifies."""
-    target = root / candidate.record.path
+    target = inside(root, candidate.record.path)  # files/ replaced by a link: nothing there
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = index.tmp_dir(root)
     store_no_clobber(target, lambda tmp: shutil.copyfile(candidate.wheel, tmp), scratch)
