@@ -97,6 +97,7 @@ class HostileServer:
 
     answer: Callable[[str], Reply]
     requests: list[str] = field(default_factory=list)
+    heads: list[str] = field(default_factory=list)  # each request's head (latin-1), in order
     _stop: threading.Event = field(default_factory=threading.Event)
     _conns: list[socket.socket] = field(default_factory=list)
 
@@ -131,9 +132,11 @@ class HostileServer:
 
     def _serve(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError):
-            request = self._read_head(conn)
-            if request is None:
+            head = self._read_head(conn)
+            if head is None:
                 return
+            self.heads.append(head.decode("latin-1"))
+            request = head.split(b"\r\n", 1)[0]
             path = request.split(b" ")[1].decode("latin-1") if request.count(b" ") >= 2 \
                 else "/"
             self.requests.append(path)
@@ -148,7 +151,7 @@ class HostileServer:
             if not chunk:
                 return None
             data += chunk
-        return data.split(b"\r\n", 1)[0]
+        return data.split(b"\r\n\r\n", 1)[0]
 
     def _send(self, conn: socket.socket, reply: Reply) -> None:
         if reply.hang:

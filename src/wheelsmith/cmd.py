@@ -167,7 +167,8 @@ def run(
     with the error. `bounds` (with `stream=False`, for a command that is not trusted and whose
     output is parsed, such as the probe of `--python`): past its byte cap or deadline, or
     silent past its `quiet_seconds`, the command's tree is stopped and UntrustedDataError
-    names it (`what`), with `hint`.
+    names it (`what`), with `hint`; and what it starts ends when it ends (a child that keeps
+    its pipes open would hold the read to its deadline, a daemon would outlive wheelsmith).
     """
     args = _resolve(argv, env)
     line = f"+ {render(args)}"
@@ -213,11 +214,11 @@ def _emit(text: str, log_file: IO[str] | None, on_line: Callable[[str], None] | 
 
 @contextlib.contextmanager
 def _started(args: list[str], cwd: Path | None, env: Mapping[str, str] | None, *,
-             capture: bool) -> Iterator[subprocess.Popen[str]]:
+             capture: bool, alone: bool = False) -> Iterator[subprocess.Popen[str]]:
     """The command under its supervisor; on any exception (an interrupt included) its tree
-    is stopped before the exception goes on."""
+    is stopped before the exception goes on. `alone`: nothing it starts outlives it."""
     supervised = [sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()),
-                  str(STOP_GRACE_S), "--", *args]
+                  str(STOP_GRACE_S), *(["--end-tree"] if alone else []), "--", *args]
     proc = None
     try:
         with _interrupts_held() as held:
@@ -336,7 +337,7 @@ def _run_captured(
 ) -> tuple[int, str, str, list[str]]:
     limits = bounds or UNBOUNDED
     deadline = time.monotonic() + limits.seconds
-    with _started(args, cwd, env, capture=True) as proc:
+    with _started(args, cwd, env, capture=True, alone=bounds is not None) as proc:
         assert proc.stdout is not None
         assert proc.stderr is not None
         out, err = _read_pipes((proc.stdout.fileno(), proc.stderr.fileno()), limits, subject)

@@ -17,6 +17,8 @@ from pathlib import Path
 from wheelsmith import cmd
 from wheelsmith.arch import Arch
 from wheelsmith.errors import CommandError, VerifyError
+from wheelsmith.untrusted import clip
+from wheelsmith.wheelfile import ZIP_DAMAGE
 
 # "ELF file    1: name.1.sm_120.cubin" / "PTX file    1: name.1.sm_120.ptx"
 _ENTRY_RE = re.compile(r"^(ELF|PTX) file\s+\d+: .*\.(sm_\d+[af]?)\.(cubin|ptx)$")
@@ -78,8 +80,9 @@ def wheel_inventory(wheel: Path, cuobjdump: Path) -> list[DeviceCode]:
                 target.write_bytes(zf.read(member))
                 found.append(read_device_code(target, cuobjdump, member))
             return found
-    except zipfile.BadZipFile as exc:
-        raise VerifyError(f"{wheel.name} is not a valid wheel: {exc}", findings=[]) from exc
+    except ZIP_DAMAGE as exc:
+        raise VerifyError(f"{wheel.name} is not a valid wheel: {clip(str(exc), 200)}",
+                          findings=[]) from exc
 
 
 def tree_inventory(root: Path, files: Iterable[Path], cuobjdump: Path) -> list[DeviceCode]:

@@ -15,18 +15,21 @@ import re
 import stat
 import time
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from email.parser import BytesHeaderParser
+from email.message import Message
+from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from wheelsmith import files
 from wheelsmith.errors import UntrustedDataError
-from wheelsmith.untrusted import Node, clip, describe_size, parse_json
+from wheelsmith.untrusted import Node, clip, control_in, describe_size, parse_json
 
 ZIP_EPOCH_FLOOR = 315532800  # 1980-01-01, the earliest time a zip entry can hold
 
@@ -93,17 +96,33 @@ def read_metadata(wheel: Path) -> bytes:
         return zf.read(f"{dist_info_dir(zf.namelist())}/METADATA")
 
 
+def headers(data: bytes) -> Message:
+    """METADATA or WHEEL as the email-style headers they are (UTF-8; UnicodeDecodeError)."""
+    return HeaderParser().parsestr(data.decode())
+
+
+# What reading a damaged or hostile zip raises besides BadZipFile: a deflate stream that does
+# not decode, data cut short, an encrypted member or one of an unknown compression.
+ZIP_DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError)
+UNREADABLE = (*ZIP_DAMAGE, OSError)
+FILENAME_RE = re.compile(r"[A-Za-z0-9._+!-]+\.whl")  # what PEP 427's parts are written with
+
+
 def check(wheel: Path) -> list[str]:
-    """Every reason `wheel` is not a valid, safe wheel; empty when it is fine."""
+    """Every reason `wheel` is not a valid, safe wheel; empty when it is fine. Names from the
+    wheel are shown escaped (`clip`): a member's name is data its builder chose."""
     try:
         name = WheelName.parse(wheel.name)
     except InvalidWheelFilename as exc:
-        return [f"invalid wheel filename: {exc}"]
+        return [f"invalid wheel filename: {clip(str(exc), 200)}"]
+    if not FILENAME_RE.fullmatch(wheel.name):
+        return [f"invalid wheel filename: {clip(wheel.name, 200)} holds other characters than "
+                "ASCII letters, digits and . _ + ! - (PEP 427)"]
     try:
         with zipfile.ZipFile(wheel) as zf:
             return _check_members(zf, name)
-    except (zipfile.BadZipFile, OSError) as exc:
-        return [f"not a readable zip file: {exc}"]
+    except UNREADABLE as exc:
+        return [f"not a readable zip file: {clip(str(exc) or type(exc).__name__, 200)}"]
 
 
 BOMB_RATIO = 50
@@ -113,6 +132,7 @@ BOMB_FLOOR = 64 << 20
 
 
 INTERPRETER_RE = re.compile(r"\.data/scripts/(python|pythonw|python3(\.\d+)?)$")
+ENCRYPTED = 0x1  # a zip member's flag bit
 
 
 def _unsafe_members(zf: zipfile.ZipFile) -> list[str]:
@@ -130,20 +150,33 @@ def _unsafe_members(zf: zipfile.ZipFile) -> list[str]:
 
 
 def _member_problems(member: zipfile.ZipInfo) -> list[str]:
-    name = member.filename
+    name, shown = member.filename, clip(member.filename, 200)
     path = PurePosixPath(name)
     problems = []
     if path.is_absolute() or ".." in path.parts or "\\" in name or re.match(r"^[A-Za-z]:", name):
-        problems.append(f"unsafe member path: {name}")
-    if any(ord(c) < 32 for c in name):
-        problems.append(f"member name with control characters: {name!r}")
+        problems.append(f"unsafe member path: {shown}")
+    if control_in(name, lines=True) is not None:
+        problems.append(f"member name with control characters: {shown}")
     if stat.S_ISLNK(member.external_attr >> 16):
-        problems.append(f"member {name} is a symbolic link")
+        problems.append(f"member {shown} is a symbolic link")
     if member.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        problems.append(f"member {name} uses an unsupported compression")
+        problems.append(f"member {shown} uses an unsupported compression")
+    if member.flag_bits & ENCRYPTED:
+        problems.append(f"member {shown} is encrypted")
     if INTERPRETER_RE.search(name):
-        problems.append(f"member {name} would overwrite the Python interpreter")
+        problems.append(f"member {shown} would overwrite the Python interpreter")
     return problems
+
+
+class _Unfit(Exception):
+    """A file of the .dist-info that cannot be read as what it is."""
+
+
+def _headers_of(zf: zipfile.ZipFile, member: str) -> Message:
+    try:
+        return headers(zf.read(member))
+    except UnicodeDecodeError as exc:
+        raise _Unfit(f"{member} is not UTF-8 (byte {exc.start + 1})") from None
 
 
 def _check_members(zf: zipfile.ZipFile, name: WheelName) -> list[str]:
@@ -158,33 +191,67 @@ def _check_members(zf: zipfile.ZipFile, name: WheelName) -> list[str]:
             problems.append(f"{info_dir}/{required} is missing")
     if problems:
         return problems
-    headers = BytesHeaderParser().parsebytes(zf.read(f"{info_dir}/METADATA"))
-    if canonicalize_name(headers.get("Name", "")) != canonicalize_name(name.name):
-        problems.append(f"METADATA Name {headers.get('Name')!r} does not match the filename")
-    if Version(headers.get("Version", "0")) != name.version:
-        problems.append(f"METADATA Version {headers.get('Version')!r} does not match the "
-                        f"filename version {name.version}")
-    tags = BytesHeaderParser().parsebytes(zf.read(f"{info_dir}/WHEEL")).get_all("Tag", [])
+    try:
+        problems += _metadata_problems(_headers_of(zf, f"{info_dir}/METADATA"), name)
+        tags = _headers_of(zf, f"{info_dir}/WHEEL").get_all("Tag", [])
+    except _Unfit as exc:
+        return [str(exc)]
     problems += [f"the filename's tag {tag} is not among the WHEEL file's tags "
-                 f"({', '.join(tags)}): renamed?" for tag in name.tag_lines() if tag not in tags]
+                 f"({clip(', '.join(tags), 200)}): renamed?"
+                 for tag in name.tag_lines() if tag not in tags]
     return problems + _check_record(zf, f"{info_dir}/RECORD")
 
 
-def _check_record(zf: zipfile.ZipFile, record_name: str) -> list[str]:
+def _metadata_problems(metadata: Message, name: WheelName) -> list[str]:
     problems = []
-    rows = {row[0]: row for row in csv.reader(io.StringIO(zf.read(record_name).decode()))
-            if row}
+    said = {key: str(metadata.get(key, "")) for key in ("Name", "Version")}
+    if canonicalize_name(said["Name"]) != canonicalize_name(name.name):
+        problems.append(f"METADATA Name '{clip(said['Name'])}' does not match the filename")
+    try:
+        if Version(said["Version"]) != name.version:
+            problems.append(f"METADATA Version '{clip(said['Version'])}' does not match the "
+                            f"filename version {name.version}")
+    except InvalidVersion:
+        problems.append(f"METADATA Version '{clip(said['Version'])}' is not a version")
+    requires = metadata.get("Requires-Python")
+    try:
+        if requires is not None:
+            SpecifierSet(str(requires))
+    except InvalidSpecifier:
+        problems.append(f"METADATA Requires-Python '{clip(str(requires))}' is not a version "
+                        "specifier")
+    return problems
+
+
+def _check_record(zf: zipfile.ZipFile, record_name: str) -> list[str]:
+    try:
+        text = zf.read(record_name).decode()
+        rows = {row[0]: row for row in csv.reader(io.StringIO(text)) if row}
+    except UnicodeDecodeError as exc:
+        return [f"{record_name} is not UTF-8 (byte {exc.start + 1})"]
+    except csv.Error as exc:
+        return [f"{record_name} is not a CSV table ({clip(str(exc))})"]
+    problems = []
     for member in zf.namelist():
         if member.endswith("/") or member == record_name:
             continue
         row = rows.get(member)
         if row is None:
             problems.append(f"{member} is not listed in RECORD")
-        elif len(row) < 2 or row[1] != record_hash(zf.read(member)):
+        elif len(row) < 2 or row[1] != _member_hash(zf, member):
             problems.append(f"RECORD hash of {member} does not match its content")
-    problems += [f"RECORD lists {m}, which is not in the wheel"
+    problems += [f"RECORD lists {clip(m, 200)}, which is not in the wheel"
                  for m in rows if m not in zf.namelist() and m != record_name]
     return problems
+
+
+def _member_hash(zf: zipfile.ZipFile, member: str) -> str:
+    """`record_hash` of a member, read in pieces (a member may be larger than memory)."""
+    digest = hashlib.sha256()
+    with zf.open(member) as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
 
 
 def rewrite(
@@ -298,7 +365,7 @@ def read_provenance(wheel: Path) -> Provenance | None:
             info_dir = dist_info_dir(zf.namelist())
             with zf.open(f"{info_dir}/{PROVENANCE_FILE}") as handle:
                 data = handle.read(PROVENANCE_MAX_BYTES + 1)  # never a zip bomb's whole
-    except (KeyError, ValueError, OSError, zipfile.BadZipFile):
+    except (KeyError, ValueError, *UNREADABLE):
         return None
     source = f"the provenance of {wheel.name}"
     if len(data) > PROVENANCE_MAX_BYTES:

@@ -23,7 +23,8 @@ from tests.hostile import (
 from tests.leftovers import left_after, new_env
 from wheelsmith import cmd
 from wheelsmith.errors import SourceError, UntrustedDataError
-from wheelsmith.untrusted import Bounds, read_url
+from wheelsmith.untrusted import Bounds
+from wheelsmith.untrusted.urls import read_url
 
 BOUNDS = Bounds(max_bytes=1 << 20, seconds=2.0)
 ANSWERED = {  # what each hostile mode is said to have answered

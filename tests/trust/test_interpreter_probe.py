@@ -5,11 +5,13 @@ typed ProbeAnswer; whatever the program does, the command ends in one line, in t
 from __future__ import annotations
 
 import json
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.hostile import (
@@ -20,8 +22,9 @@ from tests.hostile import (
     run_bounded,
     stand_in_python,
 )
-from wheelsmith.errors import ToolchainError, UntrustedDataError
-from wheelsmith.toolchain.env import probe_python
+from tests.leftovers import left_after, new_env
+from wheelsmith.errors import ToolchainError, UntrustedDataError, WheelsmithError
+from wheelsmith.toolchain.env import ProbeAnswer, probe_python
 from wheelsmith.toolchain.target import Target
 
 GIB = 1 << 30
@@ -112,3 +115,32 @@ def test_a_program_that_is_no_interpreter_at_all_is_a_toolchain_error(tmp_path: 
     python.chmod(0o755)
     with pytest.raises(ToolchainError, match=f"^{python} is not a Python interpreter: "):
         probe_python(python)
+
+
+LEAVES = {  # how a --python leaves a process behind ($LEFT: the program that stays)
+    "a child that keeps the pipes": "$LEFT &",
+    "a child that keeps stderr only": "$LEFT >/dev/null &",
+    "a daemon in a session of its own": "setsid $LEFT </dev/null >/dev/null 2>&1 &",
+    "a grandchild whose parent is gone": "sh -c '$LEFT &' &",
+}
+LEFT = {"sleeps": "exec sleep 300", "ignores SIGTERM": "trap '' TERM\nexec sleep 300"}
+
+
+@settings(max_examples=max(4, settings().max_examples // 4))  # each runs the probe
+@given(st.sampled_from(sorted(LEAVES)), st.sampled_from(sorted(LEFT)), st.booleans())
+def test_what_a_python_leaves_ends_with_its_probe(how: str, left: str, answers: bool) -> None:
+    """The probe is a command whose output is parsed: when it ends, what it started ends too
+    (it held the read to its 180 s deadline, or outlived wheelsmith)."""
+    line = "WHEELSMITH-PROBE " + json.dumps(PROBE_ANSWER)
+    answer = f"echo WHEELSMITH-PROBE-STARTED\ncat <<'EOF'\n{line}\nEOF" if answers else ""
+    mark, env = new_env()
+    with tempfile.TemporaryDirectory() as tmp:
+        program = stand_in_python(Path(tmp) / "left", LEFT[left])
+        python = stand_in_python(Path(tmp) / "python", f"LEFT={program}\n{LEAVES[how]}\n"
+                                                        f"{answer}\nexit 0")
+        start = time.monotonic()
+        probed = returned_or_raised(lambda: probe_python(python, env), WheelsmithError)
+        took = time.monotonic() - start
+    assert isinstance(probed, ProbeAnswer) == answers, probed
+    assert took < 15, f"the probe took {took:.1f} s"
+    assert left_after(mark, 10) == []

@@ -278,7 +278,7 @@ def test_plain_verify_shows_the_environment_a_provenance_sets(tmp_path: Path,
     so = next(toolchain.cuda_home.glob("lib/libcufftw.so.*"))
     record = provenance(archs_requested="7.5", extra_env={
         "PYTORCH_NVCC": "touch X; nvcc", "NVCC_APPEND_FLAGS": "--split-compile=0",
-        "MYPKG_KNOB": "\x1b[2J"})
+        "MYPKG_KNOB": "\t$(id)"})  # a terminal's controls: test_json_documents
     wheel = wheel_with(tmp_path, record, files={"causal_conv1d/_C.so": so.read_bytes()})
     outcome = run_bounded("verify", str(wheel), cwd=tmp_path, seconds=120)
     assert_orderly(outcome, seconds=120)
@@ -287,7 +287,7 @@ def test_plain_verify_shows_the_environment_a_provenance_sets(tmp_path: Path,
         f"ok: {wheel.name} carries exactly 7.5",
         "  causal_conv1d/_C.so: SASS sm_75; PTX -",
         "  environment from its provenance (what a rebuild does with it):",
-        '    MYPKG_KNOB="\\u001b[2J"   refused: it is not a build knob a rebuild applies by '
+        '    MYPKG_KNOB="\\t$(id)"   refused: it is not a build knob a rebuild applies by '
         "itself",
         '    NVCC_APPEND_FLAGS="--split-compile=0"   applied: a build knob',
         '    PYTORCH_NVCC="touch X; nvcc"   refused: wheelsmith sets torch\'s build settings '

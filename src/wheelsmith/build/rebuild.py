@@ -36,6 +36,7 @@ from wheelsmith.build import parallel, reproducible, runner
 from wheelsmith.build.buildenv import ENV_DOC, ENV_NAME, protection
 from wheelsmith.build.compilesetup import split_setting
 from wheelsmith.build.request import BuildRequest, Reporter
+from wheelsmith.build.verify import require_valid
 from wheelsmith.errors import VerifyError
 from wheelsmith.files import sha256_file
 from wheelsmith.toolchain.profile import SYSTEM, profile_files
@@ -45,13 +46,13 @@ KNOBS = ("*_FORCE_BUILD", "*_SKIP_CUDA_BUILD", "*_FORCE_CXX11_ABI")  # a plain w
 FLAG_KNOBS = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS")  # read by nvcc itself, word by word
 _WORD = re.compile(r"[A-Za-z0-9_.+-]{0,64}")
 _NVCC_FLAG = re.compile(
-    r"(--?split-compile(-extended)?|--threads|-t)=\d{1,3}|-lineinfo|--generate-line-info"
+    r"(--?split-compile(-extended)?|--threads|-t)=[0-9]{1,3}|-lineinfo|--generate-line-info"
     r"|-O[0-3]|--?use_fast_math|--?extra-device-vectorization|--resource-usage|-res-usage"
     r"|--(ftz|prec-div|prec-sqrt|fmad)=(true|false)|--diag-suppress=[0-9,]{1,64}"
     r"|-D[A-Za-z_][A-Za-z0-9_]{0,63}(=[A-Za-z0-9_.]{0,64})?")
 _NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")  # a PEP 508 name
 _VERSION = re.compile(r"[A-Za-z0-9.+!_-]{1,64}")
-_PYTHON = re.compile(r"3\.\d{1,2}")
+_PYTHON = re.compile(r"3\.[0-9]{1,2}")
 _KEY = re.compile(r"[0-9a-f]{16,128}")
 _ARCHS = re.compile(r"[0-9A-Za-z.;,+ ]{0,200}")  # what ArchSet.parse reads; "" for pure
 DATA_HINT = ("a wheel's provenance is data, never commands: the wheel was built by an older "
@@ -168,6 +169,7 @@ def plan_rebuild(wheel: Path, *, accepted: Mapping[str, str], work_dir: Path,
     if not wheel.is_file():
         raise VerifyError(f"no such wheel file: {wheel}")
     provenance = read_provenance(wheel)  # a record of another shape: UntrustedDataError
+    require_valid(wheel)  # its members are compared after the build
     if provenance is None:
         raise VerifyError(f"{wheel.name} carries no wheelsmith provenance "
                           "(<dist-info>/wheelsmith.json)",

@@ -135,16 +135,22 @@ def check(label: str, inventory: list[DeviceCode], archs: ArchSet,
                           findings=problems, hint=hint)
 
 
+def require_valid(wheel: Path) -> None:
+    """A VerifyError listing every reason `wheel` is not a valid, safe wheel (wheelfile.check),
+    if there is one."""
+    broken = wheelfile.check(wheel)
+    if broken:
+        raise VerifyError(f"{wheel.name} is not a valid wheel", findings=broken,
+                          hint="rebuild it; a wheel whose RECORD does not match was altered")
+
+
 def verify_wheel(wheel: Path, archs: ArchSet, cuobjdump: Path,
                  host_only: tuple[str, ...] = ()) -> list[DeviceCode]:
     """`wheelsmith verify` of any wheel: its structure, then its device code; the
     inventory."""
     if not wheel.is_file():
         raise VerifyError(f"no such wheel: {wheel}", findings=[])
-    broken = wheelfile.check(wheel)
-    if broken:
-        raise VerifyError(f"{wheel.name} is not a valid wheel", findings=broken,
-                          hint="rebuild it; a wheel whose RECORD does not match was altered")
+    require_valid(wheel)
     inventory = wheel_inventory(wheel, cuobjdump)
     check(wheel.name, inventory, archs, host_only, built_here=False)
     return inventory

@@ -20,12 +20,18 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from wheelsmith.errors import IndexDriftError, UntrustedDataError
-from wheelsmith.untrusted import Node, clip, name_problem, parse_json
+from wheelsmith.untrusted import Node, clip, inside, name_problem, parse_json
 from wheelsmith.wheelfile import CHANNEL_RE
 
 LEDGER = "ledger.jsonl"
 PROJECT_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # a normalized name (PEP 503)
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+
+def at(root: Path) -> Path:
+    """The ledger of the index at `root`: its file there, never one a link there leads to (it
+    is read, appended to and cut)."""
+    return inside(root, LEDGER)
 
 
 def now() -> str:
@@ -143,7 +149,7 @@ def read(root: Path, *, project: str | None = None, filename: str | None = None
     (located by substring search, so a publish does not parse the whole ledger). A malformed
     line is an IndexDriftError naming it (`ledger.jsonl:N`)."""
     state = IndexState()
-    path = root / LEDGER
+    path = at(root)
     if not path.is_file():
         return state
     data = path.read_bytes()
@@ -198,7 +204,7 @@ def _apply(state: IndexState, entry: FileRecord | Yank) -> None:
 
 def repair_torn_tail(root: Path) -> bool:
     """Cut a last line that has no newline (its writer died mid-write). Caller holds the lock."""
-    path = root / LEDGER
+    path = at(root)
     if not path.is_file():
         return False
     data = path.read_bytes()
@@ -211,14 +217,14 @@ def repair_torn_tail(root: Path) -> bool:
 
 
 def size(root: Path) -> int:
-    path = root / LEDGER
+    path = at(root)
     return path.stat().st_size if path.is_file() else 0
 
 
 def touched_since(root: Path, offset: int) -> list[tuple[str, str]]:
     """(channel, project) pairs whose pages the ledger lines after byte `offset` change (an
     offset inside a line, as a ledger edited by hand leaves it, counts from the start)."""
-    path = root / LEDGER
+    path = at(root)
     if not path.is_file():
         return []
     data = path.read_bytes()
@@ -240,7 +246,7 @@ def touched_since(root: Path, offset: int) -> list[tuple[str, str]]:
 def append(root: Path, entry: dict[str, Any]) -> None:
     """Append one line durably. Caller holds the publish lock."""
     line = (json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n").encode()
-    fd = os.open(root / LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(at(root), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)
         os.fsync(fd)

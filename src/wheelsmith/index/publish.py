@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import shutil
 from dataclasses import dataclass
-from email.parser import BytesHeaderParser
 from pathlib import Path
 
 from packaging.version import Version
@@ -26,6 +25,7 @@ from wheelsmith.files import sha256_bytes, sha256_file, store_no_clobber
 from wheelsmith.index import ledger
 from wheelsmith.index import store as index
 from wheelsmith.index.ledger import FileRecord, IndexState
+from wheelsmith.untrusted import inside
 from wheelsmith.wheelfile import CHANNEL_RE, read_provenance
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def inspect(wheel: Path, channel: str | None) -> Candidate:
                            + "; ".join(problems), hint="rebuild it; published files must be "
                            "exactly what a build wrote")
     metadata = wheelfile.read_metadata(wheel)
-    headers = BytesHeaderParser().parsebytes(metadata)
+    headers = wheelfile.headers(metadata)  # checked: UTF-8, Requires-Python a specifier
     provenance = read_provenance(wheel)
     chosen = channel or (provenance.channel if provenance else None)
     if not chosen:
@@ -129,7 +129,7 @@ def _check_one_arch_set(project: ledger.ProjectState | None, record: FileRecord)
 def _store(root: Path, candidate: Candidate) -> None:
     """File and sidecar at their content-addressed paths; an existing one has the same bytes
     (its name contains its sha256), which `index check` verifies."""
-    target = root / candidate.record.path
+    target = inside(root, candidate.record.path)  # files/ replaced by a link: nothing there
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = index.tmp_dir(root)
     store_no_clobber(target, lambda tmp: shutil.copyfile(candidate.wheel, tmp), scratch)

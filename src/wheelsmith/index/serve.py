@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from wheelsmith.errors import UntrustedDataError
 from wheelsmith.index.pages import HTML_TYPE, JSON_TYPE
+from wheelsmith.untrusted import inside
 
 log = logging.getLogger(__name__)
 
@@ -87,32 +89,35 @@ def route(root: Path, raw_path: str, accept: str | None) -> Response:
     if "\x00" in path or "/../" in f"{path}/" or "\\" in path:
         return Response(404)
     if path == "/":
-        return _file(root / "index.html", "text/html; charset=utf-8", PAGE_CACHE)
-    if NO_SLASH_RE.match(path):
+        return _file(root, "index.html", "text/html; charset=utf-8", PAGE_CACHE)
+    if NO_SLASH_RE.fullmatch(path):  # fullmatch: `$` would match before a final newline
         return Response(301, location=target + "/")
-    if PAGE_RE.match(path):
-        return _page(root / path.lstrip("/"), negotiate(accept, query))
-    if FILE_RE.match(path):
+    if PAGE_RE.fullmatch(path):
+        return _page(root, path.lstrip("/"), negotiate(accept, query))
+    if FILE_RE.fullmatch(path):
         ctype = "text/plain; charset=utf-8" if path.endswith(".metadata") else (
             "application/octet-stream")
-        return _file(root / path.lstrip("/"), ctype, FILE_CACHE)
+        return _file(root, path.lstrip("/"), ctype, FILE_CACHE)
     return Response(404)
 
 
-def _page(directory: Path, fmt: str | None) -> Response:
+def _page(root: Path, directory: str, fmt: str | None) -> Response:
     if fmt is None:
         return Response(406, vary=True)
     name = "index.json" if fmt == JSON_TYPE else "index.html"
     ctype = fmt if fmt != "text/html" else "text/html; charset=utf-8"
-    found = _file(directory / name, ctype, PAGE_CACHE)
+    found = _file(root, f"{directory}{name}", ctype, PAGE_CACHE)
     return Response(found.status, found.path, found.content_type, found.cache, vary=True)
 
 
-def _file(path: Path, content_type: str, cache: str) -> Response:
+def _file(root: Path, relative: str, content_type: str, cache: str) -> Response:
+    """The file at `relative` under `root`; 404 for none, a link, or a path that resolves out
+    of the index (a directory in it replaced by a link: what is there is not the index's)."""
     try:  # a name too long for the file system is a file that is not there
+        path = inside(root, relative)
         if not path.is_file() or path.is_symlink():
             return Response(404)
-    except OSError:
+    except (OSError, UntrustedDataError):
         return Response(404)
     return Response(200, path, content_type, cache)
 

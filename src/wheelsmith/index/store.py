@@ -36,7 +36,9 @@ TMP_DIR = ".tmp"  # every writer's temp files, so recovery need not walk the tre
 
 
 def tmp_dir(root: Path) -> Path:
-    path = root / TMP_DIR
+    """Every writer's scratch directory (recovery removes what is in it): inside the index,
+    never through a link out of it."""
+    path = inside(root, TMP_DIR)
     path.mkdir(exist_ok=True)
     return path
 
@@ -46,7 +48,7 @@ def locked(root: Path, **only: str) -> Iterator[IndexState]:
     """Hold the publish lock, recover from any interrupted writer, yield the ledger state
     (only the lines about `project=`/`filename=` when given: O(1) work per publish)."""
     root.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(root / LOCK):
+    with exclusive_lock(inside(root, LOCK)):
         recover(root)
         yield ledger.read(root, **only)
 
@@ -60,9 +62,11 @@ def pages_done(root: Path) -> None:
 
 
 def _watermark(root: Path) -> int:
+    """The watermark; 0 (regenerate every page) when it cannot be read as one."""
     try:
-        return int((root / WATERMARK).read_text())
-    except (OSError, ValueError):
+        with inside(root, WATERMARK).open("rb") as handle:
+            return int(handle.read(32))  # a ledger's size: a few digits
+    except (OSError, ValueError, UntrustedDataError):
         return 0
 
 
@@ -80,7 +84,7 @@ def recover(root: Path) -> list[str]:
         pages_done(root)
         if targets:
             done.append(f"regenerated pages the last writer did not finish: {targets}")
-    for stray in sorted((root / TMP_DIR).glob("*")):
+    for stray in sorted(tmp_dir(root).glob("*")):  # a link among them: the link goes
         stray.unlink(missing_ok=True)
         done.append(f"removed the partial file {stray.relative_to(root)}")
     for line in done:
@@ -115,8 +119,8 @@ def create(root: Path) -> bool:
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         return False
     root.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(root / LOCK):
-        (root / ledger.LEDGER).touch()
+    with exclusive_lock(inside(root, LOCK)):
+        ledger.at(root).touch()
         fsync_dir(root)
     rebuild(root)
     return True
@@ -144,7 +148,7 @@ def check(root: Path) -> CheckReport:
         raise UsageError(f"no index at {root}: nothing to check",
                          hint="pass the directory you publish into (--index DIR)")
     report = CheckReport()
-    with exclusive_lock(root / LOCK):
+    with exclusive_lock(inside(root, LOCK)):
         report.notes += [f"recovered: {line}" for line in recover(root)]
         state = ledger.read(root)
         for record in state.by_filename.values():
@@ -153,7 +157,9 @@ def check(root: Path) -> CheckReport:
         # nothing was ever published (a publisher killed while starting): no page is owed
         wanted = pages.all_pages(state) if (root / ledger.LEDGER).exists() else {}
         for relative, data in sorted(wanted.items()):
-            target = root / relative
+            target = _inside_or(root, relative, report.problems)
+            if target is None:
+                continue
             if not target.is_file():
                 report.problems.append(f"page {relative} is missing (run `wheelsmith index "
                                        "rebuild`)")
@@ -169,20 +175,31 @@ def check(root: Path) -> CheckReport:
     return report
 
 
-def _check_file(root: Path, record: ledger.FileRecord) -> list[str]:
+def _inside_or(root: Path, relative: str | Path, problems: list[str]) -> Path | None:
+    """`inside(root, relative)`; None, with the problem added, where it leads out (a part of
+    the index replaced by a link: nothing is read through it)."""
     try:
-        path = inside(root, record.path)
-    except UntrustedDataError as exc:  # a directory of the index replaced by a link
-        return [f"{exc.message}: a link? it is not hashed"]
+        return inside(root, relative)
+    except UntrustedDataError as exc:
+        problems.append(f"{exc.message}: a link? it is not read")
+        return None
+
+
+def _check_file(root: Path, record: ledger.FileRecord) -> list[str]:
+    problems: list[str] = []
+    path = _inside_or(root, record.path, problems)
+    if path is None:
+        return problems
     if not path.is_file():
         return [f"{record.path} is missing"]
-    problems = []
     if path.stat().st_size != record.size:
         problems.append(f"{record.path}: size {path.stat().st_size}, the ledger says "
                         f"{record.size}")
     if sha256_file(path) != record.sha256:
         problems.append(f"{record.path}: sha256 differs from the ledger (the file was altered)")
-    metadata = path.with_name(path.name + ".metadata")
+    metadata = _inside_or(root, f"{record.path}.metadata", problems)
+    if metadata is None:
+        return problems
     if not metadata.is_file() or sha256_file(metadata) != record.metadata_sha256:
         problems.append(f"{record.path}.metadata is missing or differs from the ledger")
     return problems
@@ -194,4 +211,8 @@ def _page_files(root: Path) -> list[Path]:
 
 
 def _stored_files(root: Path) -> list[Path]:
-    return sorted(p for p in (root / "files").glob("*/*/*") if p.is_file())
+    try:
+        files = inside(root, "files")
+    except UntrustedDataError:  # a link out: what is there is not the index's
+        return []
+    return sorted(p for p in files.glob("*/*/*") if p.is_file())

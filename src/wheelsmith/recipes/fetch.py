@@ -32,7 +32,8 @@ from wheelsmith.files import (
 )
 from wheelsmith.recipes.model import GitSource, LocalSource, PypiSource, Source, UrlSource
 from wheelsmith.recipes.simple import pypi_sdist
-from wheelsmith.untrusted import Bounds, copy_url
+from wheelsmith.untrusted import Bounds
+from wheelsmith.untrusted.urls import copy_url, redact
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ def download(source: PypiSource | UrlSource, cache: Path) -> Path:
                 raise SourceError(
                     f"sha256 mismatch for {name}: the recipe pins {source.sha256}, "
                     f"the download has {actual}",
-                    hint=f"{url} changed or is not the file the recipe means; the file was "
+                    hint=f"{redact(url)} changed or is not the file the recipe means; the file was "
                          "deleted",
                 )
             place_no_clobber(tmp, target)
@@ -153,7 +154,7 @@ def _download_with_retries(url: str, dest: Path, bounds: Bounds) -> str:
             if exc.status is None:  # too large, too slow, not HTTP
                 raise
             if exc.status < HTTPStatus.INTERNAL_SERVER_ERROR or attempt == RETRIES:
-                raise SourceError(f"download of {url} failed: {exc.problem}",
+                raise SourceError(f"download of {redact(url)} failed: {exc.problem}",
                                   hint="check the URL in the recipe") from exc
         except SourceError as exc:  # nothing answers
             if attempt == RETRIES:
@@ -161,13 +162,13 @@ def _download_with_retries(url: str, dest: Path, bounds: Bounds) -> str:
                                   hint="check the network, or pre-fill the download cache") from exc
         delay = 2 ** attempt
         log.warning("download of %s failed (attempt %d of %d); retrying in %d s",
-                    url, attempt, RETRIES, delay)
+                    redact(url), attempt, RETRIES, delay)
         time.sleep(delay)
     raise AssertionError("unreachable")
 
 
 def _download_once(url: str, dest: Path, bounds: Bounds) -> str:
-    log.info("downloading %s", url)
+    log.info("downloading %s", redact(url))
     digest = hashlib.sha256()
     with dest.open("wb") as out:
 

@@ -22,7 +22,8 @@ from packaging.utils import canonicalize_name
 from wheelsmith import cmd, locations
 from wheelsmith.errors import SourceError, UntrustedDataError
 from wheelsmith.recipes.model import PypiSource
-from wheelsmith.untrusted import NOT_FOUND, Bounds, Node, parse_json, read_url
+from wheelsmith.untrusted import NOT_FOUND, Bounds, Node, parse_json
+from wheelsmith.untrusted.urls import read_url, redact
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,10 @@ class PageFile:
 
     @classmethod
     def parse(cls, page: str, node: Node) -> PageFile:
-        url = urllib.parse.urljoin(page, node["url"].text())
+        url = urllib.parse.urljoin(page, node["url"].text())  # credentials in `page` kept
         allowed = ("http", "https", "file") if page.startswith("file:") else ("http", "https")
         if urllib.parse.urlsplit(url).scheme not in allowed:
-            raise node["url"].fail(f"'{url[:60]}' is not an {' or '.join(allowed)} URL")
+            raise node["url"].fail(f"'{redact(url)[:60]}' is not an {' or '.join(allowed)} URL")
         sha256 = node["hashes"].optional("sha256", lambda n: n.text(_SHA256, "a sha256"))
         yanked = node.get("yanked")
         if yanked is not None and not isinstance(yanked.value, (bool, str)):
@@ -62,12 +63,13 @@ class PageFile:
 class Page:
     """A project's page on a simple index."""
 
-    url: str
+    url: str  # as messages show it (`redact`)
     files: tuple[PageFile, ...]
 
     @classmethod
     def parse(cls, url: str, node: Node) -> Page:
-        return cls(url, tuple(PageFile.parse(url, item) for item in node["files"].items()))
+        return cls(redact(url), tuple(PageFile.parse(url, item)
+                                      for item in node["files"].items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,11 @@ class PackageIndex:
 
     url: str
     origin: str  # WHEELSMITH_INDEX_URL, PIP_INDEX_URL, pip's configuration, pip's default
+
+    @property
+    def shown(self) -> str:
+        """The URL as messages show it (credentials hidden)."""
+        return redact(self.url)
 
     def fix(self) -> str:
         """What to do when it does not answer."""
@@ -138,14 +145,14 @@ def simple_page(project: str, base: str | None = None, *, timeout: float = PAGE_
         if index is None:
             raise
         reason = getattr(exc.__cause__, "reason", exc.__cause__) or exc.message
-        raise SourceError(f"the package index {index.url} (from {index.origin}) does not "
+        raise SourceError(f"the package index {index.shown} (from {index.origin}) does not "
                           f"answer: {reason}", hint=index.fix()) from exc
     try:
-        document = parse_json(answer.data, page)
+        document = parse_json(answer.data, redact(page))
     except UntrustedDataError:
         if answer.media_type != "text/html" and not answer.data.lstrip().startswith(b"<"):
             raise
-        raise UntrustedDataError(page, "answered an HTML page, not a PEP 691 JSON page",
+        raise UntrustedDataError(redact(page), "answered an HTML page, not a PEP 691 JSON page",
                                  hint="give the URL of a PEP 691 simple index (wheelsmith "
                                       "serve's is one); an HTML answer can also be a login "
                                       "page or a proxy in the way") from None
@@ -170,7 +177,7 @@ def pypi_sdist(source: PypiSource) -> PageFile:
             return file
     listed = "; ".join(f"{f.filename} sha256={f.sha256}" for f in candidates) or "none"
     raise SourceError(
-        f"no sdist of {source.project} {source.version} on {index_url()} has sha256 "
+        f"no sdist of {source.project} {source.version} on {package_index().shown} has sha256 "
         f"{source.sha256}",
         hint=f"sdists there: {listed}",
     )

@@ -1,6 +1,6 @@
 """Run one command so that it cannot outlive wheelsmith (started by wheelsmith.cmd; stdlib only).
 
-usage: python -I -S supervise.py PARENT_PID GRACE_S -- ARGV...
+usage: python -I -S supervise.py PARENT_PID GRACE_S [--end-tree] -- ARGV...
 
 Started in a session of its own (a terminal's Ctrl-C reaches wheelsmith alone, which then
 stops the tree in order), the supervisor asks the kernel for SIGTERM when its parent dies
@@ -9,7 +9,9 @@ command's tree is re-parented to it, whatever process group it went to (ninja pu
 compiler in a group of its own, so killing one group is not enough). It exits with the
 command's status. On SIGTERM, SIGINT or SIGHUP, or when wheelsmith dies, it sends SIGTERM to
 its whole tree, SIGKILL to what is left after GRACE_S, reaps everything and exits with 128 plus
-the signal.
+the signal. With --end-tree (a command that is not trusted, whose output wheelsmith parses) it
+also ends what the command left when it ends: a child that keeps its pipes open, or one that
+went into a session of its own, does not outlive it.
 
 On SIGUSR1 it drains: the compiles running go on, none starts. From then on it ends every
 command that a `ninja` below it starts (killing its process group): ninja takes the failure as
@@ -214,7 +216,9 @@ def _exit_like(status: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    parent, grace, command = int(argv[1]), float(argv[2]), argv[4:]
+    split = argv.index("--")
+    parent, grace, command = int(argv[1]), float(argv[2]), argv[split + 1:]
+    end_with_command = "--end-tree" in argv[3:split]
     for signum in STOP_SIGNALS:
         signal.signal(signum, _stop)
     signal.signal(DRAIN_SIGNAL, _drain)
@@ -230,6 +234,8 @@ def main(argv: list[str]) -> None:
         if child == 0:
             _exec(command)
         status = _wait_for(child)
+        if end_with_command:
+            end_tree(grace)
         for signum in STOP_SIGNALS:  # the command has ended: nothing left to stop
             signal.signal(signum, signal.SIG_DFL)
     except Stop as stop:

@@ -45,7 +45,7 @@ def choose_sdist(project: str, version: str | None) -> Sdist:
     the index lists for it."""
     page = simple.simple_page(project, missing_ok=True)
     if page is None:
-        raise UsageError(f"{simple.index_url()} has no project '{project}'",
+        raise UsageError(f"{simple.package_index().shown} has no project '{project}'",
                          hint="check the name (the index's own spelling), or the index pip "
                               "uses (`pip config list`)")
     sdists: dict[Version, simple.PageFile] = {}

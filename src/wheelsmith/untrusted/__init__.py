@@ -1,10 +1,8 @@
 """The boundary for data from outside (docs/security.md): what others wrote reaches wheelsmith's
 logic only bounded, parsed into typed models, and with every name in it checked.
 
-- Bounded reads: `read_url`/`copy_url` (http, https, file) stop at `Bounds`, a byte cap and a
-  total deadline on the monotonic clock (as `cmd.run(bounds=...)` does for a command's
-  output). A watchdog shuts the connection's sockets at the deadline, so a server that drips
-  one byte at a time (which never trips a per-read timeout) or never answers ends the read.
+- Bounded reads: `urls.read_url`/`urls.copy_url` (http, https, file) stop at `Bounds`, a
+  byte cap and a total deadline (as `cmd.run(bounds=...)` does for a command's output).
 - Typed parsing: `parse_json` and `Node`, the getters every model of outside data is built
   from (pages, ledger lines, provenance, probe answers): a wrong shape is one
   UntrustedDataError naming the source and the place in it (`files[3].hashes`), never a
@@ -16,27 +14,15 @@ logic only bounded, parsed into typed models, and with every name in it checked.
 from __future__ import annotations
 
 import ast
-import contextlib
-import functools
-import http.client
 import json
-import os
 import re
-import socket
-import ssl
-import stat
-import threading
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any, TypeVar
 
-from wheelsmith.errors import SourceError, UntrustedDataError
+from wheelsmith.errors import UntrustedDataError
 
 T = TypeVar("T")
 CHUNK = 1 << 16
@@ -53,6 +39,20 @@ def describe_size(count: int) -> str:
     return f"{count} bytes"
 
 
+# What a terminal obeys instead of showing (C0 but tab and newline, DEL, C1: ESC and CSI start
+# its commands), and the Unicode controls that reorder or break the text around them (bidi
+# marks, embeddings, overrides and isolates; line and paragraph separators).
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                      "\u2028\u2029]")
+
+
+def control_in(text: str, *, lines: bool = False) -> str | None:
+    """The first character of `text` that a terminal would obey rather than show (with
+    `lines`, a tab or a newline too), escaped as a message shows it; None when there is none."""
+    found = CONTROLS.search(text) or (re.search("[\t\n]", text) if lines else None)
+    return None if found is None else found[0].encode("unicode_escape").decode("ascii")
+
+
 def clip(text: str, limit: int = 60) -> str:
     """`text` shown in a message: at most `limit` characters, control characters escaped."""
     shown = text.encode("unicode_escape").decode("ascii")
@@ -65,7 +65,7 @@ def name_problem(name: str) -> str | None:
     checks = ((not name, "it is empty"), ("\0" in name, "it holds a NUL byte"),
               ("/" in name or "\\" in name, "it holds a path separator"),
               (name in (".", ".."), f"it is '{name}'"),
-              (any(ord(c) < 32 or ord(c) == 127 for c in name), "it holds control characters"),
+              (control_in(name, lines=True) is not None, "it holds control characters"),
               (len(name.encode(errors="surrogatepass")) > MAX_NAME_BYTES,
                f"it is longer than {MAX_NAME_BYTES} bytes"))
     return next((why for wrong, why in checks if wrong), None)
@@ -139,9 +139,10 @@ class Node:
         return {k: self._child(k, v) for k, v in self._as(dict, "an object").items()}
 
     def text(self, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
-        """A string; with `pattern`, one that matches it whole (`what` names the form)."""
+        """A string; with `pattern`, one that matches it whole (`what` names the form): every
+        form is ASCII, whatever `\\d` or `\\w` in it would match elsewhere (`٣` is a digit)."""
         value = self._as(str, "a string")
-        if pattern is not None and not pattern.fullmatch(value):
+        if pattern is not None and not (value.isascii() and pattern.fullmatch(value)):
             raise self.fail(f"'{clip(value)}' is not {what or 'in the expected form'}")
         return value
 
@@ -174,14 +175,56 @@ class Node:
         return {key: node.text() for key, node in self.entries().items()}
 
 
+class _Ambiguous(Exception):
+    """JSON that readers take differently: a key twice in one object, NaN or Infinity."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _Ambiguous(f"holds the key '{clip(key)}' twice in one object (readers differ "
+                             "on which one counts)")
+        seen.add(key)
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> float:
+    raise _Ambiguous(f"holds {name}, which is not JSON")
+
+
+def _controlled(value: Any, source: str) -> UntrustedDataError | None:
+    """The error for the first string (a key or a value) in `value` that holds a character a
+    terminal would obey (`control_in`); None when there is none."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):  # its keys first (a value's place names its key)
+            stack += [(v, f"{path}.{k}" if path else k) for k, v in item.items()]
+            stack += [(k, path) for k in item]
+        elif isinstance(item, list):
+            stack += [(v, f"{path}[{i}]") for i, v in enumerate(item)]
+        elif isinstance(item, str) and (char := control_in(item)) is not None:
+            return Node(item, source, path).fail(f"holds the control character {char}, which "
+                                                 "a terminal would obey rather than show")
+    return None
+
+
 def parse_json(data: bytes | str, source: str) -> Node:
-    """The JSON document `data` from `source` as a Node; not JSON: one UntrustedDataError."""
+    """The JSON document `data` from `source` as a Node; not JSON, JSON that readers take
+    differently (a key twice, NaN) or a string holding a terminal's control character: one
+    UntrustedDataError."""
     try:
-        value: Any = json.loads(data)
+        value: Any = json.loads(data, object_pairs_hook=_unique, parse_constant=_no_constant)
+    except _Ambiguous as exc:
+        raise UntrustedDataError(source, str(exc)) from None
     except RecursionError:
         raise UntrustedDataError(source, "its JSON nests too deeply") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a number too long
         raise UntrustedDataError(source, f"not valid JSON ({clip(str(exc), 100)})") from None
+    controlled = _controlled(value, source)
+    if controlled is not None:
+        raise controlled
     return Node(value, source)
 
 
@@ -217,37 +260,6 @@ class Bounds:
     quiet_seconds: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
-    url: str
-    media_type: str  # the Content-Type without parameters; "" for a file
-    data: bytes
-
-
-def read_url(url: str, bounds: Bounds, *, accept: str | None = None) -> Answer:
-    """The whole of `url` (http, https or file), within `bounds`. Not found (HTTP 404, no
-    such file): UntrustedDataError with status 404; nothing answers: SourceError."""
-    data = bytearray()
-    media_type = copy_url(url, data.extend, bounds, accept=accept)
-    return Answer(url, media_type, bytes(data))
-
-
-def copy_url(url: str, sink: Callable[[bytes], object], bounds: Bounds, *,
-             accept: str | None = None) -> str:
-    """Hand `url`'s body to `sink` chunk by chunk, within `bounds`; its media type."""
-    scheme = urllib.parse.urlsplit(url).scheme
-    if scheme == "file":
-        _copy_file(url, sink, bounds)
-        return ""
-    if scheme not in ("http", "https"):
-        raise UntrustedDataError(url, "is not an http://, https:// or file:// URL")
-    watchdog = _Watchdog(bounds.seconds)
-    try:
-        return _copy_http(url, sink, bounds, accept, watchdog)
-    finally:
-        watchdog.timer.cancel()
-
-
 def too_big(source: str, bounds: Bounds, *, verb: str = "answered",
             hint: str | None = None) -> UntrustedDataError:
     return UntrustedDataError(source, f"{verb} more than {describe_size(bounds.max_bytes)}",
@@ -261,138 +273,3 @@ def too_slow(source: str, seconds: float, *, verb: str = "did not finish answeri
                               hint=hint or "the server is down, overloaded or holds the "
                                            "connection open without answering: check it, then "
                                            "try again")
-
-
-def _pump(read: Callable[[int], bytes], sink: Callable[[bytes], object], url: str,
-          bounds: Bounds, deadline: float) -> None:
-    total = 0
-    while chunk := read(CHUNK):
-        total += len(chunk)
-        if total > bounds.max_bytes:
-            raise too_big(url, bounds)
-        sink(chunk)
-        if time.monotonic() > deadline:
-            raise too_slow(url, bounds.seconds)
-
-
-def _copy_file(url: str, sink: Callable[[bytes], object], bounds: Bounds) -> None:
-    path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
-    try:  # non-blocking: opening a FIFO must not wait for a writer
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except (FileNotFoundError, NotADirectoryError):
-        raise UntrustedDataError(url, "no such file", status=NOT_FOUND) from None
-    except OSError as exc:
-        raise SourceError(f"cannot read {url}: {exc.strerror or exc}") from exc
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UntrustedDataError(url, "is not a regular file")
-        _pump(handle.read, sink, url, bounds, time.monotonic() + bounds.seconds)
-
-
-class _Watchdog:
-    """Shuts every socket of one read at its deadline: a blocked read then returns at once."""
-
-    def __init__(self, seconds: float) -> None:
-        self.deadline = time.monotonic() + seconds
-        self.fired = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self.timer = threading.Timer(seconds, self._fire)
-        self.timer.daemon = True
-        self.timer.start()
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.fired = True
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-    def connect(self, address: tuple[str, int], timeout: float | None = None,
-                source_address: tuple[str, int] | None = None) -> socket.socket:
-        sock = socket.create_connection(address, timeout, source_address)
-        with self._lock:
-            self._sockets.append(sock)
-            if self.fired:
-                sock.shutdown(socket.SHUT_RDWR)
-        return sock
-
-
-class _Connection(http.client.HTTPConnection):
-    def __init__(self, host: str, *, watchdog: _Watchdog, **kwargs: Any) -> None:
-        super().__init__(host, **kwargs)
-        self._create_connection = watchdog.connect
-
-
-class _TLSConnection(http.client.HTTPSConnection):
-    def __init__(self, host: str, *, watchdog: _Watchdog, **kwargs: Any) -> None:
-        super().__init__(host, **kwargs)
-        self._create_connection = watchdog.connect
-
-
-class _Handler(urllib.request.HTTPSHandler):
-    """http and https, over sockets the watchdog can shut."""
-
-    http_request = urllib.request.AbstractHTTPHandler.do_request_
-
-    def __init__(self, watchdog: _Watchdog) -> None:
-        self.tls = ssl.create_default_context()
-        super().__init__(context=self.tls)
-        self.watchdog = watchdog
-
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_Connection, watchdog=self.watchdog), req)
-
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_TLSConnection, watchdog=self.watchdog), req,
-                            context=self.tls)
-
-
-def _copy_http(url: str, sink: Callable[[bytes], object], bounds: Bounds,
-               accept: str | None, watchdog: _Watchdog) -> str:
-    """Proxies from the environment and redirects are followed; no scheme but http(s) (a
-    redirect to ftp:// or file:// is not)."""
-    opener = urllib.request.OpenerDirector()
-    for handler in (urllib.request.ProxyHandler(), urllib.request.UnknownHandler(),
-                    _Handler(watchdog), urllib.request.HTTPRedirectHandler(),
-                    urllib.request.HTTPDefaultErrorHandler(),
-                    urllib.request.HTTPErrorProcessor()):
-        opener.add_handler(handler)
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})  # noqa: S310 - the scheme was checked
-    try:
-        with opener.open(request, timeout=bounds.seconds) as response:
-            length = response.headers.get("Content-Length", "")
-            if length.isdigit() and int(length) > bounds.max_bytes:
-                raise too_big(url, bounds)
-            _pump(response.read, sink, url, bounds, watchdog.deadline)
-            media_type: str = response.headers.get_content_type()
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        raise too_slow(url, bounds.seconds) if watchdog.fired else _answered(url, exc) from None
-    except http.client.HTTPException as exc:  # garbage instead of HTTP, a body cut short
-        raise too_slow(url, bounds.seconds) if watchdog.fired else UntrustedDataError(
-            url, f"did not answer with valid HTTP ({type(exc).__name__}: {clip(str(exc))})",
-            hint="check that the URL names an HTTP server, and the server") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if watchdog.fired or isinstance(reason, TimeoutError):
-            raise too_slow(url, bounds.seconds) from None
-        raise SourceError(f"nothing answers at {url}: {reason}") from exc
-    if watchdog.fired:  # the body ended because the watchdog shut the socket
-        raise too_slow(url, bounds.seconds)
-    return media_type
-
-
-def _answered(url: str, exc: urllib.error.HTTPError) -> UntrustedDataError:
-    code = exc.code
-    if code == NOT_FOUND:
-        return UntrustedDataError(url, "not found (HTTP 404)", status=code)
-    if 300 <= code < 400:
-        where = exc.headers.get("Location") if exc.headers else None
-        return UntrustedDataError(
-            url, f"redirects in a loop (HTTP {code}{f' to {clip(where)}' if where else ''})",
-            status=code, hint="the server sends the request back where it came from: check "
-                              "the URL (its trailing slash) and the server's configuration")
-    return UntrustedDataError(url, f"answered HTTP {code} {clip(str(exc.reason))}",
-                              status=code, hint="the server failed or refused the request: "
-                                                "check the URL and the server's log")
