@@ -100,6 +100,30 @@ SIGNATURES = (
 )
 
 
+# A compiler's error with its place: gcc/clang `file:12:5: error: ...` (`fatal error:` too),
+# nvcc's front end `file(12): error: ...` (`error #20014-D:`, `catastrophic error:`)
+_GCC_ERROR_RE = re.compile(r"^(?P<file>[^\s:][^:\n]*):(?P<line>\d+)(?::(?P<col>\d+))?: "
+                           r"(?:fatal )?error: (?P<what>.*)$", re.MULTILINE)
+_EDG_ERROR_RE = re.compile(r"^(?P<file>[^\s(][^(\n]*)\((?P<line>\d+)\): (?:catastrophic )?"
+                           r"error(?: #[\w-]+)?: (?P<what>.*)$", re.MULTILINE)
+# where no file is to blame: `nvcc fatal   : Unsupported gpu architecture 'compute_53'`
+_PLACELESS_ERROR_RE = re.compile(r"^(?:nvcc fatal\s*: .*|\S*(?:c\+\+|g\+\+|gcc|cc1plus): "
+                                 r"(?:fatal )?error: .*)$", re.MULTILINE)
+
+
+def first_error(output: str) -> str | None:
+    """The first error a compiler printed in `output`, as `file:line[:col]: error: what`
+    (nvcc's `file(line)` written the same way); a placeless one (`nvcc fatal : ...`) only when
+    no error names a place; None when there is neither."""
+    placed = [m for m in (*_GCC_ERROR_RE.finditer(output), *_EDG_ERROR_RE.finditer(output))]
+    if placed:
+        first = min(placed, key=lambda m: m.start())
+        where = ":".join(filter(None, (first["file"], first["line"], first.groupdict().get("col"))))
+        return f"{where}: error: {first['what'].strip()}"
+    placeless = _PLACELESS_ERROR_RE.search(output)
+    return placeless[0].strip() if placeless else None
+
+
 def diagnose(log_text: str) -> list[Signature]:
     """Every known signature found in the log, most specific first."""
     return [s for s in SIGNATURES if s.pattern.search(log_text)]
