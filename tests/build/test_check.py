@@ -61,5 +61,5 @@ def test_device_code_other_than_the_request_fails_the_check(project: Path,
                         cwd=project)
     assert result.returncode == 10, result.stderr
     assert error_lines(result.stderr)[:2] == [
-        "error: the sample objects of tiny-ext 0.1.0 do not contain exactly the device code for "
-        "12.0", "csrc/add_kernel.o: SASS for sm_90 was not requested"]
+        "error: the sample compile of tiny-ext 0.1.0 does not contain exactly the device code "
+        "for 12.0", "  csrc/add_kernel.o: SASS for sm_90 was not requested"]

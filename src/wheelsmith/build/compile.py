@@ -264,7 +264,7 @@ def sampled(records: tuple[dict[str, Any], ...], plan: BuildPlan, python: Path, 
 
     done = tuple({**r, "samples": [read(u) for u in r.get("samples", [])]} for r in records)
     if codes:
-        check_device_code(f"the sample objects of {what}", codes, plan.archs)
+        check_device_code(f"the sample compile of {what}", codes, plan.archs)
     return done
 
 

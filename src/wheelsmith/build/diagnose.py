@@ -92,6 +92,19 @@ SIGNATURES = (
         "a profile of an older torch (--toolchain cu130-torch2.11)",
     ),
     Signature(
+        "cxx20-name-clash",
+        re.compile(r"(?:more than one instance of overloaded function \"|call of overloaded "
+                   r"')(?:std::)?(?:lerp|midpoint|ssize|bit_cast|popcount|countl_zero|"
+                   r"countr_zero|has_single_bit|bit_width|bit_ceil|bit_floor|rotl|rotr|"
+                   r"to_address|erase_if|is_constant_evaluated)\b"),
+        "a function of the package has the name of one C++20 added to the standard library "
+        "(std::lerp, std::midpoint, ...): compiled as C++20, as torch's headers need, a call "
+        "that also finds the std one (`using namespace std`, or arguments from std) is "
+        "ambiguous",
+        "patch the package where the compiler's first error points: rename its function or "
+        "qualify the call (`::lerp(...)`); no mechanical edit can choose for it",
+    ),
+    Signature(
         "arch-list-missing",
         re.compile(r"_get_cuda_arch_flags.*\n.*IndexError: list index out of range"),
         "torch had no arch list and no GPU to ask",

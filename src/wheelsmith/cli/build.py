@@ -264,7 +264,8 @@ def list_recipes(as_json: bool) -> None:
     for entry in repos.entries():
         recipe = load_recipe(entry.file, display(entry.file))
         rows.append({"name": recipe.name, "versions": [r.version for r in recipe.releases],
-                     "default_archs": str(recipe.arch.default), "summary": recipe.summary,
+                     "default_archs": None if recipe.kind == "pure" else str(recipe.arch.default),
+                     "summary": recipe.summary,
                      "file": str(entry.file), "repository": str(entry.repo.root),
                      "origin": entry.repo.origin, "shadowed_by": None if entry.shadowed_by
                      is None else str(entry.shadowed_by.root)})
@@ -275,8 +276,9 @@ def list_recipes(as_json: bool) -> None:
             rows, key=lambda r: (r["repository"], r["origin"])):
         click.echo(f"{repository} ({origin}):")
         for row in group:
+            archs = f"archs {row['default_archs']}" if row["default_archs"] else "pure Python"
             detail = (f"shadowed by {row['shadowed_by']}" if row["shadowed_by"] else
-                      f"archs {row['default_archs']:<10} {row['summary']}")
+                      f"{archs:<16} {row['summary']}")
             click.echo(f"  {row['name']:<24} {', '.join(row['versions']):<24} {detail}")
 
 
