@@ -190,7 +190,7 @@ def test_a_download_in_a_branch_for_another_vendor_or_no_gpu_needs_no_patch(
 def test_the_sources_setup_py_globs_are_counted_as_the_files_they_match(tmp_path: Path) -> None:
     tree = tree_with(tmp_path, "import glob\nfrom torch.utils.cpp_extension import "
                      "CUDAExtension\ne = CUDAExtension('demo._C', ['csrc/api.cpp'] + "
-                     "glob.glob('csrc/kernels/*.cu'))\n", "csrc/api.cpp",
+                     "sorted(glob.glob('csrc/kernels/*.cu')))\n", "csrc/api.cpp",
                      *(f"csrc/kernels/k{i}.cu" for i in range(4)))
     assert "sources: the sdist holds all 5 the extensions compile" in lines(tree)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 CUDA_SUFFIXES = (".cu",)
 KNOWN = ("CUDAExtension", "CppExtension", "Extension")
-PATH_CALLS = ("join", "Path", "str", "glob", "abspath", "realpath", "PurePath")
+PATH_CALLS = ("join", "Path", "str", "glob", "abspath", "realpath", "PurePath", "sorted", "list")
 
 
 @dataclass(frozen=True, slots=True)
