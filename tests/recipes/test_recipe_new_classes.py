@@ -206,3 +206,27 @@ def test_a_sources_list_built_up_in_steps_is_counted_whole(tmp_path: Path) -> No
                      "e = extension('demo._C', sources)\n",
                      "demo/cpu.cpp", "demo/ext.cpp", "demo/knn.cu")
     assert "sources: the sdist holds all 3 the extensions compile" in lines(tree)
+
+
+FILLER = st.lists(st.sampled_from(["# a comment\n", "\n", "\x0c\n", "# naïve — ünïcode\n",
+                                   "x = 'é' * 3  # é\n", "if False:\n    pass\n"]), max_size=6)
+
+
+@given(before=FILLER, stop=st.booleans())
+def test_written_edits_land_on_the_lines_ast_names_whatever_comes_before(
+        tmp_path_factory: pytest.TempPathFactory, before: list[str], stop: bool) -> None:
+    """ast counts lines at \\n only and columns in UTF-8 bytes; a form feed or a non-ASCII
+    character before the edited line must not move an edit (str.splitlines would)."""
+    tree = tree_with(tmp_path_factory.mktemp("filler"), (
+        "import os\nimport torch\n" + "".join(before) +
+        ("if not torch.cuda.is_available():\n    raise RuntimeError('é needs a GPU')\n"
+         if stop else "") +
+        "from torch.utils.cpp_extension import CUDAExtension\n"
+        "e = CUDAExtension('demo._C', ['k.cu'], extra_compile_args={'nvcc': ['-é', "
+        "'-std=c++17']})\n"), "k.cu")
+    found = findings(tree)
+    patched = applied(tree, found, tmp_path_factory.mktemp("patched"))
+    assert "e = CUDAExtension('demo._C', ['k.cu'], extra_compile_args={'nvcc': ['-é', " \
+           "'-std=c++20']})\n" in patched
+    assert ("if not (torch.cuda.is_available() or os.environ.get(\"FORCE_CUDA\") == \"1\"):\n"
+            in patched) is stop

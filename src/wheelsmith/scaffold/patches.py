@@ -196,7 +196,7 @@ def _no_setup_requires(text: str, setup: Setup) -> str | None:
         return None
     keyword = next(n for n in ast.walk(ast.parse(text))
                    if isinstance(n, ast.keyword) and n.arg == "setup_requires")
-    lines = text.splitlines(keepends=True)
+    lines = _lines(text)
     first, last = keyword.lineno - 1, (keyword.value.end_lineno or keyword.lineno) - 1
     if lines[first].lstrip().startswith("setup_requires") and lines[last].rstrip().endswith(","):
         return "".join(lines[:first] + lines[last + 1:])
@@ -214,10 +214,15 @@ def _no_setup_requires(text: str, setup: Setup) -> str | None:
     return "".join(lines)
 
 
+def _lines(text: str) -> list[str]:
+    """`text`'s lines as ast numbers them (str.splitlines also splits at a form feed)."""
+    return re.findall(r"[^\n]*\n|[^\n]+$", text)
+
+
 def _in_place(text: str, edits: Sequence[tuple[ast.expr, str]]) -> str:
     """`text` with each one-line node's source replaced by its new text (ast's columns are
     UTF-8 bytes)."""
-    lines = text.splitlines(keepends=True)
+    lines = _lines(text)
     for node, new in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):
         row = lines[node.lineno - 1].encode()
         lines[node.lineno - 1] = (row[:node.col_offset].decode() + new +
@@ -226,7 +231,7 @@ def _in_place(text: str, edits: Sequence[tuple[ast.expr, str]]) -> str:
 
 
 def _source(text: str, node: ast.expr) -> str:
-    row = text.splitlines()[node.lineno - 1].encode()
+    row = _lines(text)[node.lineno - 1].encode()
     return row[node.col_offset:node.end_col_offset].decode()
 
 
@@ -278,7 +283,7 @@ def _no_pkg_resources(text: str, setup: Setup) -> str | None:
     if setup.pkg_resources_line is None:
         return None
     module = ast.parse(text)
-    lines = text.splitlines(keepends=True)
+    lines = _lines(text)
     for _, node in reversed(pkg_resources_imports(module)):
         row = lines[node.lineno - 1]
         if not _one_line(node) or row.strip() != ast.get_source_segment(text, node):
