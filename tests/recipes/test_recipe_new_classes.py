@@ -216,17 +216,24 @@ FILLER = st.lists(st.sampled_from(["# a comment\n", "\n", "\x0c\n", "# naïve �
 def test_written_edits_land_on_the_lines_ast_names_whatever_comes_before(
         tmp_path_factory: pytest.TempPathFactory, before: list[str], stop: bool) -> None:
     """ast counts lines at \\n only and columns in UTF-8 bytes; a form feed or a non-ASCII
-    character before the edited line must not move an edit (str.splitlines would)."""
+    character before an edit must not move it (str.splitlines, str columns would): the arch
+    list guards, -std=c++20, FORCE_CUDA and use_ninja=True, each where ast says."""
     tree = tree_with(tmp_path_factory.mktemp("filler"), (
         "import os\nimport torch\n" + "".join(before) +
         ("if not torch.cuda.is_available():\n    raise RuntimeError('é needs a GPU')\n"
          if stop else "") +
-        "from torch.utils.cpp_extension import CUDAExtension\n"
+        "from torch.utils.cpp_extension import BuildExtension, CUDAExtension\n"
+        "cc_flag = ['-é']\n" + "".join(before) + "cc_flag.append('-gencode')\n"
         "e = CUDAExtension('demo._C', ['k.cu'], extra_compile_args={'nvcc': ['-é', "
-        "'-std=c++17']})\n"), "k.cu")
+        "'-std=c++17', '-arch=sm_90']})\n" + "".join(before) +
+        "b = BuildExtension.with_options(use_ninja=False)\n"), "k.cu")
     found = findings(tree)
     patched = applied(tree, found, tmp_path_factory.mktemp("patched"))
+    assert "if not os.environ.get(\"TORCH_CUDA_ARCH_LIST\"): cc_flag.append('-gencode')\n" \
+        in patched
     assert "e = CUDAExtension('demo._C', ['k.cu'], extra_compile_args={'nvcc': ['-é', " \
-           "'-std=c++20']})\n" in patched
+           "'-std=c++20', *([] if os.environ.get(\"TORCH_CUDA_ARCH_LIST\") else " \
+           "['-arch=sm_90'])]})\n" in patched
+    assert "b = BuildExtension.with_options(use_ninja=True)\n" in patched
     assert ("if not (torch.cuda.is_available() or os.environ.get(\"FORCE_CUDA\") == \"1\"):\n"
             in patched) is stop

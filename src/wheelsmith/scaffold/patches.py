@@ -169,21 +169,22 @@ def _honour_arch_list(text: str, setup: Setup) -> str | None:
     items = {line: cols for line, cols in _in_lists(module).items() if line not in guarded}
     if any(line not in guarded and line not in items for line in placed):
         return None
-    lines = text.splitlines(keepends=True)
+    lines = _lines(text)
     for line in guarded:
         row = lines[line - 1]
         indent = len(row) - len(row.lstrip())
         lines[line - 1] = f"{row[:indent]}if not {arch_list}: {row[indent:]}"
-    for line, (start, end) in items.items():
-        row = lines[line - 1]
-        lines[line - 1] = f"{row[:start]}*([] if {arch_list} else [{row[start:end]}]){row[end:]}"
+    for line, (start, end) in items.items():  # ast's columns are UTF-8 bytes
+        row = lines[line - 1].encode()
+        lines[line - 1] = (f"{row[:start].decode()}*([] if {arch_list} else "
+                           f"[{row[start:end].decode()}]){row[end:].decode()}")
     return "".join(lines) if placed else None
 
 
 def _use_ninja(text: str, setup: Setup) -> str | None:
     if setup.no_ninja_line is None:
         return None
-    lines = text.splitlines(keepends=True)
+    lines = _lines(text)
     index = setup.no_ninja_line - 1
     lines[index] = re.sub(r"use_ninja\s*=\s*False", "use_ninja=True", lines[index])
     return "".join(lines)
