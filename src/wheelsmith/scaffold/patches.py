@@ -175,9 +175,9 @@ def _honour_arch_list(text: str, setup: Setup) -> str | None:
         indent = len(row) - len(row.lstrip())
         lines[line - 1] = f"{row[:indent]}if not {arch_list}: {row[indent:]}"
     for line, (start, end) in items.items():  # ast's columns are UTF-8 bytes
-        row = lines[line - 1].encode()
-        lines[line - 1] = (f"{row[:start].decode()}*([] if {arch_list} else "
-                           f"[{row[start:end].decode()}]){row[end:].decode()}")
+        raw = lines[line - 1].encode()
+        lines[line - 1] = (f"{raw[:start].decode()}*([] if {arch_list} else "
+                           f"[{raw[start:end].decode()}]){raw[end:].decode()}")
     return "".join(lines) if placed else None
 
 
