@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from wheelsmith.build.compile import in_tree
 from wheelsmith.build.diagnose import first_error
 from wheelsmith.build.sample import Unit, choose, weight
 
@@ -123,3 +124,18 @@ def test_an_earlier_runs_seconds_choose_over_sizes(tmp_path: Path) -> None:
     timed = choose(text, build, {"csrc/fwd.o": 40.0, "csrc/bwd.o": 300.0, "csrc/ops.o": 2.0})
     assert [Path(u.source).name for u in timed] == ["ops.cpp", "fwd.cu"]
     assert timed[1] == Unit(f"{build}/csrc/fwd.o", f"{tmp_path}/csrc/fwd.cu", "cuda_compile")
+
+
+def test_paths_in_a_compilers_error_are_given_in_the_source_tree(tmp_path: Path) -> None:
+    """Absolute ones, and the ones ccache's base_dir made relative to the build directory
+    (what nvcc then prints); a path outside the tree stays as it is."""
+    source = tmp_path / "src" / "demo-1.0"
+    (source / "build" / "temp.linux-x86_64-cpython-311").mkdir(parents=True)
+    (source / "csrc" / "kernels").mkdir(parents=True)
+    (source / "csrc" / "kernels" / "lerp.cuh").write_text("// x\n")
+    assert in_tree("../../csrc/kernels/lerp.cuh:6: error: x", source, None) == (
+        "csrc/kernels/lerp.cuh:6: error: x")
+    assert in_tree(f"{source}/csrc/kernels/lerp.cuh(6): error: x", source, None) == (
+        "csrc/kernels/lerp.cuh(6): error: x")
+    assert in_tree("../../../elsewhere.h:1: error: y", source, None) == (
+        "../../../elsewhere.h:1: error: y")

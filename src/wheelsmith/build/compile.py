@@ -252,11 +252,24 @@ def sample_failed(exc: CompileError, what: str, source: Path, log_path: Path) ->
                        tail=exc.tail, log_file=log_path) from exc
 
 
+_UPWARD_RE = re.compile(r"(?<![\w/.])((?:\.\./)+[^\s:()]+)")  # ../../csrc/k.cuh
+
+
 def in_tree(text: str, source: Path, view: PathView | None) -> str:
-    """`text` with the source tree's paths (the compiler's, through a view) relative to it."""
+    """`text` with the source tree's paths relative to it: the compiler's absolute ones
+    (through a view too), and those a compile cache made relative to a build directory."""
     for root in filter(None, (view and view.fixed_source, source)):
         text = text.replace(f"{root}/", "")
-    return text
+    tree = source.resolve()
+
+    def from_build_dir(match: re.Match[str]) -> str:
+        for base in sorted(tree.glob("build/*/")):
+            path = (base / match[1]).resolve()
+            if path.is_relative_to(tree) and path.exists():
+                return str(path.relative_to(tree))
+        return match[0]
+
+    return _UPWARD_RE.sub(from_build_dir, text)
 
 
 def sampled(records: tuple[dict[str, Any], ...], plan: BuildPlan, python: Path, what: str
