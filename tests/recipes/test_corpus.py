@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, wheelsmith
-from wheelsmith.build import pathview
 from wheelsmith.toolchain.env import Toolchain
 
 CONFIGURED = "configured: sm_120"
@@ -40,12 +39,10 @@ CORPUS = {
 }
 
 
-# built to the end (small: one CUDA file each, minutes on 2 cores): NAME==VERSION -> None (a
-# verified wheel with the default profile), or the toolchain the build's hint names (torch
-# 2.14's headers need C++20, the package asks for C++17), which then gives a verified wheel.
-# torch-scatter's 32-minute build was done by hand (README).
-BUILT = {"torchsort==0.1.10": None, "chamferdist==1.0.3": "cu130-torch2.11"}
-CXX_HINT = "hint: the package asks the compiler for an older C++ standard"
+# built to the end with the default profile (small: one CUDA file each, minutes on 2 cores);
+# chamferdist asks for C++17, which torch 2.14's headers refuse: recipe new writes the C++20
+# patch. torch-scatter's 32-minute build was done by hand (README).
+BUILT = ("torchsort==0.1.10", "chamferdist==1.0.3")
 
 
 def rate() -> str:
@@ -106,25 +103,11 @@ def build_verified(project: Path, name: str, *options: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.toolchain
-@pytest.mark.parametrize("spec", sorted(BUILT))
+@pytest.mark.parametrize("spec", BUILT)
 def test_recipe_new_then_build_gives_a_wheel_verify_passes_with_no_flags(
         spec: str, tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WHEELSMITH_RECIPES", raising=False)
     name = spec.partition("==")[0]
     made = wheelsmith("recipe", "new", spec, "--recipes", "repo", cwd=tmp_path)
-    assert made.returncode == 0, made.stderr
-    hinted = BUILT[spec]
-    if hinted is not None:  # the default profile stops with the hint, which is followed
-        stopped = wheelsmith("build", name, "--recipes", "repo", "--arch", "12.0",
-                             "--work-dir", "work", "--out", "out", cwd=tmp_path)
-        assert stopped.returncode == 9, stopped.stderr
-        hint = next(line for line in stopped.stderr.splitlines() if line.startswith("hint: "))
-        assert hint.startswith(CXX_HINT), hint
-        kept = tmp_path / "work" / f"{name}-{spec.partition('==')[2]}-"  # + the key's 12 hex
-        assert re.search(rf"\(--toolchain {re.escape(hinted)}\) \(the log's "
-                         rf"{re.escape(str(pathview.ROOT / 'source'))} is "
-                         rf"{re.escape(str(kept))}[0-9a-f]{{12}}/src/\S+\)$", hint), hint
-        assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
-        build_verified(tmp_path, name, "--toolchain", hinted)
-    else:
-        build_verified(tmp_path, name)
+    assert made.returncode == 0, made.stderr  # its check compiled a sample
+    build_verified(tmp_path, name)

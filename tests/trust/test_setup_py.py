@@ -57,7 +57,7 @@ def test_any_nesting_is_read_or_refused_naming_setup_py(
                                 "demo_pkg-1.0.0/setup.py:2: not valid Python (too many nested "
                                 "parentheses)"), read.message
         return
-    patches.written(tree, read)  # the patches recipe new writes walk the same tree
+    patches.written(tree, read, cxx20=True)  # every patch recipe new writes walks the tree
 
 
 def file_index(root: Path, setup: str) -> str:
