@@ -18,6 +18,9 @@ LINES = {
     # chamferdist 1.0.3 and spatial-correlation-sampler 0.5.0 against torch 2.14 (issue 22)
     "cxx-standard": "torch/include/torch/csrc/api/include/torch/all.h:5:2: error: #error C++20 "
                     "or later compatible compiler is required to use PyTorch.",
+    # a float lerp of the package's own against C++20's std::lerp (issue 33): nvcc, g++
+    "cxx20-name-clash": 'csrc/k.cuh(9): error: more than one instance of overloaded function '
+                        '"lerp" matches the argument list:',
     # sccache's own lines, seen with a real sccache-dist farm (tests/build/test_compile_farm.py)
     # fast-hadamard-transform 1.1.0's sdist (no csrc/), and the pre-build check's line for it
     "sources-missing": "ninja: error: '/w/fast_hadamard_transform-1.1.0/csrc/fast_hadamard_"
@@ -37,3 +40,8 @@ def test_signature_is_recognised(name: str, log: str) -> None:
 
 def test_clean_failure_has_no_diagnosis() -> None:
     assert diagnose("error: command 'gcc' failed: No such file or directory") == []
+
+
+def test_a_cxx20_name_clash_is_recognised_in_gcc_s_words_too() -> None:
+    log = "csrc/k.h:12:21: error: call of overloaded 'lerp(float&, float&, float)' is ambiguous"
+    assert [s.name for s in diagnose(log)] == ["cxx20-name-clash"]

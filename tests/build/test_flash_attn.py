@@ -1,26 +1,23 @@
 """flash-attn (the recipe's newest, 2.8.3.post2): its own arch knob is bridged from --arch. A
 full build takes hours on 2 cores, so this checks the configure-only step: the generated
 build.ninja holds exactly the requested -gencode targets and nothing else (real sdist, real
-torch, real setup.py), and one real kernel compiled from it carries exactly that SASS."""
+torch, real setup.py). That its objects compile, into exactly sm_120, is make test's guard over
+every shipped recipe (tests/build/test_shipped_recipes_compile.py: `build --check`)."""
 
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, wheelsmith
-from wheelsmith.inventory import read_device_code
 from wheelsmith.toolchain.env import Toolchain
 
 pytestmark = pytest.mark.toolchain
 
 
-@pytest.mark.parametrize(("archs", "sass"), [("12.0", ["sm_120"]),
-                                             ("9.0;12.0", ["sm_120", "sm_90"])])
+@pytest.mark.parametrize(("archs", "sass"), [("9.0;12.0", ["sm_120", "sm_90"])])
 def test_build_ninja_holds_exactly_the_requested_archs(tmp_path: Path, toolchain: Toolchain,
                                                        archs: str, sass: list[str]) -> None:
     result = wheelsmith("build", "flash-attn", "--arch", archs, "--configure-only", "--json",
@@ -41,24 +38,3 @@ def test_arch_outside_the_knob_is_refused_before_anything_runs(tmp_path: Path) -
         "knows 8.0, 9.0, 10.0, 12.0\nhint: pick archs from that list (an sm_120 cubin also runs "
         "on sm_121, an sm_100 cubin on sm_103)\n")
     assert not (tmp_path / "work").exists()
-
-
-def test_one_real_kernel_compiles_into_sass_for_exactly_the_requested_arch(
-        tmp_path: Path, toolchain: Toolchain) -> None:
-    """A full build takes hours here; one of its 72 kernels (about a minute and a half on one
-    core) shows the flags of the configured build compile with this toolchain's torch headers
-    (flash-attn's own -std=c++17 did not: patch 0004) and make sm_120 code and nothing else."""
-    result = wheelsmith("build", "flash-attn", "--arch", "12.0", "--configure-only", "--json",
-                        "--compile-cache", "off", "--work-dir", str(tmp_path / "work"),
-                        cwd=REPO)
-    assert result.returncode == 0, result.stderr
-    (configured,) = json.loads(result.stdout)["configured"]
-    ninja_file = Path(configured["build_ninja"])
-    (target,) = re.findall(r"^build (\S+/flash_fwd_hdim32_fp16_sm80\.o): cuda_compile ",
-                           ninja_file.read_text(), re.MULTILINE)
-    compiled = subprocess.run([toolchain.python.parent / "ninja", "-C", ninja_file.parent,
-                               "-j", "1", target], capture_output=True, text=True, check=False)
-    assert compiled.returncode == 0, compiled.stdout[-3000:]
-    assert toolchain.cuobjdump is not None
-    code = read_device_code(Path(target), toolchain.cuobjdump)
-    assert (sorted(code.sass), sorted(code.ptx)) == (["sm_120"], [])

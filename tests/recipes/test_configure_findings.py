@@ -1,4 +1,4 @@
-"""What `recipe new`'s configure-only check reads back goes into the recipe (issue 22): an
+"""What `recipe new`'s check reads back goes into the recipe (issue 22): an
 extension whose build.ninja has only C++ rules — torch-scatter's `_version_cuda`, a
 CUDAExtension whose .cpp sources setup.py globs at run time, so the static reading calls it
 CUDA — gets its host_only glob, one the device-code gate accepts for the module's wheel path,
@@ -18,7 +18,8 @@ from wheelsmith.scaffold import render
 from wheelsmith.scaffold.check import Checked
 from wheelsmith.scaffold.sdist import Sdist
 
-CHECK_LINE = "configure-only check: build.ninja targets _scatter_cuda: SASS sm_120"
+CHECK_LINE = ("check: build.ninja targets _scatter_cuda: SASS sm_120, compiled scatter.o and "
+              "scatter_cuda.o")
 
 
 def module(path: str, *sass: str) -> DeviceCode:
@@ -33,7 +34,7 @@ def test_a_cuda_extension_whose_build_ninja_has_only_cpp_rules_becomes_host_only
     found = dataclasses.replace(read, checked=checked)
     assert render.report_lines(found)[-2:] == [
         CHECK_LINE,  # the _cpu twins were host_only from setup.py already: no line of their own
-        'configure-only: _version_cuda compiles no CUDA (build.ninja has only C++ rules): '
+        'check: _version_cuda compiles no CUDA (build.ninja has only C++ rules): '
         'build.host_only "demo/_version_cuda*.so"']
     assert 'host_only: ["demo/_*_cpu*.so", "demo/_version_cuda*.so"]\n' in recipe_body(found)
     render.write(read, tmp_path / "repo")  # as `recipe new` does: before the check, then again
@@ -52,7 +53,7 @@ def test_a_cpp_only_extension_no_setup_py_name_places_is_named_without_a_glob(
                               "a = CUDAExtension(name=ext_name(), sources=computed())\n"))
     found = dataclasses.replace(read, checked=Checked(CHECK_LINE, ("_helpers",)))
     assert render.report_lines(found)[-1] == (
-        "configure-only: _helpers compiles no CUDA (build.ninja has only C++ rules), but no "
+        "check: _helpers compiles no CUDA (build.ninja has only C++ rules), but no "
         "extension name in setup.py says where it lies in the wheel: add its path to "
         "build.host_only")
     assert found.host_only == read.host_only == ()

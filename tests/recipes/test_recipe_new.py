@@ -5,6 +5,7 @@ one line each (issue 13 item 4)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def test_a_complete_sdist_gives_the_recipe_the_project_ships(tmp_path: Path,
         f"setup.py:75: {NVCC_PATCH}", f"setup.py:330: {DOWNLOAD_PATCH}",
         "wrote mine/recipes/causal-conv1d.yaml",
         "wrote mine/patches/causal-conv1d/1.7.0/0001-honour-torch-cuda-arch-list.patch",
-        "next: wheelsmith build causal-conv1d --recipes mine --configure-only"]
+        "next: wheelsmith build causal-conv1d --recipes mine --check"]
     written = load_recipe(tmp_path / "mine" / "recipes" / "causal-conv1d.yaml")
     shipped = load_recipe(REPO / "recipes" / "causal-conv1d.yaml")
     assert written.release("1.7.0").source == shipped.release("1.7.0").source
@@ -79,7 +80,7 @@ def test_an_sdist_without_its_sources_is_named_and_the_git_form_shown(
         f"setup.py:69: {NVCC_PATCH}", f"setup.py:218: {DOWNLOAD_PATCH}",
         "wrote mine/recipes/fast-hadamard-transform.yaml",
         "wrote mine/patches/fast-hadamard-transform/1.1.0/0001-honour-torch-cuda-arch-list.patch",
-        "next: wheelsmith build fast-hadamard-transform --recipes mine --configure-only"]
+        "next: wheelsmith build fast-hadamard-transform --recipes mine --check"]
     text = (tmp_path / "mine" / "recipes" / "fast-hadamard-transform.yaml").read_text()
     assert "#     git: https://github.com/Dao-AILab/fast-hadamard-transform\n" in text
     recipe = load_recipe(tmp_path / "mine" / "recipes" / "fast-hadamard-transform.yaml")
@@ -135,25 +136,42 @@ def test_a_project_the_index_does_not_have_is_one_line(tmp_path: Path,
 
 
 @pytest.mark.toolchain
-def test_the_configure_only_check_names_missing_sources_and_configures_the_patched_one(
+def test_a_check_that_stops_at_missing_sources_exits_5_and_says_what_it_wrote(
         tmp_path: Path, no_repo_variable: None, toolchain: Toolchain) -> None:
-    """With the toolchain here the check is cheap (setup.py up to build.ninja, nothing
-    compiled), so it runs: the sdist without csrc/ stops at the source check; the complete one,
-    with the arch patch recipe new wrote, targets exactly the default arch."""
+    """With the toolchain here the check runs: the sdist without csrc/ stops at the source
+    check (nothing is compiled), which is `recipe new`'s error; the recipe it wrote stays."""
     lacking = wheelsmith("recipe", "new", "fast-hadamard-transform==1.1.0", "--recipes", "mine",
                          cwd=tmp_path)
-    assert lacking.returncode == 0, lacking.stderr
-    line = lacking.stdout.splitlines()[-4]
-    assert line.startswith("configure-only check: source check: /"), lacking.stdout
-    assert line.endswith("/build.ninja compiles 2 file(s) the source tree does not hold: "
-                         f"{Path(line.split()[4]).parents[2]}/csrc/fast_hadamard_transform.cpp, "
-                         f"{Path(line.split()[4]).parents[2]}/csrc/fast_hadamard_transform_cuda"
-                         ".cu; stopping before compiling"), line
+    assert lacking.returncode == 5, lacking.stderr
+    assert lacking.stdout.splitlines()[-2:] == [
+        "wrote mine/recipes/fast-hadamard-transform.yaml",
+        "wrote mine/patches/fast-hadamard-transform/1.1.0/0001-honour-torch-cuda-arch-list.patch"]
+    error, hint = lacking.stderr.splitlines()[-2:]
+    assert error.startswith("error: the check of the new recipe failed: source check: /")
+    assert error.endswith("/csrc/fast_hadamard_transform_cuda.cu; stopping before compiling")
+    assert hint.endswith(
+        "the recipe and its patches stay written (mine/recipes/fast-hadamard-transform.yaml, "
+        "mine/patches/fast-hadamard-transform/1.1.0/0001-honour-torch-cuda-arch-list.patch): "
+        "fix them, then `wheelsmith build fast-hadamard-transform --recipes mine --check`")
+    text = (tmp_path / "mine" / "recipes" / "fast-hadamard-transform.yaml").read_text()
+    assert "# check: source check: /" in text
+
+
+@pytest.mark.slow
+@pytest.mark.toolchain
+def test_the_check_of_a_complete_sdist_compiles_a_sample_into_exactly_the_default_arch(
+        tmp_path: Path, no_repo_variable: None, toolchain: Toolchain) -> None:
+    """causal-conv1d 1.7.0 with the arch patch recipe new wrote: one host and one CUDA object
+    compiled (make test's guard compiles the shipped recipe's the same way)."""
     complete = wheelsmith("recipe", "new", "causal-conv1d==1.7.0", "--recipes", "mine",
                           cwd=tmp_path)
-    assert complete.stdout.splitlines()[-4] == (
-        "configure-only check: build.ninja targets causal_conv1d_cuda: SASS sm_120"), \
-        complete.stdout
+    assert complete.returncode == 0, complete.stderr
+    assert complete.stdout.splitlines()[-4:] == [
+        "check: build.ninja targets causal_conv1d_cuda: SASS sm_120, compiled causal_conv1d.o "
+        "and causal_conv1d_update.o",
+        "wrote mine/recipes/causal-conv1d.yaml",
+        "wrote mine/patches/causal-conv1d/1.7.0/0001-honour-torch-cuda-arch-list.patch",
+        "next: wheelsmith build causal-conv1d --recipes mine"]
 
 
 @pytest.mark.slow
@@ -162,14 +180,16 @@ def test_a_cuda_extension_of_globbed_cpp_sources_is_found_by_the_check_and_made_
         tmp_path: Path, no_repo_variable: None, toolchain: Toolchain) -> None:
     """torch-scatter 2.1.2 globs its sources at run time, so setup.py's reading calls
     `_version_cuda` (a CUDAExtension of csrc/version.cpp) CUDA; its build.ninja, read by the
-    configure-only check (about 25 s), has only C++ rules, and the recipe gets its glob — the
-    one the device-code gate names for `torch_scatter/_version_cuda.so`."""
+    check (configure, then a host and a CUDA object of each extension), has only C++ rules,
+    and the recipe gets its glob — the one the device-code gate names for
+    `torch_scatter/_version_cuda.so`."""
     made = wheelsmith("recipe", "new", "torch-scatter==2.1.2", "--recipes", "mine", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
-    assert made.stdout.splitlines()[-5:-3] == [
-        "configure-only check: build.ninja targets _segment_coo_cuda: SASS sm_120; "
-        "_segment_csr_cuda: SASS sm_120; _scatter_cuda: SASS sm_120",
-        "configure-only: _version_cuda compiles no CUDA (build.ninja has only C++ rules): "
-        'build.host_only "torch_scatter/_version_cuda*.so"']
+    checked, host = made.stdout.splitlines()[-5:-3]
+    assert re.fullmatch(r"check: build.ninja targets _segment_coo_cuda: SASS sm_120, compiled "
+                        r"\S+ and \S+; _segment_csr_cuda: SASS sm_120, compiled \S+ and \S+; "
+                        r"_scatter_cuda: SASS sm_120, compiled \S+ and \S+", checked), checked
+    assert host == ("check: _version_cuda compiles no CUDA (build.ninja has only C++ rules): "
+                    'build.host_only "torch_scatter/_version_cuda*.so"')
     recipe = load_recipe(tmp_path / "mine" / "recipes" / "torch-scatter.yaml")
     assert recipe.host_only == ("torch_scatter/_*_cpu*.so", "torch_scatter/_version_cuda*.so")

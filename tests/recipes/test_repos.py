@@ -42,7 +42,7 @@ def test_recipes_shows_each_repository_and_the_shadowed_recipe(tmp_path: Path) -
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == f"{mine} (--recipes):"
-    assert lines[1] == ("  fla-core                 0.6.0                    archs 12.0       "
+    assert lines[1] == ("  fla-core                 0.6.0                    pure Python      "
                         "flash-linear-attention's Triton kernels (GatedDeltaNet, ...); pure "
                         "Python, no nvcc")
     assert lines[2] == "  tiny-ext                 0.1.0                    archs 12.0       "

@@ -82,10 +82,13 @@ def tree_with(tmp_path: Path, setup: str, *files: str) -> Path:
     return tree
 
 
-def findings(tree: Path, packages: tuple[str, ...] = ()) -> render.Findings:
+def findings(tree: Path, packages: tuple[str, ...] = (), *, cxx20: bool = True
+             ) -> render.Findings:
+    """What `recipe new` finds, for a toolchain whose torch needs C++20 unless `cxx20` says
+    otherwise."""
     setup = setup_py.read_setup(tree)
     return render.Findings(SDIST, Metadata("", None, packages), setup,
-                           patches.written(tree, setup))
+                           patches.written(tree, setup, cxx20=cxx20))
 
 
 def recipe_body(found: render.Findings) -> str:

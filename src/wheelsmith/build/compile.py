@@ -20,7 +20,7 @@ from typing import Any
 
 from build import BuildBackendException, BuildException, ProjectBuilder
 from wheelsmith import cmd
-from wheelsmith.build import buildenv, prebuild, resume
+from wheelsmith.build import buildenv, prebuild, resume, sample
 from wheelsmith.build.compilesetup import CompileSetup, farm_done, read_guard_report
 from wheelsmith.build.diagnose import SOURCES_MISSING, diagnose, explain
 from wheelsmith.build.pathview import PathView
@@ -28,8 +28,11 @@ from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.prebuild import PLAN_LINE, RESUME_LINE
 from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
 from wheelsmith.build.verify import IGNORES_ARCH_HINT
+from wheelsmith.build.verify import check as check_device_code
 from wheelsmith.errors import CompileError, SourceError, VerifyError, WheelsmithError
+from wheelsmith.inventory import DeviceCode, read_device_code
 from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.toolchain.tools import cuobjdump_for
 
 log = logging.getLogger(__name__)
 
@@ -203,15 +206,19 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
         name, _, detail = line.partition(": ")
         report.stage("compile", f"plan from {name}'s build.ninja: {detail}")
 
+    what = f"{plan.recipe.name} {plan.release.version}"
     try:
-        raw = compile_wheel(what=f"{plan.recipe.name} {plan.release.version}",
-                            toolchain=plan.toolchain, source=source, env=setup.env,
+        raw = compile_wheel(what=what, toolchain=plan.toolchain, source=source,
+                            env={**setup.env, sample.SAMPLE: "1"} if request.check else setup.env,
                             dist=work / "dist", log_path=log_path, on_progress=report.progress,
                             on_plan=on_plan,
                             on_resume=lambda line: report.stage("resuming", line),
                             isolate_network=not setup.needs_network, view=setup.view)
     except CompileError as exc:
         farm_done(setup, report, failed=True)  # the compile's own error is the one to show
+        if request.configure_only:
+            drop_stand_ins(source / "build")
+        sample_failed(exc, what, source, log_path)
         return configured_result(prebuild_outcome(setup.guard, log_path, exc), log_path, report)
     except BaseException:
         if setup.farm is not None:
@@ -219,9 +226,46 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
         raise
     farm = farm_done(setup, report)
     if request.configure_only:  # objects stood in for (prebuild.stand_in): keep nothing
-        drop_stand_ins(source / "build")
-        return configured_result(read_guard_report(setup.guard), log_path, report)
+        try:
+            records = read_guard_report(setup.guard)
+            if request.check:
+                records = sampled(records, plan, request.python, what)
+        finally:
+            drop_stand_ins(source / "build")
+        return configured_result(records, log_path, report)
     return Compiled(raw, farm, tuple(plans), resume.object_seconds(source))
+
+
+def sample_failed(exc: CompileError, what: str, source: Path, log_path: Path) -> None:
+    """A sample compile that failed (sample.py) as the error users see: the object, its
+    source and the compiler's first error, paths in the source tree relative to it."""
+    text = log_path.read_text(errors="replace")
+    line = next((line for line in text.splitlines() if line.startswith(sample.FAILED_LINE)),
+                None)
+    if line is None:
+        return
+    failed = line.removeprefix(sample.FAILED_LINE).replace(f"{source}/", "")
+    raise CompileError(f"the sample compile of {what} failed: {failed}", hint=exc.hint,
+                       tail=exc.tail, log_file=log_path) from exc
+
+
+def sampled(records: tuple[dict[str, Any], ...], plan: BuildPlan, python: Path, what: str
+            ) -> tuple[dict[str, Any], ...]:
+    """The check's records with each CUDA sample's device code, which must be exactly the
+    requested archs (the gate every wheel passes, on the sample objects)."""
+    cuobjdump = cuobjdump_for(plan.toolchain, python)
+    codes: list[DeviceCode] = []
+
+    def read(unit: dict[str, Any]) -> dict[str, Any]:
+        if unit["rule"] != "cuda_compile":
+            return unit
+        codes.append(read_device_code(Path(unit["path"]), cuobjdump, unit["object"]))
+        return {**unit, "sass": sorted(codes[-1].sass), "ptx": sorted(codes[-1].ptx)}
+
+    done = tuple({**r, "samples": [read(u) for u in r.get("samples", [])]} for r in records)
+    if codes:
+        check_device_code(f"the sample compile of {what}", codes, plan.archs)
+    return done
 
 
 def configured_result(records: tuple[dict[str, Any], ...], log_path: Path,
@@ -231,12 +275,19 @@ def configured_result(records: tuple[dict[str, Any], ...], log_path: Path,
     cuda = tuple(c for c in records if c.get("cuda_units", 1))
     host = tuple(dict.fromkeys(str(c["extension"]) for c in records
                                if not c.get("cuda_units", 1) and c.get("extension")))
-    line = "; ".join(f"{configured_name(c)}: SASS {', '.join(c['sass'])}" for c in cuda) or (
+    line = "; ".join(f"{configured_name(c)}: SASS {', '.join(c['sass'])}{sampled_text(c)}"
+                     for c in cuda) or (
         "no build.ninja with CUDA rules was generated (setup.py built no CUDA extension); "
         "no wheel is kept")
     report.stage("configured", line + (f"; C++ only: {', '.join(host)}" if host else ""))
     return BuildResult(wheel=None, provenance={}, up_to_date=False, log=log_path,
                        configured=cuda, host_modules=host)
+
+
+def sampled_text(record: dict[str, Any]) -> str:
+    """`, compiled a.o and b.o` for an extension whose sample compiled (build --check)."""
+    names = [Path(unit["object"]).name for unit in record.get("samples", [])]
+    return f", compiled {' and '.join(names)}" if names else ""
 
 
 def drop_stand_ins(build_tree: Path) -> None:

@@ -92,12 +92,49 @@ SIGNATURES = (
         "a profile of an older torch (--toolchain cu130-torch2.11)",
     ),
     Signature(
+        "cxx20-name-clash",
+        re.compile(r"(?:more than one instance of overloaded function \"|call of overloaded "
+                   r"')(?:std::)?(?:lerp|midpoint|ssize|bit_cast|popcount|countl_zero|"
+                   r"countr_zero|has_single_bit|bit_width|bit_ceil|bit_floor|rotl|rotr|"
+                   r"to_address|erase_if|is_constant_evaluated)\b"),
+        "a function of the package has the name of one C++20 added to the standard library "
+        "(std::lerp, std::midpoint, ...): compiled as C++20, as torch's headers need, a call "
+        "that also finds the std one (`using namespace std`, or arguments from std) is "
+        "ambiguous",
+        "patch the package where the compiler's first error points: rename its function or "
+        "qualify the call (`::lerp(...)`); no mechanical edit can choose for it",
+    ),
+    Signature(
         "arch-list-missing",
         re.compile(r"_get_cuda_arch_flags.*\n.*IndexError: list index out of range"),
         "torch had no arch list and no GPU to ask",
         "pass --arch; the recipe's arch.env must be the variable the package reads",
     ),
 )
+
+
+# A compiler's error with its place: gcc/clang `file:12:5: error: ...` (`fatal error:` too),
+# nvcc's front end `file(12): error: ...` (`error #20014-D:`, `catastrophic error:`)
+_GCC_ERROR_RE = re.compile(r"^(?P<file>[^\s:][^:\n]*):(?P<line>\d+)(?::(?P<col>\d+))?: "
+                           r"(?:fatal )?error: (?P<what>.*)$", re.MULTILINE)
+_EDG_ERROR_RE = re.compile(r"^(?P<file>[^\s(][^(\n]*)\((?P<line>\d+)\): (?:catastrophic )?"
+                           r"error(?: #[\w-]+)?: (?P<what>.*)$", re.MULTILINE)
+# where no file is to blame: `nvcc fatal   : Unsupported gpu architecture 'compute_53'`
+_PLACELESS_ERROR_RE = re.compile(r"^(?:nvcc fatal\s*: .*|\S*(?:c\+\+|g\+\+|gcc|cc1plus): "
+                                 r"(?:fatal )?error: .*)$", re.MULTILINE)
+
+
+def first_error(output: str) -> str | None:
+    """The first error a compiler printed in `output`, as `file:line[:col]: error: what`
+    (nvcc's `file(line)` written the same way); a placeless one (`nvcc fatal : ...`) only when
+    no error names a place; None when there is neither."""
+    placed = [m for m in (*_GCC_ERROR_RE.finditer(output), *_EDG_ERROR_RE.finditer(output))]
+    if placed:
+        first = min(placed, key=lambda m: m.start())
+        where = ":".join(filter(None, (first["file"], first["line"], first.groupdict().get("col"))))
+        return f"{where}: error: {first['what'].strip()}"
+    placeless = _PLACELESS_ERROR_RE.search(output)
+    return placeless[0].strip() if placeless else None
 
 
 def diagnose(log_text: str) -> list[Signature]:

@@ -8,8 +8,10 @@ post-build cubin check would only catch it afterwards. With WHEELSMITH_CONFIGURE
 records every extension's build.ninja and compiles none of them: empty files stand in for
 the objects (the linker takes them), so setup.py goes on to its next extension; the wheel
 that comes out is thrown away (a configure-only build for packages too big to compile in
-CI). Sources the build would compile but the tree does not hold (an sdist without its csrc/)
-stop it too (exit 88), before any arch is looked at. Otherwise it chooses nvcc's
+CI); with WHEELSMITH_SAMPLE_COMPILE it first compiles the cheapest host and CUDA object of
+each for real (sample.py: `build --check`, exit 89 when one fails). Sources the build would
+compile but the tree does not hold (an sdist without its csrc/) stop it too (exit 88), before
+any arch is looked at. Otherwise it chooses nvcc's
 split-compile from the CUDA files it found (parallel.refine), adds it to NVCC_APPEND_FLAGS
 unless the build already sets one, says so (`wheelsmith plan: ...`) and hands over to the
 real ninja.
@@ -35,7 +37,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from wheelsmith.build import parallel
+from wheelsmith.build import parallel, sample
 
 MISMATCH = 86
 CONFIGURED = 87  # what an older launcher stopped a configure-only build with
@@ -176,13 +178,17 @@ def check(argv: list[str]) -> int | None:
         return None  # no CUDA sources in this extension
     found = gencode_targets(text)
     wanted = Targets(_expected(EXPECT_SASS), _expected(EXPECT_PTX))
+    samples = sample.choose(text, ninja_file.parent.resolve(), earlier_seconds(os.environ)) \
+        if configure_only and os.environ.get(sample.SAMPLE) else ()
     if os.environ.get(REPORT):  # a C++-only one (configure-only) too: cuda_units 0
         cuda, cxx = count_units(text)
         with Path(os.environ[REPORT]).open("a") as report:
             report.write(json.dumps({"build_ninja": str(ninja_file.resolve()),
                                      "extension": extension_name(text),
                                      **found.as_dict(), "cuda_units": cuda,
-                                     "cxx_units": cxx}) + "\n")
+                                     "cxx_units": cxx, "samples": [
+                                         s.as_dict(ninja_file.parent.resolve())
+                                         for s in samples]}) + "\n")
     if "rule cuda_compile" in text and found != wanted:
         sys.stderr.write(
             f"wheelsmith pre-build check: {ninja_file.resolve()} compiles SASS "
@@ -190,13 +196,19 @@ def check(argv: list[str]) -> int | None:
             f", but SASS {', '.join(sorted(wanted.sass)) or '-'} and PTX "
             f"{', '.join(sorted(wanted.ptx)) or '-'} were requested; stopping before compiling\n")
         return MISMATCH
-    if configure_only:
-        sys.stderr.write(f"wheelsmith configure-only: {ninja_file.resolve()} "
-                         f"({extension_name(text) or '?'}) targets "
-                         f"{', '.join(sorted(found.sass)) or 'no CUDA'}; not compiled\n")
-        stand_in(text, ninja_file.parent)
-        return STOOD_IN
-    return None
+    return configured(text, ninja_file, argv, found, samples) if configure_only else None
+
+
+def configured(text: str, ninja_file: Path, argv: list[str], found: Targets,
+               samples: tuple[sample.Unit, ...]) -> int:
+    """A configure-only build's extension: said, its samples compiled, the rest stood in."""
+    sys.stderr.write(f"wheelsmith configure-only: {ninja_file.resolve()} "
+                     f"({extension_name(text) or '?'}) targets "
+                     f"{', '.join(sorted(found.sass)) or 'no CUDA'}; not compiled\n")
+    if samples and sample.compile_sample(os.environ[REAL_NINJA], argv, ninja_file, samples):
+        return sample.FAILED
+    stand_in(text, ninja_file.parent)
+    return STOOD_IN
 
 
 def stand_in(ninja_text: str, directory: Path) -> None:
@@ -240,14 +252,20 @@ def longest_first(ninja_text: str, build_dir: str, seconds: Mapping[str, float]
     return text, sum(item[1] in seconds for item in compiles)
 
 
+def earlier_seconds(environ: Mapping[str, str]) -> dict[str, float]:
+    """An earlier run's seconds per object (TIMINGS), or none."""
+    try:
+        seconds = json.loads(Path(environ[TIMINGS]).read_text()) if environ.get(TIMINGS) else {}
+    except (OSError, ValueError):
+        return {}
+    return seconds if isinstance(seconds, dict) else {}
+
+
 def order_by_earlier_run(ninja_file: Path, environ: Mapping[str, str]) -> str | None:
     """Rewrite `ninja_file` longest first when an earlier run's times are given; what was done
     (for the plan line), or None."""
-    if not environ.get(TIMINGS):
-        return None
-    try:
-        seconds = json.loads(Path(environ[TIMINGS]).read_text())
-    except (OSError, ValueError):
+    seconds = earlier_seconds(environ)
+    if not seconds:
         return None
     text = ninja_file.read_text(errors="replace")
     ordered, timed = longest_first(text, ninja_file.resolve().parent.name, seconds)

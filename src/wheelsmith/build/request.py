@@ -62,6 +62,8 @@ class BuildRequest:
     compile_farm_required: bool = False  # fail instead of compiling here
     env: tuple[tuple[str, str], ...] = ()
     configure_only: bool = False
+    check: bool = False  # configure, then compile a sample of each extension (sample.py); no
+    # wheel: it implies configure_only
     compile_cache: str | None = None  # None: $WHEELSMITH_COMPILE_CACHE or the local default
     runner: str = "host"  # host | podman | docker | auto
     keep_container: bool = False
@@ -72,6 +74,10 @@ class BuildRequest:
     keep_work: bool = False
     fresh: bool = False  # ignore what an unfinished build of the same key left (resume.py)
     wait: bool = True  # for another build of the same key in the work dir (else refuse)
+
+    def __post_init__(self) -> None:
+        if self.check and not self.configure_only:  # a check stops where configuring does
+            object.__setattr__(self, "configure_only", True)  # frozen: set once, here
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -95,6 +95,11 @@ from wheelsmith.wheelfile import read_provenance
 @click.option("--configure-only", is_flag=True,
               help="Stop once the build files are generated and show the arch targets they "
                    "hold (for packages too big to compile here).")
+@click.option("--check", is_flag=True,
+              help="Configure, then compile the cheapest host object and CUDA object of each "
+                   "extension with the build's own flags (the CUDA one checked with cuobjdump "
+                   "to hold exactly --arch), and stop: no wheel. A failure names the object "
+                   "and the compiler's first error (exit 9).")
 @click.option("--publish", "publish_to", is_flag=True,
               help="Publish the verified wheel to --index afterwards.")
 @click.option("--time-limit", type=click.FloatRange(min=1), metavar="SECONDS",
@@ -111,9 +116,9 @@ def build(recipe: str, archs: tuple[str, ...], python: str | None, install_into:
     # Options named like a BuildRequest field arrive in `same_named` and go into the request
     # as they are: a new build flag is one field plus one option (docs/architecture.md).
     name, _, version = recipe.partition("==")
-    if same_named["configure_only"] and (publish_to or install_into):
-        raise click.UsageError("--configure-only builds no wheel, so there is nothing to "
-                               "publish or install")
+    if (same_named["configure_only"] or same_named["check"]) and (publish_to or install_into):
+        raise click.UsageError(f"--{'check' if same_named['check'] else 'configure-only'} "
+                               "builds no wheel, so there is nothing to publish or install")
     chosen_python = parse_python(python)
     target_env: Path | None = chosen_python.get("target")
     if install_into and target_env is None:
@@ -165,6 +170,10 @@ def _report_configured(result: BuildResult, as_json: bool) -> None:
     for item in result.configured:
         click.echo(f"{item['build_ninja']} ({item.get('extension') or '?'}): SASS "
                    f"{', '.join(item['sass']) or '-'}; PTX {', '.join(item['ptx']) or '-'}")
+        for unit in item.get("samples", []):
+            device = "C++" if unit["rule"] == "compile" else \
+                f"SASS {', '.join(unit['sass']) or '-'}; PTX {', '.join(unit['ptx']) or '-'}"
+            click.echo(f"  compiled {unit['object']} ({device})")
     for name in result.host_modules:
         click.echo(f"{name}: C++ only (its build.ninja has no CUDA rule)")
 
@@ -255,7 +264,8 @@ def list_recipes(as_json: bool) -> None:
     for entry in repos.entries():
         recipe = load_recipe(entry.file, display(entry.file))
         rows.append({"name": recipe.name, "versions": [r.version for r in recipe.releases],
-                     "default_archs": str(recipe.arch.default), "summary": recipe.summary,
+                     "default_archs": None if recipe.kind == "pure" else str(recipe.arch.default),
+                     "summary": recipe.summary,
                      "file": str(entry.file), "repository": str(entry.repo.root),
                      "origin": entry.repo.origin, "shadowed_by": None if entry.shadowed_by
                      is None else str(entry.shadowed_by.root)})
@@ -266,8 +276,9 @@ def list_recipes(as_json: bool) -> None:
             rows, key=lambda r: (r["repository"], r["origin"])):
         click.echo(f"{repository} ({origin}):")
         for row in group:
+            archs = f"archs {row['default_archs']}" if row["default_archs"] else "pure Python"
             detail = (f"shadowed by {row['shadowed_by']}" if row["shadowed_by"] else
-                      f"archs {row['default_archs']:<10} {row['summary']}")
+                      f"{archs:<16} {row['summary']}")
             click.echo(f"  {row['name']:<24} {', '.join(row['versions']):<24} {detail}")
 
 

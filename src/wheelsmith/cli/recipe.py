@@ -10,7 +10,7 @@ import click
 from packaging.utils import canonicalize_name
 
 from wheelsmith.cli._common import display, emit_json, json_option, main
-from wheelsmith.errors import UsageError
+from wheelsmith.errors import UsageError, WheelsmithError
 from wheelsmith.recipes import repos
 from wheelsmith.scaffold import check, patches, render, sdist, setup_py
 
@@ -36,8 +36,9 @@ def _destination(given: Path | None) -> Path:
               help=f"The recipe repository to write into (DIR/recipes/NAME.yaml); default: the "
                    f"first directory of ${repos.ENV}.")
 @click.option("--configure/--no-configure", "configure", default=True, show_default=True,
-              help="Run the new recipe's configure-only build (setup.py up to build.ninja) "
-                   "when the default toolchain is already created here.")
+              help="Check the new recipe when the default toolchain is already created here: "
+                   "`build --check` (setup.py up to build.ninja, then one host and one CUDA "
+                   "object of each extension compiled); a failure exits with its error.")
 @json_option
 def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) -> None:
     """Write a recipe for NAME from its sdist on the index: pinned by the index's sha256, with
@@ -49,28 +50,41 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
     with tempfile.TemporaryDirectory(prefix="wheelsmith-recipe-new-") as work:
         tree = sdist.unpacked(chosen, Path(work) / "sdist")
         setup = setup_py.read_setup(tree)
-        found = render.Findings(chosen, sdist.read_metadata(tree), setup,
-                                patches.written(tree, setup))
+        found = render.Findings(chosen, sdist.read_metadata(tree), setup, patches.written(
+            tree, setup, cxx20=check.torch_needs_cxx20()))
         files = render.write(found, destination)
-        checked = check.configure_check(chosen, destination, Path(work)) if configure else None
+        checked = check.sample_check(chosen, destination) if configure else None
         if checked is not None:  # its findings go into the recipe too
             found = dataclasses.replace(found, checked=checked)
             render.rewrite(found, destination)
     lines = render.report_lines(found)
-    if as_json:
+    failed = checked.error if checked is not None else None
+    if as_json and failed is None:
         emit_json({"recipe": str(files[0]), "patches": [str(f) for f in files[1:]],
                    "sdist": chosen.filename, "sha256": chosen.sha256,
-                   "env": {var: value for var, value, _ in setup.env},
+                   "env": {var: value for var, value, _ in found.env},
                    "gencode": list(setup.gencode), "kind": "pure" if found.pure else "extension",
                    "extensions": [e.name for e in setup.extensions],
                    "host_only": list(found.host_only), "missing": list(setup.missing),
                    "patches_written": [p.file for p in found.written],
                    "patches_needed": [p.stem for p, _ in patches.needed(setup, found.written)],
-                   "configure_check": checked.line if checked else None, "findings": lines})
-        return
-    for line in lines:
-        click.echo(line)
-    for file in files:
-        click.echo(f"wrote {display(file)}")
-    click.echo(f"next: wheelsmith build {canonicalize_name(name)} --recipes "
-               f"{display(destination)} --configure-only")
+                   "check": checked.line if checked else None, "findings": lines})
+    elif not as_json:
+        for line in lines:
+            click.echo(line)
+        for file in files:
+            click.echo(f"wrote {display(file)}")
+    next_step = f"wheelsmith build {canonicalize_name(name)} --recipes {display(destination)}"
+    if failed is not None:
+        raise check_failed(failed, next_step, files)
+    if not as_json:
+        click.echo(f"next: {next_step}{' --check' if checked is None else ''}")
+
+
+def check_failed(error: WheelsmithError, next_step: str, files: list[Path]) -> WheelsmithError:
+    """The check's error as `recipe new` ends with it: what it wrote stays, to be fixed."""
+    error.message = f"the check of the new recipe failed: {error.message}"
+    error.hint = (f"{error.hint}; " if error.hint else "") + (
+        f"the recipe and its patches stay written ({', '.join(map(display, files))}): fix them, "
+        f"then `{next_step} --check`")
+    return error

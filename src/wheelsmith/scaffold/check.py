@@ -1,53 +1,90 @@
-"""The new recipe's configure-only build: setup.py up to its build.ninja, then the pre-build
-check; run only when it is cheap (the default toolchain is already created here). What it
-reads back goes into the recipe: an extension whose build.ninja has only C++ rules (a
-CUDAExtension of .cpp files that setup.py globs at run time) is host_only."""
+"""The new recipe's check: `build --check` of it (setup.py up to its build.ninja, the pre-build
+check, then the cheapest host and CUDA object of each extension compiled for real:
+build/sample.py); run only when it is cheap (the default toolchain is already created here).
+What it reads back goes into the recipe: an extension whose build.ninja has only C++ rules (a
+CUDAExtension of .cpp files that setup.py globs at run time) is host_only. A check that fails
+keeps its error, which `recipe new` raises once it has said what it wrote.
+
+Which C++ standard the toolchain's torch needs is read from its headers where its venv is made
+here (torch 2.14's ATen.h refuses anything older than C++20; 2.11-2.13 take C++17), else from
+its release."""
 
 from __future__ import annotations
 
 import logging
+import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
 from wheelsmith import locations
 from wheelsmith.build import orchestrate
-from wheelsmith.build.compile import configured_name
+from wheelsmith.build.compile import configured_name, sampled_text
 from wheelsmith.build.request import BuildRequest
 from wheelsmith.errors import WheelsmithError
 from wheelsmith.recipes import repos
 from wheelsmith.scaffold.sdist import Sdist
 from wheelsmith.toolchain import select
+from wheelsmith.toolchain.profile import Profile
 from wheelsmith.toolchain.venv import MARKER, venv_root
 
 log = logging.getLogger(__name__)
+
+CXX20_TORCH = Version("2.14")  # the first torch whose headers refuse C++17 (2.12, 2.13 take it)
+_REFUSES_RE = re.compile(r"__cplusplus < (\d+)L")
 
 
 @dataclass(frozen=True, slots=True)
 class Checked:
     line: str  # the outcome in one line
     host_modules: tuple[str, ...] = ()  # the extensions whose build.ninja has only C++ rules
+    error: WheelsmithError | None = None  # why the check failed
 
 
-def configure_check(sdist: Sdist, repo: Path, work: Path) -> Checked | None:
-    """Its outcome; None when it was not run."""
-    profile = select.profile_named(None)
+def _venv(profile: Profile) -> Path | None:
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    if not (venv_root(profile, python, locations.cache_dir()) / MARKER).is_file():
-        log.info("configure-only check skipped: the %s toolchain is not created here", profile.name)
+    root = venv_root(profile, python, locations.cache_dir())
+    return root if (root / MARKER).is_file() else None
+
+
+def torch_needs_cxx20(profile: Profile | None = None) -> bool:
+    """Whether the (default) profile's torch refuses a C++ standard older than 20: its
+    ATen.h's `__cplusplus` floor where the venv is made here, else its release."""
+    profile = profile or select.profile_named(None)
+    venv = _venv(profile)
+    header = next(venv.glob("lib/python*/site-packages/torch/include/ATen/ATen.h"), None) \
+        if venv else None
+    floors = _REFUSES_RE.findall(header.read_text(errors="replace")) if header else []
+    if floors:
+        return max(map(int, floors)) >= 202002
+    return profile.torch.release[:2] >= CXX20_TORCH.release
+
+
+def sample_check(sdist: Sdist, repo: Path) -> Checked | None:
+    """Its outcome; None when it was not run. Its work directory (in the cache) stays after a
+    failure, for the log and the patched source the error names."""
+    profile = select.profile_named(None)
+    if _venv(profile) is None:
+        log.info("the check is skipped: the %s toolchain is not created here", profile.name)
         return None
     repos.use_option([repo])
-    request = BuildRequest(recipe=sdist.project, version=sdist.version, configure_only=True,
+    work = locations.cache_dir() / "recipe-check" / f"{sdist.project}-{sdist.version}"
+    shutil.rmtree(work, ignore_errors=True)
+    request = BuildRequest(recipe=sdist.project, version=sdist.version, check=True,
                            work_dir=work / "build", out_dir=work / "out")
     try:
         result = orchestrate.build(request)
     except WheelsmithError as exc:
-        return Checked(f"configure-only check: {exc.message}")
-    return Checked(f"configure-only check: {configured_line(result.configured)}",
-                   result.host_modules)
+        return Checked(f"check: {exc.message}", error=exc)
+    shutil.rmtree(work, ignore_errors=True)
+    return Checked(f"check: {configured_line(result.configured)}", result.host_modules)
 
 
 def configured_line(configured: tuple[dict[str, Any], ...]) -> str:
-    targets = "; ".join(f"{configured_name(c)}: SASS {', '.join(c['sass'])}" for c in configured)
+    targets = "; ".join(f"{configured_name(c)}: SASS {', '.join(c['sass'])}{sampled_text(c)}"
+                        for c in configured)
     return f"build.ninja targets {targets}" if targets else "no build.ninja with CUDA rules"

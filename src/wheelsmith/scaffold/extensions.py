@@ -125,25 +125,36 @@ def _literal(node: ast.expr | None) -> bool:
         for e in node.elts)
 
 
-def _rocm_branches(module: ast.Module) -> set[int]:
-    """The nodes under `if IS_ROCM:` (`IS_HIP_EXTENSION`, `torch.version.hip`): the extensions
-    built there are not the CUDA build's."""
+# names that say a branch builds for another vendor or for no GPU: IS_ROCM, IS_HIP_EXTENSION,
+# torch.version.hip, BUILD_CPU_ONLY, USE_XPU, ...
+VENDOR_TOKENS = {"rocm", "hip", "cpu", "xpu", "mps", "npu", "musa", "sycl"}
+
+
+def vendor_branches(module: ast.Module) -> set[int]:
+    """The nodes of the branches that are not the CUDA build's: the body of `if IS_ROCM:`
+    (`IS_HIP_EXTENSION`, `torch.version.hip`, `CPU_ONLY`, `USE_XPU`), the else of
+    `if not IS_ROCM:`."""
     inside: set[int] = set()
     for node in ast.walk(module):
         if not isinstance(node, ast.If):
             continue
         asked = [n for n in ast.walk(node.test) if isinstance(n, ast.Name | ast.Attribute)
-                 and {"rocm", "hip"} & set(dotted(n).rpartition(".")[2].lower().split("_"))]
+                 and VENDOR_TOKENS & set(dotted(n).rpartition(".")[2].lower().split("_"))]
         negated = {id(n.operand) for n in ast.walk(node.test)
                    if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)}
         if asked and all(id(n) not in negated for n in asked):
-            inside.update(id(inner) for stmt in node.body for inner in ast.walk(stmt))
+            branch = node.body
+        elif asked and all(id(n) in negated for n in asked):
+            branch = node.orelse
+        else:
+            continue
+        inside.update(id(inner) for stmt in branch for inner in ast.walk(stmt))
     return inside
 
 
 def extensions_of(module: ast.Module, names: dict[str, ast.expr]) -> tuple[Extension, ...]:
     found: list[Extension] = []
-    rocm, aliases = _rocm_branches(module), _aliases(module)
+    rocm, aliases = vendor_branches(module), _aliases(module)
     for node in ast.walk(module):
         called = callee(node) if isinstance(node, ast.Call) else ""
         if not isinstance(node, ast.Call) or id(node) in rocm or called == "BuildExtension" or \
@@ -186,6 +197,16 @@ def _holds(tree: Path, path: str) -> bool:
     if any(ch in path for ch in "*?["):
         return next(tree.glob(path), None) is not None
     return (tree / path).is_file()
+
+
+def compiled_files(tree: Path, extensions: tuple[Extension, ...]) -> int:
+    """How many files of the sdist the extensions' sources name (a glob counts what it
+    matches)."""
+    found: set[Path] = set()
+    for source in (s for e in extensions for s in e.sources):
+        found.update(tree.glob(source) if any(ch in source for ch in "*?[") else
+                     [tree / source] if (tree / source).is_file() else [])
+    return len(found)
 
 
 def missing_parts(tree: Path, module: ast.Module, names: dict[str, ast.expr],

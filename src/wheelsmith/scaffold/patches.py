@@ -1,18 +1,29 @@
 """The standard patches: the ones `recipe new` writes itself (a setup.py edit it can make
-exactly: `use_ninja=False` -> True, `setup_requires` dropped) and the ones it names with a
-shipped patch to start from (a hard-coded -gencode list, the bare_metal_version probe,
-prebuilt-wheel downloads, psutil at build time)."""
+exactly: a hard-coded -gencode list kept only without TORCH_CUDA_ARCH_LIST, `use_ninja=False`
+-> True, `setup_requires` dropped, `-std=c++17` -> c++20 where the toolchain's torch needs it,
+pkg_resources replaced by importlib.metadata and packaging, a raise without a GPU made to
+honour FORCE_CUDA) and the ones it names with a shipped patch to start from (the
+bare_metal_version probe, prebuilt-wheel downloads, psutil at build time)."""
 
 from __future__ import annotations
 
 import ast
 import difflib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith import locations
-from wheelsmith.scaffold.setup_py import ARCH_FLAG_RE, GENCODE_RE, Setup
+from wheelsmith.scaffold.extensions import vendor_branches
+from wheelsmith.scaffold.setup_py import (
+    ARCH_FLAG_RE,
+    GENCODE_RE,
+    OLD_STD_RE,
+    Setup,
+    gpu_required,
+    pkg_resources_imports,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +58,15 @@ NVCC_PATCH = StandardPatch("clear-error-without-nvcc",
 DOWNLOAD_PATCH = StandardPatch("never-download-prebuilt-wheel",
                                "setup.py downloads a prebuilt wheel unless forced to build")
 PSUTIL_PATCH = StandardPatch("no-psutil-at-build-time", "setup.py imports psutil to size its jobs")
+PKG_RESOURCES_PATCH = StandardPatch("no-pkg-resources",
+                                    "setup.py imports pkg_resources, which the toolchain's "
+                                    "setuptools no longer has, and uses more of it than "
+                                    "importlib.metadata and packaging stand in for here")
+GPU_PATCH = StandardPatch("honour-force-cuda",
+                          "setup.py stops unless torch.cuda.is_available(), and build machines "
+                          "have no GPU")
+CXX20 = "cxx20-for-newer-torch-headers"
+FORCE_CUDA = "FORCE_CUDA"  # the variable the honour-force-cuda patch reads
 
 
 def needed(setup: Setup, made: tuple[Written, ...] = ()
@@ -62,11 +82,16 @@ def needed(setup: Setup, made: tuple[Written, ...] = ()
         found.append((DOWNLOAD_PATCH, setup.download_line))
     if setup.psutil_line is not None:
         found.append((PSUTIL_PATCH, setup.psutil_line))
+    for patch, line in ((PKG_RESOURCES_PATCH, setup.pkg_resources_line),
+                        (GPU_PATCH, setup.needs_gpu_line)):
+        if line is not None and not any(patch.stem in w.file for w in made):
+            found.append((patch, line))
     return tuple(found)
 
 
-def written(tree: Path, setup: Setup) -> tuple[Written, ...]:
-    """The patches `recipe new` writes: each one applies on top of the one before."""
+def written(tree: Path, setup: Setup, *, cxx20: bool) -> tuple[Written, ...]:
+    """The patches `recipe new` writes: each one applies on top of the one before. `cxx20`:
+    the toolchain's torch headers need C++20 (check.torch_needs_cxx20)."""
     text = (tree / "setup.py").read_text(errors="replace")
     made: list[Written] = []
     edits = [(ARCH_PATCH.stem, "keep the hard-coded -gencode list only when TORCH_CUDA_ARCH_LIST "
@@ -76,7 +101,15 @@ def written(tree: Path, setup: Setup) -> tuple[Written, ...]:
                            "pre-build arch check, MAX_JOBS and split-compile apply", _use_ninja),
              ("no-setup-requires", "setup_requires would make setuptools download in the "
                                    "offline build; the toolchain provides the build's "
-                                   "dependencies", _no_setup_requires)]
+                                   "dependencies", _no_setup_requires),
+             *([(CXX20, "-std=c++20, as the toolchain's torch headers need (setup.py asks for "
+                        "an older standard)", _cxx20)] if cxx20 else []),
+             (PKG_RESOURCES_PATCH.stem, "importlib.metadata and packaging in place of "
+                                        "pkg_resources, which the toolchain's setuptools no "
+                                        "longer has", _no_pkg_resources),
+             (GPU_PATCH.stem, f"{FORCE_CUDA}=1 stands in for the GPU build machines lack "
+                              "(setup.py stops unless torch.cuda.is_available())",
+              _honour_force_cuda)]
     for stem, description, edit in edits:
         changed = edit(text, setup)
         if changed is not None and changed != text:
@@ -157,14 +190,121 @@ def _use_ninja(text: str, setup: Setup) -> str | None:
 
 
 def _no_setup_requires(text: str, setup: Setup) -> str | None:
-    """Drop the `setup_requires=...,` lines when the keyword has lines of its own."""
+    """Drop the `setup_requires=...,` lines when the keyword has lines of its own, or the
+    keyword and its comma from a line it shares (`setup(name="x", setup_requires=["y"])`)."""
     if setup.setup_requires is None:
         return None
     keyword = next(n for n in ast.walk(ast.parse(text))
                    if isinstance(n, ast.keyword) and n.arg == "setup_requires")
     lines = text.splitlines(keepends=True)
     first, last = keyword.lineno - 1, (keyword.value.end_lineno or keyword.lineno) - 1
-    if not (lines[first].lstrip().startswith("setup_requires")
-            and lines[last].rstrip().endswith(",")):
+    if lines[first].lstrip().startswith("setup_requires") and lines[last].rstrip().endswith(","):
+        return "".join(lines[:first] + lines[last + 1:])
+    if first != last:
         return None
-    return "".join(lines[:first] + lines[last + 1:])
+    row = lines[first].encode()
+    start, end = keyword.col_offset, keyword.value.end_col_offset or 0
+    after = re.match(rb"\s*,\s*", row[end:])
+    before = re.search(rb",\s*$", row[:start])
+    if after:  # `setup_requires=[...], ` goes
+        end += after.end()
+    elif before:  # the last keyword: `, setup_requires=[...]` goes
+        start = before.start()
+    lines[first] = (row[:start] + row[end:]).decode()
+    return "".join(lines)
+
+
+def _in_place(text: str, edits: Sequence[tuple[ast.expr, str]]) -> str:
+    """`text` with each one-line node's source replaced by its new text (ast's columns are
+    UTF-8 bytes)."""
+    lines = text.splitlines(keepends=True)
+    for node, new in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):
+        row = lines[node.lineno - 1].encode()
+        lines[node.lineno - 1] = (row[:node.col_offset].decode() + new +
+                                  row[node.end_col_offset or 0:].decode())
+    return "".join(lines)
+
+
+def _source(text: str, node: ast.expr) -> str:
+    row = text.splitlines()[node.lineno - 1].encode()
+    return row[node.col_offset:node.end_col_offset].decode()
+
+
+def _one_line(node: ast.AST) -> bool:
+    return getattr(node, "lineno", 0) == getattr(node, "end_lineno", -1)
+
+
+def _cxx20(text: str, setup: Setup) -> str | None:
+    """Each `-std=c++17` (c++14, gnu++17, ...) of the CUDA build becomes c++20."""
+    if setup.old_std_line is None:
+        return None
+    module = ast.parse(text)
+    elsewhere = vendor_branches(module)
+    edits = [(n, OLD_STD_RE.sub(r"\g<1>20", _source(text, n))) for n in ast.walk(module)
+             if isinstance(n, ast.Constant) and isinstance(n.value, str) and _one_line(n)
+             and OLD_STD_RE.search(n.value) and id(n) not in elsewhere]
+    return _in_place(text, edits) if edits else None
+
+
+def _os(text: str) -> str:
+    return "os" if re.search(r"^import os$", text, re.MULTILINE) else '__import__("os")'
+
+
+def _honour_force_cuda(text: str, setup: Setup) -> str | None:
+    """`torch.cuda.is_available()` where setup.py stops without it becomes
+    `(torch.cuda.is_available() or os.environ.get("FORCE_CUDA") == "1")`."""
+    if setup.needs_gpu_line is None:
+        return None
+    force = f'{_os(text)}.environ.get("{FORCE_CUDA}") == "1"'
+    calls = [c for c in gpu_required(ast.parse(text)) if _one_line(c)]
+    return _in_place(text, [(c, f"({_source(text, c)} or {force})") for c in calls]) \
+        if calls else None
+
+
+# what stands in for each name of pkg_resources setup.py files use
+PKG_RESOURCES = {
+    "parse_version": '__import__("packaging.version").version.parse',
+    "packaging": '__import__("packaging.version")',
+    "DistributionNotFound": '__import__("importlib.metadata").metadata.PackageNotFoundError',
+    "get_distribution": 'lambda name: __import__("types").SimpleNamespace(version=__import__('
+                        '"importlib.metadata").metadata.version(name))',
+}
+
+
+def _no_pkg_resources(text: str, setup: Setup) -> str | None:
+    """Each `import pkg_resources` (a line of its own) becomes a namespace of the names
+    setup.py uses from it, `from pkg_resources import a, b` an assignment of each; None when
+    it uses a name nothing here stands in for."""
+    if setup.pkg_resources_line is None:
+        return None
+    module = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    for _, node in reversed(pkg_resources_imports(module)):
+        row = lines[node.lineno - 1]
+        if not _one_line(node) or row.strip() != ast.get_source_segment(text, node):
+            return None
+        bound = _bindings(module, node)
+        if bound is None:
+            return None
+        indent = row[:len(row) - len(row.lstrip())]
+        lines[node.lineno - 1] = f"{indent}{'; '.join(bound)}\n"
+    return "".join(lines)
+
+
+def _bindings(module: ast.Module, node: ast.Import | ast.ImportFrom) -> list[str] | None:
+    """The assignments that replace one pkg_resources import, or None."""
+    if isinstance(node, ast.ImportFrom):
+        names = [(a.asname or a.name, a.name) for a in node.names]
+        if not all(name in PKG_RESOURCES for _, name in names):
+            return None
+        return [f"{bound} = {PKG_RESOURCES[name]}" for bound, name in names]
+    alias = next(a for a in node.names if a.name == "pkg_resources")
+    if len(node.names) != 1:
+        return None
+    bound = alias.asname or "pkg_resources"
+    used = sorted({n.attr for n in ast.walk(module) if isinstance(n, ast.Attribute)
+                   and isinstance(n.value, ast.Name) and n.value.id == bound})
+    if not all(name in PKG_RESOURCES for name in used):
+        return None
+    members = ", ".join(f"{name}={PKG_RESOURCES[name]}" for name in used)
+    return [f'{bound} = __import__("types").SimpleNamespace({members})']

@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name
 from wheelsmith.errors import UsageError
 from wheelsmith.files import atomic_write_text
 from wheelsmith.scaffold.extensions import Extension, module_of
-from wheelsmith.scaffold.patches import Written, needed
+from wheelsmith.scaffold.patches import CXX20, FORCE_CUDA, GPU_PATCH, Written, needed
 from wheelsmith.scaffold.sdist import Metadata, Sdist
 from wheelsmith.scaffold.setup_py import Setup
 
@@ -34,7 +34,15 @@ class Findings:
     metadata: Metadata
     setup: Setup
     written: tuple[Written, ...]
-    checked: Checked | None = None  # the configure-only check, once it ran
+    checked: Checked | None = None  # the check, once it ran
+
+    @property
+    def env(self) -> tuple[tuple[str, str, int], ...]:
+        """setup.py's build variables, and FORCE_CUDA=1 where a written patch reads it."""
+        own = self.setup.env
+        forced = any(GPU_PATCH.stem in w.file for w in self.written) and FORCE_CUDA not in {
+            var for var, _, _ in own}
+        return (*own, (FORCE_CUDA, "1", self.setup.needs_gpu_line or 0)) if forced else own
 
     @property
     def pure(self) -> bool:
@@ -51,7 +59,7 @@ class Findings:
                      for e in self.setup.extensions if e.host_variant or not e.cuda)
 
     def configured_host(self) -> tuple[tuple[str, str | None], ...]:
-        """The extensions the configure-only check found C++ only that setup.py's reading did
+        """The extensions the check found C++ only that setup.py's reading did
         not, each with its host_only glob (None: no extension name says where it lies)."""
         found: list[tuple[str, str | None]] = []
         for leaf in self.checked.host_modules if self.checked else ():
@@ -112,6 +120,13 @@ def _written_at(file: str, setup: Setup) -> tuple[str, int | None]:
         return "use_ninja=False", setup.no_ninja_line
     if "setup-requires" in file:
         return "setup_requires", setup.setup_requires[1] if setup.setup_requires else None
+    if CXX20 in file:
+        return "an older C++ standard than torch's headers need", setup.old_std_line
+    if "pkg-resources" in file:
+        return "import pkg_resources", setup.pkg_resources_line
+    if GPU_PATCH.stem in file:
+        return (f'a stop without a GPU: build.env {FORCE_CUDA}: "1"',
+                setup.needs_gpu_line)
     return "hard-coded -gencode list", setup.gencode_line
 
 
@@ -142,7 +157,7 @@ def _source_lines(found: Findings) -> list[str]:
                 "build from the repository instead:", "  source:",
                 *[f"    {line}" for line in git_form(found.sdist, found.metadata.homepage)]]
     if sources:
-        return [f"sources: the sdist holds all {len(set(sources))} the extensions compile"]
+        return [f"sources: the sdist holds all {setup.compiled_files} the extensions compile"]
     return ["sources: setup.py computes them; check the sdist holds them"] \
         if setup.extensions else []
 
@@ -150,7 +165,7 @@ def _source_lines(found: Findings) -> list[str]:
 def _checked_lines(found: Findings) -> list[str]:
     lines = [found.checked.line] if found.checked else []
     for leaf, glob in found.configured_host():
-        lines.append(f"configure-only: {leaf} compiles no CUDA (build.ninja has only C++ rules)"
+        lines.append(f"check: {leaf} compiles no CUDA (build.ninja has only C++ rules)"
                      + (f': build.host_only "{glob}"' if glob else
                         ", but no extension name in setup.py says where it lies in the wheel: "
                         "add its path to build.host_only"))
@@ -194,10 +209,10 @@ def render(found: Findings) -> str:
     if metadata.homepage:
         lines.append(f"homepage: {metadata.homepage}")
     lines += _arch_lines(found)
-    if found.setup.env or found.host_only:
+    if found.env or found.host_only:
         lines.append("build:")
-    if found.setup.env:
-        lines += ["  env:", *[f"    {var}: {_quoted(value)}" for var, value, _ in found.setup.env]]
+    if found.env:
+        lines += ["  env:", *[f"    {var}: {_quoted(value)}" for var, value, _ in found.env]]
     if found.host_only:
         lines.append(f"  host_only: [{', '.join(_quoted(g) for g in found.host_only)}]")
     if found.imports:
@@ -242,5 +257,5 @@ def recipe_file(found: Findings, repo: Path) -> Path:
 
 
 def rewrite(found: Findings, repo: Path) -> None:
-    """The recipe `write` wrote, rendered again with what the configure-only check found."""
+    """The recipe `write` wrote, rendered again with what the check found."""
     atomic_write_text(recipe_file(found, repo), render(found))

@@ -15,16 +15,19 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 from wheelsmith.build.compilesetup import ninja_switched_off
 from wheelsmith.errors import SourceError
 from wheelsmith.scaffold.extensions import (
     Extension,
     assignments,
+    compiled_files,
     dotted,
     extensions_of,
     missing_parts,
     strings,
+    vendor_branches,
 )
 
 GENCODE_RE = re.compile(r"arch=compute_(\d+[af]?),code=sm_\d+[af]?")
@@ -36,6 +39,7 @@ ARCH_KNOB_RE = re.compile(r"^[A-Z][A-Z0-9_]*_CUDA_ARCHS?$|^[A-Z][A-Z0-9_]*_ARCH_
 DOWNLOADS = ("urlretrieve", "urlopen", "requests.get", "urllib.request.urlretrieve")
 # what every wheelsmith toolchain holds: setup_requires of these needs no download
 PROVIDED = {"torch", "ninja", "setuptools", "wheel", "packaging", "pip"}
+OLD_STD_RE = re.compile(r"(-std=(?:c|gnu)\+\+)(?:98|03|0x|11|1y|14|1z|17)\b")  # before C++20
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +55,14 @@ class Setup:
     setup_requires: tuple[tuple[str, ...], int] | None  # the ones a toolchain does not hold
     probe_line: int | None  # bare_metal_version used where it may be unset
     download_line: int | None
-    psutil_line: int | None
+    psutil_line: int | None  # an `import psutil` nothing catches the ImportError of
     extensions: tuple[Extension, ...]
     missing: tuple[str, ...]  # sources and include directories the sdist lacks
     cuda_files: int  # .cu files in the sdist
+    compiled_files: int = 0  # files of the sdist the extensions' sources name (globs expanded)
+    old_std_line: int | None = None  # -std=c++17 (or older) for the CUDA build
+    pkg_resources_line: int | None = None  # setuptools >= 81 has no pkg_resources
+    needs_gpu_line: int | None = None  # a raise unless torch.cuda.is_available()
 
 
 def read_setup(tree: Path) -> Setup:
@@ -76,6 +84,7 @@ def read_setup(tree: Path) -> Setup:
     gencode = _gencode(module)
     knob = next(((v, line) for v, (line, _) in reads.items()
                  if ARCH_KNOB_RE.match(v) and v != "TORCH_CUDA_ARCH_LIST"), None)
+    elsewhere = vendor_branches(module)  # not the CUDA build's
     return Setup(
         env=tuple((v, value or _default_value(v), line) for v, (line, value) in reads.items()
                   if FORCE_RE.search(v)),
@@ -88,12 +97,18 @@ def read_setup(tree: Path) -> Setup:
         setup_requires=_setup_requires(module),
         probe_line=_used_unset(module, "bare_metal_version"),
         download_line=next((n.lineno for n in ast.walk(module) if isinstance(n, ast.Call)
-                            and dotted(n.func) in DOWNLOADS), None),
+                            and dotted(n.func) in DOWNLOADS and id(n) not in elsewhere), None),
         psutil_line=next((n.lineno for n in ast.walk(module) if isinstance(n, ast.Import)
-                          and any(a.name == "psutil" for a in n.names)), None),
+                          and any(a.name == "psutil" for a in n.names)
+                          and id(n) not in caught_imports(module)), None),
         extensions=extensions,
         missing=missing_parts(tree, module, names, extensions),
         cuda_files=sum(1 for p in tree.rglob("*.cu") if p.is_file()),
+        compiled_files=compiled_files(tree, extensions),
+        old_std_line=next((line for text, line, node in _constants(module)
+                           if OLD_STD_RE.search(text) and id(node) not in elsewhere), None),
+        pkg_resources_line=next((line for line, _ in pkg_resources_imports(module)), None),
+        needs_gpu_line=next((call.lineno for call in gpu_required(module)), None),
     )
 
 
@@ -151,14 +166,14 @@ def _env_reads(module: ast.Module) -> dict[str, tuple[int, str | None]]:
 # --- arch lists, setup_requires, the CUDA probe ----------------------------------------------
 
 
-def _constants(module: ast.Module) -> Iterator[tuple[str, int]]:
+def _constants(module: ast.Module) -> Iterator[tuple[str, int, ast.Constant]]:
     for node in ast.walk(module):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            yield node.value, node.lineno
+            yield node.value, node.lineno, node
 
 
 def _gencode(module: ast.Module) -> list[tuple[str, int]]:
-    return [(match[1], line) for text, line in _constants(module)
+    return [(match[1], line) for text, line, _ in _constants(module)
             for match in [*GENCODE_RE.finditer(text), *ARCH_FLAG_RE.finditer(text)]]
 
 
@@ -186,3 +201,47 @@ def _used_unset(module: ast.Module, name: str) -> int | None:
     return next((node.lineno for node in ast.walk(module)
                  if assigned and isinstance(node, ast.Name) and node.id == name
                  and isinstance(node.ctx, ast.Load) and id(node) not in guarded), None)
+
+
+# --- what a build machine lacks: a GPU, pkg_resources, a module only try/except asks for ----
+
+
+def caught_imports(module: ast.Module) -> set[int]:
+    """The imports inside a `try:` whose handlers catch their ImportError."""
+    caught = ("ImportError", "ModuleNotFoundError", "Exception", "BaseException")
+    inside: set[int] = set()
+    for node in ast.walk(module):
+        if isinstance(node, ast.Try) and any(
+                h.type is None or any(isinstance(n, ast.expr) and dotted(n) in caught
+                                      for n in ast.walk(h.type))
+                for h in node.handlers):
+            inside.update(id(n) for stmt in node.body for n in ast.walk(stmt)
+                          if isinstance(n, ast.Import | ast.ImportFrom))
+    return inside
+
+
+def pkg_resources_imports(module: ast.Module) -> list[tuple[int, ast.Import | ast.ImportFrom]]:
+    """`import pkg_resources` and `from pkg_resources import ...`, by line."""
+    found = [(n.lineno, n) for n in ast.walk(module)
+             if (isinstance(n, ast.Import) and any(a.name == "pkg_resources" for a in n.names))
+             or (isinstance(n, ast.ImportFrom) and n.module == "pkg_resources")]
+    return sorted(found, key=lambda item: item[0])
+
+
+def gpu_required(module: ast.Module) -> list[ast.Call]:
+    """The `torch.cuda.is_available()` calls a build without a GPU stops at: `if not
+    torch.cuda.is_available(): raise ...` and `assert torch.cuda.is_available()`."""
+    found: list[ast.Call] = []
+    for node in ast.walk(module):
+        if isinstance(node, ast.If) and node.body and isinstance(node.body[0], ast.Raise):
+            negated = [n.operand for n in ast.walk(node.test)
+                       if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)]
+            found += [n for n in negated if _is_available(n)]
+        elif isinstance(node, ast.Assert):
+            found += [n for n in ast.walk(node.test) if _is_available(n)]
+    return sorted(found, key=lambda call: (call.lineno, call.col_offset))
+
+
+def _is_available(node: ast.AST) -> TypeGuard[ast.Call]:
+    return isinstance(node, ast.Call) and not node.args and \
+        dotted(node.func).endswith("cuda.is_available")

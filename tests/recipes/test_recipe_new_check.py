@@ -1,0 +1,158 @@
+"""`recipe new`'s check compiles (issue 33 item 2): on sdists made here from the tiny CUDA
+extension and served as a file:// simple index, `recipe new` writes the patches the mechanical
+classes need and its check (configure, then one host and one CUDA object compiled for real)
+passes; what no patch can fix — a C++20 name clash — ends the command with the compiler's first
+error and its file:line, a non-zero exit, and the files it wrote."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, wheelsmith
+from wheelsmith.recipes.model import load_recipe
+from wheelsmith.toolchain.env import Toolchain
+
+pytestmark = pytest.mark.toolchain
+
+# Every class a setup.py outside the corpus showed that a patch can fix: pkg_resources (the
+# toolchain's setuptools has none), a stop without a GPU, -std=c++17 under torch 2.14, and
+# setup_requires; and two that need none in their context: psutil inside try/except, a
+# download in the ROCm branch. Its sources are globbed: 1 host file and 4 CUDA ones.
+EVERY_CLASS = '''import glob
+import os
+import pkg_resources
+import torch
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+try:
+    import psutil
+except ImportError:
+    psutil = None
+
+if not torch.cuda.is_available():
+    raise RuntimeError("this package needs a GPU to build")
+
+assert pkg_resources.parse_version(torch.__version__) >= pkg_resources.parse_version("2.0")
+IS_ROCM = torch.version.hip is not None
+if IS_ROCM:
+    import urllib.request
+    urllib.request.urlretrieve("https://example.invalid/ck.tar.gz", "ck.tar.gz")
+
+setup(
+    name="PROJECT",
+    version="0.1.0",
+    packages=["tiny_ext"],
+    ext_modules=[
+        CUDAExtension(
+            name="tiny_ext._C",
+            sources=["csrc/add.cpp"] + sorted(glob.glob("csrc/kernels/*.cu")),
+            extra_compile_args={"cxx": ["-O2", "-std=c++17"], "nvcc": ["-O2", "-std=c++17"]},
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension},
+    setup_requires=["psutil"],
+)
+'''
+
+# A float lerp of the package's own in a CUDA header, used there: C++20's std::lerp (from
+# <cmath>, found by `using namespace std`) makes the call ambiguous
+LERP = """#pragma once
+#include <cmath>
+using namespace std;
+
+__host__ __device__ inline float lerp(float a, float b, float t) { return a + t * (b - a); }
+__device__ inline float midway(float a, float b) { return lerp(a, b, 0.5f); }
+"""
+
+
+def make_tree(tmp_path: Path, project: str, setup: str) -> Path:
+    """The tiny extension with `setup` as its setup.py and its kernel among others in
+    csrc/kernels/ (the one that is chosen the smallest), as an unpacked sdist."""
+    tree = tmp_path / "sdist" / f"{project}-0.1.0"
+    shutil.copytree(FIXTURES / "tiny-ext", tree)
+    (tree / "setup.py").write_text(setup.replace("PROJECT", project))
+    (tree / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {project}\nVersion: 0.1.0\n"
+                                   "Summary: a tiny CUDA extension\n")
+    kernels = tree / "csrc" / "kernels"
+    kernels.mkdir()
+    (tree / "csrc" / "add_kernel.cu").rename(kernels / "add_kernel.cu")
+    for index in range(3):
+        (kernels / f"scale_{index}.cu").write_text(
+            "#include <cstdint>\n" + "// a comment that makes it larger\n" * 40 +
+            f"__global__ void scale_{index}(float* y, int64_t n) {{ if (n) y[0] *= 2.0f; }}\n")
+    return tree
+
+
+def serve(tmp_path: Path, tree: Path) -> str:
+    """`tree` as NAME-VERSION.tar.gz on a file:// simple index (PEP 691 JSON, as `wheelsmith
+    index` writes it); the index's URL."""
+    project = tree.name.rpartition("-")[0]
+    sdist = tmp_path / "dist" / f"{tree.name}.tar.gz"
+    sdist.parent.mkdir()
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(tree, arcname=tree.name)
+    page = tmp_path / "index" / project
+    page.mkdir(parents=True)
+    file = {"filename": sdist.name, "url": sdist.as_uri(),
+            "hashes": {"sha256": hashlib.sha256(sdist.read_bytes()).hexdigest()}}
+    (page / "index.json").write_text(json.dumps({"meta": {"api-version": "1.0"},
+                                                 "name": project, "files": [file]}))
+    return (tmp_path / "index").as_uri()
+
+
+def test_every_mechanical_class_is_patched_and_the_check_compiles(
+        tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL",
+                       serve(tmp_path, make_tree(tmp_path, "every-class", EVERY_CLASS)))
+    made = wheelsmith("recipe", "new", "every-class==0.1.0", "--recipes", "mine", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    found = made.stdout.splitlines()
+    written = ["0001-no-setup-requires.patch", "0002-cxx20-for-newer-torch-headers.patch",
+               "0003-no-pkg-resources.patch", "0004-honour-force-cuda.patch"]
+    assert [line.split(": wrote ")[1].split(":")[0] for line in found
+            if ": wrote 000" in line] == written
+    assert "sources: the sdist holds all 5 the extensions compile" in found
+    assert [line for line in found if "patch needed" in line] == []  # psutil, ROCm's download
+    assert found[-7:] == [
+        "check: build.ninja targets _C: SASS sm_120, compiled add.o and add_kernel.o",
+        "wrote mine/recipes/every-class.yaml",
+        *[f"wrote mine/patches/every-class/0.1.0/{name}" for name in written],
+        "next: wheelsmith build every-class --recipes mine"]
+    recipe = load_recipe(tmp_path / "mine" / "recipes" / "every-class.yaml")
+    assert recipe.env == (("FORCE_CUDA", "1"),)
+
+
+def test_a_cxx20_name_clash_is_named_with_its_file_and_line_and_the_recipe_stays_written(
+        tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
+    setup = "import glob\n" + (FIXTURES / "tiny-ext" / "setup.py").read_text().replace(
+        'name="tiny-ext"', 'name="PROJECT"').replace(
+        '"csrc/add_kernel.cu"', '*glob.glob("csrc/kernels/*.cu")').replace(
+        '"nvcc": ["-O2"]', '"nvcc": ["-O2", "-std=c++17"]')
+    tree = make_tree(tmp_path, "lerp-clash", setup)
+    kernel = tree / "csrc" / "kernels" / "add_kernel.cu"
+    kernel.write_text('#include "lerp.cuh"\n' + kernel.read_text())
+    (kernel.parent / "lerp.cuh").write_text(LERP)
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", serve(tmp_path, tree))
+    made = wheelsmith("recipe", "new", "lerp-clash==0.1.0", "--recipes", "mine", cwd=tmp_path)
+    assert made.returncode == 9, made.stderr
+    assert made.stdout.splitlines()[-2:] == [
+        "wrote mine/recipes/lerp-clash.yaml",
+        "wrote mine/patches/lerp-clash/0.1.0/0001-cxx20-for-newer-torch-headers.patch"]
+    error = next(line for line in made.stderr.splitlines() if line.startswith("error: "))
+    assert error == (
+        "error: the check of the new recipe failed: the sample compile of lerp-clash 0.1.0 "
+        "failed: csrc/kernels/add_kernel.o (csrc/kernels/add_kernel.cu): csrc/kernels/"
+        'lerp.cuh:6: error: more than one instance of overloaded function "lerp" matches the '
+        "argument list:")
+    hint = next(line for line in made.stderr.splitlines() if line.startswith("hint: "))
+    assert hint.startswith("hint: a function of the package has the name of one C++20 added "
+                           "to the standard library"), hint
+    assert hint.endswith("fix them, then `wheelsmith build lerp-clash --recipes mine --check`")
+    assert (tmp_path / "mine" / "recipes" / "lerp-clash.yaml").is_file()
