@@ -46,7 +46,7 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
     """Everything before fetching: recipe, archs, toolchain, pre-flight, known-bad, the plan
     and its content key. Cheap once the toolchain exists (nightly uses it to skip cells).
     `toolchain`: one resolved elsewhere (a container image's; its pre-flight runs in there)."""
-    recipe = resolve_recipe(request.recipe)
+    recipe = resolve_recipe(request.recipe, request.version)
     release = recipe.release(request.version)
     archs = archs_for(recipe, request.archs)
     if toolchain is None:

@@ -12,7 +12,7 @@ from packaging.utils import canonicalize_name
 from wheelsmith.cli._common import display, emit_json, json_option, main
 from wheelsmith.errors import UsageError, WheelsmithError
 from wheelsmith.recipes import repos
-from wheelsmith.scaffold import check, patches, render, sdist, setup_py
+from wheelsmith.scaffold import check, patches, rebase, render, sdist, setup_py
 
 
 @main.group("recipe")
@@ -47,11 +47,16 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
     name, version = sdist.parse_request(package)
     destination = _destination(repo)
     chosen = sdist.choose_sdist(name, version)
+    base = rebase.shipped_base(name, chosen.version)
     with tempfile.TemporaryDirectory(prefix="wheelsmith-recipe-new-") as work:
         tree = sdist.unpacked(chosen, Path(work) / "sdist")
-        setup = setup_py.read_setup(tree)
-        found = render.Findings(chosen, sdist.read_metadata(tree), setup, patches.written(
-            tree, setup, cxx20=check.torch_needs_cxx20()))
+        setup = setup_py.read_setup(tree)  # the findings name the sdist's own lines
+        carried = rebase.carry(base.release, tree) if base is not None else ()
+        kept = rebase.renumbered(carried)
+        made = patches.written(tree, setup_py.read_setup(tree) if kept else setup,
+                               cxx20=check.torch_needs_cxx20(), after=kept)
+        found = render.Findings(chosen, sdist.read_metadata(tree), setup, kept + made,
+                                base=base, carried=carried)
         files = render.write(found, destination)
         checked = check.sample_check(chosen, destination) if configure else None
         if checked is not None:  # its findings go into the recipe too

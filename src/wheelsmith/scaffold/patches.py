@@ -71,29 +71,26 @@ FORCE_CUDA = "FORCE_CUDA"  # the variable the honour-force-cuda patch reads
 
 def needed(setup: Setup, made: tuple[Written, ...] = ()
            ) -> tuple[tuple[StandardPatch, int], ...]:
-    """The standard patches to write by hand, each with the setup.py line that needs it."""
-    found = []
-    if setup.gencode and setup.arch_list_line is None and setup.arch_knob is None and not any(
-            ARCH_PATCH.stem in w.file for w in made):
-        found.append((ARCH_PATCH, setup.gencode_line or 0))
-    if setup.probe_line is not None:
-        found.append((NVCC_PATCH, setup.probe_line))
-    if setup.download_line is not None:
-        found.append((DOWNLOAD_PATCH, setup.download_line))
-    if setup.psutil_line is not None:
-        found.append((PSUTIL_PATCH, setup.psutil_line))
-    for patch, line in ((PKG_RESOURCES_PATCH, setup.pkg_resources_line),
-                        (GPU_PATCH, setup.needs_gpu_line)):
-        if line is not None and not any(patch.stem in w.file for w in made):
-            found.append((patch, line))
+    """The standard patches to write by hand, each with the setup.py line that needs it; none
+    of a kind `made` (written, or carried over from a shipped recipe) holds already."""
+    arch = bool(setup.gencode) and setup.arch_list_line is None and setup.arch_knob is None
+    found = [(patch, line) for patch, line in (
+        (ARCH_PATCH, (setup.gencode_line or 0) if arch else None),
+        (NVCC_PATCH, setup.probe_line), (DOWNLOAD_PATCH, setup.download_line),
+        (PSUTIL_PATCH, setup.psutil_line), (PKG_RESOURCES_PATCH, setup.pkg_resources_line),
+        (GPU_PATCH, setup.needs_gpu_line))
+        if line is not None and not any(patch.stem in w.file for w in made)]
     return tuple(found)
 
 
-def written(tree: Path, setup: Setup, *, cxx20: bool) -> tuple[Written, ...]:
+def written(tree: Path, setup: Setup, *, cxx20: bool, after: tuple[Written, ...] = ()
+            ) -> tuple[Written, ...]:
     """The patches `recipe new` writes: each one applies on top of the one before. `cxx20`:
-    the toolchain's torch headers need C++20 (check.torch_needs_cxx20)."""
+    the toolchain's torch headers need C++20 (check.torch_needs_cxx20). `after`: patches
+    applied to `tree` already (carried over from a shipped recipe): numbered after them, and
+    none of a kind they hold."""
     text = (tree / "setup.py").read_text(errors="replace")
-    made: list[Written] = []
+    made: list[Written] = list(after)
     edits = [(ARCH_PATCH.stem, "keep the hard-coded -gencode list only when TORCH_CUDA_ARCH_LIST "
                                "is unset, so torch emits exactly the requested archs",
               _honour_arch_list),
@@ -111,6 +108,8 @@ def written(tree: Path, setup: Setup, *, cxx20: bool) -> tuple[Written, ...]:
                               "(setup.py stops unless torch.cuda.is_available())",
               _honour_force_cuda)]
     for stem, description, edit in edits:
+        if any(f"-{stem}." in w.file for w in after):
+            continue
         changed = edit(text, setup)
         if changed is not None and changed != text:
             diff = difflib.unified_diff(text.splitlines(keepends=True),
@@ -119,7 +118,7 @@ def written(tree: Path, setup: Setup, *, cxx20: bool) -> tuple[Written, ...]:
             made.append(Written(f"{len(made) + 1:04d}-{stem}.patch", description,
                                 "".join(diff)))
             text = changed
-    return tuple(made)
+    return tuple(made[len(after):])
 
 
 ARCH_LIST = 'os.environ.get("TORCH_CUDA_ARCH_LIST")'

@@ -17,6 +17,7 @@ from wheelsmith.errors import UsageError
 from wheelsmith.files import atomic_write_text
 from wheelsmith.scaffold.extensions import Extension, module_of
 from wheelsmith.scaffold.patches import CXX20, FORCE_CUDA, GPU_PATCH, Written, needed
+from wheelsmith.scaffold.rebase import Base, Carried
 from wheelsmith.scaffold.sdist import Metadata, Sdist
 from wheelsmith.scaffold.setup_py import Setup
 
@@ -35,6 +36,14 @@ class Findings:
     setup: Setup
     written: tuple[Written, ...]
     checked: Checked | None = None  # the check, once it ran
+    base: Base | None = None  # the shipped recipe a newer version starts from (rebase.py)
+    carried: tuple[Carried, ...] = ()  # its patches, carried over or not
+
+    @property
+    def made(self) -> tuple[Written, ...]:
+        """The patches `recipe new` made itself (not carried over from the base)."""
+        kept = sum(c.written is not None for c in self.carried)
+        return self.written[kept:]
 
     @property
     def env(self) -> tuple[tuple[str, str, int], ...]:
@@ -108,7 +117,7 @@ def _build_lines(found: Findings) -> list[str]:
     if setup.arch_knob:
         lines.append(f"{_at(setup.arch_knob[1])}arch variable {setup.arch_knob[0]}: the "
                      "package's own; arch.env, format numbers, supported: its -gencode family")
-    for patch in found.written:
+    for patch in found.made:
         what, at = _written_at(patch.file, setup)
         lines.append(f"{_at(at)}{what}: wrote {patch.file}: {patch.description}")
     return lines
@@ -172,10 +181,20 @@ def _checked_lines(found: Findings) -> list[str]:
     return lines
 
 
+def _base_lines(found: Findings) -> list[str]:
+    """Where a newer version of a shipped recipe starts, and how its patches came over."""
+    if found.base is None:
+        return []
+    recipe, release = found.base.recipe, found.base.release
+    return [f"starts from the shipped recipe {recipe.file} ({recipe.name} {release.version}): "
+            "its arch knob, build variables, memory, host_only and smoke test",
+            *[f"carried over: {c.line}" for c in found.carried]]
+
+
 def report_lines(found: Findings) -> list[str]:
     """The findings, one a line, each with the setup.py line it comes from, then what the
     configure-only check found."""
-    lines = [f"sdist: {found.sdist.filename} sha256 {found.sdist.sha256}",
+    lines = [f"sdist: {found.sdist.filename} sha256 {found.sdist.sha256}", *_base_lines(found),
              *_build_lines(found), *_extension_lines(found), *_source_lines(found)]
     for patch, line in needed(found.setup, found.written):
         example = patch.example()
@@ -200,10 +219,29 @@ def _arch_lines(found: Findings) -> list[str]:
 
 
 def render(found: Findings) -> str:
-    sdist, metadata = found.sdist, found.metadata
+    sdist = found.sdist
     lines = [f"# Written by `wheelsmith recipe new {sdist.project}=={sdist.version}` from "
-             f"{sdist.filename}.", *[f"# {line}" for line in report_lines(found)],
-             f"package: {canonicalize_name(sdist.project)}"]
+             f"{sdist.filename}.", *[f"# {line}" for line in report_lines(found)]]
+    if found.base is not None:
+        env = {var: value for var, value, _ in found.env}
+        lines += base_recipe_lines(found.base, env, found.host_only)
+    else:
+        lines += _recipe_lines(found)
+    lines += ["versions:", f'  - version: "{sdist.version}"', "    source:",
+              f"      pypi: {sdist.project}", f"      sha256: {sdist.sha256}"]
+    if found.written:
+        lines.append("    patches:")
+    for patch in found.written:
+        digest = hashlib.sha256(patch.text.encode()).hexdigest()
+        lines += [f"      - file: {patch.file}", f"        sha256: {digest}",
+                  f"        description: {_quoted(patch.description)}"]
+    return "\n".join(lines) + "\n"
+
+
+def _recipe_lines(found: Findings) -> list[str]:
+    """The keys above `versions:` of a recipe written from the sdist alone."""
+    metadata = found.metadata
+    lines = [f"package: {canonicalize_name(found.sdist.project)}"]
     if metadata.summary:
         lines.append(f"summary: {_quoted(metadata.summary)}")
     if metadata.homepage:
@@ -217,19 +255,42 @@ def render(found: Findings) -> str:
         lines.append(f"  host_only: [{', '.join(_quoted(g) for g in found.host_only)}]")
     if found.imports:
         lines += ["smoke:", f"  import: [{', '.join(found.imports)}]"]
-    lines += ["versions:", f'  - version: "{sdist.version}"', "    source:",
-              f"      pypi: {sdist.project}", f"      sha256: {sdist.sha256}"]
-    if found.written:
-        lines.append("    patches:")
-    for patch in found.written:
-        digest = hashlib.sha256(patch.text.encode()).hexdigest()
-        lines += [f"      - file: {patch.file}", f"        sha256: {digest}",
-                  f"        description: {_quoted(patch.description)}"]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _listed(values: list[str]) -> str:
+    return f"[{', '.join(_quoted(v) for v in values)}]"
+
+
+def base_recipe_lines(base: Base, env: dict[str, str], host_only: tuple[str, ...]) -> list[str]:
+    """The recipe's keys above `versions:`, the base recipe's, with the build variables and
+    host_only globs the new sdist adds (the base's values win)."""
+    recipe = base.recipe
+    lines = [f"package: {recipe.name}"]
+    lines += [f"summary: {_quoted(recipe.summary)}"] if recipe.summary else []
+    lines += [f"homepage: {recipe.homepage}"] if recipe.homepage else []
+    policy = recipe.arch
+    lines += ["arch:", f"  env: {policy.env}", f"  format: {policy.format}",
+              f"  default: {_listed([str(a) for a in policy.default.archs])}"]
+    if policy.supported is not None:
+        lines.append(f"  supported: {_listed([str(a) for a in policy.supported.archs])}")
+    if policy.min_cuda:
+        lines.append("  min_cuda: {" + ", ".join(f"{_quoted(a)}: {_quoted(str(v))}"
+                                                 for a, v in policy.min_cuda) + "}")
+    merged = {**env, **dict(recipe.env)}
+    globs = list(dict.fromkeys((*recipe.host_only, *host_only)))
+    lines += ["build:", *(["  env:", *[f"    {k}: {_quoted(v)}" for k, v in sorted(
+        merged.items())]] if merged else []),
+              f"  memory_per_job_gb: {recipe.memory_per_job_gb:g}",
+              *([f"  host_only: {_listed(globs)}"] if globs else [])]
+    lines += ["smoke:", f"  import: [{', '.join(recipe.smoke_imports)}]"]
+    if recipe.smoke_gpu:
+        lines += ["  gpu: |", *[f"    {row}".rstrip() for row in recipe.smoke_gpu.splitlines()]]
+    return lines
 
 
 def write(found: Findings, repo: Path) -> list[Path]:

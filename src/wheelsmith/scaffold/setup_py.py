@@ -90,8 +90,7 @@ def read_setup(tree: Path) -> Setup:
                   if FORCE_RE.search(v)),
         gencode=tuple(sorted({cc for cc, _ in gencode}, key=_cc_key)),
         gencode_line=min((line for _, line in gencode), default=None),
-        arch_list_line=next((n.lineno for n in ast.walk(module) if isinstance(n, ast.Constant)
-                             and n.value == "TORCH_CUDA_ARCH_LIST"), None),
+        arch_list_line=reads_arch_list(module),
         arch_knob=knob,
         no_ninja_line=ninja_switched_off(setup),
         setup_requires=_setup_requires(module),
@@ -110,6 +109,16 @@ def read_setup(tree: Path) -> Setup:
         pkg_resources_line=next((line for line, _ in pkg_resources_imports(module)), None),
         needs_gpu_line=next((call.lineno for call in gpu_required(module)), None),
     )
+
+
+def reads_arch_list(module: ast.Module) -> int | None:
+    """The first line where setup.py reads TORCH_CUDA_ARCH_LIST itself; setting it
+    (`os.environ["TORCH_CUDA_ARCH_LIST"] = ""`, mamba-ssm 2.3.2's blanking on a CUDA major
+    mismatch) is not reading it."""
+    written = {id(n.slice) for n in ast.walk(module)
+               if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store | ast.Del)}
+    return min((n.lineno for n in ast.walk(module) if isinstance(n, ast.Constant)
+                and n.value == "TORCH_CUDA_ARCH_LIST" and id(n) not in written), default=None)
 
 
 def _default_value(variable: str) -> str:
