@@ -11,13 +11,15 @@ from cores, memory and the files to compile.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelsmith.build import parallel, prebuild, reproducible
+from wheelsmith.build import cmakebuild, parallel, prebuild, reproducible
 from wheelsmith.build.parallel import Parallelism
 from wheelsmith.build.plan import BuildPlan
+from wheelsmith.recipes.model import CMAKE_ARGS
 from wheelsmith.toolchain.platform import cross_env
 
 PASS_THROUGH = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "TERM")
@@ -84,24 +86,19 @@ def build_env(
     compile_cache: Mapping[str, str] | None = None,
     launchers: Path | None = None,
     source: Path | None = None,
+    cmake: bool = False,
 ) -> dict[str, str]:
-    """`launchers` is a directory put first on PATH: the pre-build check's `ninja` and the
-    compile cache's `c++` live there. `source`: the tree being built, whose path (and the
-    toolchain's) the compilers map to fixed names (reproducible.py); a path view
-    (pathview.py) rewrites these maps with the rest of the environment."""
+    """`launchers`: first on PATH, the pre-build check's `ninja` and the compile cache's
+    `c++`. `source`: the tree being built, whose path (and the toolchain's) the compilers map
+    to fixed names (reproducible.py; a path view rewrites them with the rest). `cmake`: the
+    build runs CMake (cmakebuild.py)."""
     toolchain = plan.toolchain
     env = {k: base[k] for k in PASS_THROUGH if k in base}
     path = [str(p) for p in toolchain.bin_dirs] + [base.get("PATH", "/usr/bin:/bin")]
     if launchers is not None:
         path.insert(0, str(launchers))
     if guard is not None:
-        env[prebuild.EXPECT_SASS] = ",".join(sorted(plan.archs.sass))
-        env[prebuild.EXPECT_PTX] = ",".join(sorted(plan.archs.ptx))
-        env[prebuild.REPORT] = str(guard.report)
-        if guard.configure_only:
-            env[prebuild.CONFIGURE_ONLY] = "1"
-        if guard.timings is not None:
-            env[prebuild.TIMINGS] = str(guard.timings)
+        env.update(guard_env(plan, guard))
     env.update(
         PATH=os.pathsep.join(path),
         CUDA_HOME=str(toolchain.cuda_home),
@@ -132,10 +129,36 @@ def build_env(
         env.update(cross_env(toolchain.platform, toolchain.target_site,
                              env.get("PYTORCH_NVCC", str(toolchain.nvcc)),
                              toolchain.python_version))
-    env[plan.recipe.arch.env] = plan.recipe.arch.render(plan.archs)
-    env.update(dict(plan.recipe.env))
-    env.update(dict(plan.release.env))
-    env.update(dict(plan.extra_env))
+    env.update(package_env(plan))
     if source is not None:
         env.update(reproducible.compiler_env(reproducible.path_maps(toolchain, source), env))
+        if cmake:
+            env.update(cmakebuild.cmake_env(
+                env, source=source, nvcc=toolchain.nvcc, jobs=parallelism.jobs,
+                launchers=launchers, build_dir_env=plan.recipe.build_dir_env,
+                prefix_flags=shlex.split(env.get("CPPFLAGS", ""))))
+    return env
+
+
+def guard_env(plan: BuildPlan, guard: Guard) -> dict[str, str]:
+    """What the pre-build check (prebuild.py) is told: the expected targets, where to report,
+    configure-only, an earlier run's seconds."""
+    env = {prebuild.EXPECT_SASS: ",".join(sorted(plan.archs.sass)),
+           prebuild.EXPECT_PTX: ",".join(sorted(plan.archs.ptx)),
+           prebuild.REPORT: str(guard.report)}
+    if guard.configure_only:
+        env[prebuild.CONFIGURE_ONLY] = "1"
+    if guard.timings is not None:
+        env[prebuild.TIMINGS] = str(guard.timings)
+    return env
+
+
+def package_env(plan: BuildPlan) -> dict[str, str]:
+    """The arch list in the recipe's variable, then the recipe's, the version's and --env's
+    variables; an arch list that goes into CMAKE_ARGS joins the CMake options given there."""
+    arch = plan.recipe.arch
+    env = {} if arch.env == CMAKE_ARGS else {arch.env: arch.render(plan.archs)}
+    env.update({**dict(plan.recipe.env), **dict(plan.release.env), **dict(plan.extra_env)})
+    if arch.env == CMAKE_ARGS:
+        env[CMAKE_ARGS] = " ".join(filter(None, [env.get(CMAKE_ARGS), arch.render(plan.archs)]))
     return env

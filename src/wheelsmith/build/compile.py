@@ -216,24 +216,38 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
                             isolate_network=not setup.needs_network, view=setup.view)
     except CompileError as exc:
         farm_done(setup, report, failed=True)  # the compile's own error is the one to show
-        if request.configure_only:
-            drop_stand_ins(source / "build")
-        sample_failed(exc, what, source, log_path)
-        return configured_result(prebuild_outcome(setup.guard, log_path, exc), log_path, report)
+        try:
+            sample_failed(exc, what, source, log_path)
+            # a CMake build stops itself after its generate step (prebuild.CONFIGURED)
+            records = prebuild_outcome(setup.guard, log_path, exc)
+        except BaseException:
+            if request.configure_only:
+                drop_stand_ins(source / "build")
+            raise
+        return configured(records, plan=plan, request=request, source=source,
+                          log_path=log_path, report=report)
     except BaseException:
         if setup.farm is not None:
             setup.farm.stop()
         raise
     farm = farm_done(setup, report)
     if request.configure_only:  # objects stood in for (prebuild.stand_in): keep nothing
-        try:
-            records = read_guard_report(setup.guard)
-            if request.check:
-                records = sampled(records, plan, request.python, what)
-        finally:
-            drop_stand_ins(source / "build")
-        return configured_result(records, log_path, report)
+        return configured(read_guard_report(setup.guard), plan=plan, request=request,
+                          source=source, log_path=log_path, report=report)
     return Compiled(raw, farm, tuple(plans), resume.object_seconds(source))
+
+
+def configured(records: tuple[dict[str, Any], ...], *, plan: BuildPlan, request: BuildRequest,
+               source: Path, log_path: Path, report: Reporter) -> BuildResult:
+    """A configure-only build's result: each CUDA sample's device code read first (--check),
+    then nothing of the build tree kept but its build.ninja files."""
+    try:
+        if request.check:
+            records = sampled(records, plan, request.python,
+                              f"{plan.recipe.name} {plan.release.version}")
+    finally:
+        drop_stand_ins(source / "build")
+    return configured_result(records, log_path, report)
 
 
 def sample_failed(exc: CompileError, what: str, source: Path, log_path: Path) -> None:

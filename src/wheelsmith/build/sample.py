@@ -22,45 +22,21 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith.build.diagnose import first_error
+from wheelsmith.build.ninjafile import CUDA, HOST, Unit, units
 
 SAMPLE = "WHEELSMITH_SAMPLE_COMPILE"
 FAILED = 89
 STARTED_LINE = "wheelsmith sample compile: "
 FAILED_LINE = "wheelsmith sample compile failed: "
-RULES = ("compile", "cuda_compile")  # torch's host and CUDA compile rules
+RULES = (HOST, CUDA)  # a host and a CUDA object, whichever generator wrote build.ninja
 MAX_HEADERS = 2000  # a bound on the include walk of one source
 
-_STATEMENT_RE = re.compile(r"^build ((?:[^\s$:]|\$.)+): (cuda_compile|compile) ((?:[^\s$]|\$.)+)",
-                           re.MULTILINE)
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 _FAILED_RE = re.compile(r"^FAILED: (?:\[code=\d+\] )?(\S+)", re.MULTILINE)  # ninja 1.11, 1.12+
 _INCLUDE_DIR_RE = re.compile(r"(?:^|\s)-I\s*(\S+)")
-
-
-@dataclass(frozen=True, slots=True)
-class Unit:
-    """One compile statement of a build.ninja."""
-
-    output: str  # the object, as build.ninja names it (its escapes undone)
-    source: str
-    rule: str  # compile (host C++) | cuda_compile
-
-    def as_dict(self, build_dir: Path) -> dict[str, str]:
-        return {"object": self.output.split(f"/{build_dir.name}/", 1)[-1],
-                "path": str(build_dir / self.output), "source": self.source, "rule": self.rule}
-
-
-def _unescape(text: str) -> str:
-    return re.sub(r"\$(.)", r"\1", text)
-
-
-def units(ninja_text: str) -> list[Unit]:
-    return [Unit(_unescape(m[1]), _unescape(m[3]), m[2])
-            for m in _STATEMENT_RE.finditer(ninja_text)]
 
 
 def include_dirs(ninja_text: str) -> list[Path]:
