@@ -20,6 +20,7 @@ from typing import Any
 
 from build import BuildBackendException, BuildException, ProjectBuilder
 from wheelsmith import cmd
+from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.build import buildenv, prebuild, resume, sample
 from wheelsmith.build.compilesetup import CompileSetup, farm_done, read_guard_report
 from wheelsmith.build.diagnose import SOURCES_MISSING, diagnose, explain
@@ -219,7 +220,7 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
         try:
             sample_failed(exc, what, source, log_path)
             # a CMake build stops itself after its generate step (prebuild.CONFIGURED)
-            records = prebuild_outcome(setup.guard, log_path, exc)
+            records = prebuild_outcome(setup.guard, log_path, exc, plan.archs)
         except BaseException:
             if request.configure_only:
                 drop_stand_ins(source / "build")
@@ -287,8 +288,9 @@ def configured_result(records: tuple[dict[str, Any], ...], log_path: Path,
     """The result of a build that stopped after generating its build files: the build.ninja
     files with CUDA rules, and the extensions whose build.ninja has only C++ rules."""
     cuda = tuple(c for c in records if c.get("cuda_units", 1))
-    host = tuple(dict.fromkeys(str(c["extension"]) for c in records
-                               if not c.get("cuda_units", 1) and c.get("extension")))
+    host = tuple(dict.fromkeys([*(str(c["extension"]) for c in records
+                                  if not c.get("cuda_units", 1) and c.get("extension")),
+                                *(name for c in records for name in c.get("host_libraries", []))]))
     line = "; ".join(f"{configured_name(c)}: SASS {', '.join(c['sass'])}{sampled_text(c)}"
                      for c in cuda) or (
         "no build.ninja with CUDA rules was generated (setup.py built no CUDA extension); "
@@ -319,8 +321,22 @@ def configured_name(record: dict[str, Any]) -> str:
     return str(record.get("extension") or Path(record["build_ninja"]).parent.name)
 
 
+def arch_specific(records: tuple[dict[str, Any], ...], archs: ArchSet) -> ArchSet | None:
+    """The arch-specific variants of `archs` (12.0a for 12.0) when the build.ninja that stopped
+    the build compiles exactly those: a package that turns 12X into 12Xa itself (llama.cpp,
+    for Blackwell's FP4 instructions; natten for 9.0 and 10.0)."""
+    if not records or not archs.archs or any(a.ptx for a in archs.archs):
+        return None
+    try:
+        specific = ArchSet.parse([f"{a.capability}a" for a in archs.archs])
+    except ArchParseError:  # an arch before 9.0 has no arch-specific variant
+        return None
+    return specific if set(records[-1].get("sass", [])) == set(specific.sass) and \
+        not records[-1].get("ptx") else None
+
+
 def prebuild_outcome(guard: buildenv.Guard | None, log_path: Path,
-                      exc: CompileError) -> tuple[dict[str, Any], ...]:
+                     exc: CompileError, archs: ArchSet) -> tuple[dict[str, Any], ...]:
     """A build the pre-build check stopped: a mismatch becomes a VerifyError; a
     configure-only stop is a result; anything else re-raises the compile error."""
     text = log_path.read_text(errors="replace")
@@ -331,7 +347,11 @@ def prebuild_outcome(guard: buildenv.Guard | None, log_path: Path,
     mismatch = next((line for line in text.splitlines()
                      if "wheelsmith pre-build check:" in line), None)
     if mismatch is not None:
-        raise VerifyError(mismatch.strip().removeprefix("wheelsmith "), hint=IGNORES_ARCH_HINT,
+        specific = arch_specific(read_guard_report(guard), archs)
+        hint = (f"the package builds the arch-specific variant of each requested arch itself "
+                f"(it turns {archs} into {specific}): build it for {specific} (--arch "
+                f"'{specific}', or the recipe's arch.default)" if specific else IGNORES_ARCH_HINT)
+        raise VerifyError(mismatch.strip().removeprefix("wheelsmith "), hint=hint,
                           log_file=log_path) from exc
     configured = read_guard_report(guard)
     if guard is not None and guard.configure_only and "wheelsmith configure-only:" in text:

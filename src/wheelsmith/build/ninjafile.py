@@ -29,6 +29,8 @@ _STATEMENT_RE = re.compile(
     r"^build ((?:[^\s$:]|\$.)+): (cuda_compile|compile|(?:CUDA|CXX|C)_COMPILER__\S*) "
     r"((?:[^\s$]|\$.)+)", re.MULTILINE)
 _CMAKE_RE = re.compile(r"^include CMakeFiles/rules\.ninja$", re.MULTILINE)
+_LINK_RE = re.compile(r"^build ((?:[^\s$:]|\$.)+): \w+_(?:SHARED|MODULE)_LIBRARY_LINKER__\S* "
+                      r"([^|\n]*)", re.MULTILINE)
 _TARGET_RE = re.compile(r"(?:^|/)CMakeFiles/([^/]+)\.dir/")
 _NAME_RE = re.compile(r"-DTORCH_EXTENSION_NAME=(\w+)")
 TRY_COMPILE_DIRS = ("CMakeScratch", "CMakeTmp")  # CMake's configure checks build here
@@ -96,3 +98,13 @@ def extension_name(ninja_text: str) -> str | None:
     targets = [m[1] for unit in units(ninja_text) if unit.rule == CUDA
                for m in [_TARGET_RE.search(unit.output)] if m]
     return ", ".join(dict.fromkeys(targets)) or None
+
+
+def host_libraries(ninja_text: str) -> list[str]:
+    """The file names of the shared libraries a CMake project links from no CUDA object (its
+    CPU parts beside the CUDA one: llama.cpp's libllama.so beside libggml-cuda.so): they carry
+    no device code on purpose."""
+    cuda = {unit.output for unit in units(ninja_text) if unit.rule == CUDA}
+    return [Path(unescape(m[1])).name.split(".so")[0] + ".so"  # its version dropped
+            for m in _LINK_RE.finditer(ninja_text)
+            if not cuda & {unescape(i) for i in m[2].split()}]

@@ -52,10 +52,13 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
     if toolchain is None:
         for_target = request.target is not None
         if request.toolchain or not for_target:
-            report.stage("toolchain", request.toolchain or "default profile")
+            report.stage("toolchain", request.toolchain or (
+                "default CUDA-only profile (the package links no torch)"
+                if recipe.kind == "cuda" else "default profile"))
         python = interpreter_for(request.python_version) if request.python_version \
             else request.python
         toolchain = resolve_toolchain(request.toolchain, python, for_target=for_target,
+                                      cuda_only=recipe.kind == "cuda",
                                       say=lambda chosen: report.stage("toolchain", chosen),
                                       machine=parse_platform(request.platform))
         preflight(toolchain, archs, recipe.arch.min_cuda)

@@ -176,11 +176,13 @@ def check(argv: list[str]) -> int | None:
         if configure_only and os.environ.get(sample.SAMPLE) else ()
     if os.environ.get(REPORT):  # a C++-only one (configure-only) too: cuda_units 0
         cuda, cxx = count_units(text)
+        hosts = ninjafile.host_libraries(text) if cuda and ninjafile.from_cmake(text) else []
         with Path(os.environ[REPORT]).open("a") as report:
             report.write(json.dumps({"build_ninja": str(ninja_file.resolve()),
                                      "extension": extension_name(text),
                                      **found.as_dict(), "cuda_units": cuda,
-                                     "cxx_units": cxx, "samples": [
+                                     "cxx_units": cxx, **({"host_libraries": hosts}
+                                                          if hosts else {}), "samples": [
                                          s.as_dict(ninja_file.parent.resolve())
                                          for s in samples]}) + "\n")
     if ninjafile.has_cuda(text) and found != wanted:

@@ -14,7 +14,7 @@ from wheelsmith import locations
 from wheelsmith.cli._common import display, emit_json, json_option, main
 from wheelsmith.errors import UsageError
 from wheelsmith.toolchain import resolve, select
-from wheelsmith.toolchain.profile import default_profile_name, load_profiles
+from wheelsmith.toolchain.profile import SYSTEM, default_profile_name, load_profiles
 from wheelsmith.toolchain.venv import MARKER, venv_root
 
 
@@ -32,7 +32,7 @@ def toolchain_list(as_json: bool) -> None:
     rows = []
     for profile in load_profiles(directories):
         venv = venv_root(profile, version, locations.cache_dir())
-        rows.append({"name": profile.name, "torch": str(profile.torch),
+        rows.append({"name": profile.name, "torch": str(profile.torch_pin or "-"),
                      "cuda": str(profile.cuda), "key": profile.key(version),
                      "venv": str(venv) if (venv / MARKER).is_file() else None})
     if as_json:
@@ -51,7 +51,9 @@ def toolchain_list(as_json: bool) -> None:
               show_default="this Python")
 def toolchain_ensure(profile: str | None, python: Path) -> None:
     """Create the profile's venv if needed (used by the Dockerfile); print its identity."""
-    toolchain = select.resolve_toolchain(profile, python)
+    cuda_only = profile is not None and profile != SYSTEM and \
+        select.profile_named(profile).cuda_only
+    toolchain = select.resolve_toolchain(profile, python, cuda_only=cuda_only)
     click.echo(json.dumps({**toolchain.identity(), "python_path": str(toolchain.python),
                            "cuda_home": str(toolchain.cuda_home)}, indent=2))
 

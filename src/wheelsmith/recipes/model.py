@@ -100,7 +100,7 @@ class Release:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Recipe:
     name: str
-    kind: Literal["extension", "pure"]
+    kind: Literal["extension", "pure", "cuda"]  # cuda: CUDA code that links no torch
     file: Path
     summary: str
     homepage: str

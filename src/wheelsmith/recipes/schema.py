@@ -28,9 +28,11 @@ RECIPE_SCHEMA: dict[str, Any] = {
     "required": ["package", "versions"],
     "properties": {
         "package": {"type": "string", "description": "the distribution name on PyPI"},
-        "kind": {"type": "string", "enum": ["extension", "pure"],
-                 "description": "extension (default): CUDA code, verified per arch; pure: a "
-                 "pure-Python wheel with no device code, labelled +pure"},
+        "kind": {"type": "string", "enum": ["extension", "pure", "cuda"],
+                 "description": "extension (default): a torch CUDA extension, verified per "
+                 "arch; cuda: CUDA code that links no torch (llama-cpp-python), built with the "
+                 "CUDA-only profile: labelled +cu.13.0.sm..., no torch pin; pure: a pure-Python "
+                 "wheel with no device code, labelled +pure"},
         "summary": {"type": "string", "description": "one line shown by `wheelsmith recipes`"},
         "homepage": {"type": "string"},
         "arch": {
