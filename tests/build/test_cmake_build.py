@@ -57,6 +57,10 @@ def test_configure_only_stops_after_cmakes_generate_step(
     assert build_ninja.parent.parent.name == "build"
     left = sorted(p.name for p in build_ninja.parent.rglob("*") if p.is_file())
     assert left == ["build.ninja"]
+    # the host compiles get the prefix maps (CMake reads CXXFLAGS, not CPPFLAGS)
+    host = build_ninja.read_text().split("version.cpp.o: CXX_COMPILER__")[1].split("\n\n")[0]
+    assert "-ffile-prefix-map=" in host
+    assert "=/wheelsmith/src " in host
     log = Path(data["log"]).read_text()
     assert log.index("-- Generating done") < log.index("wheelsmith configure-only: ")
     assert "Building CUDA object" not in log
@@ -99,5 +103,9 @@ def test_a_cmake_build_gives_a_verified_wheel_compiled_through_the_same_machiner
     assert [(c["extension"], c["sass"]) for c in run["prebuild_check"]] == [
         ("tinycmake", ["sm_120"])]
     assert run["smoke"][0] == "imported tiny_cmake"
+    # both compiles went through the compile cache: nvcc by CMAKE_CUDA_COMPILER_LAUNCHER, c++ by
+    # the launcher first on PATH
+    sources = sorted(Path(name).name for name in run["compile_cache"]["sources"])
+    assert sources == ["add_kernel.cu", "version.cpp"], run["compile_cache"]
     verified = wheelsmith("verify", str(wheel), cwd=project)
     assert verified.returncode == 0, verified.stderr
