@@ -59,20 +59,20 @@ CORPUS = {
     "mmcv==2.2.0": CONFIGURED,
     "flashinfer-python==0.7.4": CONFIGURED,
     "transformer-engine-torch==2.20.2": CONFIGURED,
-    "simple-knn==2.0.1": CONFIGURED,
     "warp-rnnt==0.7.0": CONFIGURED,
-    "lietorch==0.8.2": CONFIGURED,
     "torch-kdtree==1.0": CONFIGURED,
     "hqq==0.2.8.post1": CONFIGURED,
+    "torch-linear-assignment==0.1.0": CONFIGURED,
+    "pytorch-block-sparse==0.1.2": CONFIGURED,
+    "marlin-kernels==0.3.7": CONFIGURED,
 }
 # built to the end here (they fit on 2 cores): NAME==VERSION -> VERIFIED, or the start of the
 # one line that says why not; the others are configured and their sample compiled only
 BUILT = {
     "torchsort==0.1.10": VERIFIED,
     "chamferdist==1.0.3": VERIFIED,
-    "simple-knn==2.0.1": VERIFIED,
     "warp-rnnt==0.7.0": VERIFIED,
-    "torch-kdtree==1.0": VERIFIED,
+    "torch-linear-assignment==0.1.0": VERIFIED,
 }
 
 

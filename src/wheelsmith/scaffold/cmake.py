@@ -15,7 +15,8 @@ from pathlib import Path
 
 from wheelsmith.build import cmakebuild
 
-# where a CMake project compiles CUDA: its languages, or enabled later
+# where a CMake project compiles CUDA: its languages, or enabled later (else the first .cu source
+# it names: vllm's CUDA comes from torch's CMake config, which enables the language for it)
 CUDA_RE = re.compile(r"^[ \t]*((?:project\s*\([^)]*\bCUDA\b|enable_language\s*\(\s*CUDA\b))",
                      re.MULTILINE | re.IGNORECASE)
 # `option(NAME "doc" DEFAULT)`
@@ -24,6 +25,7 @@ OPTION_RE = re.compile(r"^[ \t]*option\s*\(\s*(\w+)\s+\"[^\"]*\"\s*([^)\s]*)\s*\
 # the option that turns CUDA on: GGML_CUDA, USE_CUDA, WITH_CUDA, ENABLE_CUDA
 CUDA_SWITCH_RE = re.compile(r"^(?:\w+_)?CUDA$|^(?:USE|WITH|ENABLE|BUILD)_CUDA$")
 NATIVE_RE = re.compile(r"^\w+_NATIVE$")  # -march=native and the build machine's GPU arch
+CU_SOURCE_RE = re.compile(r"^[^#\n]*?[\w/.${}*-]+\.cu\b", re.MULTILINE)  # a .cu file it names
 TORCH_RE = re.compile(r"find_package\s*\(\s*Torch\b|^\s*(?:import torch|from torch[ .])",
                       re.MULTILINE)
 SKIPPED = {"test", "tests", "examples", "docs", "benchmarks"}
@@ -36,6 +38,7 @@ class CMakeSide:
     cuda_at: str | None  # `csrc/CMakeLists.txt:4`: where the project compiles CUDA
     switches: tuple[tuple[str, str, str], ...]  # (option, value, `file:line`) to pass
     links_torch: bool
+    lists: bool = True  # the sdist holds a CMakeLists.txt (marlin-kernels' has none)
 
     def cmake_args(self) -> str:
         """The switches as CMake options (`-DGGML_CUDA=ON -DGGML_NATIVE=OFF`)."""
@@ -69,7 +72,7 @@ def read_cmake(tree: Path) -> CMakeSide | None:
     cuda_at, switches = None, []
     for file in _files(tree):
         text = file.read_text(errors="replace")
-        if cuda_at is None and (match := CUDA_RE.search(text)):
+        if cuda_at is None and (match := CUDA_RE.search(text) or CU_SOURCE_RE.search(text)):
             cuda_at = _where(tree, file, text, match.start())
         for option in OPTION_RE.finditer(text):
             name, default = option[1], option[2].upper()
@@ -84,7 +87,8 @@ def read_cmake(tree: Path) -> CMakeSide | None:
     links = torch or re.search(r"requires\s*=\s*\[[^\]]*[\"']torch\b", build_requires) is not None
     first = {name: (name, value, where) for name, value, where in reversed(switches)}
     return CMakeSide(how, passes, cuda_at, tuple(first[n] for n in dict.fromkeys(
-        n for n, _, _ in switches)) if passes else (), links)
+        n for n, _, _ in switches)) if passes else (), links,
+        any(p.name == "CMakeLists.txt" for p in _files(tree)))
 
 
 def cmake_lines(side: CMakeSide) -> list[str]:
@@ -107,7 +111,8 @@ def arch_lines(side: CMakeSide, knob: tuple[str, int] | None, checked: str | Non
     torch's `12.0` form), else CMAKE_ARGS where scikit-build(-core) passes it on, else CMake's
     CUDAARCHS; the default the check found it builds (`12.0a`), else 12.0."""
     default = f"  default: [{json.dumps(checked or '12.0')}]"
-    if knob:
-        return ["arch:", f"  env: {knob[0]}", "  format: torch", default]
+    if knob or (side.links_torch and not side.passes_args):  # torch's CMake config reads
+        return ["arch:", f"  env: {knob[0] if knob else 'TORCH_CUDA_ARCH_LIST'}",  # the list
+                "  format: torch", default]
     return ["arch:", f"  env: {'CMAKE_ARGS' if side.passes_args else 'CUDAARCHS'}",
             "  format: cmake", default]

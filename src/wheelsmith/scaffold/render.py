@@ -199,6 +199,10 @@ def _source_lines(found: Findings) -> list[str]:
         return [f"the sdist lacks what its extensions compile: {', '.join(setup.missing)}; "
                 "build from the repository instead:", "  source:",
                 *[f"    {line}" for line in git_form(found.sdist, found.metadata.homepage)]]
+    if found.cmake is not None and not found.cmake.lists:
+        return ["the sdist lacks what its extensions compile: CMakeLists.txt (the CMake project "
+                "setup.py builds); build from the repository instead:", "  source:",
+                *[f"    {line}" for line in git_form(found.sdist, found.metadata.homepage)]]
     if found.cmake_cuda:
         return ["sources: CMake's (the check reads what its build.ninja compiles)"]
     if sources:
