@@ -69,26 +69,27 @@ def read_cmake(tree: Path) -> CMakeSide | None:
     line = cmakebuild.cmake_call_line(tree / "setup.py")
     how = f"{backend} (pyproject.toml's build-backend)" if passes else \
         f"setup.py:{line} runs cmake"
-    cuda_at, switches = None, []
-    for file in _files(tree):
-        text = file.read_text(errors="replace")
-        if cuda_at is None and (match := CUDA_RE.search(text) or CU_SOURCE_RE.search(text)):
-            cuda_at = _where(tree, file, text, match.start())
+    files = {file: file.read_text(errors="replace") for file in _files(tree)}
+    cuda_at = next((_where(tree, f, t, m.start()) for pattern in (CUDA_RE, CU_SOURCE_RE)
+                    for f, t in files.items() if (m := pattern.search(t))), None)
+    switches = []
+    for file, text in files.items():
         for option in OPTION_RE.finditer(text):
             name, default = option[1], option[2].upper()
             if CUDA_SWITCH_RE.match(name) and default in ("", "OFF", "FALSE", "0"):
                 switches.append((name, "ON", _where(tree, file, text, option.start())))
             elif NATIVE_RE.match(name) and default not in ("OFF", "FALSE", "0"):
                 switches.append((name, "OFF", _where(tree, file, text, option.start())))
-    sources = [tree / "setup.py", *_files(tree)]
-    torch = any(TORCH_RE.search(p.read_text(errors="replace")) for p in sources if p.is_file())
+    setup = (tree / "setup.py").read_text(errors="replace") if (tree / "setup.py").is_file() \
+        else ""
+    torch = any(TORCH_RE.search(text) for text in [setup, *files.values()])
     build_requires = (tree / "pyproject.toml").read_text(errors="replace") \
         if (tree / "pyproject.toml").is_file() else ""
     links = torch or re.search(r"requires\s*=\s*\[[^\]]*[\"']torch\b", build_requires) is not None
     first = {name: (name, value, where) for name, value, where in reversed(switches)}
     return CMakeSide(how, passes, cuda_at, tuple(first[n] for n in dict.fromkeys(
         n for n, _, _ in switches)) if passes else (), links,
-        any(p.name == "CMakeLists.txt" for p in _files(tree)))
+        any(p.name == "CMakeLists.txt" for p in files))
 
 
 def cmake_lines(side: CMakeSide) -> list[str]:
