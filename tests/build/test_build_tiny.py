@@ -230,8 +230,9 @@ def test_compile_error_shows_tail_log_and_keeps_source(project: Path,
     kernel.write_text(kernel.read_text().replace("y[i] = x[i] + 1.0f;", "y[i] = x[i] +;"))
     result = wheelsmith("build", "broken-ext", "--arch", "12.0", cwd=project)
     assert result.returncode == 9
-    assert error_lines(result.stderr)[0].startswith(
-        "error: the build of broken-ext 0.1.0 failed with exit code 1")
+    assert error_lines(result.stderr)[0] == (  # the compiler saw the view's path: named in-tree
+        "error: the build of broken-ext 0.1.0 failed with exit code 1; the compiler's first "
+        "error: csrc/add_kernel.cu:6: error: expected an expression")
     assert "error: expected an expression" in result.stderr
     log_line = next(line for line in result.stderr.splitlines() if "full log:" in line)
     log = Path(log_line.split("full log: ")[1])

@@ -146,7 +146,8 @@ def test_a_check_that_stops_at_missing_sources_exits_5_and_says_what_it_wrote(
     assert lacking.stdout.splitlines()[-2:] == [
         "wrote mine/recipes/fast-hadamard-transform.yaml",
         "wrote mine/patches/fast-hadamard-transform/1.1.0/0001-honour-torch-cuda-arch-list.patch"]
-    error, hint = lacking.stderr.splitlines()[-2:]
+    error = next(line for line in lacking.stderr.splitlines() if line.startswith("error: "))
+    hint = next(line for line in lacking.stderr.splitlines() if line.startswith("hint: "))
     assert error.startswith("error: the check of the new recipe failed: source check: /")
     assert error.endswith("/csrc/fast_hadamard_transform_cuda.cu; stopping before compiling")
     assert hint.endswith(

@@ -190,6 +190,19 @@ def test_a_download_in_a_branch_for_another_vendor_or_no_gpu_needs_no_patch(
 def test_the_sources_setup_py_globs_are_counted_as_the_files_they_match(tmp_path: Path) -> None:
     tree = tree_with(tmp_path, "import glob\nfrom torch.utils.cpp_extension import "
                      "CUDAExtension\ne = CUDAExtension('demo._C', ['csrc/api.cpp'] + "
-                     "glob.glob('csrc/kernels/*.cu'))\n", "csrc/api.cpp",
+                     "sorted(glob.glob('csrc/kernels/*.cu')))\n", "csrc/api.cpp",
                      *(f"csrc/kernels/k{i}.cu" for i in range(4)))
     assert "sources: the sdist holds all 5 the extensions compile" in lines(tree)
+
+
+def test_a_sources_list_built_up_in_steps_is_counted_whole(tmp_path: Path) -> None:
+    """chamferdist's shape: the list is assigned, prepended to and extended with the CUDA
+    file under a condition; the CppExtension of the same list stays the CPU build's."""
+    tree = tree_with(tmp_path, "import os\nfrom torch.utils.cpp_extension import CppExtension, "
+                     "CUDAExtension\nsources = [os.path.join('demo', 'cpu.cpp')]\n"
+                     "sources = [os.path.join('demo', 'ext.cpp')] + sources\n"
+                     "extension = CppExtension\nif FORCE:\n    extension = CUDAExtension\n"
+                     "    sources += [os.path.join('demo', 'knn.cu')]\n"
+                     "e = extension('demo._C', sources)\n",
+                     "demo/cpu.cpp", "demo/ext.cpp", "demo/knn.cu")
+    assert "sources: the sdist holds all 3 the extensions compile" in lines(tree)

@@ -23,7 +23,7 @@ from wheelsmith import cmd
 from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.build import buildenv, prebuild, resume, sample
 from wheelsmith.build.compilesetup import CompileSetup, farm_done, read_guard_report
-from wheelsmith.build.diagnose import SOURCES_MISSING, diagnose, explain
+from wheelsmith.build.diagnose import SOURCES_MISSING, diagnose, explain, first_error
 from wheelsmith.build.pathview import PathView
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.prebuild import PLAN_LINE, RESUME_LINE
@@ -156,6 +156,9 @@ def compile_wheel(
             f"read the full log; the patched source is kept in {source}")
         if view is not None:  # the compiler's messages name the fixed paths
             exc.hint += f" (the log's {view.fixed_source} is {source})"
+        compiler_said = first_error(text)
+        if compiler_said is not None:
+            exc.message += f"; the compiler's first error: {in_tree(compiler_said, source, view)}"
         first = first_errors(text)
         if first:
             exc.tail = [*first, "...", *exc.tail[-TAIL_AFTER_ERRORS:]]
@@ -259,9 +262,16 @@ def sample_failed(exc: CompileError, what: str, source: Path, log_path: Path) ->
                 None)
     if line is None:
         return
-    failed = line.removeprefix(sample.FAILED_LINE).replace(f"{source}/", "")
+    failed = in_tree(line.removeprefix(sample.FAILED_LINE), source, None)
     raise CompileError(f"the sample compile of {what} failed: {failed}", hint=exc.hint,
                        tail=exc.tail, log_file=log_path) from exc
+
+
+def in_tree(text: str, source: Path, view: PathView | None) -> str:
+    """`text` with the source tree's paths (the compiler's, through a view) relative to it."""
+    for root in filter(None, (view and view.fixed_source, source)):
+        text = text.replace(f"{root}/", "")
+    return text
 
 
 def sampled(records: tuple[dict[str, Any], ...], plan: BuildPlan, python: Path, what: str

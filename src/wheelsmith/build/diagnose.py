@@ -88,8 +88,9 @@ SIGNATURES = (
         "the package asks the compiler for an older C++ standard (a -std=c++17 in setup.py's "
         "extra_compile_args, after torch's own -std=c++20) and torch 2.14's headers need C++20",
         "give the recipe a patch that makes setup.py's -std=c++17 (or c++14) -std=c++20, as "
-        "patches/flash-attn/2.8.3/0004-cxx20-for-newer-torch-headers.patch does, or build with "
-        "a profile of an older torch (--toolchain cu130-torch2.11)",
+        "patches/flash-attn/2.8.3/0004-cxx20-for-newer-torch-headers.patch does (`wheelsmith "
+        "recipe new` writes it for a new recipe), or build with a profile of an older torch "
+        "(--toolchain cu130-torch2.11)",
     ),
     Signature(
         "cxx20-name-clash",

@@ -12,7 +12,7 @@ from pathlib import Path
 SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 CUDA_SUFFIXES = (".cu",)
 KNOWN = ("CUDAExtension", "CppExtension", "Extension")
-PATH_CALLS = ("join", "Path", "str", "glob", "abspath", "realpath", "PurePath")
+PATH_CALLS = ("join", "Path", "str", "glob", "abspath", "realpath", "PurePath", "sorted", "list")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +43,25 @@ def callee(call: ast.Call) -> str:
 
 
 def assignments(module: ast.Module) -> dict[str, ast.expr]:
-    """`NAME = expr` anywhere in setup.py (the first one: names computed later are the
-    same kind of thing)."""
+    """`NAME = expr` anywhere in setup.py: the first one (names computed later are the same
+    kind of thing), except a list built up in steps (`sources = [...]`, `sources = [main] +
+    sources`, `sources += cuda_sources`), whose values are added up."""
     found: dict[str, ast.expr] = {}
     for node in ast.walk(module):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                node.targets[0], ast.Name):
-            found.setdefault(node.targets[0].id, node.value)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
+            target, value = node.target, node.value
+        else:
+            continue
+        if not isinstance(target, ast.Name):
+            continue
+        known = found.get(target.id)
+        if known is None:
+            found[target.id] = value
+        elif isinstance(known, ast.List | ast.Tuple | ast.BinOp) and isinstance(
+                value, ast.List | ast.Tuple | ast.BinOp | ast.Name):
+            found[target.id] = ast.BinOp(left=known, op=ast.Add(), right=value)
     return found
 
 
@@ -59,9 +71,7 @@ def strings(node: ast.expr | None, names: dict[str, ast.expr]) -> list[str]:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return [node.value]
     if isinstance(node, ast.JoinedStr):
-        text = "".join(v.value for v in node.values
-                       if isinstance(v, ast.Constant) and isinstance(v.value, str))
-        return [text.lstrip("/")] if text.strip("/") else []
+        return _f_string(node)
     if isinstance(node, ast.Name) and node.id in names:
         return strings(names[node.id], {k: v for k, v in names.items() if k != node.id})
     if isinstance(node, ast.List | ast.Tuple | ast.Set):
@@ -73,6 +83,20 @@ def strings(node: ast.expr | None, names: dict[str, ast.expr]) -> list[str]:
              [s for a in node.args for s in strings(a, names)]
              if isinstance(node, ast.Call) and callee(node) in PATH_CALLS else [])
     return ["/".join(parts)] if parts else []
+
+
+def _f_string(node: ast.JoinedStr) -> list[str]:
+    """An f-string's path without its computed parts where only a leading directory is
+    computed (`f"{cwd}/csrc"` -> `csrc`); none where a computed part is in a name
+    (`f"{name}_cpu.cpp"`)."""
+    after = [*node.values[1:], None]
+    if any(isinstance(v, ast.FormattedValue) and not (
+            isinstance(a, ast.Constant) and str(a.value).startswith("/"))
+           for v, a in zip(node.values, after, strict=True)):
+        return []
+    text = "".join(v.value for v in node.values
+                   if isinstance(v, ast.Constant) and isinstance(v.value, str))
+    return [text.lstrip("/")] if text.strip("/") else []
 
 
 def pattern(node: ast.expr | None, given: dict[str, str] | None = None) -> str | None:
@@ -125,9 +149,16 @@ def _literal(node: ast.expr | None) -> bool:
         for e in node.elts)
 
 
-# names that say a branch builds for another vendor or for no GPU: IS_ROCM, IS_HIP_EXTENSION,
-# torch.version.hip, BUILD_CPU_ONLY, USE_XPU, ...
-VENDOR_TOKENS = {"rocm", "hip", "cpu", "xpu", "mps", "npu", "musa", "sycl"}
+# names that say a branch builds for another vendor: IS_ROCM, IS_HIP_EXTENSION,
+# torch.version.hip, USE_XPU, ...; or for no GPU: BUILD_CPU_ONLY, FORCE_ONLY_CPU (not WITH_CPU,
+# which the CUDA build takes too)
+VENDOR_TOKENS = {"rocm", "hip", "xpu", "mps", "npu", "musa", "sycl"}
+CPU_ONLY = {"cpu", "only"}
+
+
+def _vendor_name(node: ast.Name | ast.Attribute) -> bool:
+    tokens = set(dotted(node).rpartition(".")[2].lower().split("_"))
+    return bool(VENDOR_TOKENS & tokens) or tokens >= CPU_ONLY
 
 
 def vendor_branches(module: ast.Module) -> set[int]:
@@ -138,8 +169,8 @@ def vendor_branches(module: ast.Module) -> set[int]:
     for node in ast.walk(module):
         if not isinstance(node, ast.If):
             continue
-        asked = [n for n in ast.walk(node.test) if isinstance(n, ast.Name | ast.Attribute)
-                 and VENDOR_TOKENS & set(dotted(n).rpartition(".")[2].lower().split("_"))]
+        asked = [n for n in ast.walk(node.test)
+                 if isinstance(n, ast.Name | ast.Attribute) and _vendor_name(n)]
         negated = {id(n.operand) for n in ast.walk(node.test)
                    if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)}
         if asked and all(id(n) not in negated for n in asked):
@@ -174,8 +205,8 @@ def extensions_of(module: ast.Module, names: dict[str, ast.expr]) -> tuple[Exten
         kinds = aliases.get(called, {called} if called in KNOWN else {"Extension"})
         kind = "CUDAExtension" if "CUDAExtension" in kinds else min(kinds)
         label = kind if called == kind else f"{called}: {' or '.join(sorted(kinds))}"
-        cuda = any(s.endswith(CUDA_SUFFIXES) for s in sources) or (
-            kind == "CUDAExtension" and not _literal(given))
+        cuda = kind != "CppExtension" and (any(s.endswith(CUDA_SUFFIXES) for s in sources) or (
+            kind == "CUDAExtension" and not _literal(given)))  # a CppExtension is the CPU one
         found.append(Extension(pattern(name_node) or "*", node.lineno, label, sources, cuda))
     cuda_names = {e.name for e in found if e.cuda}  # a CPU fallback of a CUDA module
     return tuple(e for e in found if e.cuda or e.name not in cuda_names)
