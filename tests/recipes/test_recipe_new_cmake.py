@@ -78,12 +78,15 @@ def test_llama_cpp_python_is_a_cuda_package_without_torch(
         "vendor/llama.cpp/ggml/CMakeLists.txt:199: option GGML_CUDA turns CUDA on (off by "
         "default): build.env CMAKE_ARGS -DGGML_CUDA=ON",
         "links no torch: kind: cuda (the CUDA-only channel, no torch pin)",
+        "smoke: its shared libraries are loaded (its Python side needs runtime dependencies "
+        "the toolchain does not hold)",
         "sources: CMake's (the check reads what its build.ninja compiles)",
         "patches: none of the standard ones is needed"]
     assert data["kind"] == "cuda"
     recipe = load_recipe(tmp_path / "mine" / "recipes" / "llama-cpp-python.yaml")
     assert (recipe.kind, recipe.arch.env, recipe.arch.format, recipe.env) == (
         "cuda", "CMAKE_ARGS", "cmake", (("CMAKE_ARGS", "-DGGML_NATIVE=OFF -DGGML_CUDA=ON"),))
+    assert recipe.smoke_imports == ()  # its shared libraries are loaded instead
 
 
 # --- the CMake side, on generated projects ----------------------------------------------------

@@ -79,7 +79,8 @@ def smoke_in(plan: BuildPlan, raw: Path, python: list[str | Path], pip: list[str
                       archs=plan.archs, scratch=work / "smoke", log_path=log_path_of(work),
                       sites=sites, install_options=options,
                       libraries=() if plan.toolchain.torch_version else
-                      cuda_runtime_dirs(plan.toolchain.cuda_home))
+                      cuda_runtime_dirs(plan.toolchain.cuda_home),
+                      load_shared=plan.recipe.kind == "cuda")
 
 
 def cuda_runtime_dirs(cuda_home: Path) -> tuple[Path, ...]:

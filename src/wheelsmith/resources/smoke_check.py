@@ -37,6 +37,9 @@ def capability() -> "tuple[int, int] | None":
 for module in spec["imports"]:
     importlib.import_module(module)
     print("imported", module)
+for library in spec.get("load", []):  # every symbol bound now (ctypes' dlopen is RTLD_NOW)
+    ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+    print("loaded", library)
 if spec["gpu"]:
     found = capability()
     if found is None:

@@ -103,7 +103,9 @@ def cmake_lines(side: CMakeSide) -> list[str]:
             "optimises for the build machine (its CPU; its GPU, which it lacks)"
         lines.append(f"{at}: option {name} {why}: build.env CMAKE_ARGS -D{name}={value}")
     if side.cuda_at and not side.links_torch:
-        lines.append("links no torch: kind: cuda (the CUDA-only channel, no torch pin)")
+        lines += ["links no torch: kind: cuda (the CUDA-only channel, no torch pin)",
+                  "smoke: its shared libraries are loaded (its Python side needs runtime "
+                  "dependencies the toolchain does not hold)"]
     return lines
 
 

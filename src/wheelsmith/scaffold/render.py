@@ -100,6 +100,11 @@ class Findings:
 
     @property
     def imports(self) -> tuple[str, ...]:
+        """What the smoke test imports; none for a package that links no torch (its shared
+        libraries are loaded instead: its Python side needs runtime dependencies such as
+        numpy, which the toolchain does not hold)."""
+        if self.kind == "cuda":
+            return ()
         names = [e.name for e in self.setup.extensions if "*" not in e.name]
         return tuple(dict.fromkeys([*self.metadata.packages, *names]))
 
@@ -309,7 +314,7 @@ def _recipe_lines(found: Findings) -> list[str]:
         lines.append(f"  build_dir_env: {build_dir}")
     if found.host_only:
         lines.append(f"  host_only: [{', '.join(_quoted(g) for g in found.host_only)}]")
-    if found.imports:
+    if found.imports or found.kind == "cuda":
         lines += ["smoke:", f"  import: [{', '.join(found.imports)}]"]
     return lines
 
