@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -107,5 +108,40 @@ def test_a_cmake_build_gives_a_verified_wheel_compiled_through_the_same_machiner
     # the launcher first on PATH
     sources = sorted(Path(name).name for name in run["compile_cache"]["sources"])
     assert sources == ["add_kernel.cu", "version.cpp"], run["compile_cache"]
+    verified = wheelsmith("verify", str(wheel), cwd=project)
+    assert verified.returncode == 0, verified.stderr
+
+
+@pytest.mark.build
+def test_a_package_without_torch_builds_in_the_cuda_only_channel(
+        project: Path, toolchain: Toolchain) -> None:
+    """kind: cuda: the CUDA-only profile (cu130, no torch) builds it; the wheel is labelled
+    without torch, pins no torch, goes to the channel cu130, is verified with cuobjdump, and its
+    smoke test loads its shared objects; a torch profile is refused for it."""
+    cmake_variant(project, "tiny-cuda")
+    recipe = project / "recipes" / "tiny-cuda.yaml"
+    recipe.write_text(recipe.read_text().replace("package: tiny-cuda\n",
+                                                 "package: tiny-cuda\nkind: cuda\n"))
+    refused = wheelsmith("build", "tiny-cuda", "--toolchain", "cu130-torch2.14", cwd=project)
+    assert refused.returncode == 4
+    assert refused.stderr.splitlines()[-2:] == [
+        "error: the cu130-torch2.14 profile pins torch 2.14.1, but this recipe (kind: cuda) "
+        "links no torch: its wheel would claim a torch it does not need",
+        "hint: leave out --toolchain (the CUDA-only profile, cu130), or name another CUDA-only "
+        "one"]
+    result = wheelsmith("build", "tiny-cuda", "--json", cwd=project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    wheel = Path(data["wheel"])
+    assert wheel.name.startswith("tiny_cuda-0.1.0+cu.13.0.sm.120-cp311-cp311-")
+    provenance = data["provenance"]
+    assert (provenance["toolchain"]["channel"], provenance["toolchain"]["torch"]) == (
+        "cu130", None)
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = zf.read(next(n for n in zf.namelist() if n.endswith("/METADATA"))).decode()
+    assert "Requires-Dist: torch" not in metadata
+    assert data["run"]["smoke"][:2] == [
+        "imported tiny_cmake",
+        "loaded site/tiny_cmake/libtinycmake.cpython-311-x86_64-linux-gnu.so"]
     verified = wheelsmith("verify", str(wheel), cwd=project)
     assert verified.returncode == 0, verified.stderr
