@@ -26,6 +26,7 @@ OPTION_RE = re.compile(r"^[ \t]*option\s*\(\s*(\w+)\s+\"[^\"]*\"\s*([^)\s]*)\s*\
 CUDA_SWITCH_RE = re.compile(r"^(?:\w+_)?CUDA$|^(?:USE|WITH|ENABLE|BUILD)_CUDA$")
 NATIVE_RE = re.compile(r"^\w+_NATIVE$")  # -march=native and the build machine's GPU arch
 CU_SOURCE_RE = re.compile(r"^[^#\n]*?[\w/.${}*-]+\.cu\b", re.MULTILINE)  # a .cu file it names
+OTHER_VENDOR_RE = re.compile(r"rocm|hip", re.IGNORECASE)  # a .cu a HIP build compiles
 TORCH_RE = re.compile(r"find_package\s*\(\s*Torch\b|^\s*(?:import torch|from torch[ .])",
                       re.MULTILINE)
 SKIPPED = {"test", "tests", "examples", "docs", "benchmarks"}
@@ -71,7 +72,8 @@ def read_cmake(tree: Path) -> CMakeSide | None:
         f"setup.py:{line} runs cmake"
     files = {file: file.read_text(errors="replace") for file in _files(tree)}
     cuda_at = next((_where(tree, f, t, m.start()) for pattern in (CUDA_RE, CU_SOURCE_RE)
-                    for f, t in files.items() if (m := pattern.search(t))), None)
+                    for f, t in files.items() for m in pattern.finditer(t)
+                    if not OTHER_VENDOR_RE.search(m[0])), None)
     switches = []
     for file, text in files.items():
         for option in OPTION_RE.finditer(text):
