@@ -30,6 +30,7 @@ OTHER_VENDOR_RE = re.compile(r"rocm|hip", re.IGNORECASE)  # a .cu a HIP build co
 TORCH_RE = re.compile(r"find_package\s*\(\s*Torch\b|^\s*(?:import torch|from torch[ .])",
                       re.MULTILINE)
 SKIPPED = {"test", "tests", "examples", "docs", "benchmarks"}
+MAX_BYTES = 1 << 21  # of one CMake file: llama.cpp's largest is 40 KB
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,13 @@ def _files(tree: Path) -> list[Path]:
                   and not SKIPPED & {part.lower() for part in p.relative_to(tree).parts[:-1]})
 
 
+def _head(file: Path) -> str:
+    """A CMake file's text, its first MAX_BYTES (an sdist is untrusted: a huge file is not
+    read whole)."""
+    with file.open("rb") as stream:
+        return stream.read(MAX_BYTES).decode(errors="replace")
+
+
 def _line(text: str, start: int) -> int:
     return text[:start].count("\n") + 1
 
@@ -70,7 +78,7 @@ def read_cmake(tree: Path) -> CMakeSide | None:
     line = cmakebuild.cmake_call_line(tree / "setup.py")
     how = f"{backend} (pyproject.toml's build-backend)" if passes else \
         f"setup.py:{line} runs cmake"
-    files = {file: file.read_text(errors="replace") for file in _files(tree)}
+    files = {file: _head(file) for file in _files(tree)}
     cuda_at = next((_where(tree, f, t, m.start()) for pattern in (CUDA_RE, CU_SOURCE_RE)
                     for f, t in files.items() for m in pattern.finditer(t)
                     if not OTHER_VENDOR_RE.search(m[0])), None)
