@@ -97,5 +97,5 @@ def deliver(request: BuildRequest, report: Reporter, *, prepared: Prepared | Non
     if install_into is not None:
         report.stage("install", f"{result.wheel.name} into {install_into.python}")
         install_file(install_into, result.wheel)
-        imports = check_imports(install_into, resolve_recipe(request.recipe))
+        imports = check_imports(install_into, resolve_recipe(request.recipe, request.version))
     return Delivered(result, published, imports)

@@ -60,7 +60,7 @@ class Installed:
 
 
 def install(request: InstallRequest, target: Target, report: Reporter) -> Installed:
-    recipe = repos.resolve_recipe(request.recipe)
+    recipe = repos.resolve_recipe(request.recipe, request.version)
     archs = archs_for(recipe, request.archs, target)
     base = channel_url(request.index_url, target)
     offer = newest(read_offers(base, recipe.name, target, archs, request.version))

@@ -260,3 +260,21 @@ def test_a_build_killed_after_its_first_object_compiles_only_the_rest(
     assert ninja_steps(build_log) == 1  # ninja compiled exactly the missing object
     run = json.loads(second.stdout)["run"]
     assert run["smoke"][0] == "imported tiny_ext"  # the recompiled object links and loads
+
+
+def test_a_cmake_build_tree_is_resumed_and_timed_like_torchs(tmp_path: Path) -> None:
+    """CMake's build.ninja in build/cmake (objects relative to it, per-target rules): the
+    progress of an unfinished build and the run facts' seconds read its ninja log too."""
+    root = prepared(tmp_path, "pkg", "a" * 64)
+    build = root / "build" / "cmake"
+    build.mkdir(parents=True)
+    objects = {name: f"CMakeFiles/k.dir/csrc/{name}" for name in ("a.cu.o", "b.cu.o", "c.cpp.o")}
+    (build / "build.ninja").write_text("include CMakeFiles/rules.ninja\n" + "".join(
+        f"build {obj}: {'CUDA' if '.cu.' in obj else 'CXX'}_COMPILER__k_unscanned_Release "
+        f"{root}/csrc/{name.removesuffix('.o')} || cmake_object_order_depends_target_k\n"
+        f"  FLAGS = -O3\n\n" for name, obj in objects.items())
+        + "build libk.so: CXX_SHARED_LIBRARY_LINKER__k_Release " + " ".join(objects.values()))
+    (build / ".ninja_log").write_text(f"# ninja log v7\n0\t61000\t5\t{objects['b.cu.o']}\tabc\n"
+                                      "0\t9000\t5\tlibk.so\tabc\n")
+    assert resume.progress_text(tmp_path / "pkg") == "1/3 objects"
+    assert resume.object_seconds(root) == {"CMakeFiles/k.dir/csrc/b.cu.o": 61.0}

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from wheelsmith.build.compile import in_tree
 from wheelsmith.build.diagnose import first_error
-from wheelsmith.build.sample import Unit, choose, weight
+from wheelsmith.build.ninjafile import Unit
+from wheelsmith.build.sample import choose, weight
 
 NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,11}", fullmatch=True)
 MESSAGES = st.from_regex(r"[A-Za-z#\"'][ -~]{0,60}", fullmatch=True).map(str.strip).filter(bool)

@@ -78,7 +78,7 @@ def test_which_torch_needs_cxx20_is_read_from_its_headers_else_its_release(
     assert {name: check.torch_needs_cxx20(p) for name, p in profiles.items()} == {
         "cu128-torch2.10": False, "cu128-torch2.9": False, "cu130-torch2.11": False,
         "cu130-torch2.12": False, "cu130-torch2.13": False, "cu130-torch2.14": True,
-        "cu132-torch2.15": True}
+        "cu132-torch2.15": True, "cu130": False}  # the CUDA-only profile has no torch
     profile = profiles["cu130-torch2.11"]
     venv = venv_root(profile, f"{sys.version_info[0]}.{sys.version_info[1]}", tmp_path)
     header = venv / "lib" / "python3.11" / "site-packages" / "torch" / "include" / "ATen" / \

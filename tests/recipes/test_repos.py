@@ -81,8 +81,8 @@ def test_the_first_repository_wins_and_the_shadowed_one_is_named(
     assert recipe.file == second / "recipes" / "tiny-ext.yaml"
     assert caplog.messages == [
         f"warning: {second / 'recipes' / 'tiny-ext.yaml'} shadows "
-        f"{first / 'recipes' / 'tiny-ext.yaml'} (the first repository wins; remove one of them "
-        "to use the other)"]
+        f"{first / 'recipes' / 'tiny-ext.yaml'} for version 0.1.0 (the first repository wins; "
+        "remove it from one of them to use the other)"]
     assert repos.resolve_recipe("causal-conv1d").file == REPO / "recipes" / "causal-conv1d.yaml"
 
 

@@ -17,16 +17,17 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import parallel, prebuild, reproducible
+from wheelsmith.build import cmakebuild, parallel, prebuild, reproducible
 from wheelsmith.build.parallel import Parallelism
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.errors import UsageError
-from wheelsmith.recipes.model import Recipe, Release
+from wheelsmith.recipes.model import CMAKE_ARGS, Recipe, Release
 from wheelsmith.toolchain.platform import cross_env
 
 PASS_THROUGH = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "TERM")
@@ -100,24 +101,19 @@ def build_env(
     compile_cache: Mapping[str, str] | None = None,
     launchers: Path | None = None,
     source: Path | None = None,
+    cmake: bool = False,
 ) -> dict[str, str]:
-    """`launchers` is a directory put first on PATH: the pre-build check's `ninja` and the
-    compile cache's `c++` live there. `source`: the tree being built, whose path (and the
-    toolchain's) the compilers map to fixed names (reproducible.py); a path view
-    (pathview.py) rewrites these maps with the rest of the environment."""
+    """`launchers`: first on PATH, the pre-build check's `ninja` and the compile cache's
+    `c++`. `source`: the tree being built, whose path (and the toolchain's) the compilers map
+    to fixed names (reproducible.py; a path view rewrites them with the rest). `cmake`: the
+    build runs CMake (cmakebuild.py)."""
     toolchain = plan.toolchain
     env = {k: base[k] for k in PASS_THROUGH if k in base}
     path = [str(p) for p in toolchain.bin_dirs] + [base.get("PATH", "/usr/bin:/bin")]
     if launchers is not None:
         path.insert(0, str(launchers))
     if guard is not None:
-        env[prebuild.EXPECT_SASS] = ",".join(sorted(plan.archs.sass))
-        env[prebuild.EXPECT_PTX] = ",".join(sorted(plan.archs.ptx))
-        env[prebuild.REPORT] = str(guard.report)
-        if guard.configure_only:
-            env[prebuild.CONFIGURE_ONLY] = "1"
-        if guard.timings is not None:
-            env[prebuild.TIMINGS] = str(guard.timings)
+        env.update(guard_env(plan, guard))
     env.update(
         PATH=os.pathsep.join(path),
         CUDA_HOME=str(toolchain.cuda_home),
@@ -149,12 +145,47 @@ def build_env(
     env.update(dict(plan.extra_env))
     if source is not None:
         env.update(reproducible.compiler_env(reproducible.path_maps(toolchain, source), env))
+        if cmake:
+            env.update(cmakebuild.cmake_env(
+                env, source=source, nvcc=toolchain.nvcc, jobs=parallelism.jobs,
+                launchers=launchers, build_dir_env=plan.recipe.build_dir_env,
+                prefix_flags=shlex.split(env.get("CPPFLAGS", ""))))
+    return env
+
+
+def guard_env(plan: BuildPlan, guard: Guard) -> dict[str, str]:
+    """What the pre-build check (prebuild.py) is told: the expected targets, where to report,
+    configure-only, an earlier run's seconds."""
+    env = {prebuild.EXPECT_SASS: ",".join(sorted(plan.archs.sass)),
+           prebuild.EXPECT_PTX: ",".join(sorted(plan.archs.ptx)),
+           prebuild.REPORT: str(guard.report)}
+    if guard.configure_only:
+        env[prebuild.CONFIGURE_ONLY] = "1"
+    if guard.timings is not None:
+        env[prebuild.TIMINGS] = str(guard.timings)
+    return env
+
+
+def package_env(plan: BuildPlan) -> dict[str, str]:
+    """The arch list in the recipe's variable, then the recipe's, the version's and --env's
+    variables; an arch list that goes into CMAKE_ARGS joins the CMake options given there."""
+    arch = plan.recipe.arch
+    env = {} if arch.env == CMAKE_ARGS else {arch.env: arch.render(plan.archs)}
+    env.update({**dict(plan.recipe.env), **dict(plan.release.env), **dict(plan.extra_env)})
+    if arch.env == CMAKE_ARGS:
+        env[CMAKE_ARGS] = " ".join(filter(None, [env.get(CMAKE_ARGS), arch.render(plan.archs)]))
     return env
 
 
 def recipe_sets(recipe: Recipe, release: Release, archs: ArchSet) -> dict[str, str]:
-    """What a recipe sets for a build: its arch knob (the requested archs) and build env."""
-    return {recipe.arch.env: recipe.arch.render(archs), **dict(recipe.env), **dict(release.env)}
+    """What a recipe sets for a build: its arch knob (the requested archs) and build env; an
+    arch list that goes into CMAKE_ARGS joins the CMake options the recipe gives there."""
+    knob = recipe.arch
+    env = {} if knob.env == CMAKE_ARGS else {knob.env: knob.render(archs)}
+    env.update({**dict(recipe.env), **dict(release.env)})
+    if knob.env == CMAKE_ARGS:
+        env[CMAKE_ARGS] = " ".join(filter(None, [env.get(CMAKE_ARGS), knob.render(archs)]))
+    return env
 
 
 # --- what a build's --env may not set ------------------------------------------------------
@@ -193,6 +224,10 @@ _RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (
      "nothing to set: the source fixes it"),
     (("NINJA*",), "wheelsmith reads ninja's progress and checks its build files before it runs",
      "nothing to set"),
+    (("CMAKE_GENERATOR", "CMAKE_MAKE_PROGRAM", "CMAKE_*_LAUNCHER", "CMAKE_BUILD_PARALLEL_LEVEL",
+      "CMAKE_TOOLCHAIN_FILE", "SKBUILD_*"),
+     "a CMake build runs with Ninja, wheelsmith's compile launchers, jobs and build directory",
+     "use --jobs or --compile-cache; CMake options go in the recipe's CMAKE_ARGS"),
     (("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "GIT_*", "PERL5OPT", "PERL5LIB",
       "RUBYOPT", "NODE_OPTIONS", "GLIBC_TUNABLES", "MALLOC_*", "HOSTALIASES", "LOCALDOMAIN",
       "RES_OPTIONS", "NLSPATH"),

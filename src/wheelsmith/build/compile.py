@@ -21,6 +21,7 @@ from typing import Any
 
 from build import BuildBackendException, BuildException, ProjectBuilder
 from wheelsmith import cmd, errors, locations
+from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.build import buildenv, prebuild, resume, sample
 from wheelsmith.build.compilesetup import CompileSetup, farm_done, read_guard_report
 from wheelsmith.build.diagnose import SOURCES_MISSING, diagnose, disk_full, explain, first_error
@@ -29,11 +30,8 @@ from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.prebuild import PLAN_LINE, RESUME_LINE
 from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
 from wheelsmith.build.verify import IGNORES_ARCH_HINT
-from wheelsmith.build.verify import check as check_device_code
 from wheelsmith.errors import CompileError, SourceError, VerifyError, WheelsmithError
-from wheelsmith.inventory import DeviceCode, read_device_code
 from wheelsmith.toolchain.env import Toolchain
-from wheelsmith.toolchain.tools import cuobjdump_for
 
 log = logging.getLogger(__name__)
 
@@ -240,24 +238,38 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
                             isolate_network=not setup.needs_network, view=setup.view)
     except CompileError as exc:
         farm_done(setup, report, failed=True)  # the compile's own error is the one to show
-        if request.configure_only:
-            drop_stand_ins(source / "build")
-        sample_failed(exc, what, source, log_path)
-        return configured_result(prebuild_outcome(setup.guard, log_path, exc), log_path, report)
+        try:
+            sample_failed(exc, what, source, log_path)
+            # a CMake build stops itself after its generate step (prebuild.CONFIGURED)
+            records = prebuild_outcome(setup.guard, log_path, exc, plan.archs)
+        except BaseException:
+            if request.configure_only:
+                drop_stand_ins(source / "build")
+            raise
+        return configured(records, plan=plan, request=request, source=source,
+                          log_path=log_path, report=report)
     except BaseException:
         if setup.farm is not None:
             setup.farm.stop()
         raise
     farm = farm_done(setup, report)
     if request.configure_only:  # objects stood in for (prebuild.stand_in): keep nothing
-        try:
-            records = read_guard_report(setup.guard)
-            if request.check:
-                records = sampled(records, plan, request.python, what)
-        finally:
-            drop_stand_ins(source / "build")
-        return configured_result(records, log_path, report)
+        return configured(read_guard_report(setup.guard), plan=plan, request=request,
+                          source=source, log_path=log_path, report=report)
     return Compiled(raw, farm, tuple(plans), resume.object_seconds(source))
+
+
+def configured(records: tuple[dict[str, Any], ...], *, plan: BuildPlan, request: BuildRequest,
+               source: Path, log_path: Path, report: Reporter) -> BuildResult:
+    """A configure-only build's result: each CUDA sample's device code read first (--check),
+    then nothing of the build tree kept but its build.ninja files."""
+    try:
+        if request.check:
+            records = sample.device_code_checked(records, plan, request.python,
+                              f"{plan.recipe.name} {plan.release.version}")
+    finally:
+        drop_stand_ins(source / "build")
+    return configured_result(records, log_path, report)
 
 
 def sample_failed(exc: CompileError, what: str, source: Path, log_path: Path) -> None:
@@ -293,45 +305,21 @@ def in_tree(text: str, source: Path, view: PathView | None) -> str:
     return _UPWARD_RE.sub(from_build_dir, text)
 
 
-def sampled(records: tuple[dict[str, Any], ...], plan: BuildPlan, python: Path, what: str
-            ) -> tuple[dict[str, Any], ...]:
-    """The check's records with each CUDA sample's device code, which must be exactly the
-    requested archs (the gate every wheel passes, on the sample objects)."""
-    cuobjdump = cuobjdump_for(plan.toolchain, python)
-    codes: list[DeviceCode] = []
-
-    def read(unit: dict[str, Any]) -> dict[str, Any]:
-        if unit["rule"] != "cuda_compile":
-            return unit
-        codes.append(read_device_code(Path(unit["path"]), cuobjdump, unit["object"]))
-        return {**unit, "sass": sorted(codes[-1].sass), "ptx": sorted(codes[-1].ptx)}
-
-    done = tuple({**r, "samples": [read(u) for u in r.get("samples", [])]} for r in records)
-    if codes:
-        check_device_code(f"the sample compile of {what}", codes, plan.archs)
-    return done
-
-
 def configured_result(records: tuple[dict[str, Any], ...], log_path: Path,
                 report: Reporter) -> BuildResult:
     """The result of a build that stopped after generating its build files: the build.ninja
     files with CUDA rules, and the extensions whose build.ninja has only C++ rules."""
     cuda = tuple(c for c in records if c.get("cuda_units", 1))
-    host = tuple(dict.fromkeys(str(c["extension"]) for c in records
-                               if not c.get("cuda_units", 1) and c.get("extension")))
-    line = "; ".join(f"{configured_name(c)}: SASS {', '.join(c['sass'])}{sampled_text(c)}"
+    host = tuple(dict.fromkeys([*(str(c["extension"]) for c in records
+                                  if not c.get("cuda_units", 1) and c.get("extension")),
+                                *(name for c in records for name in c.get("host_libraries", []))]))
+    line = "; ".join(f"{configured_name(c)}: SASS {', '.join(c['sass'])}{sample.sampled_text(c)}"
                      for c in cuda) or (
         "no build.ninja with CUDA rules was generated (setup.py built no CUDA extension); "
         "no wheel is kept")
     report.stage("configured", line + (f"; C++ only: {', '.join(host)}" if host else ""))
     return BuildResult(wheel=None, provenance={}, up_to_date=False, log=log_path,
                        configured=cuda, host_modules=host)
-
-
-def sampled_text(record: dict[str, Any]) -> str:
-    """`, compiled a.o and b.o` for an extension whose sample compiled (build --check)."""
-    names = [Path(unit["object"]).name for unit in record.get("samples", [])]
-    return f", compiled {' and '.join(names)}" if names else ""
 
 
 def drop_stand_ins(build_tree: Path) -> None:
@@ -349,8 +337,22 @@ def configured_name(record: dict[str, Any]) -> str:
     return str(record.get("extension") or Path(record["build_ninja"]).parent.name)
 
 
+def arch_specific(records: tuple[dict[str, Any], ...], archs: ArchSet) -> ArchSet | None:
+    """The arch-specific variants of `archs` (12.0a for 12.0) when the build.ninja that stopped
+    the build compiles exactly those: a package that turns 12X into 12Xa itself (llama.cpp,
+    for Blackwell's FP4 instructions; natten for 9.0 and 10.0)."""
+    if not records or not archs.archs or any(a.ptx for a in archs.archs):
+        return None
+    try:
+        specific = ArchSet.parse([f"{a.capability}a" for a in archs.archs])
+    except ArchParseError:  # an arch before 9.0 has no arch-specific variant
+        return None
+    return specific if set(records[-1].get("sass", [])) == set(specific.sass) and \
+        not records[-1].get("ptx") else None
+
+
 def prebuild_outcome(guard: buildenv.Guard | None, log_path: Path,
-                      exc: CompileError) -> tuple[dict[str, Any], ...]:
+                     exc: CompileError, archs: ArchSet) -> tuple[dict[str, Any], ...]:
     """A build the pre-build check stopped: a mismatch becomes a VerifyError; a
     configure-only stop is a result; anything else re-raises the compile error."""
     text = log_path.read_text(errors="replace")
@@ -361,7 +363,11 @@ def prebuild_outcome(guard: buildenv.Guard | None, log_path: Path,
     mismatch = next((line for line in text.splitlines()
                      if "wheelsmith pre-build check:" in line), None)
     if mismatch is not None:
-        raise VerifyError(mismatch.strip().removeprefix("wheelsmith "), hint=IGNORES_ARCH_HINT,
+        specific = arch_specific(read_guard_report(guard), archs)
+        hint = (f"the package builds the arch-specific variant of each requested arch itself "
+                f"(it turns {archs} into {specific}): build it for {specific} (--arch "
+                f"'{specific}', or the recipe's arch.default)" if specific else IGNORES_ARCH_HINT)
+        raise VerifyError(mismatch.strip().removeprefix("wheelsmith "), hint=hint,
                           log_file=log_path) from exc
     configured = read_guard_report(guard)
     if guard is not None and guard.configure_only and "wheelsmith configure-only:" in text:

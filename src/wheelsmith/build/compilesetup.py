@@ -17,6 +17,7 @@ from typing import Any
 from wheelsmith import cmd, locations
 from wheelsmith.build import (
     buildenv,
+    cmakebuild,
     compilecache,
     compilefarm,
     parallel,
@@ -95,7 +96,7 @@ def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int
         compiler_env = cache.env(plan.toolchain, work)
     env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ,
                              guard=guard, compile_cache=compiler_env, launchers=launchers,
-                             source=source)
+                             source=source, cmake=cmakebuild.uses_cmake(source))
     return CompileSetup(view.env(env) if view else env, parallelism, guard, cache, farm, note,
                         view, source)
 

@@ -277,7 +277,8 @@ def toolchain_in(engine: Engine, image: str, profile: Profile) -> Toolchain:
     info = json.loads(result.stdout)
     return Toolchain(name=profile.name, python=Path(info["python_path"]),
                      python_version=info["python"], cuda_home=Path(info["cuda_home"]),
-                     torch_version=Version(info["torch"]), torch_cuda=Version(info["torch_cuda"]),
+                     torch_version=Version(info["torch"]) if info.get("torch") else None,
+                     torch_cuda=Version(info.get("torch_cuda") or str(profile.cuda)),
                      nvcc_version=Version(info["nvcc"]), cuobjdump=None,
                      pins=tuple(info["pins"]))
 

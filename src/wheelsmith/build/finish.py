@@ -5,6 +5,7 @@ there."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ from wheelsmith.toolchain import target
 from wheelsmith.toolchain.foreign import emulated_python
 from wheelsmith.toolchain.platform import pip_platforms
 from wheelsmith.toolchain.tools import auditwheel_for, cuobjdump_for
+from wheelsmith.toolchain.venv import STUBS
 from wheelsmith.wheelfile import WheelName, read_provenance
 
 log = logging.getLogger(__name__)
@@ -57,7 +59,9 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
         report.stage("smoke", f"import under qemu-user ({toolchain.platform}) against torch "
                               f"{toolchain.torch_version}")
         return Checked(inventory, smoke_emulated(plan, raw, work), platform.as_dict())
-    report.stage("smoke", "import against torch " + str(toolchain.torch_version))
+    report.stage("smoke", f"import against torch {toolchain.torch_version}"
+                          if toolchain.torch_version else "import against the toolchain's CUDA "
+                          "runtime (no torch)")
     smoke_output = smoke_in(plan, raw, [toolchain.python], [toolchain.python, "-m", "pip"],
                             work)
     if request.target is not None and request.target != toolchain.python:
@@ -73,7 +77,23 @@ def smoke_in(plan: BuildPlan, raw: Path, python: list[str | Path], pip: list[str
     return smoke_test(raw, python=python, pip=pip, cuda_home=plan.toolchain.cuda_home,
                       imports=plan.recipe.smoke_imports, gpu_code=plan.recipe.smoke_gpu,
                       archs=plan.archs, scratch=work / "smoke", log_path=log_path_of(work),
-                      sites=sites, install_options=options)
+                      sites=sites, install_options=options,
+                      libraries=() if plan.toolchain.torch_version else
+                      cuda_runtime_dirs(plan.toolchain.cuda_home),
+                      load_shared=plan.recipe.kind == "cuda")
+
+
+def cuda_runtime_dirs(cuda_home: Path) -> tuple[Path, ...]:
+    """Where a package that links no torch finds the CUDA libraries it was linked with (torch
+    loads its own): the toolchain's, and its driver stub where no driver is installed (a
+    build machine without a GPU imports it as on a machine whose GPU is missing)."""
+    stubs = cuda_home / "lib" / STUBS
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return (cuda_home / "lib", stubs) if (stubs / "libcuda.so.1").exists() else (
+            cuda_home / "lib",)
+    return (cuda_home / "lib",)
 
 
 def smoke_emulated(plan: BuildPlan, raw: Path, work: Path) -> str:

@@ -46,17 +46,20 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
     """Everything before fetching: recipe, archs, toolchain, pre-flight, known-bad, the plan
     and its content key. Cheap once the toolchain exists (nightly uses it to skip cells).
     `toolchain`: one resolved elsewhere (a container image's; its pre-flight runs in there)."""
-    recipe = resolve_recipe(request.recipe)
+    recipe = resolve_recipe(request.recipe, request.version)
     release = recipe.release(request.version)
     archs = archs_for(recipe, request.archs)
     buildenv.check_extra_env(request.env, buildenv.recipe_sets(recipe, release, archs))
     if toolchain is None:
         for_target = request.target is not None
         if request.toolchain or not for_target:
-            report.stage("toolchain", request.toolchain or "default profile")
+            report.stage("toolchain", request.toolchain or (
+                "default CUDA-only profile (the package links no torch)"
+                if recipe.kind == "cuda" else "default profile"))
         python = interpreter_for(request.python_version) if request.python_version \
             else request.python
         toolchain = resolve_toolchain(request.toolchain, python, for_target=for_target,
+                                      cuda_only=recipe.kind == "cuda",
                                       say=lambda chosen: report.stage("toolchain", chosen),
                                       machine=parse_platform(request.platform),
                                       compiles=recipe.kind != "pure")

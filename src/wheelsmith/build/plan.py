@@ -14,6 +14,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.version import Version
+
 from wheelsmith import locations
 from wheelsmith.arch import ArchSet
 from wheelsmith.build.request import Reporter
@@ -50,26 +52,32 @@ class BuildPlan:
         return hashlib.sha256(blob.encode()).hexdigest()
 
     def local_label(self) -> str:
-        """`cu.13.0.torch.2.14.sm.120`: numeric dotted segments, so versions sort right.
+        """`cu.13.0.torch.2.14.sm.120`: numeric dotted segments, so versions sort right;
+        `cu.13.0.sm.120` from a CUDA-only toolchain (a package that links no torch).
 
         Pure-Python wheels get `pure`: no toolchain in them, but a name of their own, so they
         never share a filename (with other bytes) with the upstream wheel on PyPI."""
         if self.recipe.kind == "pure":
             return "pure"
         cuda, torch = self.toolchain.torch_cuda, self.toolchain.torch_version
-        toolchain = f"cu.{cuda.major}.{cuda.minor}.torch.{torch.major}.{torch.minor}"
+        toolchain = f"cu.{cuda.major}.{cuda.minor}" + (
+            f".torch.{torch.major}.{torch.minor}" if torch is not None else "")
         return f"{toolchain}.{self.archs.label()}"
 
     def torch_requirement(self) -> str | None:
-        """`torch==2.14.*` for extensions (their ABI is that torch's); None for pure wheels."""
-        if self.recipe.kind == "pure":
-            return None
+        """`torch==2.14.*` for extensions (their ABI is that torch's); None for pure wheels
+        and for a CUDA-only toolchain's (they link no torch)."""
         torch = self.toolchain.torch_version
+        if self.recipe.kind == "pure" or torch is None:
+            return None
         return f"torch=={torch.major}.{torch.minor}.*"
 
     def slug(self) -> str:
         return f"{self.recipe.name}-{self.release.version}-{self.key[:12]}"
 
+
+
+NO_TORCH = Version("0")  # a CUDA-only toolchain's: known-bad rules on a torch range skip it
 
 
 def archs_for(recipe: Recipe, requested: ArchSet | None) -> ArchSet:
@@ -95,7 +103,7 @@ def check_known_bad(recipe: Recipe, release: Release, toolchain: Toolchain, arch
                      report: Reporter) -> None:
     rules = knownbad.load(locations.project_root() / knownbad.FILE)
     found = knownbad.matching(rules, recipe.name, release.version, nvcc=toolchain.nvcc_version,
-                              torch=toolchain.torch_version, archs=archs)
+                              torch=toolchain.torch_version or NO_TORCH, archs=archs)
     refused = [r for r in found if r.action == "refuse"]
     for rule in found:
         if rule.action == "warn":

@@ -37,10 +37,10 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from wheelsmith.build import parallel, sample
+from wheelsmith.build import ninjafile, parallel, sample
 
 MISMATCH = 86
-CONFIGURED = 87  # what an older launcher stopped a configure-only build with
+CONFIGURED = 87  # a configure-only CMake build, stopped after its generate step
 STOOD_IN = 0
 MISSING = 88
 SOURCE_CHECK = "wheelsmith source check: "
@@ -54,11 +54,6 @@ TIMINGS = "WHEELSMITH_OBJECT_SECONDS"  # a JSON file: an earlier run's seconds p
 _CODE_RE = re.compile(r"arch=compute_(\w+?),code=(\[[^\]]*\]|[\w,]+)")
 _ARCH_RE = re.compile(r"(?:^|\s)-arch[= ]sm_(\d+[af]?)(?=\s|$)")
 _ARCH_PTX_RE = re.compile(r"(?:^|\s)-arch[= ]compute_(\d+[af]?)(?=\s|$)")
-_UNIT_RE = re.compile(r"^build [^\n]+?: (cuda_compile|compile) ", re.MULTILINE)
-_OUTPUT_RE = re.compile(r"^build ((?:[^\s$:]|\$.)+): (?:cuda_compile|compile) ", re.MULTILINE)
-_INPUT_RE = re.compile(r"^build [^\n]+?: (?:cuda_compile|compile) ((?:[^\s$]|\$.)+)",
-                       re.MULTILINE)
-_NAME_RE = re.compile(r"-DTORCH_EXTENSION_NAME=(\w+)")
 _GIVEN_SPLIT_RE = re.compile(r"(?:^|\s)--?split-compile[= ](\d+)")
 PLAN_LINE = "wheelsmith plan: "
 RESUME_LINE = "wheelsmith resume: "
@@ -93,22 +88,13 @@ def gencode_targets(ninja_text: str) -> Targets:
     return Targets(frozenset(sass), frozenset(ptx))
 
 
-def extension_name(ninja_text: str) -> str | None:
-    """The extension a build.ninja compiles (torch writes one per extension, each into the
-    same build directory, with -DTORCH_EXTENSION_NAME=NAME in its flags)."""
-    match = _NAME_RE.search(ninja_text)
-    return match[1] if match else None
-
-
-def count_units(ninja_text: str) -> tuple[int, int]:
-    """CUDA and C++ translation units of a build.ninja."""
-    rules = [match[1] for match in _UNIT_RE.finditer(ninja_text)]
-    return rules.count("cuda_compile"), rules.count("compile")
+extension_name = ninjafile.extension_name
+count_units = ninjafile.count_units
 
 
 def missing_sources(ninja_text: str, directory: Path) -> list[str]:
     """The compile inputs of a build.ninja that do not exist (relative to its directory)."""
-    inputs = [re.sub(r"\$(.)", r"\1", match[1]) for match in _INPUT_RE.finditer(ninja_text)]
+    inputs = [unit.source for unit in ninjafile.units(ninja_text)]
     return [name for name in dict.fromkeys(inputs) if not (directory / name).exists()]
 
 
@@ -133,7 +119,7 @@ def apply_parallelism(ninja_text: str, environ: MutableMapping[str, str]) -> str
 
 def _split_into_flags(ninja_text: str, environ: MutableMapping[str, str]) -> str | None:
     chosen = environ.get(parallel.PLAN_ENV)
-    if not chosen or "rule cuda_compile" not in ninja_text:
+    if not chosen or not ninjafile.has_cuda(ninja_text):
         return None
     plan = parallel.refine(parallel.Parallelism.from_json(chosen), *count_units(ninja_text))
     given = given_split(environ)
@@ -161,10 +147,18 @@ def _expected(var: str) -> frozenset[str]:
     return frozenset(v for v in os.environ.get(var, "").split(",") if v)
 
 
+def _builds(argv: list[str], ninja_file: Path) -> bool:
+    """Whether ninja is asked to build from `ninja_file`: not `--version`, not a tool (CMake
+    runs `-t recompact` and `-t restat` at its generate step), not one of CMake's configure
+    checks."""
+    return "--version" not in argv and not any(a.startswith("-t") for a in argv) and \
+        ninja_file.is_file() and not ninjafile.try_compile(ninja_file)
+
+
 def check(argv: list[str]) -> int | None:
     """Exit code to stop with, or None to hand over to the real ninja."""
     ninja_file = _ninja_file(argv)
-    if "--version" in argv or not ninja_file.is_file():
+    if not _builds(argv, ninja_file):
         return None
     text = ninja_file.read_text(errors="replace")
     missing = missing_sources(text, ninja_file.parent)
@@ -174,7 +168,7 @@ def check(argv: list[str]) -> int | None:
                          "stopping before compiling\n")
         return MISSING
     configure_only = bool(os.environ.get(CONFIGURE_ONLY))
-    if "rule cuda_compile" not in text and not configure_only:
+    if not ninjafile.has_cuda(text) and not configure_only:
         return None  # no CUDA sources in this extension
     found = gencode_targets(text)
     wanted = Targets(_expected(EXPECT_SASS), _expected(EXPECT_PTX))
@@ -182,14 +176,16 @@ def check(argv: list[str]) -> int | None:
         if configure_only and os.environ.get(sample.SAMPLE) else ()
     if os.environ.get(REPORT):  # a C++-only one (configure-only) too: cuda_units 0
         cuda, cxx = count_units(text)
+        hosts = ninjafile.host_libraries(text) if cuda and ninjafile.from_cmake(text) else []
         with Path(os.environ[REPORT]).open("a") as report:
             report.write(json.dumps({"build_ninja": str(ninja_file.resolve()),
                                      "extension": extension_name(text),
                                      **found.as_dict(), "cuda_units": cuda,
-                                     "cxx_units": cxx, "samples": [
+                                     "cxx_units": cxx, **({"host_libraries": hosts}
+                                                          if hosts else {}), "samples": [
                                          s.as_dict(ninja_file.parent.resolve())
                                          for s in samples]}) + "\n")
-    if "rule cuda_compile" in text and found != wanted:
+    if ninjafile.has_cuda(text) and found != wanted:
         sys.stderr.write(
             f"wheelsmith pre-build check: {ninja_file.resolve()} compiles SASS "
             f"{', '.join(sorted(found.sass)) or '-'} and PTX {', '.join(sorted(found.ptx)) or '-'}"
@@ -200,13 +196,17 @@ def check(argv: list[str]) -> int | None:
 
 
 def configured(text: str, ninja_file: Path, argv: list[str], found: Targets,
-               samples: tuple[sample.Unit, ...]) -> int:
-    """A configure-only build's extension: said, its samples compiled, the rest stood in."""
+               samples: tuple[ninjafile.Unit, ...]) -> int:
+    """A configure-only build's extension: said, its samples compiled, the rest stood in
+    (torch's); CMake's build stops here, after its generate step (CONFIGURED: one build.ninja
+    holds the whole project, and its link steps could not take stand-ins)."""
     sys.stderr.write(f"wheelsmith configure-only: {ninja_file.resolve()} "
                      f"({extension_name(text) or '?'}) targets "
                      f"{', '.join(sorted(found.sass)) or 'no CUDA'}; not compiled\n")
     if samples and sample.compile_sample(os.environ[REAL_NINJA], argv, ninja_file, samples):
         return sample.FAILED
+    if ninjafile.from_cmake(text):
+        return CONFIGURED
     stand_in(text, ninja_file.parent)
     return STOOD_IN
 
@@ -214,8 +214,8 @@ def configured(text: str, ninja_file: Path, argv: list[str], found: Targets,
 def stand_in(ninja_text: str, directory: Path) -> None:
     """Empty files in place of a configure-only build's objects: the linker takes them, so
     setup.py goes on to its next extension's build.ninja and nothing is compiled."""
-    for match in _OUTPUT_RE.finditer(ninja_text):
-        output = directory / re.sub(r"\$(.)", r"\1", match[1])
+    for unit in ninjafile.units(ninja_text):
+        output = directory / unit.output
         output.parent.mkdir(parents=True, exist_ok=True)
         output.touch()
 
@@ -240,9 +240,8 @@ def longest_first(ninja_text: str, build_dir: str, seconds: Mapping[str, float]
     statements = _statements(ninja_text)
 
     def name(statement: str) -> str | None:
-        match = _OUTPUT_RE.match(statement)
-        return None if match is None else re.sub(r"\$(.)", r"\1", match[1]).split(
-            f"/{build_dir}/", 1)[-1]
+        output = ninjafile.output_of(statement)
+        return None if output is None else output.split(f"/{build_dir}/", 1)[-1]
 
     compiles = [(i, name(st)) for i, st in enumerate(statements) if name(st) is not None]
     ordered = sorted(compiles, key=lambda item: (item[1] in seconds,
@@ -308,6 +307,25 @@ def already_built(real: str, argv: list[str], ninja_file: Path) -> str | None:
     return f"{done}/{total} objects already built" if 0 < done <= total else None
 
 
+def planned_jobs(argv: list[str], ninja_text: str, environ: Mapping[str, str]) -> list[str]:
+    """CMake's build runs ninja with the package's own job count (natten: a quarter of the
+    cores; scikit-build-core: none, so ninja's cores + 2): it gets the plan's MAX_JOBS instead,
+    as torch's build passes it. torch's own command line is left as it is."""
+    jobs = environ.get("MAX_JOBS", "")
+    if not ninjafile.from_cmake(ninja_text) or not jobs.isdigit():
+        return argv
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "-j":
+            skip = True
+        elif not re.fullmatch(r"-j\d+", arg):
+            kept.append(arg)
+    return ["-j", jobs, *kept]
+
+
 def _say(prefix: str, line: str | None) -> None:
     if line is not None:
         sys.stderr.write(prefix + line + "\n")
@@ -321,8 +339,9 @@ def main() -> None:
         sys.exit(code)
     ninja_file = _ninja_file(argv)
     real = os.environ[REAL_NINJA]
-    if "--version" not in argv and ninja_file.is_file():
+    if _builds(argv, ninja_file):
         text = ninja_file.read_text(errors="replace")
+        argv = planned_jobs(argv, text, os.environ)
         plan = "; ".join(filter(None, [apply_parallelism(text, os.environ),
                                        order_by_earlier_run(ninja_file, os.environ)]))
         _say(PLAN_LINE, plan and f"{extension_name(text) or ninja_file.resolve().parent.name}: "

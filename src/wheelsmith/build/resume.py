@@ -25,12 +25,11 @@ import glob
 import json
 import logging
 import os
-import re
 import shutil
 import time
 from pathlib import Path
 
-from wheelsmith.build import reproducible
+from wheelsmith.build import ninjafile, reproducible
 from wheelsmith.files import atomic_write_text, exclusive_lock
 
 log = logging.getLogger(__name__)
@@ -39,7 +38,6 @@ MARKER = "wheelsmith-prepared.json"  # written into <work>/src once fetched and 
 KEEP_DAYS_ENV = "WHEELSMITH_KEEP_PARTIAL_DAYS"
 KEEP_DAYS = 14.0
 TIMINGS_FILE = "earlier-object-seconds.json"  # an earlier run's seconds per object
-_COMPILE_OUTPUT_RE = re.compile(r"^build (\S+): (?:cuda_)?compile ", re.MULTILINE)
 
 
 class _Busy(Exception):
@@ -74,7 +72,7 @@ def progress(work: Path) -> tuple[int, int] | None:
     None when it has no build.ninja yet (stopped before compiling)."""
     done = total = 0
     for ninja_file in sorted(source_dir(work).glob("*/build/*/build.ninja")):
-        outputs = _COMPILE_OUTPUT_RE.findall(ninja_file.read_text(errors="replace"))
+        outputs = _compiled(ninja_file)
         finished = _logged_outputs(ninja_file.parent / ".ninja_log")
         total += len(outputs)
         done += sum(output in finished for output in outputs)
@@ -98,8 +96,7 @@ def object_seconds(source: Path) -> dict[str, float]:
     tree, not the work dir: a container build's tree is the host's, mounted outside its work."""
     seconds: dict[str, float] = {}
     for log_file in sorted(source.glob("build/*/.ninja_log")):
-        outputs = set(_COMPILE_OUTPUT_RE.findall(
-            (log_file.parent / "build.ninja").read_text(errors="replace")))
+        outputs = set(_compiled(log_file.parent / "build.ninja"))
         for line in log_file.read_text(errors="replace").splitlines():
             fields = line.split("\t")
             if len(fields) == 5 and fields[3] in outputs:
@@ -121,6 +118,13 @@ def earlier_object_seconds(work: Path) -> dict[str, float]:
         if seconds:
             return {str(name): float(value) for name, value in seconds.items()}
     return {}
+
+
+def _compiled(ninja_file: Path) -> list[str]:
+    """The objects a build.ninja compiles (torch's or CMake's), as ninja's log names them."""
+    if not ninja_file.is_file():
+        return []
+    return [unit.output for unit in ninjafile.units(ninja_file.read_text(errors="replace"))]
 
 
 def _logged_outputs(log_file: Path) -> set[str]:

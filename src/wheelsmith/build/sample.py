@@ -22,45 +22,26 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from wheelsmith.build.diagnose import first_error
+from wheelsmith.build.ninjafile import CUDA, HOST, Unit, units
+from wheelsmith.build.plan import BuildPlan
+from wheelsmith.build.verify import check as check_device_code
+from wheelsmith.inventory import DeviceCode, read_device_code
+from wheelsmith.toolchain.tools import cuobjdump_for
 
 SAMPLE = "WHEELSMITH_SAMPLE_COMPILE"
 FAILED = 89
 STARTED_LINE = "wheelsmith sample compile: "
 FAILED_LINE = "wheelsmith sample compile failed: "
-RULES = ("compile", "cuda_compile")  # torch's host and CUDA compile rules
+RULES = (HOST, CUDA)  # a host and a CUDA object, whichever generator wrote build.ninja
 MAX_HEADERS = 2000  # a bound on the include walk of one source
 
-_STATEMENT_RE = re.compile(r"^build ((?:[^\s$:]|\$.)+): (cuda_compile|compile) ((?:[^\s$]|\$.)+)",
-                           re.MULTILINE)
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 _FAILED_RE = re.compile(r"^FAILED: (?:\[code=\d+\] )?(\S+)", re.MULTILINE)  # ninja 1.11, 1.12+
 _INCLUDE_DIR_RE = re.compile(r"(?:^|\s)-I\s*(\S+)")
-
-
-@dataclass(frozen=True, slots=True)
-class Unit:
-    """One compile statement of a build.ninja."""
-
-    output: str  # the object, as build.ninja names it (its escapes undone)
-    source: str
-    rule: str  # compile (host C++) | cuda_compile
-
-    def as_dict(self, build_dir: Path) -> dict[str, str]:
-        return {"object": self.output.split(f"/{build_dir.name}/", 1)[-1],
-                "path": str(build_dir / self.output), "source": self.source, "rule": self.rule}
-
-
-def _unescape(text: str) -> str:
-    return re.sub(r"\$(.)", r"\1", text)
-
-
-def units(ninja_text: str) -> list[Unit]:
-    return [Unit(_unescape(m[1]), _unescape(m[3]), m[2])
-            for m in _STATEMENT_RE.finditer(ninja_text)]
 
 
 def include_dirs(ninja_text: str) -> list[Path]:
@@ -131,3 +112,28 @@ def compile_sample(real_ninja: str, argv: list[str], ninja_file: Path,
     where = failed.as_dict(ninja_file.parent.resolve())["object"]
     sys.stderr.write(f"{FAILED_LINE}{where} ({failed.source}): {error}\n")
     return FAILED
+
+
+def device_code_checked(records: tuple[dict[str, Any], ...], plan: BuildPlan, python: Path,
+                        what: str) -> tuple[dict[str, Any], ...]:
+    """The check's records with each CUDA sample's device code, which must be exactly the
+    requested archs (the gate every wheel passes, on the sample objects)."""
+    cuobjdump = cuobjdump_for(plan.toolchain, python)
+    codes: list[DeviceCode] = []
+
+    def read(unit: dict[str, Any]) -> dict[str, Any]:
+        if unit["rule"] != "cuda_compile":
+            return unit
+        codes.append(read_device_code(Path(unit["path"]), cuobjdump, unit["object"]))
+        return {**unit, "sass": sorted(codes[-1].sass), "ptx": sorted(codes[-1].ptx)}
+
+    done = tuple({**r, "samples": [read(u) for u in r.get("samples", [])]} for r in records)
+    if codes:
+        check_device_code(f"the sample compile of {what}", codes, plan.archs)
+    return done
+
+
+def sampled_text(record: dict[str, Any]) -> str:
+    """`, compiled a.o and b.o` for an extension whose sample compiled (build --check)."""
+    names = [Path(unit["object"]).name for unit in record.get("samples", [])]
+    return f", compiled {' and '.join(names)}" if names else ""

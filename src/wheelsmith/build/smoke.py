@@ -18,6 +18,7 @@ from pathlib import Path
 from wheelsmith import cmd, locations
 from wheelsmith.arch import ArchSet
 from wheelsmith.errors import VerifyError
+from wheelsmith.inventory import is_shared_object
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +28,15 @@ SMOKE_SCRIPT = locations.RESOURCES / "smoke_check.py"
 def smoke_test(wheel: Path, *, python: Sequence[str | Path], pip: Sequence[str | Path],
                cuda_home: Path, imports: tuple[str, ...], gpu_code: str | None, archs: ArchSet,
                scratch: Path, log_path: Path, sites: tuple[Path, ...] = (),
-               install_options: tuple[str, ...] = ()) -> str:
+               install_options: tuple[str, ...] = (), libraries: tuple[Path, ...] = (),
+               load_shared: bool = False) -> str:
     """Install `wheel` into `scratch` with `pip` (a pip that installs for `python`: the
     command that runs it, qemu-user's for another CPU) and import `imports` with `python`,
     `sites` (another CPU's torch) on its path too, and pip told that CPU's tags
-    (`install_options`); return the test's output."""
+    (`install_options`); return the test's output. `libraries`: where the CUDA runtime a
+    package without torch loads is found (torch loads its own). `load_shared`: every shared
+    object of the wheel is loaded too (dlopen, every symbol bound: what an import of a ctypes
+    package does, whose Python side needs runtime dependencies the toolchain lacks)."""
     if scratch.exists():
         shutil.rmtree(scratch)
     target = scratch / "site"
@@ -40,11 +45,17 @@ def smoke_test(wheel: Path, *, python: Sequence[str | Path], pip: Sequence[str |
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (target, *sites))),
                PYTHONNOUSERSITE="1",
                PIP_CONFIG_FILE=os.devnull, CUDA_HOME=str(cuda_home))
+    if libraries:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            [*map(str, libraries), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])])
     with log_path.open("a", encoding="utf-8") as log_file:
         cmd.run([*pip, "install", "--no-deps", "--no-index", *install_options, "--target",
                  target, wheel],
                 env=env, log_file=log_file, stream=False,
                 what="pip install of the wheel for the smoke test", error=VerifyError)
+        if load_shared:
+            spec["load"] = sorted(str(path.relative_to(scratch)) for path in target.rglob("*")
+                                  if path.is_file() and is_shared_object(path.name))
         result = cmd.run([*python, SMOKE_SCRIPT, json.dumps(spec)], cwd=scratch,
                          env=env, log_file=log_file, log_path=log_path,
                          what=f"the smoke test of {wheel.name}", error=VerifyError)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from packaging.version import Version
 
 from wheelsmith.arch import ArchSet
 from wheelsmith.build import compilesetup, finish
@@ -318,16 +319,21 @@ def _verify_rebuild(wheels: tuple[Path, ...], work_dir: Path, runner: str,
 @recipes_option
 @json_option
 def list_recipes(as_json: bool) -> None:
-    """List the recipes by repository (first match wins), with the ones shadowed there."""
+    """List the recipes by repository (first match wins), with the ones shadowed there; a
+    recipe of a name an earlier repository has lists the versions it still adds."""
     rows: list[dict[str, Any]] = []
+    listed: dict[str, set[Version]] = {}  # versions an earlier repository's recipe has
     for entry in repos.entries():
         recipe = load_recipe(entry.file, display(entry.file))
-        rows.append({"name": recipe.name, "versions": [r.version for r in recipe.releases],
+        earlier = listed.setdefault(recipe.name, set())
+        own = [r.version for r in recipe.releases if Version(r.version) not in earlier]
+        earlier.update(Version(r.version) for r in recipe.releases)
+        rows.append({"name": recipe.name, "versions": own or [r.version for r in recipe.releases],
                      "default_archs": None if recipe.kind == "pure" else str(recipe.arch.default),
                      "summary": recipe.summary,
                      "file": str(entry.file), "repository": str(entry.repo.root),
                      "origin": entry.repo.origin, "shadowed_by": None if entry.shadowed_by
-                     is None else str(entry.shadowed_by.root)})
+                     is None or own else str(entry.shadowed_by.root)})
     if as_json:
         emit_json(rows)
         return

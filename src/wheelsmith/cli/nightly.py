@@ -33,7 +33,7 @@ from wheelsmith.fleet import matrix, nightly, outdated, report
 from wheelsmith.index import upload
 from wheelsmith.recipes import repos
 from wheelsmith.recipes.model import load_recipe
-from wheelsmith.toolchain.profile import default_profile_name, load_profiles
+from wheelsmith.toolchain.profile import default_profile_name, load_profiles, torch_profiles
 
 matrix_option = click.option("--matrix", "matrix_file", type=click.Path(path_type=Path),
                              help="The matrix file (default: matrix.yaml next to recipes/).")
@@ -158,7 +158,7 @@ def outdated_command(as_json: bool) -> None:
         if found:
             rows.append({"kind": "recipe", "name": recipe.name, "current": found.current,
                          "newer": list(found.newer)})
-    newest_torch = max(p.torch for p in load_profiles(locations.profile_dirs()))
+    newest_torch = max(p.torch for p in torch_profiles(load_profiles(locations.profile_dirs())))
     torch = outdated.newer_than("torch", newest_torch)
     if torch:
         rows.append({"kind": "toolchain", "name": "torch", "current": torch.current,

@@ -12,7 +12,7 @@ from packaging.utils import canonicalize_name
 from wheelsmith.cli._common import display, emit_json, json_option, main, writable
 from wheelsmith.errors import UsageError, WheelsmithError
 from wheelsmith.recipes import repos
-from wheelsmith.scaffold import check, patches, render, sdist, setup_py
+from wheelsmith.scaffold import check, cmake, patches, rebase, render, sdist, setup_py
 
 
 @main.group("recipe")
@@ -48,13 +48,21 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
     destination = _destination(repo)
     writable(("--recipes", destination))
     chosen = sdist.choose_sdist(name, version)
+    base = rebase.shipped_base(name, chosen.version)
     with tempfile.TemporaryDirectory(prefix="wheelsmith-recipe-new-") as work:
         tree = sdist.unpacked(chosen, Path(work) / "sdist")
-        setup = setup_py.read_setup(tree)
-        found = render.Findings(chosen, sdist.read_metadata(tree), setup, patches.written(
-            tree, setup, cxx20=check.torch_needs_cxx20()))
+        setup = setup_py.read_setup(tree)  # the findings name the sdist's own lines
+        side = cmake.read_cmake(tree)
+        carried = rebase.carry(base.release, tree) if base is not None else ()
+        kept = rebase.renumbered(carried)
+        made = patches.written(tree, setup_py.read_setup(tree) if kept else setup,
+                               cxx20=check.torch_needs_cxx20(), after=kept,
+                               cmake_torch=bool(side and side.cuda_at and side.links_torch))
+        found = render.Findings(chosen, sdist.read_metadata(tree), setup, kept + made,
+                                base=base, carried=carried, cmake=side)
         files = render.write(found, destination)
-        checked = check.sample_check(chosen, destination) if configure else None
+        checked = check.sample_check(chosen, destination, cuda_only=found.kind == "cuda") \
+            if configure else None
         if checked is not None:  # its findings go into the recipe too
             found = dataclasses.replace(found, checked=checked)
             render.rewrite(found, destination)
@@ -64,7 +72,7 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
         emit_json({"recipe": str(files[0]), "patches": [str(f) for f in files[1:]],
                    "sdist": chosen.filename, "sha256": chosen.sha256,
                    "env": {var: value for var, value, _ in found.env},
-                   "gencode": list(setup.gencode), "kind": "pure" if found.pure else "extension",
+                   "gencode": list(setup.gencode), "kind": found.kind,
                    "extensions": [e.name for e in setup.extensions],
                    "host_only": list(found.host_only), "missing": list(setup.missing),
                    "patches_written": [p.file for p in found.written],

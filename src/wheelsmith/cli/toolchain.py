@@ -15,7 +15,7 @@ from wheelsmith.cli import console
 from wheelsmith.cli._common import display, emit_json, json_option, main, writable
 from wheelsmith.errors import UsageError
 from wheelsmith.toolchain import resolve, select
-from wheelsmith.toolchain.profile import default_profile_name, load_profiles
+from wheelsmith.toolchain.profile import SYSTEM, default_profile_name, load_profiles
 from wheelsmith.toolchain.venv import MARKER, venv_root
 
 
@@ -33,7 +33,7 @@ def toolchain_list(as_json: bool) -> None:
     rows = []
     for profile in load_profiles(directories):
         venv = venv_root(profile, version, locations.cache_dir())
-        rows.append({"name": profile.name, "torch": str(profile.torch),
+        rows.append({"name": profile.name, "torch": str(profile.torch_pin or "-"),
                      "cuda": str(profile.cuda), "key": profile.key(version),
                      "venv": str(venv) if (venv / MARKER).is_file() else None})
     if as_json:
@@ -54,7 +54,9 @@ def toolchain_ensure(profile: str | None, python: Path) -> None:
     """Create the profile's venv if needed (used by the Dockerfile); print its identity."""
     if not locations.cache_dir().is_dir():  # a read-only cache that holds the venv is fine
         writable()  # (the image's, for a build container's user)
-    toolchain = select.resolve_toolchain(profile, python)
+    cuda_only = profile is not None and profile != SYSTEM and \
+        select.profile_named(profile).cuda_only
+    toolchain = select.resolve_toolchain(profile, python, cuda_only=cuda_only)
     click.echo(json.dumps({**toolchain.identity(), "python_path": str(toolchain.python),
                            "cuda_home": str(toolchain.cuda_home)}, indent=2))
 

@@ -59,16 +59,27 @@ class PatchRef:
     description: str
 
 
+CMAKE_ARGS = "CMAKE_ARGS"  # scikit-build's and scikit-build-core's options for CMake
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ArchPolicy:
     env: str
-    format: Literal["torch", "numbers"]
+    format: Literal["torch", "numbers", "cmake"]
     default: ArchSet
     min_cuda: tuple[tuple[str, Version], ...]
     supported: ArchSet | None = None  # None: whatever torch and nvcc accept
 
     def render(self, archs: ArchSet) -> str:
-        return archs.torch_arch_list() if self.format == "torch" else archs.numbers_list()
+        """The value of `env`: `9.0;12.0+PTX` (torch), `90;120` (numbers), or CMake's
+        CMAKE_CUDA_ARCHITECTURES list `90a-real;120` (cmake: `-real` is SASS alone, a bare
+        number SASS and PTX), as a CMake option where `env` is CMAKE_ARGS."""
+        if self.format == "torch":
+            return archs.torch_arch_list()
+        if self.format == "numbers":
+            return archs.numbers_list()
+        listed = ";".join(a.code if a.ptx else f"{a.code}-real" for a in archs.archs)
+        return f"-DCMAKE_CUDA_ARCHITECTURES={listed}" if self.env == CMAKE_ARGS else listed
 
     def unsupported(self, archs: ArchSet) -> list[str]:
         """Requested archs (with +PTX where asked) the package cannot be told to build."""
@@ -89,7 +100,7 @@ class Release:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Recipe:
     name: str
-    kind: Literal["extension", "pure"]
+    kind: Literal["extension", "pure", "cuda"]  # cuda: CUDA code that links no torch
     file: Path
     summary: str
     homepage: str
@@ -97,6 +108,7 @@ class Recipe:
     env: tuple[tuple[str, str], ...]
     memory_per_job_gb: float
     host_only: tuple[str, ...]
+    build_dir_env: str | None  # the variable the package takes its CMake build directory from
     smoke_imports: tuple[str, ...]
     smoke_gpu: str | None
     releases: tuple[Release, ...]
@@ -158,6 +170,7 @@ def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
         env=tuple(sorted(build.get("env", {}).items())),
         memory_per_job_gb=float(build.get("memory_per_job_gb", 3.0)),
         host_only=tuple(build.get("host_only", [])),
+        build_dir_env=build.get("build_dir_env"),
         smoke_imports=tuple(smoke.get("import", [])),
         smoke_gpu=smoke.get("gpu"),
         releases=releases,
@@ -310,6 +323,7 @@ def canonical(recipe: Recipe, release: Release) -> dict[str, Any]:
         "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],
         "arch": {"env": recipe.arch.env, "format": recipe.arch.format},
         "env": dict(recipe.env) | dict(release.env),
+        **({"build_dir_env": recipe.build_dir_env} if recipe.build_dir_env else {}),
     }
 
 

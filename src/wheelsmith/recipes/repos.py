@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from wheelsmith import locations
 from wheelsmith.errors import UsageError
@@ -108,9 +109,9 @@ def entries() -> list[Entry]:
     return result
 
 
-def find(name: str) -> Entry:
-    """The recipe called `name`: the first repository's; a shadowed one is named in a
-    warning."""
+def _matches(name: str) -> list[Entry]:
+    """Every recipe file of `name`, in search order; none is an error naming every repository
+    searched."""
     wanted = canonicalize_name(name)
     matches = [e for e in entries() if e.name == wanted]
     if not matches:
@@ -119,10 +120,12 @@ def find(name: str) -> Entry:
         raise UsageError(f"no recipe named '{name}' in {searched}",
                          hint=f"recipes there: {known}; write one with: wheelsmith recipe new "
                               f"{name} --recipes DIR")
-    for shadowed in matches[1:]:
-        log.warning("warning: %s shadows %s (the first repository wins; remove one of them to "
-                    "use the other)", matches[0].file, shadowed.file)
-    return matches[0]
+    return matches
+
+
+def find(name: str) -> Entry:
+    """The recipe file called `name` in the first repository that has one."""
+    return _matches(name)[0]
 
 
 def recipe_file(name: str) -> Path:
@@ -131,12 +134,33 @@ def recipe_file(name: str) -> Path:
 
 
 def in_use() -> list[Entry]:
-    """The recipes a build would use: one per name."""
+    """The first recipe file of each name (a later one may still add versions: resolve_recipe)."""
     return [e for e in entries() if e.shadowed_by is None]
 
 
-
-def resolve_recipe(name: str) -> Recipe:
-    """The recipe called `name` from the first recipe repository that has one."""
-    return load_recipe(find(name).file)
-
+def resolve_recipe(name: str, version: str | None = None) -> Recipe:
+    """The recipe that builds `name` (at `version`). A user recipe adds versions to a later
+    repository's recipe of the same name (the shipped one) instead of hiding it: `version` is
+    taken from the first repository whose recipe lists it, and without a version the recipe
+    holding the newest one is used (the first on a tie). A version two repositories list is
+    the first one's; the other is named in a warning."""
+    recipes = [load_recipe(e.file) for e in _matches(name)]
+    if version is None:
+        newest = max(Version(r.latest.version) for r in recipes)
+        chosen = next(r for r in recipes if Version(r.latest.version) == newest)
+        wanted = newest
+    else:
+        wanted = Version(version)
+        holding = [r for r in recipes if any(Version(x.version) == wanted for x in r.releases)]
+        if not holding:
+            known = ", ".join(f"{r.file}: {', '.join(x.version for x in r.releases)}"
+                              for r in recipes)
+            raise UsageError(f"recipe {recipes[0].name} has no version {version}",
+                             hint=f"versions in {known}")
+        chosen = holding[0]
+    for later in recipes[recipes.index(chosen) + 1:]:
+        if any(Version(x.version) == wanted for x in later.releases):
+            log.warning("warning: %s shadows %s for version %s (the first repository wins; "
+                        "remove it from one of them to use the other)", chosen.file,
+                        later.file, wanted)
+    return chosen

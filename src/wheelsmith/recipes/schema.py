@@ -28,9 +28,11 @@ RECIPE_SCHEMA: dict[str, Any] = {
     "required": ["package", "versions"],
     "properties": {
         "package": {"type": "string", "description": "the distribution name on PyPI"},
-        "kind": {"type": "string", "enum": ["extension", "pure"],
-                 "description": "extension (default): CUDA code, verified per arch; pure: a "
-                 "pure-Python wheel with no device code, labelled +pure"},
+        "kind": {"type": "string", "enum": ["extension", "pure", "cuda"],
+                 "description": "extension (default): a torch CUDA extension, verified per "
+                 "arch; cuda: CUDA code that links no torch (llama-cpp-python), built with the "
+                 "CUDA-only profile: labelled +cu.13.0.sm..., no torch pin; pure: a pure-Python "
+                 "wheel with no device code, labelled +pure"},
         "summary": {"type": "string", "description": "one line shown by `wheelsmith recipes`"},
         "homepage": {"type": "string"},
         "arch": {
@@ -40,8 +42,10 @@ RECIPE_SCHEMA: dict[str, Any] = {
             "properties": {
                 "env": {"type": "string", "description": "variable the package reads "
                         "(default TORCH_CUDA_ARCH_LIST; TORCH_CUDA_ARCH_LIST is always set too)"},
-                "format": {"type": "string", "enum": ["torch", "numbers"],
-                           "description": "torch: '9.0;12.0+PTX'; numbers: '90;120'"},
+                "format": {"type": "string", "enum": ["torch", "numbers", "cmake"],
+                           "description": "torch: '9.0;12.0+PTX'; numbers: '90;120'; cmake: "
+                           "CMAKE_CUDA_ARCHITECTURES '90a-real;120' (-real: SASS alone), as "
+                           "-DCMAKE_CUDA_ARCHITECTURES=... where env is CMAKE_ARGS"},
                 "default": {"type": "array", "minItems": 1, "items": {"type": "string"},
                             "description": "archs built when --arch is not given"},
                 "supported": {"type": "array", "minItems": 1, "items": {"type": "string"},
@@ -61,6 +65,10 @@ RECIPE_SCHEMA: dict[str, Any] = {
                                       "compile job; bounds MAX_JOBS"},
                 "host_only": {"type": "array", "items": {"type": "string"},
                               "description": "globs of .so files that carry no device code"},
+                "build_dir_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+                                  "description": "the variable the package reads its CMake "
+                                  "build directory from (e.g. NATTEN_BUILD_DIR); wheelsmith "
+                                  "sets it to build/cmake in the source tree"},
             },
         },
         "smoke": {

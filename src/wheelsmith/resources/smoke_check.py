@@ -2,6 +2,7 @@
 wheel was built for) run the recipe's tiny GPU op. Argument: a JSON spec from smoke.py.
 """
 
+import ctypes
 import importlib
 import json
 import sys
@@ -9,16 +10,42 @@ import warnings
 
 warnings.simplefilter("ignore")
 spec = json.loads(sys.argv[1])
-import torch  # noqa: E402 - load libtorch first, as the package's own __init__ would
+try:
+    import torch  # load libtorch first, as the package's own __init__ would
+except ImportError:  # a CUDA-only toolchain's package links no torch
+    torch = None
+
+
+def capability() -> "tuple[int, int] | None":
+    """The first GPU's (major, minor): torch's answer, else the driver's; None without one."""
+    if torch is not None:
+        return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    count, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    if driver.cuInit(0) or driver.cuDeviceGetCount(ctypes.byref(count)) or not count.value:
+        return None
+    # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR (75) and _MINOR (76) of device 0
+    if driver.cuDeviceGetAttribute(ctypes.byref(major), 75, 0) or \
+            driver.cuDeviceGetAttribute(ctypes.byref(minor), 76, 0):
+        return None
+    return major.value, minor.value
+
 
 for module in spec["imports"]:
     importlib.import_module(module)
     print("imported", module)
+for library in spec.get("load", []):  # every symbol bound now (ctypes' dlopen is RTLD_NOW)
+    ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+    print("loaded", library)
 if spec["gpu"]:
-    if not torch.cuda.is_available():
+    found = capability()
+    if found is None:
         print("gpu op: skipped (no GPU)")
     else:
-        major, minor = torch.cuda.get_device_capability()
+        major, minor = found
         if [major, minor] not in spec["sass"]:
             print(f"gpu op: skipped (GPU is sm_{major}{minor}, the wheel is for {spec['archs']})")
         else:

@@ -11,6 +11,7 @@ its release."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -22,14 +23,16 @@ from typing import Any
 from packaging.version import Version
 
 from wheelsmith import locations
+from wheelsmith.arch import ArchSet
 from wheelsmith.build import orchestrate
-from wheelsmith.build.compile import configured_name, sampled_text
-from wheelsmith.build.request import BuildRequest
-from wheelsmith.errors import WheelsmithError
+from wheelsmith.build.compile import arch_specific, configured_name
+from wheelsmith.build.request import BuildRequest, BuildResult
+from wheelsmith.build.sample import sampled_text
+from wheelsmith.errors import VerifyError, WheelsmithError
 from wheelsmith.recipes import repos
 from wheelsmith.scaffold.sdist import Sdist
 from wheelsmith.toolchain import select
-from wheelsmith.toolchain.profile import Profile
+from wheelsmith.toolchain.profile import Profile, default_cuda_only_name
 from wheelsmith.toolchain.venv import MARKER, venv_root
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,7 @@ class Checked:
     line: str  # the outcome in one line
     host_modules: tuple[str, ...] = ()  # the extensions whose build.ninja has only C++ rules
     error: WheelsmithError | None = None  # why the check failed
+    archs: str | None = None  # the arch-specific default the package builds (12.0a), if so
 
 
 def _venv(profile: Profile) -> Path | None:
@@ -55,6 +59,8 @@ def torch_needs_cxx20(profile: Profile | None = None) -> bool:
     """Whether the (default) profile's torch refuses a C++ standard older than 20: its
     ATen.h's `__cplusplus` floor where the venv is made here, else its release."""
     profile = profile or select.profile_named(None)
+    if profile.cuda_only:
+        return False  # no torch headers to compile against
     venv = _venv(profile)
     header = next(venv.glob("lib/python*/site-packages/torch/include/ATen/ATen.h"), None) \
         if venv else None
@@ -64,24 +70,53 @@ def torch_needs_cxx20(profile: Profile | None = None) -> bool:
     return profile.torch.release[:2] >= CXX20_TORCH.release
 
 
-def sample_check(sdist: Sdist, repo: Path) -> Checked | None:
+def sample_check(sdist: Sdist, repo: Path, *, cuda_only: bool = False) -> Checked | None:
     """Its outcome; None when it was not run. Its work directory (in the cache) stays after a
-    failure, for the log and the patched source the error names."""
-    profile = select.profile_named(None)
+    failure, for the log and the patched source the error names. `cuda_only`: the recipe is of
+    kind cuda (its toolchain is the default CUDA-only profile)."""
+    profile = select.profile_named(
+        default_cuda_only_name(locations.profile_dirs()) if cuda_only else None)
     if _venv(profile) is None:
         log.info("the check is skipped: the %s toolchain is not created here", profile.name)
         return None
     repos.use_option([repo])
     work = locations.cache_dir() / "recipe-check" / f"{sdist.project}-{sdist.version}"
-    shutil.rmtree(work, ignore_errors=True)
-    request = BuildRequest(recipe=sdist.project, version=sdist.version, check=True,
-                           work_dir=work / "build", out_dir=work / "out")
     try:
-        result = orchestrate.build(request)
+        return _passed(_build(sdist, work, None), work)
+    except VerifyError as exc:  # the package turns 12.0 into 12.0a itself: check that
+        specific = _arch_specific(work, sdist)
+        if specific is None:
+            return Checked(f"check: {exc.message}", error=exc)
+        try:
+            return _passed(_build(sdist, work, specific), work, str(specific))
+        except WheelsmithError as again:
+            return Checked(f"check: {again.message}", error=again)
     except WheelsmithError as exc:
         return Checked(f"check: {exc.message}", error=exc)
+
+
+def _build(sdist: Sdist, work: Path, archs: ArchSet | None) -> BuildResult:
     shutil.rmtree(work, ignore_errors=True)
-    return Checked(f"check: {configured_line(result.configured)}", result.host_modules)
+    return orchestrate.build(BuildRequest(recipe=sdist.project, version=sdist.version,
+                                          check=True, archs=archs, work_dir=work / "build",
+                                          out_dir=work / "out"))
+
+
+def _passed(result: BuildResult, work: Path, archs: str | None = None) -> Checked:
+    shutil.rmtree(work, ignore_errors=True)
+    return Checked(f"check: {configured_line(result.configured)}", result.host_modules,
+                   archs=archs)
+
+
+def _arch_specific(work: Path, sdist: Sdist) -> ArchSet | None:
+    """The arch-specific variants of the recipe's default archs, when the build.ninja the
+    check stopped at compiles exactly those (compile.arch_specific)."""
+    reports = sorted(work.glob("build/*/prebuild.jsonl"))
+    if not reports:
+        return None
+    records = tuple(json.loads(line) for line in reports[-1].read_text().splitlines() if line)
+    return arch_specific(records, repos.resolve_recipe(sdist.project, sdist.version)
+                         .arch.default)
 
 
 def configured_line(configured: tuple[dict[str, Any], ...]) -> str:

@@ -72,29 +72,36 @@ FORCE_CUDA = "FORCE_CUDA"  # the variable the honour-force-cuda patch reads
 
 def needed(setup: Setup, made: tuple[Written, ...] = ()
            ) -> tuple[tuple[StandardPatch, int], ...]:
-    """The standard patches to write by hand, each with the setup.py line that needs it."""
-    found = []
-    if setup.gencode and setup.arch_list_line is None and setup.arch_knob is None and not any(
-            ARCH_PATCH.stem in w.file for w in made):
-        found.append((ARCH_PATCH, setup.gencode_line or 0))
-    if setup.probe_line is not None:
-        found.append((NVCC_PATCH, setup.probe_line))
-    if setup.download_line is not None:
-        found.append((DOWNLOAD_PATCH, setup.download_line))
-    if setup.psutil_line is not None:
-        found.append((PSUTIL_PATCH, setup.psutil_line))
-    for patch, line in ((PKG_RESOURCES_PATCH, setup.pkg_resources_line),
-                        (GPU_PATCH, setup.needs_gpu_line)):
-        if line is not None and not any(patch.stem in w.file for w in made):
-            found.append((patch, line))
+    """The standard patches to write by hand, each with the setup.py line that needs it; none
+    of a kind `made` (written, or carried over from a shipped recipe) holds already."""
+    arch = bool(setup.gencode) and setup.arch_list_line is None and setup.arch_knob is None
+    found = [(patch, line) for patch, line in (
+        (ARCH_PATCH, (setup.gencode_line or 0) if arch else None),
+        (NVCC_PATCH, setup.probe_line), (DOWNLOAD_PATCH, setup.download_line),
+        (PSUTIL_PATCH, setup.psutil_line), (PKG_RESOURCES_PATCH, setup.pkg_resources_line),
+        (GPU_PATCH, setup.needs_gpu_line))
+        if line is not None and not any(patch.stem in w.file for w in made)]
     return tuple(found)
 
 
-def written(tree: Path, setup: Setup, *, cxx20: bool) -> tuple[Written, ...]:
+def written(tree: Path, setup: Setup, *, cxx20: bool, after: tuple[Written, ...] = (),
+            cmake_torch: bool = False) -> tuple[Written, ...]:
     """The patches `recipe new` writes: each one applies on top of the one before. `cxx20`:
-    the toolchain's torch headers need C++20 (check.torch_needs_cxx20)."""
+    the toolchain's torch headers need C++20 (check.torch_needs_cxx20); `cmake_torch`: a CMake
+    project that compiles against them (its own CMake files get C++20 too). `after`: patches
+    applied to `tree` already (carried over from a shipped recipe): numbered after them, and
+    none of a kind they hold."""
+    made = [*after, *(_setup_py_patches(tree, setup, cxx20=cxx20, after=after)
+                      if (tree / "setup.py").is_file() else ())]
+    cmake = cmake_cxx20(tree, len(made) + 1) if cxx20 and cmake_torch and not any(
+        f"-{CXX20}." in w.file for w in after) else None
+    return tuple(made[len(after):]) + ((cmake,) if cmake else ())
+
+
+def _setup_py_patches(tree: Path, setup: Setup, *, cxx20: bool, after: tuple[Written, ...]
+                      ) -> list[Written]:
+    made: list[Written] = list(after)
     text = (tree / "setup.py").read_text(errors="replace")
-    made: list[Written] = []
     edits = [(ARCH_PATCH.stem, "keep the hard-coded -gencode list only when TORCH_CUDA_ARCH_LIST "
                                "is unset, so torch emits exactly the requested archs",
               _honour_arch_list),
@@ -112,6 +119,8 @@ def written(tree: Path, setup: Setup, *, cxx20: bool) -> tuple[Written, ...]:
                               "(setup.py stops unless torch.cuda.is_available())",
               _honour_force_cuda)]
     for stem, description, edit in edits:
+        if any(f"-{stem}." in w.file for w in after):
+            continue
         changed = edit(text, setup)
         if changed is not None and changed != text:
             diff = difflib.unified_diff(text.splitlines(keepends=True),
@@ -120,7 +129,7 @@ def written(tree: Path, setup: Setup, *, cxx20: bool) -> tuple[Written, ...]:
             made.append(Written(f"{len(made) + 1:04d}-{stem}.patch", description,
                                 "".join(diff)))
             text = changed
-    return tuple(made)
+    return made[len(after):]
 
 
 ARCH_LIST = 'os.environ.get("TORCH_CUDA_ARCH_LIST")'
@@ -315,3 +324,30 @@ def _bindings(module: ast.Module, node: ast.Import | ast.ImportFrom) -> list[str
         return None
     members = ", ".join(f"{name}={PKG_RESOURCES[name]}" for name in used)
     return [f'{bound} = __import__("types").SimpleNamespace({members})']
+
+
+# a C++ standard before 20 in CMake's words: set(CMAKE_CXX_STANDARD 17), set(CXX_STD "17" ...),
+# CXX_STANDARD 17 / CUDA_STANDARD 17 target properties
+CMAKE_STD_RE = re.compile(r"(\bset\s*\(\s*\w*(?:STD|STANDARD)\w*\s+\"?"
+                          r"|\b(?:CXX|CUDA)_STANDARD\s+\"?)(?:11|14|17)\b")
+OWN_DIRS_NOT = {"third_party", "3rdparty", "external", "extern", "deps", "test", "tests"}
+
+
+def cmake_cxx20(tree: Path, number: int) -> Written | None:
+    """One patch over the package's own CMake files (not its third-party ones) asking for
+    C++20 where they ask for an older standard, for a CMake build that compiles against torch
+    headers that need it; None when none asks for one."""
+    diff: list[str] = []
+    for file in sorted([*tree.rglob("CMakeLists.txt"), *tree.rglob("*.cmake")]):
+        relative = file.relative_to(tree)
+        if OWN_DIRS_NOT & {part.lower() for part in relative.parts[:-1]} or not file.is_file():
+            continue
+        text = file.read_text(errors="replace")
+        changed = CMAKE_STD_RE.sub(r"\g<1>20", OLD_STD_RE.sub(r"\g<1>20", text))
+        if changed != text:
+            diff += difflib.unified_diff(text.splitlines(keepends=True),
+                                         changed.splitlines(keepends=True),
+                                         f"a/{relative}", f"b/{relative}")
+    return Written(f"{number:04d}-{CXX20}.patch", "C++20 in the CMake project, as the "
+                   "toolchain's torch headers need (it asks for an older standard)",
+                   "".join(diff)) if diff else None

@@ -15,8 +15,11 @@ from packaging.utils import canonicalize_name
 
 from wheelsmith.errors import UsageError
 from wheelsmith.files import atomic_write_text
+from wheelsmith.inventory import is_shared_object
+from wheelsmith.scaffold.cmake import CMakeSide, arch_lines, cmake_lines
 from wheelsmith.scaffold.extensions import Extension, module_of
 from wheelsmith.scaffold.patches import CXX20, FORCE_CUDA, GPU_PATCH, Written, needed
+from wheelsmith.scaffold.rebase import Base, Carried
 from wheelsmith.scaffold.sdist import Metadata, Sdist
 from wheelsmith.scaffold.setup_py import Setup
 
@@ -35,6 +38,28 @@ class Findings:
     setup: Setup
     written: tuple[Written, ...]
     checked: Checked | None = None  # the check, once it ran
+    base: Base | None = None  # the shipped recipe a newer version starts from (rebase.py)
+    carried: tuple[Carried, ...] = ()  # its patches, carried over or not
+    cmake: CMakeSide | None = None  # its build runs CMake (scaffold/cmake.py)
+
+    @property
+    def cmake_cuda(self) -> bool:
+        """Its build runs CMake, which compiles CUDA: an extension of no sources is CMake's."""
+        return self.cmake is not None and self.cmake.cuda_at is not None
+
+    @property
+    def kind(self) -> str:
+        """pure, cuda (CUDA code that links no torch: a CUDA-only channel), or extension."""
+        if self.pure:
+            return "pure"
+        return "cuda" if self.cmake_cuda and self.cmake and not self.cmake.links_torch \
+            else "extension"
+
+    @property
+    def made(self) -> tuple[Written, ...]:
+        """The patches `recipe new` made itself (not carried over from the base)."""
+        kept = sum(c.written is not None for c in self.carried)
+        return self.written[kept:]
 
     @property
     def env(self) -> tuple[tuple[str, str, int], ...]:
@@ -56,13 +81,17 @@ class Findings:
 
     def _read_host_only(self) -> tuple[str, ...]:
         return tuple(Extension.glob(e.host_variant) if e.host_variant else Extension.glob(e.name)
-                     for e in self.setup.extensions if e.host_variant or not e.cuda)
+                     for e in self.setup.extensions if e.host_variant or not (
+                         e.cuda or (self.cmake_cuda and not e.sources)))
 
     def configured_host(self) -> tuple[tuple[str, str | None], ...]:
         """The extensions the check found C++ only that setup.py's reading did
         not, each with its host_only glob (None: no extension name says where it lies)."""
         found: list[tuple[str, str | None]] = []
         for leaf in self.checked.host_modules if self.checked else ():
+            if is_shared_object(leaf):  # a library a CMake project links from no CUDA object
+                found.append((leaf, f"*/{leaf}*"))
+                continue
             module = module_of(leaf, self.setup.extensions)
             path = module.replace(".", "/") + ".so" if module else None
             if path is None or not any(fnmatch.fnmatch(path, g) for g in self._read_host_only()):
@@ -71,6 +100,11 @@ class Findings:
 
     @property
     def imports(self) -> tuple[str, ...]:
+        """What the smoke test imports; none for a package that links no torch (its shared
+        libraries are loaded instead: its Python side needs runtime dependencies such as
+        numpy, which the toolchain does not hold)."""
+        if self.kind == "cuda":
+            return ()
         names = [e.name for e in self.setup.extensions if "*" not in e.name]
         return tuple(dict.fromkeys([*self.metadata.packages, *names]))
 
@@ -105,10 +139,17 @@ def _build_lines(found: Findings) -> list[str]:
             if setup.arch_list_line else ""
         lines.append(f"{_at(setup.gencode_line)}hard-coded -gencode family: "
                      f"{', '.join(setup.gencode)}{also}")
-    if setup.arch_knob:
+    if setup.arch_knob and setup.gencode:
         lines.append(f"{_at(setup.arch_knob[1])}arch variable {setup.arch_knob[0]}: the "
                      "package's own; arch.env, format numbers, supported: its -gencode family")
-    for patch in found.written:
+    elif setup.arch_knob:
+        lines.append(f"{_at(setup.arch_knob[1])}arch variable {setup.arch_knob[0]}: the "
+                     "package's own (not TORCH_CUDA_ARCH_LIST); arch.env, format torch (12.0)")
+    if found.cmake and setup.build_dir_var:
+        lines.append(f"{_at(setup.build_dir_var[1])}{setup.build_dir_var[0]} names its CMake "
+                     "build directory (else a temporary one): build.build_dir_env, so a build "
+                     "resumes from build/cmake")
+    for patch in found.made:
         what, at = _written_at(patch.file, setup)
         lines.append(f"{_at(at)}{what}: wrote {patch.file}: {patch.description}")
     return lines
@@ -121,7 +162,9 @@ def _written_at(file: str, setup: Setup) -> tuple[str, int | None]:
     if "setup-requires" in file:
         return "setup_requires", setup.setup_requires[1] if setup.setup_requires else None
     if CXX20 in file:
-        return "an older C++ standard than torch's headers need", setup.old_std_line
+        return ("an older C++ standard than torch's headers need" if setup.old_std_line else
+                "its CMake files ask for an older C++ standard than torch's headers need",
+                setup.old_std_line)
     if "pkg-resources" in file:
         return "import pkg_resources", setup.pkg_resources_line
     if GPU_PATCH.stem in file:
@@ -139,11 +182,16 @@ def _extension_lines(found: Findings) -> list[str]:
                          f'"{Extension.glob(ext.host_variant)}"')
         elif ext.cuda:
             lines.append(f"{_at(ext.line)}extension {ext.name} ({ext.callee}): CUDA")
+        elif found.cmake_cuda and not ext.sources and found.cmake:
+            lines.append(f"{_at(ext.line)}extension {ext.name} ({ext.callee}): built by CMake, "
+                         f"whose project compiles CUDA ({found.cmake.cuda_at})")
         else:
             lines.append(f"{_at(ext.line)}extension {ext.name} ({ext.callee}) compiles no CUDA "
                          f'sources: build.host_only "{Extension.glob(ext.name)}"')
     if found.pure:
         lines.append("kind: pure: setup.py declares no extension and the sdist holds no .cu file")
+    elif found.cmake is not None:
+        lines += cmake_lines(found.cmake)
     elif not found.setup.extensions:
         lines.append(f"kind: extension: setup.py declares no extension wheelsmith can read, but "
                      f"the sdist holds {found.setup.cuda_files} .cu file(s)")
@@ -156,6 +204,12 @@ def _source_lines(found: Findings) -> list[str]:
         return [f"the sdist lacks what its extensions compile: {', '.join(setup.missing)}; "
                 "build from the repository instead:", "  source:",
                 *[f"    {line}" for line in git_form(found.sdist, found.metadata.homepage)]]
+    if found.cmake is not None and not found.cmake.lists:
+        return ["the sdist lacks what its extensions compile: CMakeLists.txt (the CMake project "
+                "setup.py builds); build from the repository instead:", "  source:",
+                *[f"    {line}" for line in git_form(found.sdist, found.metadata.homepage)]]
+    if found.cmake_cuda:
+        return ["sources: CMake's (the check reads what its build.ninja compiles)"]
     if sources:
         return [f"sources: the sdist holds all {setup.compiled_files} the extensions compile"]
     return ["sources: setup.py computes them; check the sdist holds them"] \
@@ -164,18 +218,33 @@ def _source_lines(found: Findings) -> list[str]:
 
 def _checked_lines(found: Findings) -> list[str]:
     lines = [found.checked.line] if found.checked else []
+    if found.checked and found.checked.archs:
+        lines.append(f"check: the package builds the arch-specific variant of the default arch "
+                     f"itself: arch.default [{_quoted(found.checked.archs)}]")
     for leaf, glob in found.configured_host():
-        lines.append(f"check: {leaf} compiles no CUDA (build.ninja has only C++ rules)"
+        why = "CMake links it from no CUDA object" if is_shared_object(leaf) else \
+            "build.ninja has only C++ rules"
+        lines.append(f"check: {leaf} compiles no CUDA ({why})"
                      + (f': build.host_only "{glob}"' if glob else
                         ", but no extension name in setup.py says where it lies in the wheel: "
                         "add its path to build.host_only"))
     return lines
 
 
+def _base_lines(found: Findings) -> list[str]:
+    """Where a newer version of a shipped recipe starts, and how its patches came over."""
+    if found.base is None:
+        return []
+    recipe, release = found.base.recipe, found.base.release
+    return [f"starts from the shipped recipe {recipe.file} ({recipe.name} {release.version}): "
+            "its arch knob, build variables, memory, host_only and smoke test",
+            *[f"carried over: {c.line}" for c in found.carried]]
+
+
 def report_lines(found: Findings) -> list[str]:
     """The findings, one a line, each with the setup.py line it comes from, then what the
     configure-only check found."""
-    lines = [f"sdist: {found.sdist.filename} sha256 {found.sdist.sha256}",
+    lines = [f"sdist: {found.sdist.filename} sha256 {found.sdist.sha256}", *_base_lines(found),
              *_build_lines(found), *_extension_lines(found), *_source_lines(found)]
     for patch, line in needed(found.setup, found.written):
         example = patch.example()
@@ -190,6 +259,10 @@ def _arch_lines(found: Findings) -> list[str]:
     setup = found.setup
     if found.pure:
         return ["kind: pure"]
+    cmake = None if found.cmake is None or setup.gencode else arch_lines(
+        found.cmake, setup.arch_knob, found.checked.archs if found.checked else None)
+    if cmake is not None:
+        return ["kind: cuda", *cmake] if found.kind == "cuda" else cmake
     if setup.arch_knob and setup.gencode:
         supported = [dotted_cc(cc) for cc in setup.gencode]
         default = "12.0" if "12.0" in supported else supported[-1]
@@ -200,23 +273,14 @@ def _arch_lines(found: Findings) -> list[str]:
 
 
 def render(found: Findings) -> str:
-    sdist, metadata = found.sdist, found.metadata
+    sdist = found.sdist
     lines = [f"# Written by `wheelsmith recipe new {sdist.project}=={sdist.version}` from "
-             f"{sdist.filename}.", *[f"# {line}" for line in report_lines(found)],
-             f"package: {canonicalize_name(sdist.project)}"]
-    if metadata.summary:
-        lines.append(f"summary: {_quoted(metadata.summary)}")
-    if metadata.homepage:
-        lines.append(f"homepage: {metadata.homepage}")
-    lines += _arch_lines(found)
-    if found.env or found.host_only:
-        lines.append("build:")
-    if found.env:
-        lines += ["  env:", *[f"    {var}: {_quoted(value)}" for var, value, _ in found.env]]
-    if found.host_only:
-        lines.append(f"  host_only: [{', '.join(_quoted(g) for g in found.host_only)}]")
-    if found.imports:
-        lines += ["smoke:", f"  import: [{', '.join(found.imports)}]"]
+             f"{sdist.filename}.", *[f"# {line}" for line in report_lines(found)]]
+    if found.base is not None:
+        env = {var: value for var, value, _ in found.env}
+        lines += base_recipe_lines(found.base, env, found.host_only)
+    else:
+        lines += _recipe_lines(found)
     lines += ["versions:", f'  - version: "{sdist.version}"', "    source:",
               f"      pypi: {sdist.project}", f"      sha256: {sdist.sha256}"]
     if found.written:
@@ -228,8 +292,66 @@ def render(found: Findings) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _recipe_lines(found: Findings) -> list[str]:
+    """The keys above `versions:` of a recipe written from the sdist alone."""
+    metadata = found.metadata
+    lines = [f"package: {canonicalize_name(found.sdist.project)}"]
+    if metadata.summary:
+        lines.append(f"summary: {_quoted(metadata.summary)}")
+    if metadata.homepage:
+        lines.append(f"homepage: {metadata.homepage}")
+    lines += _arch_lines(found)
+    env = [(var, value) for var, value, _ in found.env] + (
+        [("CMAKE_ARGS", found.cmake.cmake_args())] if found.cmake and found.cmake.switches
+        else [])
+    build_dir = found.setup.build_dir_var[0] if found.cmake and found.setup.build_dir_var \
+        else None
+    if env or found.host_only or build_dir:
+        lines.append("build:")
+    if env:
+        lines += ["  env:", *[f"    {var}: {_quoted(value)}" for var, value in env]]
+    if build_dir:
+        lines.append(f"  build_dir_env: {build_dir}")
+    if found.host_only:
+        lines.append(f"  host_only: [{', '.join(_quoted(g) for g in found.host_only)}]")
+    if found.imports or found.kind == "cuda":
+        lines += ["smoke:", f"  import: [{', '.join(found.imports)}]"]
+    return lines
+
+
 def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _listed(values: list[str]) -> str:
+    return f"[{', '.join(_quoted(v) for v in values)}]"
+
+
+def base_recipe_lines(base: Base, env: dict[str, str], host_only: tuple[str, ...]) -> list[str]:
+    """The recipe's keys above `versions:`, the base recipe's, with the build variables and
+    host_only globs the new sdist adds (the base's values win)."""
+    recipe = base.recipe
+    lines = [f"package: {recipe.name}"]
+    lines += [f"summary: {_quoted(recipe.summary)}"] if recipe.summary else []
+    lines += [f"homepage: {recipe.homepage}"] if recipe.homepage else []
+    policy = recipe.arch
+    lines += ["arch:", f"  env: {policy.env}", f"  format: {policy.format}",
+              f"  default: {_listed([str(a) for a in policy.default.archs])}"]
+    if policy.supported is not None:
+        lines.append(f"  supported: {_listed([str(a) for a in policy.supported.archs])}")
+    if policy.min_cuda:
+        lines.append("  min_cuda: {" + ", ".join(f"{_quoted(a)}: {_quoted(str(v))}"
+                                                 for a, v in policy.min_cuda) + "}")
+    merged = {**env, **dict(recipe.env)}
+    globs = list(dict.fromkeys((*recipe.host_only, *host_only)))
+    lines += ["build:", *(["  env:", *[f"    {k}: {_quoted(v)}" for k, v in sorted(
+        merged.items())]] if merged else []),
+              f"  memory_per_job_gb: {recipe.memory_per_job_gb:g}",
+              *([f"  host_only: {_listed(globs)}"] if globs else [])]
+    lines += ["smoke:", f"  import: [{', '.join(recipe.smoke_imports)}]"]
+    if recipe.smoke_gpu:
+        lines += ["  gpu: |", *[f"    {row}".rstrip() for row in recipe.smoke_gpu.splitlines()]]
+    return lines
 
 
 def write(found: Findings, repo: Path) -> list[Path]:

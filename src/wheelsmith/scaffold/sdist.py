@@ -108,5 +108,7 @@ def read_metadata(tree: Path) -> Metadata:
             homepage = link.strip()
     listed = next(tree.glob("*.egg-info/top_level.txt"), None)  # what setup.py installs
     packages = sorted(line.strip() for line in listed.read_text().splitlines() if line.strip()) \
-        if listed is not None else sorted(p.parent.name for p in tree.glob("*/__init__.py"))
+        if listed is not None else sorted(p.parent.name for pattern in ("*/__init__.py",
+                                                                      "src/*/__init__.py")
+                                          for p in tree.glob(pattern))
     return Metadata(str(message.get("Summary") or "").strip(), homepage, tuple(packages))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeGuard
 
+from wheelsmith.build.cmakebuild import uses_cmake
 from wheelsmith.build.compilesetup import ninja_switched_off
 from wheelsmith.errors import SourceError
 from wheelsmith.scaffold.extensions import (
@@ -40,6 +41,7 @@ ARCH_KNOB_RE = re.compile(r"^[A-Z][A-Z0-9_]*_CUDA_ARCHS?$|^[A-Z][A-Z0-9_]*_ARCH_
 DOWNLOADS = ("urlretrieve", "urlopen", "requests.get", "urllib.request.urlretrieve")
 # what every wheelsmith toolchain holds: setup_requires of these needs no download
 PROVIDED = {"torch", "ninja", "setuptools", "wheel", "packaging", "pip"}
+BUILD_DIR_RE = re.compile(r"^[A-Z][A-Z0-9_]*_BUILD_DIR$")  # natten's NATTEN_BUILD_DIR
 OLD_STD_RE = re.compile(r"(-std=(?:c|gnu)\+\+)(?:98|03|0x|11|1y|14|1z|17)\b")  # before C++20
 
 
@@ -64,17 +66,24 @@ class Setup:
     old_std_line: int | None = None  # -std=c++17 (or older) for the CUDA build
     pkg_resources_line: int | None = None  # setuptools >= 81 has no pkg_resources
     needs_gpu_line: int | None = None  # a raise unless torch.cuda.is_available()
+    build_dir_var: tuple[str, int] | None = None  # where it takes its CMake build directory
 
 
 def read_setup(tree: Path) -> Setup:
-    """Read `tree`/setup.py (without running it)."""
+    """Read `tree`/setup.py (without running it); nothing to read for a build that runs CMake
+    without one (scikit-build-core: scaffold/cmake.py reads that side)."""
     setup = tree / "setup.py"
+    if not setup.is_file() and uses_cmake(tree):
+        return Setup((), (), None, None, None, None, None, None, None, None, (), (),
+                     cuda_files=sum(1 for p in tree.rglob("*.cu") if p.is_file()))
     if not setup.is_file():
         held = ", ".join(sorted(p.name for p in tree.iterdir()))
         raise SourceError(f"the sdist has no setup.py (it holds {held})",
-                          hint="wheelsmith's recipes build torch CUDA extensions from setup.py; "
-                               "write the recipe by hand (docs/recipes.md)")
-    module = parse_python(setup.read_text(errors="replace"), f"{tree.name}/setup.py")
+                          hint="wheelsmith's recipes build torch CUDA extensions from setup.py "
+                               "and CMake projects from scikit-build(-core) or a setup.py that "
+                               "runs cmake; write the recipe by hand (docs/recipes.md)")
+    text = setup.read_text(errors="replace")
+    module = parse_python(text, f"{tree.name}/setup.py")
     names = assignments(module)
     reads = _env_reads(module)
     extensions = extensions_of(module, names)
@@ -87,8 +96,7 @@ def read_setup(tree: Path) -> Setup:
                   if FORCE_RE.search(v)),
         gencode=tuple(sorted({cc for cc, _ in gencode}, key=_cc_key)),
         gencode_line=min((line for _, line in gencode), default=None),
-        arch_list_line=next((n.lineno for n in ast.walk(module) if isinstance(n, ast.Constant)
-                             and n.value == "TORCH_CUDA_ARCH_LIST"), None),
+        arch_list_line=reads_arch_list(module),
         arch_knob=knob,
         no_ninja_line=ninja_switched_off(setup),
         setup_requires=_setup_requires(module),
@@ -106,7 +114,19 @@ def read_setup(tree: Path) -> Setup:
                            if OLD_STD_RE.search(text) and id(node) not in elsewhere), None),
         pkg_resources_line=next((line for line, _ in pkg_resources_imports(module)), None),
         needs_gpu_line=next((call.lineno for call in gpu_required(module)), None),
+        build_dir_var=next(((v, line) for v, (line, _) in reads.items()
+                            if BUILD_DIR_RE.search(v)), None),
     )
+
+
+def reads_arch_list(module: ast.Module) -> int | None:
+    """The first line where setup.py reads TORCH_CUDA_ARCH_LIST itself; setting it
+    (`os.environ["TORCH_CUDA_ARCH_LIST"] = ""`, mamba-ssm 2.3.2's blanking on a CUDA major
+    mismatch) is not reading it."""
+    written = {id(n.slice) for n in ast.walk(module)
+               if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store | ast.Del)}
+    return min((n.lineno for n in ast.walk(module) if isinstance(n, ast.Constant)
+                and n.value == "TORCH_CUDA_ARCH_LIST" and id(n) not in written), default=None)
 
 
 def _default_value(variable: str) -> str:

@@ -29,8 +29,8 @@ class Toolchain:
     python: Path
     python_version: str
     cuda_home: Path
-    torch_version: Version
-    torch_cuda: Version
+    torch_version: Version | None  # None: a CUDA-only toolchain (cu130), for packages without torch
+    torch_cuda: Version  # torch's CUDA; a CUDA-only toolchain's own
     nvcc_version: Version
     cuobjdump: Path | None
     pins: tuple[str, ...]
@@ -50,14 +50,17 @@ class Toolchain:
         return (self.python.parent, self.cuda_home / "bin")
 
     def channel(self) -> str:
-        """`cu130-torch2.14`: the index channel wheels of this toolchain belong to."""
-        cuda = f"{self.torch_cuda.major}{self.torch_cuda.minor}"
-        return f"cu{cuda}-torch{self.torch_version.major}.{self.torch_version.minor}"
+        """`cu130-torch2.14`: the index channel wheels of this toolchain belong to (`cu130`
+        for a CUDA-only one)."""
+        cuda = f"cu{self.torch_cuda.major}{self.torch_cuda.minor}"
+        torch = self.torch_version
+        return f"{cuda}-torch{torch.major}.{torch.minor}" if torch is not None else cuda
 
     def identity(self) -> dict[str, Any]:
         """What the content key and the provenance record say about the toolchain."""
         found = {"name": self.name, "python": self.python_version,
-                 "torch": str(self.torch_version), "torch_cuda": str(self.torch_cuda),
+                 "torch": str(self.torch_version) if self.torch_version else None,
+                 "torch_cuda": str(self.torch_cuda),
                  "nvcc": str(self.nvcc_version), "pins": list(self.pins)}
         if self.platform != "x86_64":  # keys of x86-64 wheels stay what they were
             found["platform"] = self.platform

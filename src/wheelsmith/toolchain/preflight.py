@@ -30,7 +30,7 @@ def preflight(toolchain: Toolchain, archs: ArchSet,
     """Refuse, before compiling, what would fail or silently mis-build later."""
     problems: list[str] = []
     nvcc = toolchain.nvcc_version
-    if nvcc.major != toolchain.torch_cuda.major:
+    if toolchain.torch_version is not None and nvcc.major != toolchain.torch_cuda.major:
         problems.append(f"CUDA major mismatch: nvcc is {nvcc}, torch {toolchain.torch_version} "
                         f"was built with CUDA {toolchain.torch_cuda}")
     problems += archs.toolkit_problems(Version(f"{nvcc.major}.{nvcc.minor}"))
@@ -40,7 +40,8 @@ def preflight(toolchain: Toolchain, archs: ArchSet,
         if floor is not None and nvcc < floor:
             problems.append(f"the recipe needs CUDA >= {floor} for arch {arch}, nvcc is {nvcc}")
     problems += _nvcc_arch_problems(toolchain, archs)
-    problems += _torch_arch_problems(toolchain, archs)
+    if toolchain.torch_version is not None:  # a CUDA-only toolchain has no torch to ask
+        problems += _torch_arch_problems(toolchain, archs)
     if problems:
         raise ToolchainError(
             f"the {toolchain.name} toolchain cannot build {archs}: " + "; ".join(problems),

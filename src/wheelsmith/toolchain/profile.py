@@ -37,11 +37,13 @@ NVCC_PACKAGES = ("nvidia-cuda-nvcc", "nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc-
 PROFILE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["name", "torch", "cuda", "pythons", "cuda_home", "requirements", "tools"],
+    "required": ["name", "cuda", "pythons", "cuda_home", "requirements", "tools"],
     "properties": {
-        "name": {"type": "string", "pattern": r"^cu\d+-torch\d+\.\d+$",
-                 "x-message": "must look like cu130-torch2.14"},
-        "torch": {"type": "string", "description": "the torch version pinned in requirements"},
+        "name": {"type": "string", "pattern": r"^cu\d+(-torch\d+\.\d+)?$",
+                 "x-message": "must look like cu130-torch2.14 (or cu130: CUDA only, no torch)"},
+        "torch": {"type": "string", "description": "the torch version pinned in requirements "
+                                                    "(absent: a CUDA-only profile, for CUDA "
+                                                    "packages that link no torch)"},
         "cuda": {"type": "string", "description": "the CUDA version that torch was built with"},
         "pythons": {"type": "array", "minItems": 1,
                     "items": {"type": "string", "pattern": r"^3\.\d+$",
@@ -71,7 +73,7 @@ PROFILE_SCHEMA: dict[str, Any] = {
 class Profile:
     name: str
     file: Path
-    torch: Version
+    torch_pin: Version | None  # None: a CUDA-only profile (no torch pinned)
     cuda: Version
     pythons: tuple[str, ...]
     cuda_home: str
@@ -85,6 +87,20 @@ class Profile:
     def pins(self) -> tuple[str, ...]:
         """Every pin of the venv, once each (a tool may also be a requirement)."""
         return tuple(dict.fromkeys(self.requirements + self.tools))
+
+    @property
+    def cuda_only(self) -> bool:
+        """No torch: for CUDA packages that link none (their channel is `cu130`)."""
+        return self.torch_pin is None
+
+    @property
+    def torch(self) -> Version:
+        """The torch it pins; a CUDA-only profile has none (ask `cuda_only` first)."""
+        if self.torch_pin is None:
+            raise ToolchainError(f"the {self.name} profile is CUDA-only: it pins no torch",
+                                 hint="a torch CUDA extension builds with a cu<CUDA>-torch<M.m> "
+                                      "profile")
+        return self.torch_pin
 
     @property
     def installed_compiler(self) -> bool:
@@ -114,7 +130,8 @@ class Profile:
             raise ToolchainError(
                 f"the {self.name} profile was resolved for Python {', '.join(self.pythons)}, "
                 f"not {version}",
-                hint=f"add it: wheelsmith toolchain new --torch {self.torch} "
+                hint="add it to the profile's pythons and pins by hand" if self.cuda_only else
+                f"add it: wheelsmith toolchain new --torch {self.torch} "
                      f"{' '.join('--python ' + p for p in (*self.pythons, version))} --force")
 
     def require_platform(self, machine: str) -> None:
@@ -137,12 +154,17 @@ def load_profile(path: Path) -> Profile:
     document.validate(doc, PROFILE_SCHEMA)
     doc.raise_if_problems()
     data = doc.data
-    versions = {}
+    versions: dict[str, Version | None] = {"torch": None}
     for key in ("torch", "cuda"):
         try:
-            versions[key] = Version(str(data[key]))
+            versions[key] = Version(str(data[key])) if key in data else None
         except InvalidVersion:
             doc.at_value((key,), f"'{key}' is not a version: '{data[key]}'")
+    if ("torch" in data) != ("-torch" in data["name"]):
+        doc.at_value(("name",), f"profile name '{data['name']}' "
+                     + ("names no torch, but 'torch' is " + str(data.get("torch"))
+                        if "torch" in data else "names a torch, but 'torch' is missing"),
+                     "a profile that pins torch is cu<CUDA>-torch<M.m>; a CUDA-only one cu<CUDA>")
     if data.get("image_base") and data["cuda_home"] != INSTALLED:
         doc.at_value(("image_base",), f"image_base names a base that carries the CUDA toolkit, "
                      f"but cuda_home is {data['cuda_home']} (the compiler from the pins)",
@@ -154,7 +176,9 @@ def load_profile(path: Path) -> Profile:
     doc.raise_if_problems()
     _check_pins(doc, data, versions["torch"])
     doc.raise_if_problems()
-    return Profile(name=data["name"], file=path, torch=versions["torch"], cuda=versions["cuda"],
+    cuda = versions["cuda"]
+    assert cuda is not None
+    return Profile(name=data["name"], file=path, torch_pin=versions["torch"], cuda=cuda,
                    pythons=tuple(data["pythons"]), cuda_home=data["cuda_home"],
                    requirements=tuple(data["requirements"]), tools=tuple(data["tools"]),
                    index=data.get("index"), image_base=data.get("image_base"),
@@ -182,7 +206,7 @@ def pinned_version(requirement: Requirement) -> str:
     return str(requirement.specifier).lstrip("=")
 
 
-def _check_pins(doc: Document, data: dict[str, Any], torch: Version) -> None:
+def _check_pins(doc: Document, data: dict[str, Any], torch: Version | None) -> None:
     """A missing or conflicting pin, for each Python the profile covers."""
     parsed: list[tuple[int, Requirement]] = []
     for position, line in enumerate(data["requirements"]):
@@ -206,9 +230,14 @@ def _check_pins(doc: Document, data: dict[str, Any], torch: Version) -> None:
 
 
 def _check_required_pins(doc: Document, data: dict[str, Any], python: str,
-                         chosen: dict[str, str], torch: Version) -> None:
+                         chosen: dict[str, str], torch: Version | None) -> None:
     hint = "regenerate the profile: wheelsmith toolchain new --torch VERSION --force"
-    if "torch" not in chosen:
+    if torch is None and "torch" in chosen:
+        doc.at_key(("requirements",), f"a CUDA-only profile pins torch for Python {python}",
+                   "remove the torch pin, or name the profile cu<CUDA>-torch<M.m> with torch:")
+    elif torch is None:
+        pass
+    elif "torch" not in chosen:
         doc.at_key(("requirements",), f"no torch pin for Python {python}", hint)
     elif Version(chosen["torch"]) != torch:
         doc.at_value(("torch",), f"'torch' says {torch} but requirements pin torch=="
@@ -262,9 +291,26 @@ def default_profile_name(where: ProfileDirs) -> str:
                  if line.strip() and not line.startswith("#")] if chosen.is_file() else []
         if lines:
             return find_profile(where, lines[0]).name
-    profiles = load_profiles(where)
+    profiles = torch_profiles(load_profiles(where))
     if not profiles:
         places = ", ".join(str(d) for d in _dirs(where))
         raise UsageError(f"no toolchain profiles in {places}")
     return max(profiles, key=lambda p: (p.torch, p.cuda)).name
+
+
+def torch_profiles(profiles: list[Profile]) -> list[Profile]:
+    """The profiles that pin a torch (what serves a torch environment)."""
+    return [p for p in profiles if not p.cuda_only]
+
+
+def default_cuda_only_name(where: ProfileDirs) -> str:
+    """The profile a CUDA package that links no torch builds with (recipe `kind: cuda`) without
+    --toolchain: the CUDA-only profile (`cu130`) of the newest CUDA."""
+    profiles = [p for p in load_profiles(where) if p.cuda_only]
+    if not profiles:
+        places = ", ".join(str(d) for d in _dirs(where))
+        raise UsageError(f"no CUDA-only toolchain profile (cu<CUDA>.yaml, no torch) in {places}",
+                         hint="a recipe of kind cuda builds with one; wheelsmith ships "
+                              "toolchains/cu130.yaml")
+    return max(profiles, key=lambda p: p.cuda).name
 

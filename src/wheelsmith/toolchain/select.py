@@ -23,9 +23,11 @@ from wheelsmith.toolchain.preflight import cross_root, cross_tools
 from wheelsmith.toolchain.profile import (
     SYSTEM,
     Profile,
+    default_cuda_only_name,
     default_profile_name,
     find_profile,
     load_profiles,
+    torch_profiles,
 )
 from wheelsmith.toolchain.target import Target
 from wheelsmith.toolchain.venv import ensure_profile
@@ -41,25 +43,49 @@ def profile_named(name: str | None) -> Profile:
 
 def resolve_toolchain(name: str | None, python: Path, *, for_target: bool = False,
                       say: Callable[[str], None] = log.info, machine: str | None = None,
-                      compiles: bool = True) -> Toolchain:
+                      compiles: bool = True, cuda_only: bool = False) -> Toolchain:
     """The toolchain called `name`; without a name, the one for the target environment
     `python` (for_target; `say` is told which profile was chosen and why) or else the
     default profile. `machine`: the CPU the wheels are for, when not this machine's (a cross
     build: the profile's venv plus its pins for that CPU, platform.py); `compiles`: whether
-    the recipe compiles (a pure one needs no cross compiler)."""
+    the recipe compiles (a pure one needs no cross compiler). `cuda_only`: a package that
+    links no torch (recipe `kind: cuda`) builds with a CUDA-only profile (the default one's,
+    `cu130`), made with the target environment's Python when there is one."""
+    if cuda_only:
+        return _ensure(_cuda_only_profile(name, machine), python)
     if machine is not None and machine != host_machine():
         return cross_toolchain(name, python, machine, for_target=for_target, compiles=compiles)
     if name == SYSTEM:
         return system_toolchain(python)
+    if name is not None and profile_named(name).cuda_only:
+        raise UsageError(f"the {name} profile is CUDA-only: it pins no torch, and this recipe "
+                         "builds a torch extension",
+                         hint="choose a cu<CUDA>-torch<M.m> profile (wheelsmith toolchain list), "
+                              "or none: the default")
     if name is None and for_target:
         found = target.probe(python)
-        profiles = load_profiles(locations.profile_dirs())
+        profiles = torch_profiles(load_profiles(locations.profile_dirs()))
         profile = select_profile(found, profiles)
         torch, cuda = found.cuda_torch()
         say(f"{profile.name}, chosen for {python} (Python {found.version}, torch {torch}, "
             f"CUDA {cuda})")
         return _ensure(profile, python, python_named=True)
     return _ensure(profile_named(name), python)
+
+
+def _cuda_only_profile(name: str | None, machine: str | None) -> Profile:
+    """The CUDA-only profile a package without torch builds with: `name`, else the default."""
+    if machine is not None and machine != host_machine():
+        raise UsageError(f"--platform {machine}: a package that links no torch (kind: cuda) is "
+                         "built for this machine's CPU only")
+    toolchains = locations.profile_dirs()
+    profile = find_profile(toolchains, name or default_cuda_only_name(toolchains))
+    if not profile.cuda_only:
+        raise UsageError(f"the {profile.name} profile pins torch {profile.torch}, but this "
+                         "recipe (kind: cuda) links no torch: its wheel would claim a torch it "
+                         "does not need", hint="leave out --toolchain (the CUDA-only profile, "
+                         "cu130), or name another CUDA-only one")
+    return profile
 
 
 def _ensure(profile: Profile, python: Path, *, python_named: bool = False) -> Toolchain:
@@ -74,7 +100,9 @@ def _ensure(profile: Profile, python: Path, *, python_named: bool = False) -> To
 
 
 def _newer_cuda(profile: Profile, python: Path, python_named: bool) -> str | None:
-    profiles = load_profiles(locations.profile_dirs())
+    if profile.cuda_only:
+        return None
+    profiles = torch_profiles(load_profiles(locations.profile_dirs()))
     newer = [p for p in profiles if p.cuda.major > profile.cuda.major
              and p.cuda.major in driver.MIN_DRIVER and not p.installed_compiler]
     if not newer:
@@ -111,6 +139,7 @@ def select_profile(target: Target, profiles: list[Profile]) -> Profile:
     """The profile that builds for `target`: the same torch minor and CUDA major (the same
     CUDA minor preferred), which must also cover its Python."""
     torch, cuda = target.cuda_torch()
+    profiles = torch_profiles(profiles)  # a CUDA-only one serves no torch environment
     matches = [p for p in profiles if (p.torch.major, p.torch.minor) == (torch.major, torch.minor)
                and p.cuda.major == cuda.major]
     if not matches:
@@ -131,7 +160,7 @@ def closest(torch: Version, cuda: Version, profiles: list[Profile], count: int =
     def distance(p: Profile) -> tuple[int, int]:
         return (p.cuda.major != cuda.major,
                 abs((p.torch.major * 100 + p.torch.minor) - (torch.major * 100 + torch.minor)))
-    return [p.name for p in sorted(profiles, key=distance)[:count]]
+    return [p.name for p in sorted(torch_profiles(profiles), key=distance)[:count]]
 
 
 def new_profile_command(torch: Version, cuda: Version, dist: Version | None = None) -> str:

@@ -8,6 +8,7 @@ older than 13.2 gets 13.2's rsqrt declarations (glibc_headers.py), recorded in t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -55,6 +56,7 @@ def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
     info = json.loads((root / MARKER).read_text())
     if cuda_home is None:
         cuda_home, nvcc = Path(info["cuda_home"]), Version(info["nvcc"])
+        driver_stub(cuda_home)
     else:
         nvcc = nvcc_version(cuda_home / "bin" / "nvcc")
     return Toolchain(
@@ -62,8 +64,8 @@ def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
         python=root / "bin" / "python",
         python_version=info["python"],
         cuda_home=cuda_home,
-        torch_version=Version(info["torch"]),
-        torch_cuda=Version(info["torch_cuda"]),
+        torch_version=Version(info["torch"]) if info.get("torch") else None,
+        torch_cuda=Version(info["torch_cuda"]) if info.get("torch_cuda") else profile.cuda,
         nvcc_version=nvcc,
         cuobjdump=find_cuobjdump(Path(info["purelib"]) / "nvidia"),
         pins=profile.pins_for(info["python"]),
@@ -140,7 +142,7 @@ def _create_venv(profile: Profile, python: Path, root: Path) -> None:
     log.info("creating the %s toolchain venv in %s (once; about 2 minutes)", profile.name, root)
     install_pinned(python, root, profile.pins, profile)
     answer = probe_python(root / "bin" / "python")
-    if answer.torch_error is not None:
+    if answer.torch_error is not None and not profile.cuda_only:
         raise ToolchainError(f"torch does not import in the new toolchain: {answer.torch_error}")
     info = dict(answer.raw)
     if not profile.installed_compiler:
@@ -220,7 +222,8 @@ def install_pinned(python: Path, root: Path, pins: tuple[str, ...], profile: Pro
 
 
 def _link_cuda_libs(cuda_home: Path) -> None:
-    """The pip CUDA wheels lack lib64/ and libcudart.so, which torch's linker line needs."""
+    """The pip CUDA wheels lack lib64/ and the unversioned libraries (libcudart.so, which
+    torch's linker line needs; libcublas.so, which CMake's FindCUDAToolkit links)."""
     lib = cuda_home / "lib"
     if not (cuda_home / "bin" / "nvcc").is_file() or not lib.is_dir():
         raise ToolchainError(f"no CUDA compiler at {cuda_home}",
@@ -228,8 +231,48 @@ def _link_cuda_libs(cuda_home: Path) -> None:
     lib64 = cuda_home / "lib64"
     if not lib64.exists():
         lib64.symlink_to("lib")
-    unversioned = lib / "libcudart.so"
-    versioned = sorted(lib.glob("libcudart.so.*"))
-    if not unversioned.exists() and versioned:
-        unversioned.symlink_to(versioned[0].name)
+    for versioned in sorted(lib.glob("lib*.so.*")):
+        unversioned = lib / versioned.name.split(".so.")[0]
+        unversioned = unversioned.with_name(f"{unversioned.name}.so")
+        if not unversioned.exists() and not unversioned.is_symlink():
+            unversioned.symlink_to(versioned.name)
 
+
+STUBS = "stubs"  # <cuda_home>/lib/stubs, where NVIDIA's toolkits keep theirs
+NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
+_DRIVER_API_RE = re.compile(r"\bCUresult\s+(cu\w+)\s*\(")
+
+
+def driver_stub(cuda_home: Path) -> Path | None:
+    """`lib/stubs/libcuda.so` (and `libcuda.so.1`, its soname) of a PyPI toolkit, which ships
+    none: every driver API function cuda.h declares, each returning CUDA_ERROR_NO_DEVICE, as
+    NVIDIA's toolkits ship it. A CMake project that links the driver (FindCUDAToolkit's
+    CUDA::cuda_driver: llama.cpp's VMM pool) links against it, and the smoke test of a package
+    without torch loads it where no driver is installed (smoke.py). Made once, in place
+    (written aside, then renamed); None where it cannot be (no cuda.h, no C compiler)."""
+    stubs = cuda_home / "lib" / STUBS
+    library = stubs / "libcuda.so"
+    header = cuda_home / "include" / "cuda.h"
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if library.is_file() or not header.is_file() or compiler is None:
+        return library if library.is_file() else None
+    stubs.mkdir(parents=True, exist_ok=True)
+    source, scratch = stubs / f"libcuda-{os.getpid()}.c", stubs / f"libcuda-{os.getpid()}.so"
+    try:
+        expanded = cmd.run([compiler, "-E", "-P", "-I", cuda_home / "include", header],
+                           stream=False, what="the preprocessing of cuda.h").stdout
+        names = sorted(set(_DRIVER_API_RE.findall(expanded)))
+        source.write_text("".join(f"int {name}(void) {{ return {NO_DEVICE}; }}\n"
+                                  for name in names))
+        cmd.run([compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", scratch,
+                 source], stream=False, what="the CUDA driver stub")
+        scratch.replace(library)
+    except WheelsmithError as exc:
+        log.warning("no CUDA driver stub in %s: %s", stubs, exc.message)
+        return None
+    finally:
+        source.unlink(missing_ok=True)
+        scratch.unlink(missing_ok=True)
+    with contextlib.suppress(FileExistsError):
+        (stubs / "libcuda.so.1").symlink_to(library.name)
+    return library

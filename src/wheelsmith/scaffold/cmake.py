@@ -1,0 +1,131 @@
+"""The CMake side of an sdist, read for `recipe new` (never run): whether its build runs CMake
+(the build machinery's own test, build/cmakebuild.py: scikit-build-core or scikit-build by
+pyproject.toml's build-backend, or a setup.py that calls `cmake`), where its CMake project
+enables CUDA, the switches a build machine needs (a CUDA option that is off by default, such as
+llama.cpp's GGML_CUDA; an option that optimises for the machine it builds on, GGML_NATIVE, made
+off: the build machine has no GPU and is not the user's CPU), and whether it links torch (a
+CUDA package that does not is built in a CUDA-only channel)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from wheelsmith.build import cmakebuild
+
+# where a CMake project compiles CUDA: its languages, or enabled later (else the first .cu source
+# it names: vllm's CUDA comes from torch's CMake config, which enables the language for it)
+CUDA_RE = re.compile(r"^[ \t]*((?:project\s*\([^)]*\bCUDA\b|enable_language\s*\(\s*CUDA\b))",
+                     re.MULTILINE | re.IGNORECASE)
+# `option(NAME "doc" DEFAULT)`
+OPTION_RE = re.compile(r"^[ \t]*option\s*\(\s*(\w+)\s+\"[^\"]*\"\s*([^)\s]*)\s*\)",
+                       re.MULTILINE | re.IGNORECASE)
+# the option that turns CUDA on: GGML_CUDA, USE_CUDA, WITH_CUDA, ENABLE_CUDA
+CUDA_SWITCH_RE = re.compile(r"^(?:\w+_)?CUDA$|^(?:USE|WITH|ENABLE|BUILD)_CUDA$")
+NATIVE_RE = re.compile(r"^\w+_NATIVE$")  # -march=native and the build machine's GPU arch
+CU_SOURCE_RE = re.compile(r"^[^#\n]*?[\w/.${}*-]+\.cu\b", re.MULTILINE)  # a .cu file it names
+OTHER_VENDOR_RE = re.compile(r"rocm|hip", re.IGNORECASE)  # a .cu a HIP build compiles
+TORCH_RE = re.compile(r"find_package\s*\(\s*Torch\b|^\s*(?:import torch|from torch[ .])",
+                      re.MULTILINE)
+SKIPPED = {"test", "tests", "examples", "docs", "benchmarks"}
+MAX_BYTES = 1 << 21  # of one CMake file: llama.cpp's largest is 40 KB
+
+
+@dataclass(frozen=True, slots=True)
+class CMakeSide:
+    how: str  # how the build runs CMake, in words (with the setup.py line)
+    passes_args: bool  # scikit-build(-core): CMAKE_ARGS reaches CMake's configure
+    cuda_at: str | None  # `csrc/CMakeLists.txt:4`: where the project compiles CUDA
+    switches: tuple[tuple[str, str, str], ...]  # (option, value, `file:line`) to pass
+    links_torch: bool
+    lists: bool = True  # the sdist holds a CMakeLists.txt (marlin-kernels' has none)
+
+    def cmake_args(self) -> str:
+        """The switches as CMake options (`-DGGML_CUDA=ON -DGGML_NATIVE=OFF`)."""
+        return " ".join(f"-D{name}={value}" for name, value, _ in self.switches)
+
+
+def _files(tree: Path) -> list[Path]:
+    """The CMake files of the sdist, outside its tests, examples and docs."""
+    found = [*tree.rglob("CMakeLists.txt"), *tree.rglob("*.cmake")]
+    return sorted(p for p in found if p.is_file()
+                  and not SKIPPED & {part.lower() for part in p.relative_to(tree).parts[:-1]})
+
+
+def _head(file: Path) -> str:
+    """A CMake file's text, its first MAX_BYTES (an sdist is untrusted: a huge file is not
+    read whole)."""
+    with file.open("rb") as stream:
+        return stream.read(MAX_BYTES).decode(errors="replace")
+
+
+def _line(text: str, start: int) -> int:
+    return text[:start].count("\n") + 1
+
+
+def _where(tree: Path, file: Path, text: str, start: int) -> str:
+    return f"{file.relative_to(tree)}:{_line(text, start)}"
+
+
+def read_cmake(tree: Path) -> CMakeSide | None:
+    """The CMake side of `tree`, or None when its build does not run CMake."""
+    if not cmakebuild.uses_cmake(tree):
+        return None
+    backend = cmakebuild.backend(tree) or ""
+    passes = backend.split(".")[0] in cmakebuild.BACKENDS
+    line = cmakebuild.cmake_call_line(tree / "setup.py")
+    how = f"{backend} (pyproject.toml's build-backend)" if passes else \
+        f"setup.py:{line} runs cmake"
+    files = {file: _head(file) for file in _files(tree)}
+    cuda_at = next((_where(tree, f, t, m.start()) for pattern in (CUDA_RE, CU_SOURCE_RE)
+                    for f, t in files.items() for m in pattern.finditer(t)
+                    if not OTHER_VENDOR_RE.search(m[0])), None)
+    switches = []
+    for file, text in files.items():
+        for option in OPTION_RE.finditer(text):
+            name, default = option[1], option[2].upper()
+            if CUDA_SWITCH_RE.match(name) and default in ("", "OFF", "FALSE", "0"):
+                switches.append((name, "ON", _where(tree, file, text, option.start())))
+            elif NATIVE_RE.match(name) and default not in ("OFF", "FALSE", "0"):
+                switches.append((name, "OFF", _where(tree, file, text, option.start())))
+    setup = (tree / "setup.py").read_text(errors="replace") if (tree / "setup.py").is_file() \
+        else ""
+    torch = any(TORCH_RE.search(text) for text in [setup, *files.values()])
+    build_requires = (tree / "pyproject.toml").read_text(errors="replace") \
+        if (tree / "pyproject.toml").is_file() else ""
+    links = torch or re.search(r"requires\s*=\s*\[[^\]]*[\"']torch\b", build_requires) is not None
+    first = {name: (name, value, where) for name, value, where in reversed(switches)}
+    return CMakeSide(how, passes, cuda_at, tuple(first[n] for n in dict.fromkeys(
+        n for n, _, _ in switches)) if passes else (), links,
+        any(p.name == "CMakeLists.txt" for p in files))
+
+
+def cmake_lines(side: CMakeSide) -> list[str]:
+    """`recipe new`'s findings: how its build runs CMake, what a build machine needs, and its
+    channel."""
+    where = f"its project compiles CUDA ({side.cuda_at})" if side.cuda_at else \
+        "no CMake file of it enables CUDA"
+    lines = [f"cmake: {side.how}; {where}: built with Ninja through the pre-build check"]
+    for name, value, at in side.switches:
+        why = "turns CUDA on (off by default)" if value == "ON" else \
+            "optimises for the build machine (its CPU; its GPU, which it lacks)"
+        lines.append(f"{at}: option {name} {why}: build.env CMAKE_ARGS -D{name}={value}")
+    if side.cuda_at and not side.links_torch:
+        lines += ["links no torch: kind: cuda (the CUDA-only channel, no torch pin)",
+                  "smoke: its shared libraries are loaded (its Python side needs runtime "
+                  "dependencies the toolchain does not hold)"]
+    return lines
+
+
+def arch_lines(side: CMakeSide, knob: tuple[str, int] | None, checked: str | None) -> list[str]:
+    """The recipe's arch knob for a CMake build: the package's own variable (natten's, in
+    torch's `12.0` form), else CMAKE_ARGS where scikit-build(-core) passes it on, else CMake's
+    CUDAARCHS; the default the check found it builds (`12.0a`), else 12.0."""
+    default = f"  default: [{json.dumps(checked or '12.0')}]"
+    if knob or (side.links_torch and not side.passes_args):  # torch's CMake config reads
+        return ["arch:", f"  env: {knob[0] if knob else 'TORCH_CUDA_ARCH_LIST'}",  # the list
+                "  format: torch", default]
+    return ["arch:", f"  env: {'CMAKE_ARGS' if side.passes_args else 'CUDAARCHS'}",
+            "  format: cmake", default]

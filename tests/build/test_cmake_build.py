@@ -1,0 +1,147 @@
+"""CMake builds through the same machinery as torch's (issue 33 item 3): a setup.py that drives
+CMake (tests/fixtures/tiny-cmake, natten's shape: its own arch variable in CMake's form, its
+own build-directory variable) gets Ninja, the pre-build check reads CMake's build.ninja,
+`--configure-only` stops after CMake's generate step, a package that ignores the arch list is
+stopped before compiling, and the build gives a verified wheel, resumed from its build tree."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, wheelsmith
+from wheelsmith.toolchain.env import Toolchain
+
+pytestmark = pytest.mark.toolchain
+
+
+def cmake_variant(project: Path, name: str = "tiny-cmake",
+                  edit: tuple[str, str] | None = None) -> Path:
+    """A copy of the tiny CMake package (its CMakeLists.txt optionally edited) and its recipe
+    in `project`'s recipes/."""
+    source = project.parent / "sources" / name
+    shutil.copytree(FIXTURES / "tiny-cmake", source)
+    if edit is not None:
+        lists = source / "csrc" / "CMakeLists.txt"
+        assert edit[0] in lists.read_text()
+        lists.write_text(lists.read_text().replace(*edit))
+    recipe = (FIXTURES / "tiny-cmake.recipe.yaml").read_text().replace("PATH", str(source))
+    (project / "recipes" / f"{name}.yaml").write_text(recipe.replace(
+        "package: tiny-cmake", f"package: {name}"))
+    return source
+
+
+@pytest.mark.parametrize(("archs", "sass", "ptx"), [("12.0", ["sm_120"], []),
+                                                     ("9.0;12.0+PTX", ["sm_120", "sm_90"],
+                                                      ["sm_120"])])
+def test_configure_only_stops_after_cmakes_generate_step(
+        project: Path, toolchain: Toolchain, archs: str, sass: list[str], ptx: list[str]) -> None:
+    """CMake configures and generates its build.ninja with Ninja, the recipe's `format: cmake`
+    list (`90-real;120`) reaches CUDA_ARCHITECTURES, the check reads the targets there and the
+    build stops: nothing of the package is compiled, nothing is kept but build.ninja."""
+    cmake_variant(project)
+    result = wheelsmith("build", "tiny-cmake", "--arch", archs, "--configure-only", "--json",
+                        cwd=project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    assert data["wheel"] is None
+    [configured] = data["configured"]
+    assert (configured["extension"], configured["sass"], configured["ptx"]) == (
+        "tinycmake", sass, ptx)
+    assert (configured["cuda_units"], configured["cxx_units"]) == (1, 1)
+    build_ninja = Path(configured["build_ninja"])
+    assert build_ninja.parent.name == "cmake"
+    assert build_ninja.parent.parent.name == "build"
+    left = sorted(p.name for p in build_ninja.parent.rglob("*") if p.is_file())
+    assert left == ["build.ninja"]
+    # the host compiles get the prefix maps (CMake reads CXXFLAGS, not CPPFLAGS)
+    host = build_ninja.read_text().split("version.cpp.o: CXX_COMPILER__")[1].split("\n\n")[0]
+    assert "-ffile-prefix-map=" in host
+    assert "=/wheelsmith/src " in host
+    log = Path(data["log"]).read_text()
+    assert log.index("-- Generating done") < log.index("wheelsmith configure-only: ")
+    assert "Building CUDA object" not in log
+    assert "Building CXX object" not in log
+    assert "-- Check for working CUDA compiler" in log  # CMake's own checks ran, through ninja
+
+
+def test_a_package_that_ignores_the_arch_list_is_stopped_before_compiling(
+        project: Path, toolchain: Toolchain) -> None:
+    cmake_variant(project, "tiny-cmake-fixed", ('"${TINY_ARCHS}"', '"90-real"'))
+    result = wheelsmith("build", "tiny-cmake-fixed", "--arch", "12.0", cwd=project)
+    assert result.returncode == 10, result.stderr[-3000:]
+    error = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
+    assert error.startswith("error: pre-build check: /")  # the path the build sees
+    assert error.endswith("/source/build/cmake/build.ninja compiles SASS sm_90 "
+                          "and PTX -, but SASS sm_120 and PTX - were requested; stopping before "
+                          "compiling")
+    assert not (project / "wheelhouse").exists() or not list((project / "wheelhouse").iterdir())
+
+
+@pytest.mark.build
+def test_a_cmake_build_gives_a_verified_wheel_compiled_through_the_same_machinery(
+        project: Path, toolchain: Toolchain) -> None:
+    """The real build: CMake's objects compiled by ninja through the pre-build check's
+    launcher (its plan line), in the fixed build directory whose ninja log gives the run
+    facts' seconds per object (what a resumed build and longest-first read), and the wheel
+    verified with cuobjdump: exactly sm_120."""
+    cmake_variant(project)
+    result = wheelsmith("build", "tiny-cmake", "--arch", "12.0", "--json", cwd=project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    wheel = Path(data["wheel"])
+    assert wheel.name.startswith("tiny_cmake-0.1.0+cu.13.0.torch.2.14.sm.120-cp311-cp311-")
+    assert data["provenance"]["device_code"] == [
+        {"path": "tiny_cmake/libtinycmake.cpython-311-x86_64-linux-gnu.so", "sass": ["sm_120"],
+         "ptx": []}]
+    run = data["run"]
+    assert sorted(run["build"]["object_seconds"]) == [
+        "CMakeFiles/tinycmake.dir/add_kernel.cu.o", "CMakeFiles/tinycmake.dir/version.cpp.o"]
+    assert [(c["extension"], c["sass"]) for c in run["prebuild_check"]] == [
+        ("tinycmake", ["sm_120"])]
+    assert run["smoke"][0] == "imported tiny_cmake"
+    # both compiles went through the compile cache: nvcc by CMAKE_CUDA_COMPILER_LAUNCHER, c++ by
+    # the launcher first on PATH
+    sources = {Path(name).name for name in run["compile_cache"]["sources"]}
+    assert {"add_kernel.cu", "version.cpp"} <= sources, run["compile_cache"]
+    verified = wheelsmith("verify", str(wheel), cwd=project)
+    assert verified.returncode == 0, verified.stderr
+
+
+@pytest.mark.build
+def test_a_package_without_torch_builds_in_the_cuda_only_channel(
+        project: Path, toolchain: Toolchain) -> None:
+    """kind: cuda: the CUDA-only profile (cu130, no torch) builds it; the wheel is labelled
+    without torch, pins no torch, goes to the channel cu130, is verified with cuobjdump, and its
+    smoke test loads its shared objects; a torch profile is refused for it."""
+    cmake_variant(project, "tiny-cuda")
+    recipe = project / "recipes" / "tiny-cuda.yaml"
+    recipe.write_text(recipe.read_text().replace("package: tiny-cuda\n",
+                                                 "package: tiny-cuda\nkind: cuda\n"))
+    refused = wheelsmith("build", "tiny-cuda", "--toolchain", "cu130-torch2.14", cwd=project)
+    assert refused.returncode == 4
+    assert refused.stderr.splitlines()[-2:] == [
+        "error: the cu130-torch2.14 profile pins torch 2.14.1, but this recipe (kind: cuda) "
+        "links no torch: its wheel would claim a torch it does not need",
+        "hint: leave out --toolchain (the CUDA-only profile, cu130), or name another CUDA-only "
+        "one"]
+    result = wheelsmith("build", "tiny-cuda", "--json", cwd=project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    wheel = Path(data["wheel"])
+    assert wheel.name.startswith("tiny_cmake-0.1.0+cu.13.0.sm.120-cp311-cp311-")
+    provenance = data["provenance"]
+    assert (provenance["toolchain"]["channel"], provenance["toolchain"]["torch"]) == (
+        "cu130", None)
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = zf.read(next(n for n in zf.namelist() if n.endswith("/METADATA"))).decode()
+    assert "Requires-Dist: torch" not in metadata
+    assert data["run"]["smoke"][:2] == [
+        "imported tiny_cmake",
+        "loaded site/tiny_cmake/libtinycmake.cpython-311-x86_64-linux-gnu.so"]
+    verified = wheelsmith("verify", str(wheel), cwd=project)
+    assert verified.returncode == 0, verified.stderr
