@@ -2,8 +2,9 @@
 pip uses that wheelsmith does not ship (issue 22 item 4): `recipe new NAME==VERSION`, then
 `build --configure-only --arch 12.0` with no edit. Each one ends in a configured build whose
 build.ninja targets exactly sm_120, or in one line that names why not. The rate is stated in
-the README; the fast test keeps the two in step, the slow one runs the corpus. Three of them
-are built to the end, and `wheelsmith verify` passes their wheels with no flags."""
+docs/evidence/recipe-corpus.md; the fast test keeps the two in step, the slow one runs the
+corpus. Three of them are built to the end, and `wheelsmith verify` passes their wheels with no
+flags."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ CORPUS = {
 # built to the end (small: one CUDA file each, minutes on 2 cores): NAME==VERSION -> None (a
 # verified wheel with the default profile), or the toolchain the build's hint names (torch
 # 2.14's headers need C++20, the package asks for C++17), which then gives a verified wheel.
-# torch-scatter's 32-minute build was done by hand (README).
+# torch-scatter's 32-minute build was done by hand (docs/evidence/recipe-corpus.md).
 BUILT = {"torchsort==0.1.10": None, "chamferdist==1.0.3": "cu130-torch2.11"}
 CXX_HINT = "hint: the package asks the compiler for an older C++ standard"
 
@@ -54,7 +55,7 @@ def rate() -> str:
 
 
 def test_the_readme_states_the_corpus_rate_this_test_checks() -> None:
-    text = " ".join((REPO / "README.md").read_text().split())
+    text = " ".join((REPO / "docs" / "evidence" / "recipe-corpus.md").read_text().split())
     assert f"**{rate()}** real CUDA-extension sdists" in text
     for spec in CORPUS:
         assert f"`{spec}`" in text, spec
