@@ -226,18 +226,20 @@ def test_each_install_line_from_the_local_index_is_run_by_the_index_test() -> No
 
 
 def test_uv_tool_install_from_the_checkout_gives_the_wheelsmith_command(tmp_path: Path) -> None:
-    session = tool_session(tmp_path)
+    session = tool_session(tmp_path, pip=False)
     for step in GETTING_STARTED[:2]:
         assert step.check is not None
         step.check(session, (session.run(step.command) if step.command != "uv tool install ."
                              else install_tool(session)))
 
 
-def tool_session(tmp_path: Path) -> Session:
+def tool_session(tmp_path: Path, *, pip: bool = True) -> Session:
+    """Getting started's session: `wheelsmith` from `uv tool install .`, and (`pip`) the `pip`
+    of a fresh venv first on PATH."""
     (tmp_path / "home").mkdir()
     (tmp_path / "work").mkdir()
-    return Session(tmp_path / "work", tmp_path / "home",
-                   [client_venv(tmp_path / "client"), tmp_path / "tools" / "bin"])
+    client = client_venv(tmp_path / "client") if pip else tmp_path / "no-client"
+    return Session(tmp_path / "work", tmp_path / "home", [client, tmp_path / "tools" / "bin"])
 
 
 def install_tool(session: Session) -> subprocess.CompletedProcess[str]:
