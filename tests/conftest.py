@@ -202,6 +202,7 @@ def assert_platform_tagged(wheel: Path, provenance: dict[str, Any], stem: str) -
 class Server:
     url: str
     log: Path
+    pid: int = 0  # the `wheelsmith serve` process
 
     def requests(self) -> list[str]:
         """Request paths in order, from the server's own log (one line per request)."""
@@ -209,17 +210,19 @@ class Server:
 
 
 @contextlib.contextmanager
-def serve(root: Path, log: Path) -> Iterator[Server]:
+def serve(root: Path, log: Path, *options: str) -> Iterator[Server]:
+    """The real `wheelsmith serve` of `root` on a free port (with `options`), its stdout and
+    stderr in `log`."""
     with log.open("w") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "wheelsmith", "serve", "--index",
-                                 str(root), "--port", "0"], stderr=sink, stdout=sink)
+                                 str(root), "--port", "0", *options], stderr=sink, stdout=sink)
     try:
         deadline = time.monotonic() + 120
         while not (match := re.search(r"at (http://127\.0\.0\.1:\d+)/", log.read_text())):
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "wheelsmith serve said no address in 120 s"
             time.sleep(0.05)
-        yield Server(match[1], log)
+        yield Server(match[1], log, proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

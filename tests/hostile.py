@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -22,6 +23,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
 
 # docs/cli.md#exit-codes: 0, click's 2, WheelsmithError's 3-21, 130 interrupted. 1 is "a bug".
 DOCUMENTED_EXIT_CODES = frozenset({0, 2, *range(3, 22), 130})
@@ -39,6 +44,7 @@ class Reply:
     drip: float = 0.0
     size: int | None = None
     hang: bool = False
+    raw: bytes | None = None  # sent as it is instead of an HTTP answer (dripped with `drip`)
 
 
 def reply_500(_: str) -> Reply:
@@ -148,15 +154,15 @@ class HostileServer:
         if reply.hang:
             self._stop.wait()
             return
+        if reply.raw is not None:
+            self._drip(conn, reply.raw, reply.drip)
+            return
         length = reply.size if reply.size is not None else len(reply.body)
         head = [f"HTTP/1.1 {reply.status} X", f"Content-Length: {length}", "Connection: close",
                 *(f"{k}: {v}" for k, v in reply.headers)]
         conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
         if reply.drip:
-            for byte in reply.body:
-                if self._stop.wait(reply.drip):
-                    return
-                conn.sendall(bytes([byte]))
+            self._drip(conn, reply.body, reply.drip)
             return
         if reply.size is None:
             conn.sendall(reply.body)
@@ -166,6 +172,66 @@ class HostileServer:
             piece = reply.body[: reply.size - sent]
             conn.sendall(piece)
             sent += len(piece)
+
+
+    def _drip(self, conn: socket.socket, data: bytes, seconds: float) -> None:
+        if not seconds:
+            conn.sendall(data)
+            return
+        for byte in data:
+            if self._stop.wait(seconds):
+                return
+            conn.sendall(bytes([byte]))
+
+
+def drips_its_head(seconds: float) -> Callable[[str], Reply]:
+    """An HTTP head sent one byte every `seconds` (a per-read timeout never trips)."""
+    def reply(_: str) -> Reply:
+        return Reply(raw=b"HTTP/1.1 200 OK\r\n" + b"X-Slow: a\r\n" * 10_000 + b"\r\n",
+                     drip=seconds)
+    return reply
+
+
+def garbage(data: bytes) -> Callable[[str], Reply]:
+    """`data` instead of an HTTP answer."""
+    def reply(_: str) -> Reply:
+        return Reply(raw=data)
+    return reply
+
+
+# What a Python 3.11 with torch 2.14.1+cu130 on an sm_120 GPU answers the probe
+# (resources/probe.py), with no CUDA-extension package installed.
+PROBE_ANSWER: Mapping[str, object] = {
+    "python": "3.11", "implementation": "cpython", "executable": "/stand-in/bin/python",
+    "purelib": "/stand-in/lib/python3.11/site-packages", "machine": "x86_64",
+    "glibc": "2.36", "pip": True, "torch": "2.14.1", "torch_full": "2.14.1+cu130",
+    "torch_dist": "2.14.1", "torch_cuda": "13.0",
+    "gpu": {"name": "stand-in GPU", "capability": [12, 0]},
+    "packages": [], "fast_path": {}, "dists": {}}
+
+
+def stand_in_python(path: Path, script: str) -> Path:
+    """An executable at `path` that runs the shell `script` whatever it is asked: an
+    interpreter given as `--python` that is not one, or answers what a test wants."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\n{script}\n")
+    path.chmod(0o755)
+    return path
+
+
+def answering_python(path: Path, answer: Mapping[str, object] = PROBE_ANSWER) -> Path:
+    """A stand-in interpreter that answers the probe with `answer` and does nothing else."""
+    line = "WHEELSMITH-PROBE " + json.dumps(answer)
+    return stand_in_python(path, f"echo WHEELSMITH-PROBE-STARTED\ncat <<'EOF'\n{line}\nEOF")
+
+
+def returned_or_raised(call: Callable[[], T], errors: type[E]) -> T | E:
+    """What `call` returns, or the error of type `errors` it raises: a generated input may
+    rightly give either, and the test then holds each to its promise."""
+    try:
+        return call()
+    except errors as exc:
+        return exc
 
 
 @dataclass(frozen=True)

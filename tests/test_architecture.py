@@ -16,7 +16,7 @@ PACKAGE = REPO / "src" / "wheelsmith"
 FOUNDATION = {"wheelsmith", "wheelsmith.__init__", "wheelsmith.arch", "wheelsmith.cmd",
               "wheelsmith.procs", "wheelsmith.errors", "wheelsmith.files",
               "wheelsmith.document", "wheelsmith.wheelfile", "wheelsmith.inventory",
-              "wheelsmith.locations", "wheelsmith.locks"}
+              "wheelsmith.locations", "wheelsmith.locks", "wheelsmith.untrusted"}
 # What each part may import besides itself (docs/architecture.md, "What may import what").
 ALLOWED = {
     "foundation": set(),

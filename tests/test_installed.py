@@ -150,8 +150,8 @@ def test_uv_tool_install_gives_a_working_wheelsmith(built_wheel: Path, tmp_path:
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0].endswith("/site-packages/wheelsmith/data (package):")
     index = subprocess.run([str(tmp_path / "tools" / "wheelsmith" / "bin" / "python"), "-c",
-                            "from wheelsmith.recipes import fetch; "
-                            "print(fetch.package_index().origin)"],
+                            "from wheelsmith.recipes import simple; "
+                            "print(simple.package_index().origin)"],
                            cwd=empty, env=env, capture_output=True, text=True, check=False)
     assert index.stdout.strip() in ("pip's default", "pip's configuration", "PIP_INDEX_URL"), \
         index.stderr  # the tool's own pip answers (uv makes environments without pip)

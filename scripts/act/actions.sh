@@ -18,7 +18,9 @@ dest=${2:-/var/tmp/wheelsmith-act/actions}
 workflow=$(cd "$(dirname "$0")/../.." && pwd)/.github/workflows/nightly.yml
 mkdir -p "$dest"
 
-for uses in $(grep -o 'uses: [^ ]*' "$workflow" | cut -d' ' -f2 | sort -u); do
+# an action in a subfolder (actions/cache/restore@SHA) comes from its repository (actions/cache)
+for uses in $(grep -o 'uses: [^ ]*' "$workflow" | cut -d' ' -f2 \
+              | sed -E 's|^([^/]+/[^/@]+)[^@]*@|\1@|' | sort -u); do
   repo=${uses%@*} sha=${uses#*@} dir=$dest/${uses#*/}
   [ -f "$dir/action.yml" ] && continue
   git_dir=$mirrors/${repo/\//+}/repo

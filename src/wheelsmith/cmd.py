@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
+import selectors
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +32,7 @@ from typing import IO
 
 from wheelsmith import procs
 from wheelsmith.errors import CommandError, WheelsmithError
+from wheelsmith.untrusted import Bounds, too_big, too_slow
 
 log = logging.getLogger(__name__)
 output_log = logging.getLogger("wheelsmith.output")
@@ -41,6 +45,7 @@ INTERRUPTS = {signal.SIGINT, signal.SIGTERM, signal.SIGALRM}  # SIGALRM: time_li
 DRAIN_SIGNAL = signal.SIGUSR1  # to a supervisor: let the compiles run, start none (supervise.py)
 DRAINED_EXIT = 75  # from a supervisor: the command failed after the drain stopped part of it
 DRAIN_MAX_S = 900.0  # a default drain is a quarter of the time limit, at most this
+UNBOUNDED = Bounds(max_bytes=sys.maxsize, seconds=math.inf)
 
 _running: set[subprocess.Popen[str]] = set()  # the supervisors of the commands running now
 _draining = False
@@ -129,11 +134,13 @@ def _resolve(argv: Sequence[str | Path], env: Mapping[str, str] | None) -> list[
     path = (env or os.environ).get("PATH")
     found = shutil.which(args[0], path=path)
     if found is None:
+        here = shutil.which(args[0])
         raise CommandError(
             f"command not found: {args[0]}",
             tail=[],
             returncode=127,
-            hint=f"install {args[0]} or put it on PATH",
+            hint=f"install {args[0]} or put it on PATH" if here is None else
+            f"{args[0]} is {here}, but not on the PATH this command runs with ({path})",
         )
     return args
 
@@ -151,12 +158,16 @@ def run(
     what: str | None = None,
     stream: bool = True,
     hint: str | None = None,
+    bounds: Bounds | None = None,
 ) -> Completed:
     """Run a command, streaming its merged output; raise `error` unless its exit code is ok.
 
     With `stream=False` stdout and stderr are kept apart (for tools whose stdout is data, such
     as cuobjdump) and the output is logged after the command ends. `hint` (what to do) goes
-    with the error.
+    with the error. `bounds` (with `stream=False`, for a command that is not trusted and whose
+    output is parsed, such as the probe of `--python`): past its byte cap or deadline, or
+    silent past its `quiet_seconds`, the command's tree is stopped and UntrustedDataError
+    names it (`what`), with `hint`.
     """
     args = _resolve(argv, env)
     line = f"+ {render(args)}"
@@ -165,10 +176,11 @@ def run(
         log_file.write(line + "\n")
         log_file.flush()
     try:
-        if stream:
+        if stream and bounds is None:
             returncode, stdout, stderr, tail = _run_streaming(args, cwd, env, log_file, on_line)
         else:
-            returncode, stdout, stderr, tail = _run_captured(args, cwd, env, log_file)
+            returncode, stdout, stderr, tail = _run_captured(
+                args, cwd, env, log_file, bounds=bounds, subject=(what or render(args), hint))
     except OSError as exc:  # not a program (exec format error), not permitted, ...
         raise error(f"{what or args[0]} could not start: {exc.strerror or exc}", tail=[],
                     returncode=127, log_file=log_path) from exc
@@ -318,10 +330,58 @@ def _run_captured(
     cwd: Path | None,
     env: Mapping[str, str] | None,
     log_file: IO[str] | None,
+    *,
+    bounds: Bounds | None,
+    subject: tuple[str, str | None],
 ) -> tuple[int, str, str, list[str]]:
+    limits = bounds or UNBOUNDED
+    deadline = time.monotonic() + limits.seconds
     with _started(args, cwd, env, capture=True) as proc:
-        stdout, stderr = proc.communicate()
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        out, err = _read_pipes((proc.stdout.fileno(), proc.stderr.fileno()), limits, subject)
+        try:
+            proc.wait(timeout=None if bounds is None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise too_slow(subject[0], limits.seconds, verb="did not finish",
+                           hint=subject[1]) from None
+    stdout, stderr = (_text(part) for part in (out, err))
     lines = (stdout + stderr).splitlines()
     for text in lines:
         _emit(text, log_file, None)
     return proc.returncode, stdout, stderr, lines[-TAIL_LINES:]
+
+
+def _text(data: bytes) -> str:
+    """As a text-mode pipe reads it: undecodable bytes replaced, newlines universal."""
+    return data.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _read_pipes(fds: tuple[int, int], bounds: Bounds, subject: tuple[str, str | None]
+                ) -> tuple[bytes, bytes]:
+    """Both pipes until they end, in chunks: past `bounds` UntrustedDataError (and `_started`
+    stops the command's tree)."""
+    start = time.monotonic()
+    parts = {fd: bytearray() for fd in fds}
+    total = 0
+    with selectors.DefaultSelector() as selector:
+        for fd in fds:
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            quiet = total == 0 and bounds.quiet_seconds is not None
+            limit = bounds.quiet_seconds if quiet and bounds.quiet_seconds else bounds.seconds
+            left = start + limit - time.monotonic()
+            if left <= 0:
+                raise too_slow(subject[0], limit, hint=subject[1],
+                               verb="printed nothing" if quiet else "did not finish")
+            for key, _ in selector.select(None if math.isinf(left) else left):
+                with contextlib.suppress(BlockingIOError):
+                    chunk = os.read(key.fd, 1 << 16)
+                    if not chunk:
+                        selector.unregister(key.fd)
+                    total += len(chunk)
+                    parts[key.fd] += chunk
+            if total > bounds.max_bytes:
+                raise too_big(subject[0], bounds, verb="printed", hint=subject[1])
+    return bytes(parts[fds[0]]), bytes(parts[fds[1]])

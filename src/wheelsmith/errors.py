@@ -205,6 +205,22 @@ class OutOfTimeError(WheelsmithError):
         self.progress = progress
 
 
+class UntrustedDataError(SourceError):
+    """Data from outside (an index page, a ledger line, a wheel's provenance, an interpreter's
+    probe answer, a server's reply) is malformed or exceeds its bounds (wheelsmith/untrusted.py).
+    `source` names where it came from (a URL, `file:line`, "the probe of PATH"); `status` is
+    the HTTP status a server answered, when it answered one."""
+
+    exit_code = 21
+
+    def __init__(self, source: str, problem: str, *, status: int | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(f"{source}: {problem}", **kwargs)
+        self.source = source
+        self.problem = problem
+        self.status = status
+
+
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 

@@ -27,7 +27,7 @@ from wheelsmith.arch import ArchSet
 from wheelsmith.build import plan
 from wheelsmith.build.request import BuildRequest, Reporter
 from wheelsmith.deliver import check_imports, deliver
-from wheelsmith.errors import SourceError, UsageError
+from wheelsmith.errors import SourceError, UntrustedDataError, UsageError
 from wheelsmith.index.offers import Offer, channel_url, newest, offers, split_channel
 from wheelsmith.index.publish import Published
 from wheelsmith.recipes import repos
@@ -96,8 +96,13 @@ def install(request: InstallRequest, target: Target, report: Reporter) -> Instal
 
 def read_offers(base: str, project: str, target: Target, archs: ArchSet | None = None,
                 version: str | None = None) -> list[Offer]:
+    """The channel's offers; nothing answering there is a usage error (the index is not
+    started, or --index is wrong), while an answer that is not a page (an HTTP error, a
+    redirect loop, HTML, too much, too slow) says what was answered and what to check."""
     try:
         return offers(base, project, target, archs.archs if archs else (), version=version)
+    except UntrustedDataError:
+        raise
     except SourceError as exc:
         raise UsageError(f"cannot read the index: {exc.message}",
                          hint="start it (wheelsmith serve), or point --index at it") from exc

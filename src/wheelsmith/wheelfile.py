@@ -11,7 +11,6 @@ import base64
 import csv
 import hashlib
 import io
-import json
 import re
 import stat
 import time
@@ -26,6 +25,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from wheelsmith import files
+from wheelsmith.errors import UntrustedDataError
+from wheelsmith.untrusted import Node, clip, describe_size, parse_json
 
 ZIP_EPOCH_FLOOR = 315532800  # 1980-01-01, the earliest time a zip entry can hold
 
@@ -233,17 +234,79 @@ def _write(dst: Path, contents: dict[str, bytes], modes: dict[str, int], record:
             zout.writestr(info, contents[member])
 
 
-
 PROVENANCE_FILE = "wheelsmith.json"
+PROVENANCE_MAX_BYTES = 16 << 20  # a record is tens of KB
+CHANNEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")  # an index channel: cu130-torch2.14
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def read_provenance(wheel: Path) -> dict[str, Any] | None:
-    """The provenance record of a wheelsmith wheel, or None for any other wheel."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Provenance:
+    """A wheelsmith wheel's `wheelsmith.json`: data whoever built the wheel wrote. Every field
+    wheelsmith acts on is checked here (names that reach a path or a command are plain names,
+    versions are versions); the whole record is kept in `record` for showing it."""
+
+    key: str | None  # the content key
+    recipe: str | None  # the recipe's package name
+    version: str | None  # the recipe's version
+    toolchain: str | None  # the profile's name
+    python: str | None  # the toolchain's Python, "3.12"
+    channel: str | None  # the index channel
+    archs: str | None  # the arch set requested, as `--arch` takes it
+    host_only: tuple[str, ...]  # shared objects allowed to carry no device code (globs)
+    extra_env: dict[str, str]  # --env NAME=VALUE of the build
+    record: dict[str, Any]
+
+    @classmethod
+    def parse(cls, node: Node) -> Provenance:
+        recipe, toolchain = node.get("recipe"), node.get("toolchain")
+
+        def field(part: Node | None, key: str, read: Callable[[Node], str]) -> str | None:
+            return part.optional(key, read) if part is not None else None
+
+        env = node.optional("extra_env", Node.entries) or {}
+        for name in env:
+            if not ENV_NAME_RE.fullmatch(name):
+                raise node.fail(f"extra_env: '{clip(name)}' is not a variable name")
+        return cls(
+            key=node.optional("key", Node.text),
+            recipe=field(recipe, "package", Node.name),
+            version=field(recipe, "version", _version),
+            toolchain=field(toolchain, "name", Node.name),
+            python=field(toolchain, "python", lambda n: n.text(_PYTHON_RE, "a Python version")),
+            channel=field(toolchain, "channel", lambda n: n.text(CHANNEL_RE, "a channel name")),
+            archs=node.optional("archs_requested", Node.text),
+            host_only=tuple(n.text() for n in node.optional("host_only", Node.items) or ()),
+            extra_env={name: value.text() for name, value in env.items()},
+            record={key: value.value for key, value in node.entries().items()})
+
+
+_PYTHON_RE = re.compile(r"\d+\.\d+")
+
+
+def _version(node: Node) -> str:
+    """A version, kept as it was written (a recipe names its versions so)."""
+    node.parsed(Version, "a version")
+    return node.text()
+
+
+def read_provenance(wheel: Path) -> Provenance | None:
+    """The provenance of a wheelsmith wheel; None for any other wheel (or no readable zip).
+    A record that is not what wheelsmith writes: UntrustedDataError naming it."""
     try:
         with zipfile.ZipFile(wheel) as zf:
             info_dir = dist_info_dir(zf.namelist())
-            data: dict[str, Any] = json.loads(zf.read(f"{info_dir}/{PROVENANCE_FILE}"))
-            return data
+            with zf.open(f"{info_dir}/{PROVENANCE_FILE}") as handle:
+                data = handle.read(PROVENANCE_MAX_BYTES + 1)  # never a zip bomb's whole
     except (KeyError, ValueError, OSError, zipfile.BadZipFile):
         return None
+    source = f"the provenance of {wheel.name}"
+    if len(data) > PROVENANCE_MAX_BYTES:
+        raise UntrustedDataError(source, f"is larger than {describe_size(PROVENANCE_MAX_BYTES)}")
+    return Provenance.parse(parse_json(data, source))
 
+
+def recorded_provenance(wheel: Path) -> dict[str, Any]:
+    """The whole provenance record of a wheelsmith wheel (checked); {} for another wheel."""
+    provenance = read_provenance(wheel)
+    return provenance.record if provenance else {}

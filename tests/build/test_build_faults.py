@@ -34,7 +34,7 @@ from wheelsmith import cmd, wheelfile
 from wheelsmith.files import sha256_file
 from wheelsmith.index import ledger
 from wheelsmith.toolchain.env import Toolchain
-from wheelsmith.wheelfile import read_provenance
+from wheelsmith.wheelfile import recorded_provenance
 
 pytestmark = pytest.mark.toolchain
 
@@ -274,7 +274,7 @@ def run_kills(site: Site, schedule: list[tuple[str, signal.Signals]], seed: int)
     wheel = Path(json.loads(out)["wheel"])
     assert out_wheels(site) == [wheel]
     assert wheelfile.check(wheel) == []
-    assert (read_provenance(wheel) or {})["patches"][0]["file"] == "0001-say-who-built-it.patch"
+    assert recorded_provenance(wheel)["patches"][0]["file"] == "0001-say-who-built-it.patch"
     assert not list(site.out.glob(".tmp-*"))  # what killed stamps left is gone
     assert not list((site.root / "work").glob("*.owner.json"))
     for index in site.root.glob("index-*"):

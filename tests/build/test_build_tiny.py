@@ -22,7 +22,7 @@ from tests.conftest import (
 )
 from wheelsmith import locations
 from wheelsmith.build import pathview
-from wheelsmith.recipes import fetch
+from wheelsmith.recipes import simple
 from wheelsmith.toolchain.env import Toolchain
 
 pytestmark = pytest.mark.toolchain
@@ -244,7 +244,7 @@ def test_compile_error_shows_tail_log_and_keeps_source(project: Path,
 
 
 def test_setup_py_cannot_reach_the_network(project: Path, toolchain: Toolchain) -> None:
-    url = fetch.index_url() + "/"  # the index this machine's pip uses
+    url = simple.index_url() + "/"  # the index this machine's pip uses
     try:
         urllib.request.urlopen(url, timeout=20).close()
     except OSError as exc:

@@ -104,7 +104,8 @@ def test_an_unreachable_scheduler_is_named(project: Path, toolchain: Toolchain,
                         cwd=project)
     assert result.returncode == 9
     assert result.stderr.splitlines()[-2] == (
-        f"error: compile farm {url}: cannot reach the scheduler at {url}")
+        f"error: compile farm {url}: no status from the scheduler at {url} (not reachable, an "
+        "HTTP error, or not an sccache-dist scheduler)")
 
 
 def build_killing_servers(project: Path, farm: Farm, *args: str) -> tuple[int, str, str]:

@@ -101,16 +101,19 @@ def test_doctor_reads_real_kernels_and_names_the_fix(project: Path, toolchain: T
         "  fast path: `import mamba_ssm` fails (ModuleNotFoundError: No module named 'mamba_ssm'): "
         "models fall back to slow PyTorch code\n"
         "hint: to fix:\n"
-        f"      wheelsmith build tiny-ext --arch 9.0 --python {toolchain.python} --publish   "
-        "# the index has no tiny-ext wheel for Python 3.11 with sm_90 kernels\n"
-        f"      wheelsmith build mamba-ssm --arch 9.0 --python {toolchain.python} --publish   "
-        "# the index has no mamba-ssm wheel for Python 3.11 with sm_90 kernels\n")
+        f"      wheelsmith build tiny-ext --arch 9.0 --python {toolchain.python} --publish "
+        "--index DIR   # the index has no tiny-ext wheel for Python 3.11 with sm_90 kernels; "
+        f"DIR: the index directory that `wheelsmith serve` serves as {server.url}\n"
+        f"      wheelsmith build mamba-ssm --arch 9.0 --python {toolchain.python} --publish "
+        "--index DIR   # the index has no mamba-ssm wheel for Python 3.11 with sm_90 kernels; "
+        f"DIR: the index directory that `wheelsmith serve` serves as {server.url}\n")
     assert f"channel  {server.url}/cu130-torch2.14/simple/\n" in on_90.stdout
     report_121 = json.loads(on_121.stdout)
     assert report_121["channel"] == f"{server.url}/cu130-torch2.14/simple/"
     assert report_121["fixes"] == [  # an sm_120 cubin runs on sm_121
-        f"wheelsmith build mamba-ssm --arch 12.1 --python {toolchain.python} --publish   # the "
-        "index has no mamba-ssm wheel for Python 3.11 with sm_121 kernels"]
+        f"wheelsmith build mamba-ssm --arch 12.1 --python {toolchain.python} --publish --index "
+        "DIR   # the index has no mamba-ssm wheel for Python 3.11 with sm_121 kernels; DIR: the "
+        f"index directory that `wheelsmith serve` serves as {server.url}"]
 
     shared = next(site.glob("tiny_ext/_C*.so"))
     host_only = ctypes_extension.__file__  # a real shared object with no device code at all

@@ -6,9 +6,11 @@ is tested (`torch` here is a stand-in named like the real one, as in research/in
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -212,6 +214,43 @@ def test_a_new_index_is_served_empty_and_fills_while_served(tmp_path: Path, whee
     assert status == 200
     assert wheel.name.encode() in body
     assert "a new, empty index in " in (tmp_path / "serve.log").read_text()
+
+
+def banner(server_log: Path) -> list[str]:
+    """The install commands `wheelsmith serve` printed (it prints them after its address)."""
+    deadline = time.monotonic() + 30
+    while not (lines := [line.strip() for line in server_log.read_text().splitlines()
+                         if "install --index-url" in line]):
+        assert time.monotonic() < deadline, server_log.read_text()
+        time.sleep(0.05)
+    return lines
+
+
+@pytest.mark.parametrize("client", ["pip", "uv"])
+def test_the_banner_commands_install_a_published_wheel_as_printed(
+        tmp_path: Path, wheels: Path, root: Path, client: str) -> None:
+    publish(make_wheel(wheels, "demo-ext", "1.0+cu.13.0.torch.2.14.sm.120"), root,
+            channel=CHANNEL)
+    target = tmp_path / "venv"  # with its own pip: the `pip` the command names
+    subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
+    tool = {"pip": "pip install", "uv": "uv pip install"}[client]
+    with serve(root, tmp_path / "server.log") as server:
+        (command,) = [line for line in banner(server.log) if line.startswith(f"{tool} ")]
+        assert command == f"{tool} --index-url {server.url}/{CHANNEL}/simple/ --no-deps PACKAGE"
+        path = os.pathsep.join([str(target / "bin"), str(UV.parent), os.environ["PATH"]])
+        result = subprocess.run(shlex.split(command.replace("PACKAGE", "demo-ext")),
+                                env={**CLEAN_ENV, "PATH": path, "VIRTUAL_ENV": str(target)},
+                                capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert installed(target / "bin" / "python", "demo-ext") == "1.0+cu.13.0.torch.2.14.sm.120"
+
+
+def test_an_empty_index_says_how_to_install_once_a_channel_is_published(
+        tmp_path: Path, root: Path) -> None:
+    with serve(root, tmp_path / "server.log") as server:
+        assert banner(server.log) == [
+            f"no channel yet; once one is published: pip install --index-url {server.url}/"
+            "CHANNEL/simple/ --no-deps PACKAGE"]
 
 
 def test_serving_a_directory_that_is_not_an_index_is_refused(tmp_path: Path) -> None:

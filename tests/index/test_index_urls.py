@@ -93,8 +93,8 @@ def test_a_file_index_page_that_is_not_json_is_an_error_naming_it(tmp_path: Path
     with pytest.raises(SourceError) as caught:
         offers(f"{tmp_path.as_uri()}/{CHANNEL}/simple/", "demo-ext", environment(), ())
     assert caught.value.message == (
-        f"cannot read the index page {tmp_path.as_uri()}/{CHANNEL}/simple/demo-ext/: "
-        "Expecting value: line 1 column 1 (char 0)")
+        f"{tmp_path.as_uri()}/{CHANNEL}/simple/demo-ext/: answered an HTML page, not a PEP 691 "
+        "JSON page")
 
 
 @pytest.mark.parametrize(("index", "channel"), [

@@ -1,5 +1,6 @@
-"""The nginx configuration in docs/nginx.conf serves the index to pip and uv, with JSON
-negotiation, as documented. Needs Debian's nginx (`.ci/run` installs nginx-light)."""
+"""The nginx configuration in docs/nginx.conf serves the index (and an `index export` of it whose
+files are on another server) to pip and uv, with JSON negotiation, as documented. Needs
+Debian's nginx (`.ci/run` installs nginx-light)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, Served
 from tests.index.test_index_clients import INSTALLERS, get, installed, venv
 from tests.wheels import make_wheel
+from wheelsmith.index.export import export
 from wheelsmith.index.publish import publish
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -96,3 +98,28 @@ def test_pip_and_uv_install_through_nginx(tmp_path: Path, nginx: tuple[str, Path
     result = INSTALLERS[client](python, f"{url}/{CHANNEL}/simple/", "demo-ext")
     assert result.returncode == 0, result.stderr
     assert installed(python, "demo-ext") == "1.0.0+cu.13.0.torch.2.14.sm.120"
+
+
+@pytest.mark.parametrize("client", INSTALLERS)
+def test_an_export_behind_nginx_with_its_files_on_another_server(
+        tmp_path: Path, nginx: tuple[str, Path], http_dir: Served, client: str) -> None:
+    """`index export` into nginx's root, links to a second server (the "bucket", a plain
+    http.server) that holds the files: pip and uv read the pages (and the PEP 658 metadata)
+    and download the wheel from the bucket."""
+    url, site = nginx
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel = make_wheel(wheels, "demo-ext", "1.0.0+cu.13.0.torch.2.14.sm.120", tags="py3-none-any")
+    publish(wheel, tmp_path / "index-source", channel=CHANNEL)
+    export(tmp_path / "index-source", site, base_url=http_dir.url)
+    shutil.move(site / "files", http_dir.root / "files")  # the files go to the bucket
+    status, _, body = get(f"{url}/{CHANNEL}/simple/demo-ext/",
+                          "application/vnd.pypi.simple.v1+json")
+    assert status == 200
+    assert f'"url": "{http_dir.url}/files/' in body.decode()
+    python = venv(tmp_path / "venv")
+    result = INSTALLERS[client](python, f"{url}/{CHANNEL}/simple/", "demo-ext")
+    assert result.returncode == 0, result.stderr
+    assert installed(python, "demo-ext") == "1.0.0+cu.13.0.torch.2.14.sm.120"
+    assert any(r.endswith(".whl") for r in http_dir.requests), http_dir.requests
+    assert get(f"{url}/files/")[0] == 404

@@ -94,9 +94,10 @@ def test_doctors_fix_for_an_environment_of_another_cpu_is_its_cross_build(
     assert fix_lines(["causal-conv1d"], base, arch, environment("aarch64", python="3.12"),
                      "/aarch64-env/bin/python") == [
         "wheelsmith build causal-conv1d --arch 12.0 --platform aarch64 --python 3.12 "
-        "--toolchain cu130-torch2.14 --publish   # the index has no causal-conv1d wheel for "
-        "Python 3.12 on aarch64 with sm_120 kernels"]
+        f"--toolchain cu130-torch2.14 --publish --index {both_cpus}   # the index has no "
+        "causal-conv1d wheel for Python 3.12 on aarch64 with sm_120 kernels"]
     assert fix_lines(["causal-conv1d"], base, arch, environment("x86_64", python="3.12"),
                      "/x86_64-env/bin/python") == [
-        "wheelsmith build causal-conv1d --arch 12.0 --python /x86_64-env/bin/python --publish"
-        "   # the index has no causal-conv1d wheel for Python 3.12 with sm_120 kernels"]
+        "wheelsmith build causal-conv1d --arch 12.0 --python /x86_64-env/bin/python --publish "
+        f"--index {both_cpus}   # the index has no causal-conv1d wheel for Python 3.12 with "
+        "sm_120 kernels"]

@@ -221,7 +221,7 @@ def test_there_is_no_delete_command(tmp_path: Path) -> None:
 def test_interrupted_publish_is_finished_by_the_next_writer(wheels: Path, root: Path) -> None:
     publish(make_wheel(wheels, "demo-ext", "1.0.0"), root, channel=CHANNEL)
     second = make_wheel(wheels, "demo-ext", "1.1.0")
-    candidate = publish_module._inspect(second, CHANNEL)
+    candidate = publish_module.inspect(second, CHANNEL)
     publish_module._store(root, candidate)  # a publisher killed right after its commit point:
     ledger.append(root, ledger.publish_entry(candidate.record))  # ledger written, pages not
     page = root / CHANNEL / "simple" / "demo-ext" / "index.json"

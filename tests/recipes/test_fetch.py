@@ -17,15 +17,9 @@ import pytest
 
 from tests.conftest import Served, wheelsmith
 from wheelsmith.errors import SourceError
-from wheelsmith.recipes.fetch import (
-    PackageIndex,
-    cached_path,
-    fetch,
-    package_index,
-    sdist_of,
-    unpack,
-)
+from wheelsmith.recipes.fetch import cached_path, fetch, unpack
 from wheelsmith.recipes.model import GitSource, LocalSource, PypiSource, UrlSource
+from wheelsmith.recipes.simple import PackageIndex, package_index, sdist_of
 
 
 def make_sdist(path: Path, files: dict[str, str], top: str = "demo-1.0.0") -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, wheelsmith
-from wheelsmith.recipes import fetch, repos
+from wheelsmith.recipes import repos, simple
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.toolchain.env import Toolchain
 
@@ -129,7 +129,7 @@ def test_a_project_the_index_does_not_have_is_one_line(tmp_path: Path,
                         cwd=tmp_path)
     assert result.returncode == 4
     assert result.stderr.splitlines() == [
-        f"error: {fetch.index_url()} has no project 'no-such-project-wheelsmith-13'",
+        f"error: {simple.index_url()} has no project 'no-such-project-wheelsmith-13'",
         "hint: check the name (the index's own spelling), or the index pip uses "
         "(`pip config list`)"]
 

@@ -55,7 +55,7 @@ def test_profile_venv_has_the_torch_and_cuda_it_names(name: str) -> None:
     profile = load_profile(REPO / "toolchains" / f"{name}.yaml")
     root = ensure_venv(profile, Path(sys.executable), locations.cache_dir())
     info = probe_python(root / "bin" / "python")
-    assert (info["torch"], info["torch_cuda"]) == (str(profile.torch), str(profile.cuda))
+    assert (str(info.torch), str(info.torch_cuda)) == (str(profile.torch), str(profile.cuda))
     marker = json.loads((root / MARKER).read_text())
     if not profile.installed_compiler:
         assert marker["nvcc"].startswith(f"{profile.cuda}.")

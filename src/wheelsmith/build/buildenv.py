@@ -6,22 +6,38 @@ the toolchain (never guessed from `which nvcc`), the arch list reaches the packa
 recipe's variable, proxies point nowhere so the package's setup cannot download anything,
 and MAX_JOBS / NVCC_THREADS (and, in the pre-build check, nvcc's split-compile) are chosen
 from cores, memory and the files to compile.
+
+What wheelsmith sets is its own: a build's `--env` adds variables, it never overrides one
+(`protection`: the names, patterns and why; `check_extra_env`: what the recipe and build_env
+set). A wheel's provenance may carry less still (build/rebuild.py).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from wheelsmith.arch import ArchSet
 from wheelsmith.build import parallel, prebuild, reproducible
 from wheelsmith.build.parallel import Parallelism
 from wheelsmith.build.plan import BuildPlan
+from wheelsmith.errors import UsageError
+from wheelsmith.recipes.model import Recipe, Release
 from wheelsmith.toolchain.platform import cross_env
 
 PASS_THROUGH = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "TERM")
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: connections are refused at once
+PROXIES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy")
+NO_PROXY = ("no_proxy", "NO_PROXY")
+OFFLINE = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_NO_INPUT": "1",
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+# Flags wheelsmith sets after the build's own --env and recipe: its flags first, the build's
+# kept after them (reproducible.compiler_env), so a build may add to them.
+EXTENDED = ("CPPFLAGS", "CFLAGS", "CXXFLAGS", "NVCC_PREPEND_FLAGS")
 
 
 def machine_size() -> tuple[int, float]:
@@ -113,29 +129,115 @@ def build_env(
         SOURCE_DATE_EPOCH=str(source_date_epoch),
         PYTHONNOUSERSITE="1",
         PYTHONUNBUFFERED="1",  # so build output (and ninja progress) arrives as it happens
-        PIP_CONFIG_FILE=os.devnull,
-        PIP_NO_INDEX="1",
-        PIP_NO_INPUT="1",
-        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        **OFFLINE,
         # newer torch (2.14 does; 2.11 does not) puts a ccache or sccache it finds on PATH in
         # front of the compilers by itself; wheelsmith decides that (compilecache.py,
         # compilefarm.py): --compile-cache off means real compiles, and a cache is the one
         # configured for the build
         TORCH_NO_COMPILER_WRAPPER="1",
     )
-    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
-                "all_proxy"):
-        env[var] = DEAD_PROXY
-    env["no_proxy"] = env["NO_PROXY"] = ""
+    env.update(dict.fromkeys(PROXIES, DEAD_PROXY))
+    env.update(dict.fromkeys(NO_PROXY, ""))
     env.update(compile_cache or {})
-    if toolchain.target_site is not None:
+    if toolchain.target_site is not None and plan.recipe.kind != "pure":  # no compiler: no cross
         env.update(cross_env(toolchain.platform, toolchain.target_site,
                              env.get("PYTORCH_NVCC", str(toolchain.nvcc)),
                              toolchain.python_version))
-    env[plan.recipe.arch.env] = plan.recipe.arch.render(plan.archs)
-    env.update(dict(plan.recipe.env))
-    env.update(dict(plan.release.env))
+    recipe = recipe_sets(plan.recipe, plan.release, plan.archs)
+    env.update(recipe)
+    check_extra_env(plan.extra_env, recipe, env)  # what is set up to here is not --env's
     env.update(dict(plan.extra_env))
     if source is not None:
         env.update(reproducible.compiler_env(reproducible.path_maps(toolchain, source), env))
     return env
+
+
+def recipe_sets(recipe: Recipe, release: Release, archs: ArchSet) -> dict[str, str]:
+    """What a recipe sets for a build: its arch knob (the requested archs) and build env."""
+    return {recipe.arch.env: recipe.arch.render(archs), **dict(recipe.env), **dict(release.env)}
+
+
+# --- what a build's --env may not set ------------------------------------------------------
+# Each rule: name patterns (matched in any case), why they are wheelsmith's, what to use
+# instead. The names build_env itself sets are all here (tests/trust/test_env_protected.py
+# checks every variable it sets, in every kind of build); check_extra_env also refuses what
+# the recipe sets, and at build time whatever else build_env set.
+_PROGRAMS = ("the toolchain profile provides the compilers, CUDA and Python (--toolchain, "
+             "--python, --platform); a package that needs another path gets it from a recipe "
+             "patch")
+_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("WHEELSMITH_*",), "it is wheelsmith's own setting",
+     "set it in wheelsmith's own environment (docs/cli.md, Environment)"),
+    (("*ARCH*",), "the archs come from --arch, through the recipe's arch knob", "use --arch"),
+    (("PYTORCH_*", "TORCH_*"), "wheelsmith sets torch's build settings (torch writes "
+     "PYTORCH_NVCC into build.ninja, where a shell runs it)",
+     "use --arch, --toolchain or --compile-cache"),
+    (("CUDA*", "NVCC"), "the CUDA toolkit is the toolchain's (CUDA_HOME is always set from it)",
+     "use --toolchain"),
+    (("CC", "CXX", "CPP", "LD", "AR", "AS", "NM", "RANLIB", "STRIP", "OBJCOPY", "HOSTCXX",
+      "LDSHARED", "LDCXXSHARED", "LDFLAGS"),
+     "it picks the compiler or linker (a cross build's are wheelsmith's)", _PROGRAMS),
+    (("*PATH", "*_HOME", "*_ROOT", "*_DIR", "*_DIRS", "LD_*"),
+     "it changes where programs, libraries, headers or modules come from", _PROGRAMS),
+    (("*PROXY", "PIP_*", "UV_*", *PROXIES, *NO_PROXY, *OFFLINE),
+     "the build is offline: wheelsmith points its network and pip nowhere",
+     "nothing is downloaded during a build; the recipe's source is fetched before it"),
+    (("PYTHON*", "_PYTHON*", "SETUPTOOLS_*", "DISTUTILS_*"),
+     "the Python, the wheel's tags and suffix are the toolchain's",
+     "use --python or --platform"),
+    (("MAX_JOBS", "NVCC_THREADS"), "wheelsmith chooses the parallelism from cores and memory",
+     "use --jobs (and --split-compile)"),
+    (("CCACHE_*", "SCCACHE_*"), "the compile cache and farm are wheelsmith's",
+     "use --compile-cache or --compile-farm"),
+    (("SOURCE_DATE_EPOCH",), "the wheel's times come from its sdist (same inputs, same bytes)",
+     "nothing to set: the source fixes it"),
+    (("NINJA*",), "wheelsmith reads ninja's progress and checks its build files before it runs",
+     "nothing to set"),
+    (("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "GIT_*", "PERL5OPT", "PERL5LIB",
+      "RUBYOPT", "NODE_OPTIONS", "GLIBC_TUNABLES", "MALLOC_*", "HOSTALIASES", "LOCALDOMAIN",
+      "RES_OPTIONS", "NLSPATH"),
+     "the shell, git or the C library read it in every command the build runs",
+     "nothing to set for a package's build"),
+    (PASS_THROUGH, "wheelsmith passes it from its own environment", "set it for wheelsmith"),
+)
+ENV_DOC = "docs/cli.md, 'The build's environment'"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)  # a variable's name, as a shell has it
+
+
+@dataclass(frozen=True, slots=True)
+class Protection:
+    """Why a variable is wheelsmith's: a build's --env may not set it."""
+
+    name: str
+    why: str
+    instead: str
+
+    def error(self) -> UsageError:
+        return UsageError(f"--env {self.name}: {self.why}; a build's --env cannot override it",
+                          hint=f"{self.instead}. --env is for a package's own knobs, e.g. "
+                               f"NVCC_APPEND_FLAGS=--split-compile=0 ({ENV_DOC})")
+
+
+def protection(name: str) -> Protection | None:
+    """Why `name` (in any case) is wheelsmith's, or None: a build may be given it."""
+    upper = name.upper()
+    for patterns, why, instead in _RULES:
+        if any(fnmatch.fnmatchcase(upper, pattern.upper()) for pattern in patterns):
+            return Protection(name, why, instead)
+    return None
+
+
+def check_extra_env(extra_env: Iterable[tuple[str, str]], recipe: Mapping[str, str],
+                    ours: Mapping[str, str] | None = None) -> None:
+    """Refuse an --env that names a protected variable, one the recipe sets (`recipe_sets`),
+    or one in `ours` (what build_env set up to then). Before anything is fetched, without
+    `ours`; build_env checks again with everything it set."""
+    for name, _ in extra_env:
+        found = protection(name)
+        if found is None and name in recipe:
+            found = Protection(name, "the recipe sets it for this build (its build env or "
+                                     "arch knob)", "change it in the recipe (build.env)")
+        if found is None and name in (ours or {}):
+            found = Protection(name, "wheelsmith sets it for this build", "nothing to set")
+        if found is not None:
+            raise found.error()

@@ -56,17 +56,20 @@ ProgressCallback = Callable[[int, int], None]
 
 @functools.cache
 def offline_prefix() -> tuple[str, ...]:
-    """`unshare -rn` when this machine lets us create a network namespace, else nothing."""
-    if shutil.which("unshare") is None:
+    """`unshare -rn` when this machine lets us create a network namespace, else nothing. The
+    unshare found on wheelsmith's own PATH, by its full path: the build's PATH is not the one
+    to look it up on."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
         log.warning("unshare not found: the build's network is cut by proxy variables only")
         return ()
     try:
-        cmd.run(["unshare", "-rn", "true"], stream=False, what="unshare")
+        cmd.run([unshare, "-rn", "true"], stream=False, what="unshare")
     except WheelsmithError:
         log.warning("cannot create a network namespace here: the build's network is cut by "
                     "proxy variables only")
         return ()
-    return ("unshare", "-rn")
+    return (unshare, "-rn")
 
 
 def progress_parser(on_progress: ProgressCallback | None,

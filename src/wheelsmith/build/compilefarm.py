@@ -5,6 +5,14 @@ own config with the scheduler and the client token), checks the farm before comp
 scheduler's status, then one test compile that must run on a build server), and stops the
 server afterwards, reading what ran where from its statistics.
 
+The scheduler is a remote server and is not trusted to answer. sccache waits up to 20 minutes
+for each of its answers (its server does not even start before the scheduler's status came),
+so every sccache command here runs under a deadline (`timeout`): a scheduler that accepts
+connections and never answers, or drips, or answers 500 or garbage, makes the check fail
+within STATUS_S (a test compile within PROBE_S), and the build compiles here (or fails with
+--compile-farm-required). Whatever the build's server still runs when it is stopped is ended:
+no sccache server outlives its build.
+
 sccache splits every nvcc call into its steps (`nvcc --dryrun`): cudafe++, cicc and ptxas per
 arch, and the host compiler, each distributed as a job of its own; c++ calls are distributed
 whole. Toolchains are packaged by sccache from the client's own binaries (the executable and
@@ -44,6 +52,12 @@ LOCAL_ENV = "WHEELSMITH_SCCACHE_DIR"  # sccache's objects and toolchain archives
 IDLE_TIMEOUT_S = 3600  # a server whose build was killed ends by itself after this
 SERVER_ENV = "SCCACHE_SERVER_UDS"  # the build's own server: its processes carry this address
 SERVER_EXIT_S = 5.0  # how long a stopped server may take to end before it is killed
+STATUS_S = 10.0  # the scheduler must answer sccache's status request within this
+PROBE_S = 120.0  # the test compile: this build's compiler packaged, sent and run remotely
+LOCAL_S = 30.0  # any other sccache command (it talks to the build's own server)
+TIMED_OUT = (124, 137)  # timeout(1)'s exit codes: the time ran out (137: it had to kill)
+ANY = tuple(range(256))
+MAX_CPUS = 1 << 20  # more than any farm has: a status that sccache misread from garbage
 SERVER_FAILED_RE = re.compile(r"Job failed on server (\S+):\n(.*)")
 FALLBACK_RE = re.compile(r"Could not perform distributed compile, falling back to local: (.*)")
 
@@ -129,7 +143,8 @@ class Stats:
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    """One build's sccache server (started by `start`, ended by `stop`)."""
+    """One build's sccache server: `start` writes its config, `check` (or the first compile)
+    starts it, `stop` ends it and whatever it still runs."""
 
     farm: CompileFarm
     work: Path  # <work>/sccache: the config (with the token), the server's log, the probe
@@ -153,33 +168,44 @@ class Session:
         """`c++`/`g++` first on the build's PATH, through sccache."""
         return compiler_launchers(str(self.farm.sccache), "wheelsmith compile farm")
 
-    def _run(self, *args: str, ok: tuple[int, ...] = (0,)) -> cmd.Completed:
-        return cmd.run([str(self.farm.sccache), *args], cwd=self.work,
-                       env={**os.environ, **self.env()}, stream=False, ok_returncodes=ok,
-                       what=f"sccache {args[0]}")
+    def _run(self, *args: str, seconds: float = LOCAL_S, ok: tuple[int, ...] = (0,)
+             ) -> cmd.Completed:
+        """sccache `args`, stopped after `seconds` (exit 124, TIMED_OUT); CommandError for an
+        exit code not in `ok`."""
+        done = cmd.run(["timeout", "--kill-after=2", f"{seconds:g}", str(self.farm.sccache),
+                        *args], cwd=self.work, env={**os.environ, **self.env()}, stream=False,
+                       ok_returncodes=ANY, what=f"sccache {args[0]}")
+        if done.returncode in ok:
+            return done
+        late = f" (no answer within {seconds:g} s)" if done.returncode in TIMED_OUT else ""
+        raise CommandError(f"sccache {args[0]} failed with exit code {done.returncode}{late}",
+                           tail=(done.stdout + done.stderr).splitlines()[-cmd.TAIL_LINES:],
+                           returncode=done.returncode)
 
     def stop(self) -> None:
         """Stop the build's sccache server and whatever it still runs. A build stopped
         mid-compile leaves compiles in flight in the server (waiting on a build server, or
         compiling here once the farm is gone), and sccache's stop waits for them: left alone
-        they would compile on beside the next build for up to the idle timeout."""
+        they would compile on beside the next build for up to the idle timeout. A server that
+        never answered (still waiting for its scheduler's status) is ended at once."""
         try:
-            self._run("--stop-server", ok=tuple(range(256)))
+            stopped = self._run("--stop-server", seconds=SERVER_EXIT_S, ok=ANY).returncode == 0
         except CommandError as exc:  # stopping is best effort; the processes are ended below
             log.warning("could not stop the build's sccache server: %s", exc.message)
+            stopped = False
         (self.work / "config.toml").unlink(missing_ok=True)  # it holds the token
-        if not procs.gone_within(self.processes, SERVER_EXIT_S):
+        if not procs.gone_within(self.processes, SERVER_EXIT_S if stopped else 0):
             ended = procs.end_all(self.processes)
-            log.warning("ended %d process(es) of the build's sccache server: compiles a stopped "
-                        "build left in flight", ended)
+            if stopped:
+                log.warning("ended %d process(es) of the build's sccache server: compiles a "
+                            "stopped build left in flight", ended)
+            else:
+                log.info("ended %d process(es) of the build's sccache server, which did not "
+                         "answer (waiting for its scheduler)", ended)
 
     def processes(self) -> list[int]:
         """The build's sccache server and the compilers it runs (they carry its address)."""
         return procs.with_env(SERVER_ENV, self.address)
-
-    def status(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self._run("--dist-status").stdout)
-        return data
 
     def stats(self) -> Stats:
         data = json.loads(self._run("--show-stats", "--stats-format=json").stdout)["stats"]
@@ -191,7 +217,8 @@ class Session:
 
 
 def start(farm: CompileFarm, work: Path) -> Session:
-    """Write the build's sccache config and start its server."""
+    """Write the build's sccache config; its server starts in `check` (or with the first
+    compile), and `stop` ends it."""
     where = work / "sccache"
     shutil.rmtree(where, ignore_errors=True)
     where.mkdir(parents=True)
@@ -199,56 +226,90 @@ def start(farm: CompileFarm, work: Path) -> Session:
     config = where / "config.toml"
     config.touch(mode=0o600)
     config.write_text(client_config(farm))
-    session = Session(farm, where, f"\\x00wheelsmith-sccache-{os.getpid()}-"
-                                    f"{secrets.token_hex(4)}")
-    session._run("--start-server")
-    return session
+    return Session(farm, where, f"\\x00wheelsmith-sccache-{os.getpid()}-{secrets.token_hex(4)}")
 
 
 def client_config(farm: CompileFarm) -> str:
     """sccache's client config: the scheduler, the token, where toolchain archives go."""
-    return (f"[dist]\nscheduler_url = {json.dumps(farm.scheduler)}\ntoolchains = []\n"
+    return (f"server_startup_timeout_ms = {int(STATUS_S * 1000)}\n\n"
+            f"[dist]\nscheduler_url = {json.dumps(farm.scheduler)}\ntoolchains = []\n"
             f"cache_dir = {json.dumps(str(farm.local / 'toolchains'))}\n"
             f"toolchain_cache_size = {20 * 2**30}\n\n"
             f"[dist.auth]\ntype = \"token\"\ntoken = {json.dumps(farm.token)}\n")
 
 
+class _Unusable(Exception):
+    """What the check found that keeps the farm out."""
+
+
 def check(session: Session) -> Health:
-    """Is the farm usable? The scheduler's status, then a test compile that must run on a
-    build server (the status alone does not check the token)."""
-    status = session.status()
-    if "NotConnected" in status:
-        return Health(problem=f"cannot reach the scheduler at {session.farm.scheduler}")
-    if "SchedulerStatus" not in status:
-        return Health(problem=f"sccache reports the farm as {json.dumps(status)}")
-    info = status["SchedulerStatus"][1]
-    servers, cpus = int(info.get("num_servers", 0)), int(info.get("num_cpus", 0))
+    """Is the farm usable? The build's server starts (sccache asks the scheduler for its
+    status first), the scheduler's status, then a test compile that must run on a build server
+    (the status alone does not check the token). Each step has its deadline; whatever a step
+    left waiting, `stop` ends."""
+    try:
+        servers, cpus = _scheduler(session)
+        _probe(session)
+        return Health(servers, cpus)
+    except _Unusable as exc:
+        return Health(problem=str(exc))
+    except CommandError as exc:
+        return Health(problem=exc.message)
+
+
+def _scheduler(session: Session) -> tuple[int, int]:
+    """The scheduler's build servers and CPUs, from the status sccache got within STATUS_S."""
+    url = session.farm.scheduler
+    silent = _Unusable(f"the scheduler at {url} did not answer within {STATUS_S:g} s")
+    started = session._run("--start-server", seconds=STATUS_S + 5, ok=ANY)
+    output = (started.stdout + started.stderr).strip()
+    if started.returncode in TIMED_OUT or "Timed out waiting for server startup" in output:
+        raise silent
+    if started.returncode != 0:
+        raise _Unusable(f"sccache's server did not start: "
+                        f"{output.splitlines()[-1] if output else started.returncode}")
+    asked = session._run("--dist-status", seconds=STATUS_S, ok=(0, *TIMED_OUT))
+    if asked.returncode in TIMED_OUT:
+        raise silent
+    try:
+        status = json.loads(asked.stdout)
+        if "NotConnected" in status:
+            raise _Unusable(f"no status from the scheduler at {url} (not reachable, an HTTP "
+                            "error, or not an sccache-dist scheduler)")
+        info = status["SchedulerStatus"][1]
+        servers, cpus = int(info["num_servers"]), int(info["num_cpus"])
+    except (ValueError, TypeError, KeyError, IndexError):
+        raise _Unusable(f"sccache reports the farm as {asked.stdout.strip()[:300]}") from None
     if servers == 0:
-        return Health(problem="the scheduler has no build servers")
-    problem = _probe(session)
-    return Health(servers, cpus, problem)
+        raise _Unusable("the scheduler has no build servers")
+    if not 0 < servers <= cpus <= MAX_CPUS:
+        raise _Unusable(f"the scheduler at {url} answered a status no sccache-dist scheduler "
+                        f"sends ({servers} build servers, {cpus} CPUs)")
+    return servers, cpus
 
 
-def _probe(session: Session) -> str:
-    """"" when a test compile ran on a build server, else what went wrong."""
+def _probe(session: Session) -> None:
+    """A test compile must run on a build server within PROBE_S; _Unusable says why not."""
     compiler = shutil.which("c++") or shutil.which("cc")
     if compiler is None:
-        return "no c++ compiler for the test compile"
+        raise _Unusable("no c++ compiler for the test compile")
     source = session.work / "probe.cpp"  # a new function each time: never a cache hit
     source.write_text(f"int wheelsmith_probe_{secrets.token_hex(8)}() {{ return 1; }}\n")
     done = session._run(compiler, "-c", str(source), "-o", str(session.work / "probe.o"),
-                        ok=tuple(range(256)))
+                        seconds=PROBE_S, ok=ANY)
+    if done.returncode in TIMED_OUT:
+        raise _Unusable(f"a test compile did not finish within {PROBE_S:g} s")
     output = (done.stdout + done.stderr).strip()
     stats = session.stats()
     session._run("--zero-stats")  # what follows counts the build alone
     if "Error 401" in output:
-        return "the scheduler refused the client token (HTTP 401)"
-    failed_on = SERVER_FAILED_RE.search(output)
-    if failed_on:
-        return f"a test compile failed on build server {failed_on[1]}: {failed_on[2].strip()}"
+        raise _Unusable("the scheduler refused the client token (HTTP 401)")
+    if failed_on := SERVER_FAILED_RE.search(output):
+        raise _Unusable(f"a test compile failed on build server {failed_on[1]}: "
+                        f"{failed_on[2].strip()}")
     if done.returncode != 0:
-        return f"a test compile failed: {output.splitlines()[-1] if output else 'no output'}"
+        raise _Unusable(f"a test compile failed: "
+                        f"{output.splitlines()[-1] if output else 'no output'}")
     if stats.distributed == 0:
         why = f": {stats.reason}" if stats.reason else ""
-        return f"a test compile was not run on a build server{why}"
-    return ""
+        raise _Unusable(f"a test compile was not run on a build server{why}")

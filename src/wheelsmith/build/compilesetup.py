@@ -28,6 +28,7 @@ from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.request import BuildRequest, Reporter
 from wheelsmith.errors import CompileFarmError, SourceError, ToolchainError, UsageError
 from wheelsmith.files import atomic_write_text
+from wheelsmith.untrusted import parse_python
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +192,8 @@ def ninja_switched_off(setup_py: Path) -> int | None:
     run), else None. Such a build compiles one file at a time: no build.ninja, so no pre-build
     check, no MAX_JOBS, no split-compile, and --configure-only could not stop it."""
     try:
-        module = ast.parse(setup_py.read_text(errors="replace"))
-    except (OSError, SyntaxError):
+        module = parse_python(setup_py.read_text(errors="replace"), str(setup_py))
+    except (OSError, SourceError):  # the build's Python will say what is wrong with it
         return None
     return next((node.lineno for node in ast.walk(module)
                  if isinstance(node, ast.keyword) and node.arg == "use_ninja"

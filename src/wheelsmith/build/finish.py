@@ -129,9 +129,10 @@ def up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
     if not out_dir.is_dir():
         return None
     for wheel in sorted(out_dir.glob(expected_prefix(plan) + "*.whl")):
-        if not _for_this_target(wheel.name, plan):
+        if not made_by(wheel.name, plan):
             continue  # the same package for another Python or CPU: another build's
-        key = (read_provenance(wheel) or {}).get("key")
+        provenance = read_provenance(wheel)
+        key = provenance.key if provenance else None
         if key == plan.key and not rebuild:
             return wheel
         if key != plan.key and not rebuild:
@@ -143,9 +144,11 @@ def up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
     return None
 
 
-def _for_this_target(filename: str, plan: BuildPlan) -> bool:
-    """Whether a wheel's tags are the ones this plan's wheel gets (its Python and CPU; a pure
-    wheel's tags are everyone's)."""
+def made_by(filename: str, plan: BuildPlan) -> bool:
+    """Whether `filename` is the name this plan's wheel gets: its project, version and label,
+    and the tags of its Python and CPU (a pure wheel's tags are everyone's)."""
+    if not filename.startswith(expected_prefix(plan)):
+        return False
     python, _, platform = WheelName.parse(filename).tags.split("-")
     if plan.recipe.kind == "pure":
         return True

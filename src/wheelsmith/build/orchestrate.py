@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from wheelsmith import __version__, locations, locks
-from wheelsmith.build import reproducible, resume
+from wheelsmith.build import buildenv, reproducible, resume
 from wheelsmith.build.compile import compile_package, log_path_of
 from wheelsmith.build.compilesetup import compile_setup, refuse_without_ninja
 from wheelsmith.build.finish import (
@@ -39,7 +39,7 @@ from wheelsmith.toolchain.platform import parse_platform
 from wheelsmith.toolchain.preflight import preflight
 from wheelsmith.toolchain.select import resolve_toolchain
 from wheelsmith.toolchain.target import interpreter_for
-from wheelsmith.wheelfile import read_provenance
+from wheelsmith.wheelfile import recorded_provenance
 
 
 def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None = None
@@ -50,6 +50,7 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
     recipe = resolve_recipe(request.recipe)
     release = recipe.release(request.version)
     archs = archs_for(recipe, request.archs)
+    buildenv.check_extra_env(request.env, buildenv.recipe_sets(recipe, release, archs))
     if toolchain is None:
         for_target = request.target is not None
         if request.toolchain or not for_target:
@@ -58,7 +59,8 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
             else request.python
         toolchain = resolve_toolchain(request.toolchain, python, for_target=for_target,
                                       say=lambda chosen: report.stage("toolchain", chosen),
-                                      machine=parse_platform(request.platform))
+                                      machine=parse_platform(request.platform),
+                                      compiles=recipe.kind != "pure")
         preflight(toolchain, archs, recipe.arch.min_cuda)
     check_known_bad(recipe, release, toolchain, archs, report)
     return BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
@@ -81,7 +83,7 @@ def already_built(plan: BuildPlan, request: BuildRequest, report: Reporter
     if existing is None:
         return None
     report.stage("up to date", existing.name)
-    return BuildResult(wheel=existing, provenance=read_provenance(existing) or {},
+    return BuildResult(wheel=existing, provenance=recorded_provenance(existing),
                        up_to_date=True, log=None,
                        run=reproducible.read_run(request.work_dir.resolve() / plan.slug()))
 

@@ -99,9 +99,12 @@ class PathView:
         return seen
 
     def prefix(self, *, offline: bool) -> tuple[str, ...]:
-        """The command line that runs a command (appended) in the view, from its source tree."""
-        return ("unshare", "-rmn" if offline else "-rm", "sh", "-c", _MOUNT_SCRIPT,
-                "wheelsmith-view", str(self.root), str(self.site), str(self.source))
+        """The command line that runs a command (appended) in the view, from its source tree;
+        its own programs found on wheelsmith's PATH (the build's is not the one to look them
+        up on)."""
+        return (shutil.which("unshare") or "unshare", "-rmn" if offline else "-rm",
+                shutil.which("sh") or "/bin/sh", "-c", _MOUNT_SCRIPT, "wheelsmith-view",
+                str(self.root), str(self.site), str(self.source))
 
 
 def resolve(toolchain: Toolchain, source: Path, *, farm: bool) -> PathView | None:

@@ -6,21 +6,132 @@ those here, refuses when they give another content key (the recipe, a patch or t
 changed: the bytes could not match), builds without a compile cache into its own output
 directory, and compares sha256. On a mismatch it names each member that differs, is missing
 or is extra, and keeps the rebuilt wheel to compare by hand.
+
+A provenance is data, never commands: anyone can write one. Before anything is prepared,
+each field that reaches a command or a path is checked as plain data (a name, a version, a
+known profile, an arch list: `plan_rebuild`), and of its environment only build knobs are
+applied by themselves (`judge_env`): the packages' switches (`KNOBS`, plain words) and nvcc's
+extra flags from a vocabulary that names no program or path (`FLAG_KNOBS`). Any other
+variable is applied only when the user repeats it (`--env NAME=VALUE`, the same value); what
+wheelsmith sets itself (buildenv.protection) never is.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import json
+import re
+import shlex
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelsmith.arch import ArchSet
+from packaging.version import InvalidVersion, Version
+
+from wheelsmith import locations
+from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.build import runner
+from wheelsmith.build.buildenv import ENV_DOC, ENV_NAME, protection
 from wheelsmith.build.request import BuildRequest, Reporter
 from wheelsmith.errors import VerifyError
 from wheelsmith.files import sha256_file
+from wheelsmith.toolchain.profile import SYSTEM, profile_files
 from wheelsmith.wheelfile import read_provenance
+
+KNOBS = ("*_FORCE_BUILD", "*_SKIP_CUDA_BUILD", "*_FORCE_CXX11_ABI")  # a plain word each
+FLAG_KNOBS = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS")  # read by nvcc itself, word by word
+_WORD = re.compile(r"[A-Za-z0-9_.+-]{0,64}")
+_NVCC_FLAG = re.compile(
+    r"(--?split-compile(-extended)?|--threads|-t)=\d{1,3}|-lineinfo|--generate-line-info"
+    r"|-O[0-3]|--?use_fast_math|--?extra-device-vectorization|--resource-usage|-res-usage"
+    r"|--(ftz|prec-div|prec-sqrt|fmad)=(true|false)|--diag-suppress=[0-9,]{1,64}"
+    r"|-D[A-Za-z_][A-Za-z0-9_]{0,63}(=[A-Za-z0-9_.]{0,64})?")
+_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")  # a PEP 508 name
+_VERSION = re.compile(r"[A-Za-z0-9.+!_-]{1,64}")
+_PYTHON = re.compile(r"3\.\d{1,2}")
+_KEY = re.compile(r"[0-9a-f]{16,128}")
+_ARCHS = re.compile(r"[0-9A-Za-z.;,+ ]{0,200}")  # what ArchSet.parse reads; "" for pure
+DATA_HINT = ("a wheel's provenance is data, never commands: the wheel was built by an older "
+             "wheelsmith, or its wheelsmith.json was written by someone else")
+
+
+@dataclass(frozen=True, slots=True)
+class EnvEntry:
+    """One variable of a provenance's environment, and whether a rebuild applies it."""
+
+    name: str
+    value: str
+    refusal: str | None = None  # why it is not applied; None: applied
+    accepted: bool = False  # applied because the command line repeats it
+    repeatable: bool = False  # a refusal that repeating it (--env) would lift
+
+    def shown(self) -> str:
+        """NAME="value", every character that is not plain ASCII escaped (a terminal shows
+        what it is, and does not obey it)."""
+        name = self.name if ENV_NAME.fullmatch(self.name) else json.dumps(self.name)
+        return f"{name}={json.dumps(self.value)}"
+
+    def describe(self) -> str:
+        why = ("applied: a build knob" if self.refusal is None and not self.accepted else
+               "applied: --env repeats it" if self.refusal is None else
+               f"refused: {self.refusal}")
+        return f"{self.shown()}   {why}"
+
+
+def judge_env(extra_env: Mapping[str, str], accepted: Mapping[str, str]) -> list[EnvEntry]:
+    """Each variable of a provenance's `extra_env`, judged: a build knob (KNOBS, FLAG_KNOBS),
+    one the user repeats on the command line (`accepted`, the same value), or refused."""
+    return [_judge(name, value, accepted) for name, value in sorted(extra_env.items())]
+
+
+def _judge(name: str, value: str, accepted: Mapping[str, str]) -> EnvEntry:
+    if not ENV_NAME.fullmatch(name):
+        return EnvEntry(name, value, "it is not a variable's name")
+    protected = protection(name)
+    if protected is not None:
+        return EnvEntry(name, value, protected.why)
+    if name in accepted:
+        same = accepted[name] == value
+        given = json.dumps(accepted[name])
+        return EnvEntry(name, value, None if same else f"--env gives it {given}",
+                        accepted=same)
+    why = _knob_problem(name, value)
+    return EnvEntry(name, value, why, repeatable=why is not None)
+
+
+def _knob_problem(name: str, value: str) -> str | None:
+    """Why (name, value) is not a build knob a rebuild applies by itself; None when it is."""
+    upper = name.upper()
+    if upper in FLAG_KNOBS:
+        odd = [word for word in value.split() if not _NVCC_FLAG.fullmatch(word)]
+        return f"{json.dumps(odd[0])} is not an nvcc flag a rebuild applies by itself" if odd \
+            else None
+    if any(fnmatch.fnmatchcase(upper, pattern) for pattern in KNOBS):
+        return None if _WORD.fullmatch(value) else "its value is not a plain word"
+    return "it is not a build knob a rebuild applies by itself"
+
+
+def refusal(label: str, entries: list[EnvEntry]) -> VerifyError | None:
+    """The error that names a refused entry, one that repeating cannot lift first, with the
+    others as findings (None when every entry is applied)."""
+    refused = sorted((e for e in entries if e.refusal is not None), key=lambda e: e.repeatable)
+    if not refused:
+        return None
+    first, others = refused[0], [f"also refused: {e.shown()}: {e.refusal}" for e in refused[1:]]
+    shown = first.shown()
+    if first.repeatable and shown.isascii() and first.value.isprintable():
+        again = shlex.quote(f"{first.name}={first.value}")
+        hint = (f"if you trust it, repeat it: --env {again} (the build knobs a rebuild "
+                f"applies by itself: {ENV_DOC})")
+    elif first.repeatable:
+        hint = "its value holds characters that are not printable: it is not shown as a command"
+    else:
+        hint = (f"{DATA_HINT}; what chooses programs, paths, archs or the network is "
+                f"wheelsmith's ({ENV_DOC})")
+    return VerifyError(f"{label}: its provenance sets {shown}, which a rebuild does not apply: "
+                       f"{first.refusal}", findings=others, hint=hint)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,41 +147,102 @@ class Comparison:
         return self.sha256 == self.rebuilt_sha256 and self.wheel.name == self.rebuilt.name
 
 
-def request_for(wheel: Path, *, work_dir: Path, runner_name: str) -> BuildRequest:
-    """The build request the wheel's provenance describes."""
-    provenance = read_provenance(wheel)
+@dataclass(frozen=True, slots=True)
+class Rebuild:
+    """What rebuilding a wheel will do: its request, the key it must give, the environment."""
+
+    wheel: Path
+    request: BuildRequest
+    key: str
+    env: tuple[EnvEntry, ...]
+
+    def refusal(self) -> VerifyError | None:
+        return refusal(self.wheel.name, list(self.env))
+
+
+def plan_rebuild(wheel: Path, *, accepted: Mapping[str, str], work_dir: Path,
+                 runner_name: str) -> Rebuild:
+    """The build request the wheel's provenance describes, every field checked as data for
+    this command (nothing prepared or run); its environment judged (`Rebuild.refusal`)."""
+    if not wheel.is_file():
+        raise VerifyError(f"no such wheel file: {wheel}")
+    provenance = read_provenance(wheel)  # a record of another shape: UntrustedDataError
     if provenance is None:
         raise VerifyError(f"{wheel.name} carries no wheelsmith provenance "
                           "(<dist-info>/wheelsmith.json)",
                           hint="only a wheel wheelsmith built can be rebuilt from itself")
+    label = wheel.name
+    entries = judge_env(provenance.extra_env, accepted)
+    archs = _plain(label, "archs_requested", provenance.archs, _ARCHS, "an arch list")
     try:
-        toolchain = provenance["toolchain"]
-        archs = ArchSet.parse([provenance["archs_requested"]]) \
-            if provenance["archs_requested"] else None
-        return BuildRequest(
-            recipe=provenance["recipe"]["package"], version=provenance["recipe"]["version"],
-            archs=archs, toolchain=toolchain["name"], python_version=toolchain["python"],
-            env=tuple(sorted(provenance.get("extra_env", {}).items())),
-            out_dir=work_dir / "rebuilt" / wheel.name.removesuffix(".whl"), work_dir=work_dir,
-            compile_cache="off", compile_farm="off", runner=runner_name, rebuild=True,
-            fresh=True)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise VerifyError(f"{wheel.name}: its provenance lacks what defines the build ({exc})",
-                          hint="the wheel was built by an older wheelsmith or its "
-                               "wheelsmith.json was edited") from None
+        parsed = ArchSet.parse([archs]) if archs else None
+    except ArchParseError as exc:
+        raise _bad(label, "archs_requested", archs, f"an arch list ({exc.message})") from None
+    request = BuildRequest(
+        recipe=_plain(label, "recipe.package", provenance.recipe, _NAME, "a package name"),
+        version=_version(label, provenance.version), archs=parsed,
+        toolchain=_toolchain(label, provenance.toolchain),
+        python_version=_plain(label, "toolchain.python", provenance.python, _PYTHON,
+                              "a Python X.Y"),
+        env=tuple((e.name, e.value) for e in entries if e.refusal is None),
+        out_dir=work_dir / "rebuilt" / wheel.name.removesuffix(".whl"), work_dir=work_dir,
+        compile_cache="off", compile_farm="off", runner=runner_name, rebuild=True, fresh=True)
+    key = _plain(label, "key", provenance.key, _KEY, "a content key")
+    return Rebuild(wheel, request, key, tuple(entries))
 
 
-def rebuild(wheel: Path, *, work_dir: Path, runner_name: str, report: Reporter) -> Comparison:
-    """Build `wheel` again from its provenance; the comparison of the two files."""
-    if not wheel.is_file():
-        raise VerifyError(f"no such wheel: {wheel}")
-    request = request_for(wheel, work_dir=work_dir.resolve(), runner_name=runner_name)
+def _plain(label: str, path: str, value: str | None, pattern: re.Pattern[str],
+           what: str) -> str:
+    """`value` (the provenance's at dotted `path`) when it is `what`; else a VerifyError
+    naming the field."""
+    if value is None:
+        raise VerifyError(f"{label}: its provenance lacks what defines the build ({path})",
+                          hint=DATA_HINT)
+    if not pattern.fullmatch(value):
+        raise _bad(label, path, value, what)
+    return value
+
+
+def _version(label: str, version: str | None) -> str:
+    value = _plain(label, "recipe.version", version, _VERSION, "a version")
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise _bad(label, "recipe.version", value, "a version") from None
+    return value
+
+
+def _toolchain(label: str, name: str | None) -> str:
+    """The profile the wheel names: one known here (or 'system'), never a path."""
+    value = _plain(label, "toolchain.name", name, _NAME, "a toolchain profile's name")
+    known = profile_files(locations.profile_dirs())
+    if value != SYSTEM and value not in known:
+        raise VerifyError(f"{label}: its provenance names the toolchain profile {value}, which "
+                          f"is not here (known: {', '.join(known) or 'none'})",
+                          hint="rebuild where its profile is: WHEELSMITH_HOME with that "
+                               "toolchains/NAME.yaml")
+    return value
+
+
+def _bad(label: str, path: str, value: object, what: str) -> VerifyError:
+    shown = json.dumps(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return VerifyError(f"{label}: its provenance's {path} is {shown}, not {what}",
+                       hint=DATA_HINT)
+
+
+def rebuild(planned: Rebuild, *, report: Reporter) -> Comparison:
+    """Build the wheel again as `planned` (plan_rebuild) says; the comparison of the two
+    files. A refused environment stops it before anything is prepared."""
+    refused = planned.refusal()
+    if refused is not None:
+        raise refused
+    wheel, request = planned.wheel, planned.request
     prepared = runner.prepare(request, report)
-    key = (read_provenance(wheel) or {}).get("key")
-    if prepared.plan.key != key:
+    if prepared.plan.key != planned.key:
         raise VerifyError(
             f"cannot rebuild {wheel.name} as it was built: the recipe, patches and toolchain "
-            f"here give content key {prepared.plan.key[:12]}, the wheel says {str(key)[:12]}",
+            f"here give content key {prepared.plan.key[:12]}, the wheel says {planned.key[:12]}",
             hint="rebuild with the recipe repository and toolchain profile it was built from "
                  "(--recipes DIR); its provenance names the recipe's and patches' sha256")
     result = runner.build(request, report, prepared)

@@ -32,7 +32,7 @@ from wheelsmith.recipes import repos
 from wheelsmith.toolchain import select, tools
 from wheelsmith.toolchain.platform import host_machine, parse_platform
 from wheelsmith.toolchain.profile import SYSTEM
-from wheelsmith.wheelfile import read_provenance
+from wheelsmith.wheelfile import recorded_provenance
 
 REQUEST_FILE = "request.json"  # the inner build's request, in its work directory
 
@@ -213,5 +213,5 @@ def _check_and_place(plan: BuildPlan, request: BuildRequest, out: Path,
     inner = sorted((out.parent / "container-work").glob(f"*/{reproducible.RUN_FILE}"))
     run = reproducible.read_run(inner[0].parent) if inner else {}
     reproducible.write_run(out.parent, run)
-    return BuildResult(wheel=final, provenance=read_provenance(final) or {},
+    return BuildResult(wheel=final, provenance=recorded_provenance(final),
                        up_to_date=False, log=log_path, run=run)

@@ -23,6 +23,9 @@ IGNORES_ARCH_HINT = (
 )
 
 
+_SM = re.compile(r"sm_(\d+)(\d)([a-z]?)")  # sm_120 is 12.0, sm_90a 9.0a
+
+
 def _names(archs: frozenset[str]) -> str:
     return ", ".join(sorted(archs))
 
@@ -87,17 +90,55 @@ def _hint(problems: list[str], inventory: list[DeviceCode], archs: ArchSet,
     return "no module carries device code: check that the build compiled its CUDA sources"
 
 
+def _carried_hint(label: str, inventory: list[DeviceCode], archs: ArchSet,
+                  host_only: tuple[str, ...]) -> str:
+    """Why, for a wheel that was built elsewhere (`wheelsmith verify`): no recipe is
+    involved, so what it carries is the answer, and the --arch or --host-only that fits it."""
+    checked = [d for d in inventory if not any(fnmatch.fnmatch(d.path, g) for g in host_only)]
+    bare = [d.path for d in checked if d.empty]
+    if bare and any(not d.empty for d in inventory):
+        globs = " ".join(f"--host-only '{host_only_glob(p)}'" for p in bare)
+        return (f"{len(bare)} module(s) carry no device code while the others do (modules "
+                f"with no CUDA sources): if that is meant, verify it with {globs}")
+    sass = {sm for d in checked for sm in d.sass}
+    ptx = {sm for d in checked for sm in d.ptx}
+    if not sass and not ptx:
+        return f"{label} carries no device code at all: it was not built with CUDA kernels"
+    built = _arch_value(sass, ptx)
+    if built is None:
+        carried = f"SASS {_names(frozenset(sass)) or '-'}, PTX {_names(frozenset(ptx))}"
+        return f"{label} was built for {carried}, not the requested {archs}"
+    return (f"{label} was built for {built}, not the requested {archs}: verify it with --arch "
+            f"'{built}', or build one for {archs}")
+
+
+def _arch_value(sass: set[str], ptx: set[str]) -> str | None:
+    """The --arch that asks for exactly this device code (None: PTX without its SASS, which
+    --arch cannot ask for)."""
+    parsed = [(sm, _SM.fullmatch(sm)) for sm in sass]
+    if not ptx <= sass or any(found is None for _, found in parsed):
+        return None
+    entries = sorted((int(m[1]), int(m[2]), m[3], sm) for sm, m in parsed if m is not None)
+    return ";".join(f"{major}.{minor}{suffix}" + ("+PTX" if sm in ptx else "")
+                    for major, minor, suffix, sm in entries)
+
+
 def check(label: str, inventory: list[DeviceCode], archs: ArchSet,
-          host_only: tuple[str, ...] = ()) -> None:
+          host_only: tuple[str, ...] = (), *, built_here: bool = True) -> None:
+    """Refuse `inventory` unless it is exactly `archs`. `built_here`: the wheel was just
+    built from a recipe (the hint speaks of the recipe), else it came from elsewhere."""
     problems = findings(inventory, archs, host_only)
     if problems:
+        hint = (_hint(problems, inventory, archs, host_only) if built_here
+                else _carried_hint(label, inventory, archs, host_only))
         raise VerifyError(f"{label} does not contain exactly the device code for {archs}",
-                          findings=problems, hint=_hint(problems, inventory, archs, host_only))
+                          findings=problems, hint=hint)
 
 
 def verify_wheel(wheel: Path, archs: ArchSet, cuobjdump: Path,
                  host_only: tuple[str, ...] = ()) -> list[DeviceCode]:
-    """Check the wheel's structure, then its device code; return the inventory."""
+    """`wheelsmith verify` of any wheel: its structure, then its device code; the
+    inventory."""
     if not wheel.is_file():
         raise VerifyError(f"no such wheel: {wheel}", findings=[])
     broken = wheelfile.check(wheel)
@@ -105,5 +146,5 @@ def verify_wheel(wheel: Path, archs: ArchSet, cuobjdump: Path,
         raise VerifyError(f"{wheel.name} is not a valid wheel", findings=broken,
                           hint="rebuild it; a wheel whose RECORD does not match was altered")
     inventory = wheel_inventory(wheel, cuobjdump)
-    check(wheel.name, inventory, archs, host_only)
+    check(wheel.name, inventory, archs, host_only, built_here=False)
     return inventory

@@ -20,6 +20,7 @@ import click
 
 from wheelsmith import __version__, locations
 from wheelsmith.arch import ArchParseError, ArchSet
+from wheelsmith.build.buildenv import ENV_NAME, protection
 from wheelsmith.cli import console
 from wheelsmith.errors import UsageError, WheelsmithError, disk_full
 from wheelsmith.recipes import repos
@@ -60,13 +61,17 @@ DRAIN_HELP = ("The last SECONDS of the time limit start no compile, so those in 
 
 
 def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    """`--env KEY=VALUE` values; a value without '=' is an error naming it."""
+    """`--env KEY=VALUE` values; one without '=', or naming a variable wheelsmith sets
+    itself (buildenv.protection), is an error naming it."""
     pairs = []
     for value in values:
         key, sep, text = value.partition("=")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"--env: '{value}' is not KEY=VALUE",
+        if not sep or not ENV_NAME.fullmatch(key):
+            raise UsageError(f"--env: {json.dumps(value)} is not KEY=VALUE",
                              hint="e.g. --env NVCC_APPEND_FLAGS=--split-compile=0")
+        protected = protection(key)
+        if protected is not None:
+            raise protected.error()
         pairs.append((key, text))
     return tuple(sorted(pairs))
 

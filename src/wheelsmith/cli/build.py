@@ -11,6 +11,7 @@ import click
 
 from wheelsmith.arch import ArchSet
 from wheelsmith.build import compilesetup, finish
+from wheelsmith.build.rebuild import EnvEntry, judge_env, plan_rebuild
 from wheelsmith.build.rebuild import rebuild as rebuild_wheel
 from wheelsmith.build.request import BuildRequest, BuildResult, from_json
 from wheelsmith.cli import console
@@ -30,13 +31,13 @@ from wheelsmith.cli._common import (
 )
 from wheelsmith.cli.index import published_json
 from wheelsmith.deliver import deliver
-from wheelsmith.errors import RecipeError, VerifyError
+from wheelsmith.errors import RecipeError, UsageError, VerifyError
 from wheelsmith.recipes import repos
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.recipes.schema import schema_json
 from wheelsmith.toolchain import target
 from wheelsmith.toolchain.target import Target
-from wheelsmith.wheelfile import read_provenance
+from wheelsmith.wheelfile import Provenance, read_provenance
 
 
 @main.command()
@@ -175,7 +176,8 @@ def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:
 
 
 @main.command()
-@click.argument("wheels", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("wheels", nargs=-1, required=True,
+                type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("--arch", "archs", multiple=True, metavar="ARCHS",
               help="Compute capability to check, e.g. 12.0; repeat or use '9.0;12.0'; '+PTX' "
                    "adds PTX. Default: the archs a wheelsmith wheel's provenance records "
@@ -186,52 +188,92 @@ def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:
 @click.option("--rebuild", is_flag=True,
               help="Build each WHEEL again from its provenance (no compile cache) and compare "
                    "sha256; a mismatch names the members that differ. --arch is not needed.")
+@click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
+              help="With --rebuild: apply a variable a wheel's provenance sets that is not a "
+                   "build knob (the same value; nothing is added to what it sets).")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
               show_default=True, help="With --rebuild: sources, logs and the rebuilt wheel.")
 @runner_option
 @recipes_option
 @json_option
 def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[str, ...],
-           rebuild: bool, work_dir: Path, runner: str, as_json: bool) -> None:
+           rebuild: bool, env: tuple[str, ...], work_dir: Path, runner: str,
+           as_json: bool) -> None:
     """Check that each WHEEL carries SASS for exactly --arch (and PTX iff +PTX); no recipe
     is read. With --rebuild, check that building it again gives the same bytes."""
     if rebuild:
-        _verify_rebuild(wheels, work_dir, runner, as_json)
+        _verify_rebuild(wheels, work_dir, runner, parse_env(env), as_json)
         return
+    if env:
+        raise click.UsageError("--env goes with --rebuild: it accepts a variable the wheel's "
+                               "provenance sets for the rebuild")
     results = []
     for wheel in wheels:
-        requested, allowed = _verify_request(wheel, archs, host_only)
+        recorded = read_provenance(wheel)
+        requested, allowed = _verify_request(wheel, recorded, archs, host_only)
         inventory = finish.verify(wheel, requested, python=Path(sys.executable),
                                   host_only=allowed)
+        environment = recorded.extra_env if recorded is not None else None
         results.append({"wheel": str(wheel), "archs": str(requested), "host_only": list(allowed),
-                        "device_code": [d.as_dict() for d in inventory]})
+                        "device_code": [d.as_dict() for d in inventory],
+                        "environment": environment})
         if not as_json:
             click.echo(f"ok: {wheel.name} carries exactly {requested}")
             for item in inventory:
                 _echo_device_code(item.as_dict(), err=False)
+            if environment is not None:
+                _echo_env("  environment from its provenance", judge_env(environment, {}),
+                          err=False)
     if as_json:
         emit_json({"ok": True, "wheels": results})
 
 
-def _verify_request(wheel: Path, archs: tuple[str, ...], host_only: tuple[str, ...]
-                    ) -> tuple[ArchSet, tuple[str, ...]]:
+def _verify_request(wheel: Path, recorded: Provenance | None, archs: tuple[str, ...],
+                    host_only: tuple[str, ...]) -> tuple[ArchSet, tuple[str, ...]]:
     """--arch and --host-only, else what the wheel's provenance records."""
-    recorded = (read_provenance(wheel) or {}) if wheel.is_file() else {}
-    requested = parse_archs(archs) or (parse_archs((recorded["archs_requested"],))
-                                       if recorded.get("archs_requested") else None)
+    requested = parse_archs(archs) or (parse_archs((recorded.archs,))
+                                       if recorded and recorded.archs else None)
     if requested is None:
         raise click.UsageError(f"--arch is required: {wheel.name} has no wheelsmith provenance "
                                "that records its archs; e.g. --arch 12.0")
-    return requested, host_only or tuple(recorded.get("host_only", ()))
+    return requested, host_only or (recorded.host_only if recorded else ())
+
+
+def _echo_env(heading: str, entries: list[EnvEntry], *, err: bool) -> None:
+    """The environment a wheel's provenance sets, each variable with what a rebuild does
+    with it."""
+    if not entries:
+        click.echo(f"{heading}: none", err=err)
+        return
+    click.echo(f"{heading} (what a rebuild does with it):", err=err)
+    indent = heading[:len(heading) - len(heading.lstrip())]
+    for entry in entries:
+        click.echo(f"{indent}  {entry.describe()}", err=err)
 
 
 def _verify_rebuild(wheels: tuple[Path, ...], work_dir: Path, runner: str,
-                    as_json: bool) -> None:
+                    accepted: tuple[tuple[str, str], ...], as_json: bool) -> None:
+    """Every wheel's rebuild planned, its environment shown and judged, before any builds."""
+    planned = [plan_rebuild(wheel, accepted=dict(accepted), work_dir=work_dir.resolve(),
+                            runner_name=runner) for wheel in wheels]
+    for each in planned:
+        _echo_env(f"{each.wheel.name}: environment from its provenance", list(each.env),
+                  err=True)
+    for each in planned:
+        if (refused := each.refusal()) is not None:
+            raise refused
+    carried = {entry.name for each in planned for entry in each.env}
+    for name, _ in accepted:
+        if name not in carried:
+            raise UsageError(f"--env {name}: no wheel's provenance sets it; a rebuild applies "
+                             "exactly what a provenance sets, nothing added",
+                             hint="--env only accepts a variable a wheel's provenance sets, "
+                                  "with the same value")
     results = []
-    for wheel in wheels:
+    for each in planned:
         with console.TerminalReporter() as reporter:
-            compared = rebuild_wheel(wheel, work_dir=work_dir, runner_name=runner,
-                                     report=reporter)
+            compared = rebuild_wheel(each, report=reporter)
+        wheel = each.wheel
         if not compared.identical:
             raise VerifyError(
                 f"{wheel.name} differs from its rebuild (sha256 {compared.sha256[:16]}, "
@@ -239,7 +281,8 @@ def _verify_rebuild(wheels: tuple[Path, ...], work_dir: Path, runner: str,
                 hint=f"the rebuilt wheel is {compared.rebuilt}; a member whose content differs "
                      "was changed after the build, or the build is not reproducible there")
         results.append({"wheel": str(wheel), "sha256": compared.sha256,
-                        "rebuilt": str(compared.rebuilt)})
+                        "rebuilt": str(compared.rebuilt),
+                        "environment": dict(each.request.env)})
         if not as_json:
             click.echo(f"identical: {wheel.name} rebuilt to the same sha256 {compared.sha256}")
     if as_json:

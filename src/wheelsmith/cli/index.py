@@ -1,4 +1,5 @@
-"""`publish`, `yank`, `index check`, `index rebuild`, `serve`."""
+"""`publish` (to the local index or, with --to, to a server), `yank`, `index check`,
+`index rebuild`, `index export`, `serve`."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import click
 from wheelsmith.cli import console
 from wheelsmith.cli._common import emit_json, index_option, json_option, main
 from wheelsmith.errors import IndexDriftError
-from wheelsmith.index import publish
+from wheelsmith.index import export, publish, upload
 from wheelsmith.index import store as index
-from wheelsmith.index.serve import make_server
+from wheelsmith.index.listener import authority, listen
+from wheelsmith.index.serve import IDLE_S, banner
 
 
-def published_json(published: publish.Published | None) -> dict[str, str] | None:
+def published_json(published: publish.Published | upload.Uploaded | None
+                   ) -> dict[str, str] | None:
     if published is None:
         return None
     return {"filename": published.filename, "channel": published.channel,
@@ -24,18 +27,35 @@ def published_json(published: publish.Published | None) -> dict[str, str] | None
 @main.command("publish")
 @click.argument("wheels", nargs=-1, required=True, type=click.Path(path_type=Path))
 @index_option
+@click.option("--to", "to", metavar="URL", help="Publish to this server's upload API (as twine "
+              "does) instead of --index: a URL with {channel} where the channel's index is, "
+              "e.g. http://HOST:3141/USER/{channel}/ (devpi). The token comes from "
+              f"${upload.TOKEN_ENV} (user ${upload.USER_ENV}, default __token__), "
+              "$TWINE_PASSWORD or the keyring, never from the command line.")
+@click.option("--simple", "simple", metavar="URL", help="With --to: the channel's simple API, "
+              "also with {channel} (default: the --to URL + simple/; devpi: "
+              "http://HOST:3141/USER/{channel}/+simple/).")
 @click.option("--channel", help="Channel to publish into (default: the toolchain channel in "
               "the wheel's provenance, e.g. cu130-torch2.14).")
 @json_option
-def publish_command(wheels: tuple[Path, ...], index_dir: Path, channel: str | None,
-                    as_json: bool) -> None:
-    """Publish WHEELS to the local index. Identical bytes again: no-op; other bytes: refused."""
-    results = []
+def publish_command(wheels: tuple[Path, ...], index_dir: Path, to: str | None,
+                    simple: str | None, channel: str | None, as_json: bool) -> None:
+    """Publish WHEELS to the local index, or with --to to a server. Identical bytes again:
+    no-op; other bytes under a published name: refused."""
+    if simple is not None and to is None:
+        raise click.UsageError("--simple goes with --to (the server's simple API)")
+    results: list[publish.Published | upload.Uploaded] = []
     for wheel in wheels:  # each is complete (ledger + pages) when its line is printed
-        result = publish.publish(wheel, index_dir, channel=channel)
+        if to is not None:
+            result: publish.Published | upload.Uploaded = upload.upload(
+                wheel, to, simple=simple, channel=channel)
+            where = result.page
+        else:
+            result = publish.publish(wheel, index_dir, channel=channel)
+            where = f"{index_dir}/{result.page}"
         results.append(result)
         if not as_json:
-            click.echo(f"{result.status}: {result.filename} -> {index_dir}/{result.page}")
+            click.echo(f"{result.status}: {result.filename} -> {where}")
     if as_json:
         emit_json({"ok": True, "published": [published_json(r) for r in results]})
 
@@ -87,27 +107,51 @@ def index_rebuild(index_dir: Path) -> None:
     click.echo(f"ok: {count} page(s) regenerated from {index_dir}/ledger.jsonl")
 
 
+@index_group.command("export")
+@click.argument("dest", type=click.Path(path_type=Path))
+@index_option
+@click.option("--base-url", metavar="URL", help="Where the files will be served from (a "
+              "bucket, a CDN): pages link URL/files/...; a URL with {filename} (release "
+              "assets) links URL with each file's name, the files flat in DEST/files/. "
+              "Default: links relative to the pages, the files served with them.")
+@json_option
+def index_export(dest: Path, index_dir: Path, base_url: str | None, as_json: bool) -> None:
+    """Write the index as a static tree into DEST (PEP 503, PEP 691, PEP 658), for any
+    static host; again later, only what changed is written."""
+    done = export.export(index_dir, dest, base_url)
+    if as_json:
+        emit_json({"ok": True, "files": done.files, "files_written": done.files_written,
+                   "pages": done.pages, "pages_written": done.pages_written})
+        return
+    click.echo(f"ok: {done.files} file(s) ({done.files_written} new), {done.pages} page(s) "
+               f"({done.pages_written} rewritten) in {dest}")
+
+
 @main.command("serve")
 @index_option
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-def serve_command(index_dir: Path, host: str, port: int) -> None:
+@click.option("--idle-timeout", "idle_s", default=int(IDLE_S), show_default=True,
+              type=click.IntRange(1, 3600), metavar="SECONDS",
+              help="Close a connection that has not sent a whole request, or has taken no "
+                   "part of its reply, for this long.")
+def serve_command(index_dir: Path, host: str, port: int, idle_s: int) -> None:
     """Serve the index read-only over HTTP (HTML/JSON negotiation, .metadata, no PyPI)."""
 
-    if index.create(index_dir):
-        click.echo(f"a new, empty index in {index_dir}: publishing fills it while it is served",
-                   err=True)
-    elif not (index_dir / "ledger.jsonl").is_file():
-        raise IndexDriftError(f"{index_dir} is not a wheelsmith index (no ledger.jsonl)",
-                              hint="point --index at an index, an empty directory or a new path")
-    server = make_server(index_dir, host, port)
-    console.setup_logging(max(1, _verbosity()))
-    bound = f"http://{host}:{server.server_address[1]}"
-    channels = sorted(p.parent.name for p in index_dir.glob("*/simple/index.html"))
-    click.echo(f"serving {index_dir} at {bound}/ (Ctrl-C stops)", err=True)
-    for channel in channels:
-        click.echo(f"  pip install --index-url {bound}/{channel}/simple/ PACKAGE", err=True)
+    server = listen(index_dir, host, port, idle_s=idle_s)  # nothing is created if it cannot
     try:
+        if index.create(index_dir):
+            click.echo(f"a new, empty index in {index_dir}: publishing fills it while it is "
+                       "served", err=True)
+        elif not (index_dir / "ledger.jsonl").is_file():
+            raise IndexDriftError(f"{index_dir} is not a wheelsmith index (no ledger.jsonl)",
+                                  hint="point --index at an index, an empty directory or a new "
+                                       "path")
+        console.setup_logging(max(1, _verbosity()))
+        url = f"http://{authority(host, server.server_address[1])}"
+        click.echo(f"serving {index_dir} at {url}/ (Ctrl-C stops)", err=True)
+        for line in banner(index_dir, url, host):
+            click.echo(line, err=True)
         server.serve_forever()
     finally:
         server.server_close()

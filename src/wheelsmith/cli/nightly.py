@@ -23,6 +23,7 @@ from wheelsmith.cli._common import (
 )
 from wheelsmith.errors import NightlyError, UsageError
 from wheelsmith.fleet import matrix, nightly, outdated, report
+from wheelsmith.index import upload
 from wheelsmith.recipes import repos
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.toolchain.profile import default_profile_name, load_profiles
@@ -73,6 +74,11 @@ def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
               help="Where nightly.json, nightly.md and junit.xml go.")
 @click.option("--publish/--no-publish", default=True, show_default=True,
               help="Publish each wheel that passed to --index.")
+@click.option("--published", "published", multiple=True, metavar="URL",
+              callback=lambda _c, _p, v: _published(v),
+              help="A published index's simple API with {channel} (devpi: http://HOST/USER/"
+                   "{channel}/+simple/; an export: https://HOST/{channel}/simple/), read over "
+                   "HTTP: a cell whose wheel every such index lists is skipped. Repeatable.")
 @index_option
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("wheelhouse"),
               show_default=True)
@@ -87,7 +93,8 @@ def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
                    "and resumes from them on the next run with the same --work-dir.")
 @click.option("--cell-drain", type=click.FloatRange(min=0), metavar="SECONDS", help=DRAIN_HELP)
 def nightly_command(matrix_file: Path | None, python: str | None, shard: str | None,
-                    report_dir: Path, publish: bool, index_dir: Path, out_dir: Path,
+                    report_dir: Path, publish: bool, published: tuple[str, ...],
+                    index_dir: Path, out_dir: Path,
                     work_dir: Path, jobs: int | None, compile_cache: str | None,
                     runner: str, cell_time_limit: float | None,
                     cell_drain: float | None) -> None:
@@ -99,7 +106,8 @@ def nightly_command(matrix_file: Path | None, python: str | None, shard: str | N
     cells = matrix.shard(cells, shard)
     settings = nightly.Settings(out_dir=out_dir, work_dir=work_dir, index_dir=index_dir,
                                 publish=publish, jobs=jobs, compile_cache=compile_cache,
-                                runner=runner, time_limit=cell_time_limit, drain=cell_drain)
+                                runner=runner, time_limit=cell_time_limit, drain=cell_drain,
+                                published=published)
     with console.TerminalReporter() as reporter:
         results = nightly.run(cells, settings, reporter)
     written = report.write(report_dir, results, shard=shard)
@@ -111,6 +119,16 @@ def nightly_command(matrix_file: Path | None, python: str | None, shard: str | N
     if failed:
         raise NightlyError(f"{len(failed)} of {len(results)} cell(s) failed",
                            findings=[f"{r.cell.id}: {r.reason}" for r in failed])
+
+
+def _published(values: tuple[str, ...]) -> tuple[str, ...]:
+    for url in values:
+        upload.check_url("--published", url)
+        if upload.CHANNEL not in url:
+            raise UsageError(f"--published {url} names no channel",
+                             hint="put {channel} where the channel's index is, e.g. "
+                                  "http://HOST/USER/{channel}/+simple/")
+    return values
 
 
 @main.command("outdated")

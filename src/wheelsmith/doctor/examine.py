@@ -31,8 +31,10 @@ log = logging.getLogger(__name__)
 
 
 def probe(python: Path) -> dict[str, Any]:
-    """The examined Python's view: the probe every stage shares, with the GPU and packages."""
-    return probe_python(python, sections=("gpu", "packages"))
+    """The examined Python's view: the probe every stage shares, with the GPU and packages
+    (the answer as read, its shape checked by ProbeAnswer)."""
+    answer = probe_python(python, sections=("gpu", "packages"))
+    return {**answer.raw, "executable": answer.executable or str(python)}
 
 
 FAST_PATH_MODULES = ("fla", "causal_conv1d", "mamba_ssm", "flash_attn")

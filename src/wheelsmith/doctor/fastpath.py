@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from wheelsmith import cmd, locations
+from wheelsmith.untrusted import Bounds, Node, parse_json
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,21 @@ OPS_SCRIPT = RESOURCES / "fastpath_ops.py"
 NEEDS_SCRIPT = RESOURCES / "model_needs.py"
 OP_TIMEOUT_S = 300  # a cold Triton cache compiles fla's kernels (and autotunes) on first use
 KILL_GRACE_S = 5
+NEEDS_TIMEOUT_S = 600  # transformers and a model's modeling module import in seconds, rarely more
+ANSWER_MAX_BYTES = 16 << 20
+
+
+def _number(node: Node) -> float:
+    if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+        raise node.fail("expected a number")
+    return float(node.value)
+
+
+# what judge.py reads of an op's result, when present (an answer is data the examined Python
+# wrote: its shape is checked before anything reads it)
+_RESULT_FIELDS: dict[str, Callable[[Node], object]] = {
+    "status": Node.text, "phase": Node.text, "kind": Node.text, "error": Node.text,
+    "worst": Node.text, "max_error": _number, "tolerance": _number, "seconds": _number}
 TIMED_OUT = (124, 137)  # coreutils timeout: the limit passed (137: it had to SIGKILL)
 
 # op -> the module that provides it, in the order they run
@@ -125,15 +141,19 @@ def ask_transformers(python: Path, view: ModelView) -> ModelView:
     if answer is None:
         view.error, view.message = "failed", "the transformers check did not answer"
         return view
-    view.transformers = answer.get("transformers")
-    error = answer.get("error")
-    if error:
-        view.error, view.message = error["reason"], error["message"]
-    elif answer.get("known") is False:
-        view.known_types = answer.get("fast_path_types") or list(FAST_PATH_MODEL_TYPES)
+    node = Node(answer, f"the transformers check of {python}")
+    view.transformers = node.optional("transformers", Node.text)
+    error = node.get("error")
+    if error is not None:
+        view.error, view.message = error["reason"].text(), error["message"].text()
+    elif node.optional("known", Node.flag) is False:
+        listed = [n.text() for n in node.optional("fast_path_types", Node.items) or []]
+        view.known_types = listed or list(FAST_PATH_MODEL_TYPES)
         view.error = "too-old" if view.model_type in FAST_PATH_MODEL_TYPES else "unknown"
-    view.needs = [Need(n["module"], n["function"], n["available"], n.get("reason"),
-                       n.get("message")) for n in answer.get("needs", [])]
+    view.needs = [Need(n["module"].text(), n["function"].text(),
+                       n.optional("available", Node.flag), n.optional("reason", Node.text),
+                       n.optional("message", Node.text))
+                  for n in node.optional("needs", Node.items) or []]
     return view
 
 
@@ -142,12 +162,15 @@ def _script(python: Path, script: Path, argument: str, prefix: str,
     argv: list[str | Path] = [python, script, argument]
     if timeout_s is not None:
         argv = ["timeout", "-k", str(KILL_GRACE_S), str(timeout_s), *argv]
-    result = cmd.run(argv, stream=False, ok_returncodes=range(256),
-                     what=f"{script.name} {argument}")
+    what = f"{script.name} {argument} in {python}"
+    result = cmd.run(argv, stream=False, ok_returncodes=range(256), what=what,
+                     bounds=Bounds(ANSWER_MAX_BYTES, (timeout_s or NEEDS_TIMEOUT_S) + 30.0))
     for line in result.stdout.splitlines():
         if line.startswith(prefix):
-            data: dict[str, Any] = json.loads(line.removeprefix(prefix))
-            return data
+            answer = parse_json(line.removeprefix(prefix), what)
+            for key, read in _RESULT_FIELDS.items():  # as judge.py reads them
+                answer.optional(key, read)
+            return {key: node.value for key, node in answer.entries().items()}
     if timeout_s is not None and result.returncode in TIMED_OUT:
         return {"status": "timeout", "error": f"did not finish in {timeout_s:g} s",
                 "seconds": timeout_s}

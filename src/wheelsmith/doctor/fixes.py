@@ -7,10 +7,14 @@ itself again."""
 from __future__ import annotations
 
 import logging
+import shlex
+import urllib.parse
+import urllib.request
 
 from wheelsmith.arch import Arch
-from wheelsmith.errors import SourceError
-from wheelsmith.index.offers import offers
+from wheelsmith.errors import SourceError, WheelsmithError
+from wheelsmith.index.offers import offers, split_channel
+from wheelsmith.recipes.repos import resolve_recipe
 from wheelsmith.toolchain.target import Target
 
 log = logging.getLogger(__name__)
@@ -47,12 +51,7 @@ def fix_lines(names: list[str], base: str, arch: Arch, target: Target, python: s
         offered_here = _index_has(name, base, arch, target) if readable else None
         readable = offered_here is not None
         if offered_here is False:
-            cpu = f" on {target.machine}" if target.foreign else ""
-            options = target.build_options() if target.foreign else f"--python {python}"
-            builds.append(
-                f"wheelsmith build {name} --arch {arch} {options} "
-                f"--publish   # {f'once {after} is in, ' if after else ''}the index has no "
-                f"{name} wheel for Python {target.version}{cpu} with {arch.sm} kernels")
+            builds.append(_build_line(name, base, arch, target, python, after=after))
         else:
             offered.append(name)
     if not offered:
@@ -61,6 +60,39 @@ def fix_lines(names: list[str], base: str, arch: Arch, target: Target, python: s
     return [f"pip install --index-url {base} --no-deps --force-reinstall "
             f"{' '.join(offered)}{unchecked}", *builds]
 
+
+def _build_line(name: str, base: str, arch: Arch, target: Target, python: str, *,
+                after: str | None) -> str:
+    """`wheelsmith build` for what the channel at `base` lacks, published into that index:
+    `--arch` only for an extension (build refuses it for a pure recipe)."""
+    pure = _is_pure(name)
+    options = target.build_options() if target.foreign else f"--python {python}"
+    index, where = _index_dir(base)
+    return (f"wheelsmith build {name}{'' if pure else f' --arch {arch}'} {options} --publish "
+            f"--index {index}   # {f'once {after} is in, ' if after else ''}the index has no "
+            f"{name} wheel for Python {target.version}"
+            f"{f' on {target.machine}' if target.foreign else ''}"
+            f"{'' if pure else f' with {arch.sm} kernels'}{where}")
+
+
+def _is_pure(name: str) -> bool:
+    """Whether the recipe called `name` is pure Python (no recipe, or a broken one: not
+    known to be, and its build line keeps --arch)."""
+    try:
+        return resolve_recipe(name).kind == "pure"
+    except WheelsmithError:
+        return False
+
+
+def _index_dir(base: str) -> tuple[str, str]:
+    """The `--index` directory that publishes into the index of the channel URL `base`, and
+    what to say about it: a file:// index is that directory; one over HTTP is served from a
+    directory that only its server knows, named DIR in the line."""
+    root = split_channel(base)[0]
+    parts = urllib.parse.urlsplit(root)
+    if parts.scheme == "file":
+        return shlex.quote(urllib.request.url2pathname(parts.path)), ""
+    return "DIR", f"; DIR: the index directory that `wheelsmith serve` serves as {root}"
 
 
 def _index_has(project: str, base: str, arch: Arch, target: Target) -> bool | None:

@@ -61,7 +61,9 @@ class Report:
 
     @property
     def healthy(self) -> bool:
-        return not self.problems
+        """No problem found, and the question was the one asked: a model given wrongly
+        (--model-type nonsense) was not examined, so nothing is healthy for it."""
+        return not self.problems and not self.model.input_error
 
     def as_dict(self) -> dict[str, Any]:
         return {

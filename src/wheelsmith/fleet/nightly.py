@@ -2,7 +2,10 @@
 the rest, and publish only what passed.
 
 A cell is skipped when its content key (plan.py) is already in the index ledger, or already in
-the output directory: running nightly twice in a row builds nothing the second time. Each
+the output directory, or when every published index (`--published`, read over HTTP: a devpi
+index, an `index export` on a static host) lists the wheel it makes: running nightly twice in
+a row builds nothing the second time. A published filename never changes its bytes, so a cell
+whose wheel name is published there is done, whatever its key. Each
 cell's outcome (built, skipped, failed with the error class and message) goes into the report
 (report.py). Downloads are retried with backoff inside recipes/fetch.py; other failures are
 final for the night.
@@ -19,11 +22,13 @@ from pathlib import Path
 
 from wheelsmith.arch import ArchSet
 from wheelsmith.build import compilefarm, runner
+from wheelsmith.build.finish import made_by
+from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.request import BuildRequest, BuildResult, QuietReporter, Reporter
 from wheelsmith.deliver import deliver
 from wheelsmith.errors import MissingToolkitError, OutOfTimeError, UsageError, WheelsmithError
 from wheelsmith.fleet.matrix import Cell
-from wheelsmith.index import ledger
+from wheelsmith.index import ledger, remote
 from wheelsmith.wheelfile import read_provenance
 
 log = logging.getLogger(__name__)
@@ -55,6 +60,31 @@ class Settings:
     runner: str = "host"  # host | podman | docker | auto (runner.py)
     time_limit: float | None = None  # seconds a cell's build may run; then it is partial
     drain: float | None = None  # its last seconds start no compile (None: cmd.default_drain)
+    published: tuple[str, ...] = ()  # simple API URLs with {channel}: what is there is built
+
+
+class Published:
+    """What the published indexes list, read over HTTP once per channel and project."""
+
+    def __init__(self, templates: tuple[str, ...]) -> None:
+        self.templates = templates
+        self._pages: dict[str, dict[str, remote.RemoteFile]] = {}
+
+    def find(self, plan: BuildPlan) -> str | None:
+        """Where the wheel `plan` makes is published (`NAME at URL`, each index), or None
+        when an index lacks it."""
+        found = []
+        project = ledger.normalize(plan.recipe.name)
+        for template in self.templates:
+            simple = template.replace("{channel}", plan.toolchain.channel()).rstrip("/") + "/"
+            page = f"{simple}{project}/"
+            if page not in self._pages:  # builders hold no credentials: public reads
+                self._pages[page] = remote.project_files(simple, project, None)
+            name = next((n for n in self._pages[page] if made_by(n, plan)), None)
+            if name is None:
+                return None
+            found.append(f"{name} at {simple}")
+        return "; ".join(found) or None
 
 
 def known_keys(settings: Settings) -> set[str]:
@@ -62,9 +92,9 @@ def known_keys(settings: Settings) -> set[str]:
     keys = {r.key for r in ledger.read(settings.index_dir).by_filename.values() if r.key}
     if settings.out_dir.is_dir():
         for wheel in settings.out_dir.glob("*.whl"):
-            key = (read_provenance(wheel) or {}).get("key")
-            if key:
-                keys.add(key)
+            provenance = read_provenance(wheel)
+            if provenance and provenance.key:
+                keys.add(provenance.key)
     return keys
 
 
@@ -89,8 +119,8 @@ def unmet_needs(cell: Cell) -> str | None:
             f"runner has {cores} cores (fewer than {BIG_RUNNER_CORES})")
 
 
-def run_cell(cell: Cell, settings: Settings, keys: set[str],
-             reporter: Reporter) -> CellResult:
+def run_cell(cell: Cell, settings: Settings, keys: set[str], reporter: Reporter,
+             published: Published | None = None) -> CellResult:
     started = time.monotonic()
     unmet = unmet_needs(cell)
     if unmet is not None:  # a precondition of this runner, like a missing toolkit
@@ -103,6 +133,9 @@ def run_cell(cell: Cell, settings: Settings, keys: set[str],
         if plan.key in keys:
             return CellResult(cell, "skipped", "already built (content key in the index or "
                               "output)", key=plan.key)
+        where = published.find(plan) if published else None
+        if where is not None:
+            return CellResult(cell, "skipped", f"already published: {where}", key=plan.key)
         outcome = _build_cell(cell, settings, request, prepared=prepared, reporter=reporter,
                               started=started)
         if outcome.status == "built":
@@ -128,7 +161,7 @@ def _build_cell(cell: Cell, settings: Settings, request: BuildRequest, *,
     except OutOfTimeError as error:
         log.warning("cell %s ran out of its time: partial (%s)", cell.id, error.progress)
         return CellResult(cell, "partial", f"partial ({error.progress}), resumes next run",
-                          round(time.monotonic() - started, 1))
+                          round(time.monotonic() - started, 1), key=prepared.plan.key)
     outcome = _built(cell, done.result, time.monotonic() - started)
     outcome.published = done.published.status if done.published else None
     return outcome
@@ -154,9 +187,10 @@ def run(cells: Iterable[Cell], settings: Settings,
         reporter: Reporter | None = None) -> list[CellResult]:
     report = reporter or QuietReporter()
     keys = known_keys(settings)
+    published = Published(settings.published) if settings.published else None
     results = []
     for cell in cells:
         report.stage("cell", cell.id)
-        results.append(run_cell(cell, settings, keys, report))
+        results.append(run_cell(cell, settings, keys, report, published))
         report.stage(results[-1].status, results[-1].reason or results[-1].wheel or cell.id)
     return results

@@ -17,7 +17,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from wheelsmith.recipes.fetch import simple_page
+from wheelsmith.recipes.simple import simple_page
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +33,11 @@ class Newer:
 
 def releases(project: str) -> list[Version]:
     """Final, non-yanked release versions of `project` on the index, ascending."""
-    _, data = simple_page(project)
     found = set()
-    for file in data.get("files", []):
-        if file.get("yanked"):
+    for file in simple_page(project).files:
+        if file.yanked:
             continue
-        version = _version_of(file["filename"])
+        version = _version_of(file.filename)
         if version is not None and not version.is_prerelease and not version.is_devrelease:
             found.add(version)
     return sorted(found)

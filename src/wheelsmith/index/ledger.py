@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from wheelsmith.errors import IndexDriftError, UntrustedDataError
+from wheelsmith.untrusted import Node, clip, name_problem, parse_json
+from wheelsmith.wheelfile import CHANNEL_RE
 
 LEDGER = "ledger.jsonl"
+PROJECT_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # a normalized name (PEP 503)
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
 def now() -> str:
@@ -68,53 +76,123 @@ class IndexState:
         self.by_filename[record.filename] = record
 
 
+@dataclass(frozen=True, slots=True)
+class Yank:
+    """A yank (with its reason) or an unyank (reason None) of a published file."""
+
+    filename: str
+    reason: str | None
+
+
+def parse_line(raw: bytes, where: str) -> FileRecord | Yank:
+    """One ledger line, every field checked (the ledger is data others may have written or
+    damaged): anything else is one IndexDriftError located at `where` (`ledger.jsonl:N`)."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        raise _drift(where, f"not UTF-8 (byte {exc.start + 1})") from None
+    try:
+        return _entry(parse_json(text, where))
+    except UntrustedDataError as exc:
+        raise _drift(where, exc.problem) from None
+
+
+def _entry(node: Node) -> FileRecord | Yank:
+    action = node["action"].text()
+    if action in ("yank", "unyank"):
+        return Yank(node["filename"].name(),
+                    node["reason"].text() if action == "yank" else None)
+    if action != "publish":
+        raise node["action"].fail(f"'{clip(action)}' is not publish, yank or unyank")
+
+    def optional(key: str) -> str | None:
+        return node.optional(key, Node.text)
+
+    node["version"].parsed(Version, "a version")  # checked, and kept as it was written
+    return FileRecord(
+        channel=node["channel"].text(CHANNEL_RE, "a channel name"),
+        project=node["project"].text(PROJECT_RE, "a normalized project name"),
+        filename=node["filename"].parsed(_wheel_filename, "a wheel's file name"),
+        sha256=node["sha256"].text(SHA256_RE, "a sha256"), size=node["size"].integer(),
+        upload_time=node["upload_time"].text(),
+        metadata_sha256=node["metadata_sha256"].text(SHA256_RE, "a sha256"),
+        requires_python=optional("requires_python"),
+        version=node["version"].text(),
+        key=optional("key"), archs=optional("archs"))
+
+
+def _wheel_filename(text: str) -> str:
+    problem = name_problem(text)
+    if problem is not None:
+        raise ValueError(problem)
+    parse_wheel_filename(text)  # InvalidWheelFilename is a ValueError
+    return text
+
+
+def _drift(where: str, problem: str) -> IndexDriftError:
+    return IndexDriftError(
+        f"{where}: {problem}",
+        hint="only `wheelsmith publish` and `yank` write the ledger: this line was damaged or "
+             "written by hand; restore ledger.jsonl from a backup. Nothing in the index was "
+             "changed")
+
+
 def read(root: Path, *, project: str | None = None, filename: str | None = None
          ) -> IndexState:
     """Fold the ledger. With `project`/`filename`, only the lines that mention them are parsed
-    (located by substring search, so a publish does not parse the whole ledger)."""
+    (located by substring search, so a publish does not parse the whole ledger). A malformed
+    line is an IndexDriftError naming it (`ledger.jsonl:N`)."""
     state = IndexState()
     path = root / LEDGER
     if not path.is_file():
         return state
-    text = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
     needles = [n for n in (_needle("project", project), _needle("filename", filename)) if n]
-    for line in _lines_with(text, needles) if needles else text.splitlines(keepends=True):
-        if line.endswith("\n"):  # a line without one was torn by a dying writer
-            _apply(state, json.loads(line))
+    for number, line in _lines_with(data, needles) if needles else _numbered(data, 0):
+        _apply(state, parse_line(line, f"{path}:{number}"))
     return state
 
 
-def _lines_with(text: str, needles: list[str]) -> list[str]:
+def _numbered(data: bytes, offset: int) -> list[tuple[int, bytes]]:
+    """(number, line) of each whole line from byte `offset` (a line start) on; a last line
+    without a newline was torn by a dying writer and is left out."""
+    first = data.count(b"\n", 0, offset) + 1
+    lines = data[offset:].split(b"\n")[:-1]
+    return [(first + i, line) for i, line in enumerate(lines)]
+
+
+def _lines_with(data: bytes, needles: list[bytes]) -> list[tuple[int, bytes]]:
     starts: set[int] = set()
     for needle in needles:
-        position = text.find(needle)
+        position = data.find(needle)
         while position != -1:
-            starts.add(text.rfind("\n", 0, position) + 1)
-            position = text.find(needle, position + len(needle))
+            starts.add(data.rfind(b"\n", 0, position) + 1)
+            position = data.find(needle, position + len(needle))
     lines = []
     for start in sorted(starts):
-        end = text.find("\n", start)
-        lines.append(text[start:] if end == -1 else text[start:end + 1])
+        end = data.find(b"\n", start)
+        if end != -1:  # else torn
+            lines.append((data.count(b"\n", 0, start) + 1, data[start:end]))
     return lines
 
 
-def _needle(key: str, value: str | None) -> str | None:
+def _needle(key: str, value: str | None) -> bytes | None:
     """The exact text `append` writes for key=value (sorted keys, compact separators)."""
-    return None if value is None else json.dumps({key: value}, separators=(",", ":"))[1:-1]
+    return None if value is None else \
+        json.dumps({key: value}, separators=(",", ":"))[1:-1].encode()
 
 
-def _apply(state: IndexState, entry: dict[str, Any]) -> None:
-    action = entry.pop("action")
-    if action == "publish":
-        state.add(FileRecord(**entry))
+def _apply(state: IndexState, entry: FileRecord | Yank) -> None:
+    if isinstance(entry, FileRecord):
+        state.add(entry)
         return
-    record = state.by_filename.get(entry["filename"])
+    record = state.by_filename.get(entry.filename)
     if record is None:
         return  # a yank of a file outside a filtered read
     yanked = state.project(record.channel, record.project).yanked
-    if action == "yank":
-        yanked[record.filename] = entry["reason"]
-    elif action == "unyank":
+    if entry.reason is not None:
+        yanked[record.filename] = entry.reason
+    else:
         yanked.pop(record.filename, None)
 
 
@@ -138,18 +216,19 @@ def size(root: Path) -> int:
 
 
 def touched_since(root: Path, offset: int) -> list[tuple[str, str]]:
-    """(channel, project) pairs whose pages the ledger lines after byte `offset` change."""
+    """(channel, project) pairs whose pages the ledger lines after byte `offset` change (an
+    offset inside a line, as a ledger edited by hand leaves it, counts from the start)."""
     path = root / LEDGER
     if not path.is_file():
         return []
-    with path.open("rb") as handle:
-        handle.seek(offset)
-        tail = handle.read().decode()
+    data = path.read_bytes()
+    if offset > len(data) or (offset and data[offset - 1:offset] != b"\n"):
+        offset = 0
     state = read(root)
     touched: dict[tuple[str, str], None] = {}
-    for line in tail.splitlines():
-        entry = json.loads(line)
-        record = state.by_filename.get(entry["filename"])
+    for number, line in _numbered(data, offset):
+        entry = parse_line(line, f"{path}:{number}")
+        record = state.by_filename.get(entry.filename)
         if record is None:
             continue
         for channel, projects in state.channels.items():

@@ -13,12 +13,13 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 
+from packaging.utils import InvalidWheelFilename
 from packaging.version import Version
 
 from wheelsmith.arch import Arch, ArchSet
-from wheelsmith.errors import UsageError
+from wheelsmith.errors import UntrustedDataError, UsageError
 from wheelsmith.inventory import DeviceCode, coverage
-from wheelsmith.recipes.fetch import TIMEOUT_S, simple_page
+from wheelsmith.recipes.simple import PAGE_TIMEOUT_S, simple_page
 from wheelsmith.toolchain.target import Target
 from wheelsmith.wheelfile import WheelName
 
@@ -61,22 +62,30 @@ class Offer:
 
 
 def offers(base: str, project: str, target: Target, archs: tuple[Arch, ...], *,
-           version: str | None = None, timeout: float = TIMEOUT_S) -> list[Offer]:
+           version: str | None = None, timeout: float = PAGE_TIMEOUT_S) -> list[Offer]:
     """The wheels of `project` in the channel at `base` that the target's pip accepts, with
     native kernels for every arch in `archs` (and of `version`, when given). Raises
-    SourceError when the channel cannot be read; a project it does not have offers nothing."""
-    page_url, page = simple_page(project, base, timeout=timeout, missing_ok=True)
+    SourceError when the channel cannot be read (UntrustedDataError when what it answered is
+    malformed, too large or too slow: a wheel's name that is not a wheel filename too); a
+    project it does not have offers nothing, and neither does a wheel without a sha256 (an
+    install pins it)."""
+    page = simple_page(project, base, timeout=timeout, missing_ok=True)
+    if page is None:
+        return []
     found = []
-    for item in (page or {}).get("files", []):
-        name = item["filename"]
-        if not name.endswith(".whl") or item.get("yanked") or not target.accepts(name):
+    for number, item in enumerate(page.files):
+        if not item.filename.endswith(".whl") or item.yanked:
             continue
-        wheel_version = WheelName.parse(name).version
-        if version is not None and wheel_version.public != Version(version).public:
+        try:
+            name = WheelName.parse(item.filename)
+        except InvalidWheelFilename as exc:
+            raise UntrustedDataError(page.url, f"files[{number}].filename: {exc}") from None
+        if not target.accepts(item.filename) or item.sha256 is None:
             continue
-        if all(serves(name, arch) for arch in archs):
-            found.append(Offer(name, urllib.parse.urljoin(page_url, item["url"]),
-                               item["hashes"]["sha256"], wheel_version))
+        if version is not None and name.version.public != Version(version).public:
+            continue
+        if all(serves(item.filename, arch) for arch in archs):
+            found.append(Offer(item.filename, item.url, item.sha256, name.version))
     return found
 
 

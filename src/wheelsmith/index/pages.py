@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import json
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 
 from packaging.version import Version
@@ -26,6 +27,8 @@ HTML_TYPE = "application/vnd.pypi.simple.v1+html"
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 FROM_PROJECT_PAGE = "../../../"  # <channel>/simple/<project>/ -> index root
 
+Link = Callable[[FileRecord], str]  # where a project page points for a file
+
 
 def file_url(record: FileRecord) -> str:
     """Relative URL from a project page; `+` becomes `%2B` (pip and uv both accept it)."""
@@ -36,13 +39,13 @@ def _sorted_files(project: ProjectState) -> list[FileRecord]:
     return sorted(project.files.values(), key=lambda r: (Version(r.version), r.filename))
 
 
-def project_html(name: str, project: ProjectState) -> bytes:
+def project_html(name: str, project: ProjectState, link: Link = file_url) -> bytes:
     lines = ["<!DOCTYPE html>", "<html>", "<head>",
              f'<meta name="pypi:repository-version" content="{API_VERSION}">',
              f"<title>Links for {html.escape(name)}</title>", "</head>", "<body>",
              f"<h1>Links for {html.escape(name)}</h1>"]
     for record in _sorted_files(project):
-        attrs = [f'href="{html.escape(file_url(record))}#sha256={record.sha256}"']
+        attrs = [f'href="{html.escape(link(record))}#sha256={record.sha256}"']
         if record.requires_python:
             attrs.append(f'data-requires-python="{html.escape(record.requires_python)}"')
         meta = f"sha256={record.metadata_sha256}"
@@ -54,13 +57,13 @@ def project_html(name: str, project: ProjectState) -> bytes:
     return "\n".join(lines).encode()
 
 
-def project_json(name: str, project: ProjectState) -> bytes:
+def project_json(name: str, project: ProjectState, link: Link = file_url) -> bytes:
     files = []
     for record in _sorted_files(project):
         yanked: bool | str = project.yanked.get(record.filename, False)
         files.append({
             "filename": record.filename,
-            "url": file_url(record),
+            "url": link(record),
             "hashes": {"sha256": record.sha256},
             "requires-python": record.requires_python,
             "core-metadata": {"sha256": record.metadata_sha256},
@@ -102,18 +105,22 @@ def channel_pages(state: IndexState, channel: str) -> dict[Path, bytes]:
             base / "index.json": channel_json(projects)}
 
 
-def project_pages(state: IndexState, channel: str, project: str) -> dict[Path, bytes]:
+def project_pages(state: IndexState, channel: str, project: str,
+                  link: Link = file_url) -> dict[Path, bytes]:
     data = state.channels[channel][project]
     base = Path(channel) / "simple" / project
-    return {base / "index.html": project_html(project, data),
-            base / "index.json": project_json(project, data)}
+    return {base / "index.html": project_html(project, data, link),
+            base / "index.json": project_json(project, data, link)}
 
 
-def all_pages(state: IndexState) -> dict[Path, bytes]:
-    """Every page the ledger implies (what `index rebuild` writes)."""
-    pages = {Path("index.html"): root_html(sorted(state.channels))}
-    for channel, projects in state.channels.items():
-        pages.update(channel_pages(state, channel))
-        for project in projects:
-            pages.update(project_pages(state, channel, project))
-    return pages
+def all_pages(state: IndexState, link: Link = file_url) -> dict[Path, bytes]:
+    """Every page the ledger implies (what `index rebuild` writes; `index export` with its
+    own links). Project pages first, then channel lists, the root page last: the order a
+    writer that must never list what is not there yet writes them in."""
+    projects: dict[Path, bytes] = {}
+    lists: dict[Path, bytes] = {}
+    for channel, names in state.channels.items():
+        for project in names:
+            projects.update(project_pages(state, channel, project, link))
+        lists.update(channel_pages(state, channel))
+    return {**projects, **lists, Path("index.html"): root_html(sorted(state.channels))}

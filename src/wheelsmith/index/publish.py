@@ -13,7 +13,6 @@ Publishing identical bytes again is a no-op.
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 from dataclasses import dataclass
 from email.parser import BytesHeaderParser
@@ -27,12 +26,9 @@ from wheelsmith.files import sha256_bytes, sha256_file, store_no_clobber
 from wheelsmith.index import ledger
 from wheelsmith.index import store as index
 from wheelsmith.index.ledger import FileRecord, IndexState
-from wheelsmith.wheelfile import read_provenance
+from wheelsmith.wheelfile import CHANNEL_RE, read_provenance
 
 log = logging.getLogger(__name__)
-
-CHANNEL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-
 
 @dataclass(frozen=True, slots=True)
 class Published:
@@ -47,13 +43,13 @@ class Published:
 
 
 @dataclass(frozen=True, slots=True)
-class _Candidate:
+class Candidate:
     wheel: Path
     record: FileRecord
     metadata: bytes
 
 
-def _inspect(wheel: Path, channel: str | None) -> _Candidate:
+def inspect(wheel: Path, channel: str | None) -> Candidate:
     if not wheel.is_file():
         raise PublishError(f"no such file: {wheel}")
     problems = wheelfile.check(wheel)
@@ -63,12 +59,12 @@ def _inspect(wheel: Path, channel: str | None) -> _Candidate:
                            "exactly what a build wrote")
     metadata = wheelfile.read_metadata(wheel)
     headers = BytesHeaderParser().parsebytes(metadata)
-    provenance = read_provenance(wheel) or {}
-    chosen = channel or provenance.get("toolchain", {}).get("channel")
+    provenance = read_provenance(wheel)
+    chosen = channel or (provenance.channel if provenance else None)
     if not chosen:
         raise PublishError(f"{wheel.name} has no wheelsmith provenance, so its channel is "
                            "unknown", hint="pass --channel, e.g. --channel cu130-torch2.14")
-    if not CHANNEL_RE.match(chosen):
+    if not CHANNEL_RE.fullmatch(chosen):
         raise PublishError(f"channel '{chosen}' is not a valid name",
                            hint="use lowercase letters, digits, '.', '_' and '-'")
     name = wheelfile.WheelName.parse(wheel.name)
@@ -76,13 +72,13 @@ def _inspect(wheel: Path, channel: str | None) -> _Candidate:
         channel=chosen, project=ledger.normalize(name.name), filename=wheel.name,
         sha256=sha256_file(wheel), size=wheel.stat().st_size, upload_time=ledger.now(),
         metadata_sha256=sha256_bytes(metadata), requires_python=headers.get("Requires-Python"),
-        version=str(name.version), key=provenance.get("key"),
-        archs=provenance.get("archs_requested"))
-    return _Candidate(wheel, record, metadata)
+        version=str(name.version), key=provenance.key if provenance else None,
+        archs=provenance.archs if provenance else None)
+    return Candidate(wheel, record, metadata)
 
 
 def publish(wheel: Path, root: Path, *, channel: str | None = None) -> Published:
-    candidate = _inspect(wheel, channel)
+    candidate = inspect(wheel, channel)
     record = candidate.record
     with index.locked(root, project=record.project, filename=record.filename) as known:
         status = _decide(known, record)
@@ -130,7 +126,7 @@ def _check_one_arch_set(project: ledger.ProjectState | None, record: FileRecord)
                      f"{record.channel}-sm{record.archs.replace(';', '-').replace('+', '')})")
 
 
-def _store(root: Path, candidate: _Candidate) -> None:
+def _store(root: Path, candidate: Candidate) -> None:
     """File and sidecar at their content-addressed paths; an existing one has the same bytes
     (its name contains its sha256), which `index check` verifies."""
     target = root / candidate.record.path

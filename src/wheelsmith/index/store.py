@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wheelsmith.errors import UsageError
+from wheelsmith.errors import UntrustedDataError, UsageError
 from wheelsmith.files import (
     atomic_write_bytes,
     exclusive_lock,
@@ -26,6 +26,7 @@ from wheelsmith.files import (
 )
 from wheelsmith.index import ledger, pages
 from wheelsmith.index.ledger import IndexState
+from wheelsmith.untrusted import inside
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def write_pages(root: Path, state: IndexState, channel: str, project: str, *,
 
 def _write_changed(root: Path, wanted: dict[Path, bytes]) -> None:
     for relative, data in wanted.items():
-        target = root / relative
+        target = inside(root, relative)
         if target.is_file() and target.read_bytes() == data:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -169,7 +170,10 @@ def check(root: Path) -> CheckReport:
 
 
 def _check_file(root: Path, record: ledger.FileRecord) -> list[str]:
-    path = root / record.path
+    try:
+        path = inside(root, record.path)
+    except UntrustedDataError as exc:  # a directory of the index replaced by a link
+        return [f"{exc.message}: a link? it is not hashed"]
     if not path.is_file():
         return [f"{record.path} is missing"]
     problems = []

@@ -8,30 +8,20 @@ not match the pin is deleted and never unpacked. Archives are checked member by 
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
 import logging
 import os
 import re
 import shutil
 import stat
-import sys
 import tarfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 import zipfile
-from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, overload
 
-from packaging.utils import canonicalize_name
-
-from wheelsmith import cmd, locations
-from wheelsmith.errors import SourceError
+from wheelsmith import cmd
+from wheelsmith.errors import SourceError, UntrustedDataError
 from wheelsmith.files import (
     atomic_write_text,
     exclusive_lock,
@@ -41,13 +31,15 @@ from wheelsmith.files import (
     temp_file_in,
 )
 from wheelsmith.recipes.model import GitSource, LocalSource, PypiSource, Source, UrlSource
+from wheelsmith.recipes.simple import pypi_sdist
+from wheelsmith.untrusted import Bounds, copy_url
 
 log = logging.getLogger(__name__)
 
 RETRIES = 3
-TIMEOUT_S = 60
-SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
-PIP_INDEX_SCRIPT = locations.RESOURCES / "pip_index.py"
+# a download's cap is its size when the index says it (PEP 700), else this
+MAX_DOWNLOAD_BYTES = 1 << 30
+DOWNLOAD_TIMEOUT_S = 1800.0  # the whole download (1 GiB at 0.6 MB/s)
 IGNORED_IN_LOCAL = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__")
 
 
@@ -61,12 +53,50 @@ def fetch(source: Source, dest: Path, cache: Path) -> Path:
             raise SourceError(f"source directory does not exist: {source.path}",
                               hint="a path source is relative to the recipe file")
         root = dest / source.path.name
-        shutil.copytree(source.path, root, ignore=IGNORED_IN_LOCAL, symlinks=True)
+        try:
+            shutil.copytree(source.path, root, ignore=IGNORED_IN_LOCAL, symlinks=True)
+        except shutil.Error as exc:  # a FIFO, a socket, an unreadable file
+            first = exc.args[0][0] if exc.args and exc.args[0] else ("", "", exc)
+            raise SourceError(f"cannot copy the path source {source.path}: {first[2]}",
+                              hint="a path source holds regular files, directories and links "
+                                   "inside it") from None
+        links_inside(root, source.path, f"the path source {source.path}")
         return root
     if isinstance(source, GitSource):
-        return checkout(source, dest, cache)
+        root = checkout(source, dest, cache)
+        links_inside(root, root, source.url)
+        return root
     archive = download(source, cache)
-    return unpack(archive, dest)
+    root = unpack(archive, dest)
+    links_inside(dest, dest, archive.name)
+    return root
+
+
+def links_inside(tree: Path, origin: Path, what: str) -> None:
+    """`tree` (a copy of `origin`, or `origin` itself) once every symbolic link in it leads,
+    resolved in `origin`, inside `origin`: each such link is made again relative within
+    `tree`, and any other is refused naming it, so a patch can never write through one to
+    outside the tree. The one rule for path sources, git checkouts and archives (whose members
+    are also checked before they are extracted)."""
+    real = origin.resolve()
+    for folder, dirs, files in os.walk(tree):
+        for name in sorted([*dirs, *files]):
+            link = Path(folder, name)
+            if not link.is_symlink():
+                continue
+            relative = link.relative_to(tree)
+            try:
+                target: Path | None = (origin / relative).resolve()
+            except (RuntimeError, OSError):  # a loop of links
+                target = None
+            if target is None or not target.is_relative_to(real):
+                raise SourceError(f"refusing {what}: '{relative}' is a link pointing outside "
+                                  f"the tree ({link.readlink()})",
+                                  hint="a patch applied through it would write outside the "
+                                       "tree: copy what it points to into the tree instead")
+            if tree != origin:
+                link.unlink()
+                link.symlink_to(os.path.relpath(tree / target.relative_to(real), link.parent))
 
 
 # --- downloads -------------------------------------------------------------------------------
@@ -94,11 +124,13 @@ def download(source: PypiSource | UrlSource, cache: Path) -> Path:
             log.warning("cached %s is corrupt (sha256 differs); downloading it again", target)
             target.unlink()
         if isinstance(source, PypiSource):
-            url, name = pypi_sdist_url(source)
+            found = pypi_sdist(source)
+            url, name, size = found.url, found.filename, found.size
         else:
-            url, name = source.url, source.url.rsplit("/", 1)[-1]
+            url, name, size = source.url, source.url.rsplit("/", 1)[-1], None
+        bounds = Bounds(size or MAX_DOWNLOAD_BYTES, DOWNLOAD_TIMEOUT_S)
         with temp_file_in(target.parent, suffix=partial) as tmp:
-            actual = _download_with_retries(url, tmp)
+            actual = _download_with_retries(url, tmp, bounds)
             if actual != source.sha256:
                 raise SourceError(
                     f"sha256 mismatch for {name}: the recipe pins {source.sha256}, "
@@ -111,17 +143,21 @@ def download(source: PypiSource | UrlSource, cache: Path) -> Path:
     return target
 
 
-def _download_with_retries(url: str, dest: Path) -> str:
+def _download_with_retries(url: str, dest: Path, bounds: Bounds) -> str:
+    """Retried: nothing answering and a server's failure (HTTP 5xx); final: any other answer
+    (4xx), too large, too slow."""
     for attempt in range(1, RETRIES + 1):
         try:
-            return _download_once(url, dest)
-        except urllib.error.HTTPError as exc:
-            if exc.code < 500 or attempt == RETRIES:
-                raise SourceError(f"download of {url} failed: HTTP {exc.code} {exc.reason}",
+            return _download_once(url, dest, bounds)
+        except UntrustedDataError as exc:
+            if exc.status is None:  # too large, too slow, not HTTP
+                raise
+            if exc.status < HTTPStatus.INTERNAL_SERVER_ERROR or attempt == RETRIES:
+                raise SourceError(f"download of {url} failed: {exc.problem}",
                                   hint="check the URL in the recipe") from exc
-        except (urllib.error.URLError, OSError) as exc:
+        except SourceError as exc:  # nothing answers
             if attempt == RETRIES:
-                raise SourceError(f"download of {url} failed: {exc}",
+                raise SourceError(f"download failed: {exc.message}",
                                   hint="check the network, or pre-fill the download cache") from exc
         delay = 2 ** attempt
         log.warning("download of %s failed (attempt %d of %d); retrying in %d s",
@@ -130,136 +166,17 @@ def _download_with_retries(url: str, dest: Path) -> str:
     raise AssertionError("unreachable")
 
 
-def _download_once(url: str, dest: Path) -> str:
+def _download_once(url: str, dest: Path, bounds: Bounds) -> str:
     log.info("downloading %s", url)
     digest = hashlib.sha256()
-    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response, dest.open("wb") as out:  # noqa: S310 - URLs come from pinned recipes
-        while chunk := response.read(1 << 20):
+    with dest.open("wb") as out:
+
+        def take(chunk: bytes) -> None:
             digest.update(chunk)
             out.write(chunk)
+
+        copy_url(url, take, bounds)
     return digest.hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class PackageIndex:
-    """The simple index sdists are looked up on, and where that setting came from."""
-
-    url: str
-    origin: str  # WHEELSMITH_INDEX_URL, PIP_INDEX_URL, pip's configuration, pip's default
-
-    def fix(self) -> str:
-        """What to do when it does not answer."""
-        if self.origin == "WHEELSMITH_INDEX_URL":
-            return "fix WHEELSMITH_INDEX_URL (a PEP 691 simple index), or unset it to use pip's"
-        other = "or set WHEELSMITH_INDEX_URL to a PEP 691 simple index that answers"
-        if self.origin == "PIP_INDEX_URL":
-            return f"fix PIP_INDEX_URL, {other}"
-        if self.origin == "pip's configuration":
-            return f"fix index-url in pip's configuration (`pip config list` shows it), {other}"
-        return f"check the network and proxy settings, {other}"
-
-
-def package_index() -> PackageIndex:
-    """$WHEELSMITH_INDEX_URL, else the index the pip wheelsmith runs uses, asked from that pip
-    (PIP_INDEX_URL, pip's configuration files, else pip's own default)."""
-    own = os.environ.get("WHEELSMITH_INDEX_URL")
-    if own:
-        return PackageIndex(own.rstrip("/"), "WHEELSMITH_INDEX_URL")
-    return _ask_pip(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_"))))
-
-
-@functools.cache
-def _ask_pip(pip_environment: tuple[tuple[str, str], ...]) -> PackageIndex:  # noqa: ARG001 - the cache key
-    result = cmd.run([sys.executable, PIP_INDEX_SCRIPT], stream=False, error=SourceError,
-                     what="pip (asked which index it uses)")
-    answer = json.loads(result.stdout.strip().splitlines()[-1])
-    log.info("package index: %s (%s)", answer["index_url"], answer["origin"])
-    return PackageIndex(str(answer["index_url"]).rstrip("/"), str(answer["origin"]))
-
-
-def index_url() -> str:
-    return package_index().url
-
-
-@overload
-def simple_page(project: str, base: str | None = None, *, timeout: float = TIMEOUT_S,
-                missing_ok: Literal[False] = False) -> tuple[str, dict[str, Any]]: ...
-@overload
-def simple_page(project: str, base: str | None = None, *, timeout: float = TIMEOUT_S,
-                missing_ok: Literal[True]) -> tuple[str, dict[str, Any] | None]: ...
-def simple_page(project: str, base: str | None = None, *, timeout: float = TIMEOUT_S,
-                missing_ok: bool = False) -> tuple[str, dict[str, Any] | None]:
-    """A project's PEP 691 page on a simple index (default: `index_url()`): (its URL, its
-    JSON). With `missing_ok`, a project the index does not have (404) gives None. A file://
-    index is read from disk, as a wheelsmith index writes it."""
-    index = package_index() if base is None else None
-    page = f"{(base or index_url()).rstrip('/')}/{canonicalize_name(project)}/"
-    if page.startswith("file:"):
-        return page, _page_on_disk(page, missing_ok=missing_ok)
-    request = urllib.request.Request(page, headers={"Accept": SIMPLE_JSON})  # noqa: S310
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            data: dict[str, Any] = json.load(response)
-    except urllib.error.HTTPError as exc:
-        if missing_ok and exc.code == HTTPStatus.NOT_FOUND:
-            return page, None
-        raise _unreadable(page, exc) from exc
-    except (urllib.error.URLError, OSError) as exc:
-        if index is not None:
-            reason = getattr(exc, "reason", exc)
-            raise SourceError(f"the package index {index.url} (from {index.origin}) does not "
-                              f"answer: {reason}", hint=index.fix()) from exc
-        raise _unreadable(page, exc) from exc
-    except ValueError as exc:
-        raise _unreadable(page, exc) from exc
-    return page, data
-
-
-def _page_on_disk(page: str, *, missing_ok: bool) -> dict[str, Any] | None:
-    """The JSON page in a file:// page's directory (`index.json` beside `index.html`, as
-    index/pages.py writes them); with `missing_ok`, a project not on disk gives None, as a
-    404 does."""
-    path = Path(urllib.request.url2pathname(urllib.parse.urlsplit(page).path)) / "index.json"
-    try:
-        data: dict[str, Any] = json.loads(path.read_bytes())
-    except FileNotFoundError as exc:
-        if missing_ok:
-            return None
-        raise _unreadable(page, exc) from exc
-    except (OSError, ValueError) as exc:
-        raise _unreadable(page, exc) from exc
-    return data
-
-
-def _unreadable(page: str, exc: Exception) -> SourceError:
-    return SourceError(f"cannot read the index page {page}: {exc}",
-                       hint="set WHEELSMITH_INDEX_URL to a PEP 691 (JSON) simple index")
-
-
-def sdist_of(filename: str, project: str, version: str) -> bool:
-    """`filename` is the sdist of (project, version): `torch_scatter-2.1.2.tar.gz`, and the
-    older spelling with the project's own dashes (`pytorch-fast-transformers-0.4.0.tar.gz`)."""
-    stem = re.sub(r"\.(tar\.gz|zip)$", "", filename)
-    name, _, spelled = stem.rpartition("-")
-    return stem != filename and spelled == version and \
-        re.sub(r"[-_.]+", "-", name).lower() == re.sub(r"[-_.]+", "-", project).lower()
-
-
-def pypi_sdist_url(source: PypiSource) -> tuple[str, str]:
-    """Find the sdist of (project, version) with the pinned sha256 on the simple index."""
-    page, data = simple_page(source.project)
-    candidates = [f for f in data.get("files", [])
-                  if sdist_of(f["filename"], source.project, source.version)]
-    for file in candidates:
-        if file.get("hashes", {}).get("sha256") == source.sha256:
-            return urllib.parse.urljoin(page, file["url"]), file["filename"]
-    listed = "; ".join(f"{f['filename']} sha256={f.get('hashes', {}).get('sha256')}"
-                       for f in candidates) or "none"
-    raise SourceError(
-        f"no sdist of {source.project} {source.version} on {index_url()} has sha256 "
-        f"{source.sha256}",
-        hint=f"sdists there: {listed}",
-    )
 
 
 # --- unpacking -------------------------------------------------------------------------------
@@ -267,20 +184,27 @@ def pypi_sdist_url(source: PypiSource) -> tuple[str, str]:
 
 def unpack(archive: Path, dest: Path) -> Path:
     """Extract a tar or zip archive into `dest` after checking every member."""
-    if tarfile.is_tarfile(archive):
-        with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                _check_tar_member(archive, member)
-            with naming(dest):
-                tar.extractall(dest, filter="data")
-    elif zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as zf:
-            for info in zf.infolist():
-                _check_zip_member(archive, info)
-            with naming(dest):
-                zf.extractall(dest)  # noqa: S202 - every member was checked above
-    else:
-        raise SourceError(f"{archive} is neither a tar nor a zip archive")
+    try:
+        if tarfile.is_tarfile(archive):
+            with tarfile.open(archive) as tar:
+                for member in tar.getmembers():
+                    _check_tar_member(archive, member)
+                with naming(dest):
+                    tar.extractall(dest, filter="data")
+        elif zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as zf:
+                for info in zf.infolist():
+                    _check_zip_member(archive, info)
+                with naming(dest):
+                    zf.extractall(dest)  # noqa: S202 - every member was checked above
+        else:
+            raise SourceError(f"{archive} is neither a tar nor a zip archive")
+    except tarfile.FilterError as exc:  # a link that resolves outside through other links
+        raise _refuse(archive, exc.tarinfo.name, f"is refused: {exc}") from None
+    except (tarfile.TarError, zipfile.BadZipFile) as exc:
+        raise SourceError(f"cannot unpack {archive.name}: {exc}",
+                          hint="the archive is damaged; delete it from the download cache and "
+                               "fetch it again") from None
     entries = list(dest.iterdir())
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else dest
 

@@ -3,8 +3,9 @@ report the interpreter and its torch and, when asked, the GPU, the installed CUD
 packages, every installed distribution's version (for doctor's runtime rules) and whether the
 fast-path modules import. With TORCH_CUDA_ARCH_LIST set, also torch's arch flags for it.
 
-Arguments: any of `gpu`, `packages`. Prints one line `WHEELSMITH-PROBE {json}`.
-Never imports wheelsmith: it runs in other environments.
+Arguments: any of `gpu`, `packages`. Prints `WHEELSMITH-PROBE-STARTED` at once (the reader
+allows an interpreter little time to show it runs, and more for torch's import), then one line
+`WHEELSMITH-PROBE {json}`. Never imports wheelsmith: it runs in other environments.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+print("WHEELSMITH-PROBE-STARTED", flush=True)
 warnings.simplefilter("ignore")
 FAST_PATH = {"fla": "flash-linear-attention fla-core", "causal_conv1d": "causal-conv1d",
              "mamba_ssm": "mamba-ssm", "flash_attn": "flash-attn"}

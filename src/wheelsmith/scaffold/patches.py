@@ -13,6 +13,7 @@ from pathlib import Path
 
 from wheelsmith import locations
 from wheelsmith.scaffold.setup_py import ARCH_FLAG_RE, GENCODE_RE, Setup
+from wheelsmith.untrusted import parse_python
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +121,7 @@ def _honour_arch_list(text: str, setup: Setup) -> str | None:
         return None
     arch_list = ARCH_LIST if re.search(r"^import os$", text, re.MULTILINE) else \
         f'__import__("os").{ARCH_LIST.removeprefix("os.")}'  # setup.py has no `import os`
-    module = ast.parse(text)
+    module = parse_python(text, "setup.py")
     guarded: set[int] = set()
     for node in ast.walk(module):
         if not isinstance(node, ast.AugAssign | ast.Expr) or (isinstance(node, ast.Expr) and not (
@@ -160,7 +161,7 @@ def _no_setup_requires(text: str, setup: Setup) -> str | None:
     """Drop the `setup_requires=...,` lines when the keyword has lines of its own."""
     if setup.setup_requires is None:
         return None
-    keyword = next(n for n in ast.walk(ast.parse(text))
+    keyword = next(n for n in ast.walk(parse_python(text, "setup.py"))
                    if isinstance(n, ast.keyword) and n.arg == "setup_requires")
     lines = text.splitlines(keepends=True)
     first, last = keyword.lineno - 1, (keyword.value.end_lineno or keyword.lineno) - 1

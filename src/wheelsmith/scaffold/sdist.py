@@ -7,14 +7,13 @@ import email.parser
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from wheelsmith import locations
 from wheelsmith.errors import UsageError
-from wheelsmith.recipes import fetch
+from wheelsmith.recipes import fetch, simple
 from wheelsmith.recipes.model import PypiSource
 
 
@@ -44,32 +43,33 @@ def parse_request(text: str) -> tuple[str, str | None]:
 def choose_sdist(project: str, version: str | None) -> Sdist:
     """The sdist of `version` (default: the newest final release that has one) and the sha256
     the index lists for it."""
-    page, data = fetch.simple_page(project, missing_ok=True)
-    if data is None:
-        raise UsageError(f"{fetch.index_url()} has no project '{project}'",
+    page = simple.simple_page(project, missing_ok=True)
+    if page is None:
+        raise UsageError(f"{simple.index_url()} has no project '{project}'",
                          hint="check the name (the index's own spelling), or the index pip "
                               "uses (`pip config list`)")
-    sdists: dict[Version, dict[str, Any]] = {}
-    for file in data.get("files", []):
-        found = _sdist_version(project, file["filename"])
-        if found is not None and file.get("hashes", {}).get("sha256"):
+    sdists: dict[Version, simple.PageFile] = {}
+    for file in page.files:
+        found = _sdist_version(project, file.filename)
+        if found is not None and file.sha256:
             sdists.setdefault(found, file)
     if version is not None:
         chosen = next((v for v in sdists if v == _version(version)), None)
         if chosen is None:
             listed = ", ".join(str(v) for v in sorted(sdists)[-8:]) or "none"
-            raise UsageError(f"{page} has no sdist of {project} {version}",
+            raise UsageError(f"{page.url} has no sdist of {project} {version}",
                              hint=f"versions with an sdist there: {listed}")
     else:
         finals = [v for v in sdists if not v.is_prerelease]
         if not finals:
-            raise UsageError(f"{page} has no sdist of {project}",
+            raise UsageError(f"{page.url} has no sdist of {project}",
                              hint="wheelsmith builds from sources: give a git source in the "
                                   "recipe instead")
         chosen = max(finals)
     file = sdists[chosen]
-    spelled = re.sub(r"\.(tar\.gz|zip)$", "", file["filename"]).rpartition("-")[2]
-    return Sdist(project, spelled, file["filename"], file["hashes"]["sha256"])
+    spelled = re.sub(r"\.(tar\.gz|zip)$", "", file.filename).rpartition("-")[2]
+    assert file.sha256 is not None  # chosen among those with one
+    return Sdist(project, spelled, file.filename, file.sha256)
 
 
 def _version(text: str) -> Version:

@@ -26,6 +26,7 @@ from wheelsmith.scaffold.extensions import (
     missing_parts,
     strings,
 )
+from wheelsmith.untrusted import parse_python
 
 GENCODE_RE = re.compile(r"arch=compute_(\d+[af]?),code=sm_\d+[af]?")
 ARCH_FLAG_RE = re.compile(r"^-arch[= ](?:compute|sm)_(\d+[af]?)$")  # nvcc -arch=compute_50
@@ -65,11 +66,7 @@ def read_setup(tree: Path) -> Setup:
         raise SourceError(f"the sdist has no setup.py (it holds {held})",
                           hint="wheelsmith's recipes build torch CUDA extensions from setup.py; "
                                "write the recipe by hand (docs/recipes.md)")
-    text = setup.read_text(errors="replace")
-    try:
-        module = ast.parse(text)
-    except SyntaxError as exc:
-        raise SourceError(f"cannot read {setup.name}: {exc}") from exc
+    module = parse_python(setup.read_text(errors="replace"), f"{tree.name}/setup.py")
     names = assignments(module)
     reads = _env_reads(module)
     extensions = extensions_of(module, names)

@@ -5,7 +5,6 @@ never by importing their torch here."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -16,9 +15,10 @@ from typing import Any
 from packaging.version import Version
 
 from wheelsmith import cmd, locations
-from wheelsmith.errors import CommandError, ToolchainError
+from wheelsmith.errors import CommandError, ToolchainError, UntrustedDataError
 from wheelsmith.toolchain.platform import host_machine
 from wheelsmith.toolchain.profile import SYSTEM
+from wheelsmith.untrusted import Bounds, Node, parse_json
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,27 +70,105 @@ class Toolchain:
 
 
 PROBE_SCRIPT = locations.RESOURCES / "probe.py"
+PROBE_MARKER = "WHEELSMITH-PROBE "
+# an interpreter prints probe.py's first line at once, then imports torch (seconds; a GPU's
+# first use can take a minute); the answer is a few KB, doctor's list of packages a few MB
+PROBE_BOUNDS = Bounds(max_bytes=32 << 20, seconds=180.0, quiet_seconds=20.0)
+_VERSION = re.compile(r"\d+\.\d+")
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    name: str
+    capability: tuple[int, int]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProbeAnswer:
+    """What an interpreter said about itself (resources/probe.py), every field checked: an
+    answer of another shape is one UntrustedDataError naming the probe and the field."""
+
+    python: str  # "3.12"
+    torch: Version | None  # torch.__version__ without its local label
+    torch_full: Version | None  # with it: 2.11.0+cu128
+    torch_dist: Version | None  # the installed distribution's version
+    torch_cuda: Version | None
+    torch_error: str | None
+    gpu: Gpu | None
+    machine: str | None
+    glibc: str | None
+    pip: bool
+    executable: str | None
+    purelib: str | None
+    arch_error: str | None
+    raw: dict[str, Any]  # the whole answer (doctor reads its packages), its shape checked
+
+    @classmethod
+    def parse(cls, answer: Node) -> ProbeAnswer:
+        def version(key: str) -> Version | None:
+            return answer.optional(key, lambda n: n.parsed(Version, "a version"))
+
+        def text(key: str) -> str | None:
+            return answer.optional(key, Node.text)
+
+        _check_packages(answer)
+        return cls(python=answer["python"].text(_VERSION, "a Python version (3.12)"),
+                   torch=version("torch"), torch_full=version("torch_full"),
+                   torch_dist=version("torch_dist"), torch_cuda=version("torch_cuda"),
+                   torch_error=text("torch_error"), gpu=answer.optional("gpu", _gpu),
+                   machine=text("machine"), glibc=text("glibc"),
+                   pip=answer.optional("pip", Node.flag) or False,
+                   executable=text("executable"), purelib=text("purelib"),
+                   arch_error=text("arch_error"),
+                   raw={key: node.value for key, node in answer.entries().items()})
+
+
+def _gpu(node: Node) -> Gpu:
+    field = node["capability"]
+    capability = field.items()
+    if len(capability) != 2:
+        raise field.fail("expected [major, minor]")
+    return Gpu(node["name"].text(), (capability[0].integer(), capability[1].integer()))
+
+
+def _check_packages(answer: Node) -> None:
+    """The sections doctor asks for, when present: their shape, as judge.py reads them."""
+    for package in answer.optional("packages", Node.items) or []:
+        package["name"].text()
+        package["version"].text()
+        for path in package["shared_objects"].items():
+            path.text()
+    for state in (answer.optional("fast_path", Node.entries) or {}).values():
+        state["ok"].flag()
+        for key in ("dist", "error", "missing"):
+            state.optional(key, Node.text)
+    answer.optional("dists", Node.text_map)
 
 
 def probe_python(python: Path, env: dict[str, str] | None = None,
-                 sections: tuple[str, ...] = ()) -> dict[str, Any]:
+                 sections: tuple[str, ...] = ()) -> ProbeAnswer:
     """Ask an interpreter about itself and its torch (run in a subprocess: torch is not ours);
-    `sections`: also "gpu" and/or "packages" (the installed extensions, for doctor)."""
+    `sections`: also "gpu" and/or "packages" (the installed extensions, for doctor). Its
+    output is bounded (PROBE_BOUNDS) and its answer parsed (ProbeAnswer)."""
     if not Path(python).exists():
         raise ToolchainError(f"{python} does not exist", hint="give the path of a Python "
                              "interpreter, e.g. /path/to/venv/bin/python")
+    source = f"the probe of {python}"
+    hint = f"is {python} a Python interpreter (3.8 or newer)? give the path of one"
     try:
-        result = cmd.run([python, PROBE_SCRIPT, *sections], stream=False, env=env,
-                         what=f"the probe of {python}")
+        result = cmd.run([Path(python).absolute(), PROBE_SCRIPT, *sections], stream=False, env=env,
+                         what=source, bounds=PROBE_BOUNDS, hint=hint)
     except CommandError as exc:  # not executable, not a program, not a working Python
         raise ToolchainError(f"{python} is not a Python interpreter: {exc.message}",
                              hint="give the path of a Python interpreter", tail=exc.tail) from exc
     for line in result.stdout.splitlines():
-        if line.startswith("WHEELSMITH-PROBE "):
-            data: dict[str, Any] = json.loads(line.removeprefix("WHEELSMITH-PROBE "))
-            return data
-    raise ToolchainError(f"{python} did not answer the probe", hint="is it a Python "
-                         "interpreter (3.8 or newer)?")
+        if line.startswith(PROBE_MARKER):
+            try:
+                return ProbeAnswer.parse(parse_json(line.removeprefix(PROBE_MARKER), source))
+            except UntrustedDataError as exc:
+                exc.hint = exc.hint or hint
+                raise
+    raise ToolchainError(f"{python} did not answer the probe", hint=hint)
 
 
 def nvcc_version(nvcc: Path) -> Version:
@@ -139,21 +217,20 @@ def system_toolchain(python: Path) -> Toolchain:
         raise ToolchainError(f"no nvcc in {cuda_home}/bin",
                              hint="set CUDA_HOME to an installed CUDA toolkit, or use a profile")
     info = probe_python(python)
-    if "torch_error" in info:
-        raise ToolchainError(f"torch does not import in {python}: {info['torch_error']}",
+    if info.torch_error is not None:
+        raise ToolchainError(f"torch does not import in {python}: {info.torch_error}",
                              hint="install torch there, or use a pinned toolchain profile")
-    if not info.get("torch_cuda"):
-        raise ToolchainError(f"the torch in {python} is a CPU-only build ({info['torch']})",
+    if info.torch is None or info.torch_cuda is None:
+        raise ToolchainError(f"the torch in {python} is a CPU-only build ({info.torch})",
                              hint="a CUDA extension needs a CUDA build of torch")
     return Toolchain(
         name=SYSTEM,
         python=python,
-        python_version=info["python"],
+        python_version=info.python,
         cuda_home=cuda_home,
-        torch_version=Version(info["torch"]),
-        torch_cuda=Version(info["torch_cuda"]),
+        torch_version=info.torch,
+        torch_cuda=info.torch_cuda,
         nvcc_version=nvcc_version(cuda_home / "bin" / "nvcc"),
         cuobjdump=system_cuobjdump(),
         pins=(),
     )
-

@@ -48,11 +48,18 @@ def debian_mirror() -> str | None:
     return None
 
 
-def emulator(machine: str) -> Path:
+def find_emulator(machine: str) -> Path | None:
     for name in (f"qemu-{machine}-static", f"qemu-{machine}"):
         found = shutil.which(name)
         if found is not None:
             return Path(found)
+    return None
+
+
+def emulator(machine: str) -> Path:
+    found = find_emulator(machine)
+    if found is not None:
+        return found
     raise ToolchainError(f"no qemu-{machine}-static here: a {machine} wheel is import-tested "
                          "under qemu-user", hint="install it (Debian: apt install "
                                                  "qemu-user-static)")
@@ -65,10 +72,9 @@ def emulated_python(machine: str, python_version: str, cache: Path) -> list[str]
     return [str(qemu), "-L", str(root), str(root / "usr" / "bin" / f"python{python_version}")]
 
 
-def ensure_root(machine: str, python_version: str, cache: Path,
-                extra: tuple[str, ...] = ()) -> Path:
-    """A minimal Debian root of `machine` with python3.X (and the `extra` packages), made once
-    and renamed into place."""
+def root_for(machine: str, python_version: str, cache: Path,
+             extra: tuple[str, ...] = ()) -> Path:
+    """Where the Debian root of `machine` with python3.X (and `extra`) is, or is made."""
     suite = SUITES.get(python_version)
     if suite is None or machine not in DEBIAN_ARCH:
         raise ToolchainError(f"no Debian root with Python {python_version} for {machine} to "
@@ -80,9 +86,19 @@ def ensure_root(machine: str, python_version: str, cache: Path,
                              f"{machine} root from", hint="configure apt with a Debian archive")
     packages = ",".join((f"python{python_version}", *extra))
     key = hashlib.sha256(f"{suite} {machine} {packages} {mirror}".encode()).hexdigest()[:12]
-    root = cache / "foreign-roots" / f"{suite}-{machine}-{key}"
+    return cache / "foreign-roots" / f"{suite}-{machine}-{key}"
+
+
+def ensure_root(machine: str, python_version: str, cache: Path,
+                extra: tuple[str, ...] = ()) -> Path:
+    """A minimal Debian root of `machine` with python3.X (and the `extra` packages), made once
+    and renamed into place."""
+    root = root_for(machine, python_version, cache, extra)
     if root.is_dir():
         return root
+    suite, mirror = SUITES[python_version], debian_mirror()
+    assert mirror is not None  # root_for refuses a machine without one
+    packages = ",".join((f"python{python_version}", *extra))
     partial = root.with_name(f"{root.name}.partial-{os.getpid()}")
     partial.parent.mkdir(parents=True, exist_ok=True)
     log.info("making a %s %s root in %s (once; about a minute)", suite, machine, root)

@@ -1,6 +1,8 @@
 """Pre-flight before hours of compiling: the arch set against nvcc's CUDA version (floors and
 removals), `nvcc --list-gpu-code`, torch's own `_get_cuda_arch_flags` (run in the
-toolchain's Python), and matching nvcc/torch CUDA majors."""
+toolchain's Python), and matching nvcc/torch CUDA majors. A build for another CPU is checked
+for what it needs here (its compiler, qemu-user, the tools that make the root it imports in)
+before anything is fetched for it: `cross_tools`, `cross_root`."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
+from pathlib import Path
 
 from packaging.version import Version
 
@@ -16,6 +20,8 @@ from wheelsmith.arch import ArchSet
 from wheelsmith.errors import CommandError, ToolchainError
 from wheelsmith.files import atomic_write_text
 from wheelsmith.toolchain.env import PROBE_SCRIPT, Toolchain, probe_python
+from wheelsmith.toolchain.foreign import find_emulator, root_for
+from wheelsmith.toolchain.platform import triple
 from wheelsmith.toolchain.profile import SYSTEM
 
 
@@ -77,9 +83,48 @@ def _torch_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
         env = dict(os.environ, TORCH_CUDA_ARCH_LIST=wanted, CUDA_HOME=str(toolchain.cuda_home))
         info = probe_python(toolchain.python, env=env)
         known[wanted] = ([f"torch {toolchain.torch_version} refuses the arch list: "
-                          f"{info['arch_error']}"] if "arch_error" in info else [])
+                          f"{info.arch_error}"] if info.arch_error is not None else [])
         if memo is not None:
             with contextlib.suppress(OSError):  # a read-only toolchain (an image) just re-asks
                 atomic_write_text(memo, json.dumps(known, indent=1, sort_keys=True) + "\n")
     return known[wanted]
 
+
+
+def cross_tools(machine: str, *, compiles: bool) -> None:
+    """What a build for `machine` needs on this machine whatever its Python: the target's GNU
+    compilers (only for a recipe that compiles: a pure one needs none) and qemu-user, which
+    runs its import test. Every one missing is named at once, before anything is fetched."""
+    problems = []
+    if compiles:
+        problems += [f"no {triple(machine)}-{tool} (Debian: apt install "
+                     f"{tool}-{triple(machine)})" for tool in ("g++", "gcc")
+                     if shutil.which(f"{triple(machine)}-{tool}") is None]
+    if find_emulator(machine) is None:
+        problems.append(f"no qemu-{machine}-static to import-test the wheel under (Debian: apt "
+                        "install qemu-user-static)")
+    _refuse_cross(machine, problems)
+
+
+def cross_root(machine: str, python_version: str, cache: Path) -> None:
+    """The Debian root of `machine` with that Python the import test runs in: one is made
+    already, or this machine can make it (debootstrap, dpkg-deb, a Debian archive)."""
+    try:
+        root = root_for(machine, python_version, cache)
+    except ToolchainError as exc:
+        _refuse_cross(machine, [exc.message], exc.hint)
+        return
+    if root.is_dir():
+        return
+    _refuse_cross(machine, [f"no {tool} to make the {machine} root to import-test in (Debian: "
+                            f"apt install {package}; it runs as root)"
+                            for tool, package in (("debootstrap", "debootstrap"),
+                                                  ("dpkg-deb", "dpkg"))
+                            if shutil.which(tool) is None])
+
+
+def _refuse_cross(machine: str, problems: list[str], hint: str | None = None) -> None:
+    if problems:
+        raise ToolchainError(f"cannot build for {machine} here: {'; '.join(problems)}",
+                             hint=hint or "install what is missing, or build on a machine of "
+                                          "that CPU; nothing was fetched for it")

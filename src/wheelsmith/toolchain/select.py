@@ -18,7 +18,8 @@ from wheelsmith import locations
 from wheelsmith.errors import MissingToolkitError, ToolchainError, UsageError
 from wheelsmith.toolchain import driver, target
 from wheelsmith.toolchain.env import Toolchain, system_toolchain
-from wheelsmith.toolchain.platform import cross_compiler, ensure_target_site, host_machine
+from wheelsmith.toolchain.platform import ensure_target_site, host_machine
+from wheelsmith.toolchain.preflight import cross_root, cross_tools
 from wheelsmith.toolchain.profile import (
     SYSTEM,
     Profile,
@@ -39,14 +40,15 @@ def profile_named(name: str | None) -> Profile:
 
 
 def resolve_toolchain(name: str | None, python: Path, *, for_target: bool = False,
-                      say: Callable[[str], None] = log.info, machine: str | None = None
-                      ) -> Toolchain:
+                      say: Callable[[str], None] = log.info, machine: str | None = None,
+                      compiles: bool = True) -> Toolchain:
     """The toolchain called `name`; without a name, the one for the target environment
     `python` (for_target; `say` is told which profile was chosen and why) or else the
     default profile. `machine`: the CPU the wheels are for, when not this machine's (a cross
-    build: the profile's venv plus its pins for that CPU, platform.py)."""
+    build: the profile's venv plus its pins for that CPU, platform.py); `compiles`: whether
+    the recipe compiles (a pure one needs no cross compiler)."""
     if machine is not None and machine != host_machine():
-        return cross_toolchain(name, python, machine, for_target=for_target)
+        return cross_toolchain(name, python, machine, for_target=for_target, compiles=compiles)
     if name == SYSTEM:
         return system_toolchain(python)
     if name is None and for_target:
@@ -86,8 +88,8 @@ def _newer_cuda(profile: Profile, python: Path, python_named: bool) -> str | Non
             f"{nearest.torch.major}.{nearest.torch.minor}, whose CUDA compiler PyPI ships)")
 
 
-def cross_toolchain(name: str | None, python: Path, machine: str, *, for_target: bool
-                    ) -> Toolchain:
+def cross_toolchain(name: str | None, python: Path, machine: str, *, for_target: bool,
+                    compiles: bool = True) -> Toolchain:
     """A profile's toolchain that builds for `machine` from this one."""
     if name == SYSTEM or for_target:
         what = "an installed toolkit ('system')" if name == SYSTEM else "--python PATH"
@@ -97,8 +99,9 @@ def cross_toolchain(name: str | None, python: Path, machine: str, *, for_target:
                               "--python X.Y")
     profile = profile_named(name)
     profile.require_platform(machine)
-    cross_compiler(machine)  # before fetching GBs for it
+    cross_tools(machine, compiles=compiles)  # before anything is fetched for it
     toolchain = _ensure(profile, python)
+    cross_root(machine, toolchain.python_version, locations.cache_dir())  # before its GBs
     site = ensure_target_site(profile, toolchain.python, toolchain.python_version, machine,
                               locations.cache_dir())
     return dataclasses.replace(toolchain, platform=machine, target_site=site)

@@ -14,6 +14,7 @@ import logging
 import re
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,9 @@ from packaging.version import Version
 from wheelsmith import cmd
 from wheelsmith.arch import Arch, ArchParseError, ArchSet
 from wheelsmith.errors import UsageError
-from wheelsmith.toolchain.env import probe_python
+from wheelsmith.toolchain.env import PROBE_BOUNDS, Gpu, ProbeAnswer, probe_python
 from wheelsmith.toolchain.platform import ALIASES, host_machine
+from wheelsmith.untrusted import Node
 from wheelsmith.wheelfile import WheelName
 
 log = logging.getLogger(__name__)
@@ -58,17 +60,16 @@ class Target:
     torch_dist: Version | None = None
 
     @classmethod
-    def from_probe(cls, python: Path, info: dict[str, Any]) -> Target:
-        glibc = info.get("glibc")
-        major, _, minor = (glibc or "").partition(".")
-        return cls(python=python, version=info["python"],
-                   torch=Version(info["torch_full"]) if info.get("torch_full") else None,
-                   torch_cuda=Version(info["torch_cuda"]) if info.get("torch_cuda") else None,
-                   torch_error=info.get("torch_error"),
-                   glibc=(int(major), int(minor)) if glibc and minor.isdigit() else None,
-                   machine=_machine(info.get("machine")),
-                   gpu=_gpu_arch(info.get("gpu")), has_pip=bool(info.get("pip")),
-                   torch_dist=Version(info["torch_dist"]) if info.get("torch_dist") else None)
+    def from_probe(cls, python: Path, info: ProbeAnswer | Mapping[str, Any]) -> Target:
+        """The target of a probe's answer (a mapping is parsed as one first)."""
+        answer = info if isinstance(info, ProbeAnswer) else ProbeAnswer.parse(
+            Node(dict(info), f"the probe of {python}"))
+        major, _, minor = (answer.glibc or "").partition(".")
+        return cls(python=python, version=answer.python, torch=answer.torch_full,
+                   torch_cuda=answer.torch_cuda, torch_error=answer.torch_error,
+                   glibc=(int(major), int(minor)) if major.isdigit() and minor.isdigit()
+                   else None, machine=_machine(answer.machine), gpu=_gpu_arch(answer.gpu),
+                   has_pip=answer.pip, torch_dist=answer.torch_dist)
 
     def cuda_torch(self) -> tuple[Version, Version]:
         """Its torch and torch's CUDA; an error naming the environment when it has no CUDA
@@ -150,7 +151,8 @@ def interpreter_for(version: str) -> Path:
         raise UsageError(f"python{version} is not installed here",
                          hint="install it (or put it on PATH), or give the interpreter's path")
     answer = cmd.run([found, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                     stream=False, ok_returncodes=range(256), what=f"python{version}")
+                     stream=False, ok_returncodes=range(256), what=f"python{version}",
+                     bounds=PROBE_BOUNDS, hint="fix PATH, or give the interpreter's path")
     if answer.returncode != 0 or answer.stdout.strip() != version:
         said = (answer.stderr.strip().splitlines() or [answer.stdout.strip()])[0].strip()
         raise UsageError(f"python{version} on PATH ({found}) does not run as Python {version}: "
@@ -166,15 +168,15 @@ def _machine(reported: str | None) -> str:
     return ALIASES.get(reported.lower(), reported)
 
 
-def _gpu_arch(gpu: dict[str, Any] | None) -> Arch | None:
-    if not gpu:
+def _gpu_arch(gpu: Gpu | None) -> Arch | None:
+    if gpu is None:
         return None
-    major, minor = gpu["capability"]
+    major, minor = gpu.capability
     try:
         return ArchSet.parse([f"{major}.{minor}"]).archs[0]
     except (ArchParseError, IndexError):
         log.warning("GPU %s: compute capability %s.%s is not one wheelsmith knows",
-                    gpu.get("name"), major, minor)
+                    gpu.name, major, minor)
         return None
 
 

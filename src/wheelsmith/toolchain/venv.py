@@ -73,7 +73,7 @@ def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
 
 def ensure_venv(profile: Profile, python: Path, cache: Path) -> Path:
     """The profile's venv for `python` (its root), created under a lock if missing."""
-    version = probe_python(python)["python"]
+    version = probe_python(python).python
     profile.require_python(version)
     root = venv_root(profile, version, cache)
     marker = root / MARKER
@@ -139,9 +139,10 @@ def same_pins(requirements: str, profile: Profile, version: str) -> bool:
 def _create_venv(profile: Profile, python: Path, root: Path) -> None:
     log.info("creating the %s toolchain venv in %s (once; about 2 minutes)", profile.name, root)
     install_pinned(python, root, profile.pins, profile)
-    info = probe_python(root / "bin" / "python")
-    if "torch_error" in info:
-        raise ToolchainError(f"torch does not import in the new toolchain: {info['torch_error']}")
+    answer = probe_python(root / "bin" / "python")
+    if answer.torch_error is not None:
+        raise ToolchainError(f"torch does not import in the new toolchain: {answer.torch_error}")
+    info = dict(answer.raw)
     if not profile.installed_compiler:
         cuda_home = Path(info["purelib"]) / profile.cuda_home
         _link_cuda_libs(cuda_home)

@@ -1,0 +1,215 @@
+"""`build --env` (the user's own command line) adds variables to a package's build; it never
+overrides what wheelsmith sets, nor what changes where code comes from (buildenv.protection).
+Every variable build_env sets, in every kind of build, is in that protected set, so the two
+cannot drift; and what a recipe sets is refused too, before anything is fetched."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from packaging.version import Version
+
+from tests.conftest import REPO
+from tests.hostile import assert_orderly, run_bounded
+from wheelsmith.arch import ArchSet
+from wheelsmith.build.buildenv import (
+    EXTENDED,
+    Guard,
+    build_env,
+    check_extra_env,
+    choose_parallelism,
+    protection,
+    recipe_sets,
+)
+from wheelsmith.build.compilecache import CompileCache
+from wheelsmith.build.compilefarm import CompileFarm, Session
+from wheelsmith.build.plan import BuildPlan, archs_for
+from wheelsmith.cli._common import parse_env
+from wheelsmith.errors import UsageError
+from wheelsmith.recipes.model import load_recipe
+from wheelsmith.toolchain.env import Toolchain
+
+# The families the protected set must cover, written here from the threat model (not read
+# from the code): what wheelsmith sets, what picks programs, paths, archs or the network.
+EXACT = ("PATH", "PYTORCH_NVCC", "CUDA_HOME", "CUDA_PATH", "LD_PRELOAD", "LD_LIBRARY_PATH",
+         "CC", "CXX", "CUDAHOSTCXX", "TORCH_CUDA_ARCH_LIST", "FLASH_ATTN_CUDA_ARCHS",
+         "PYTHONPATH", "PYTHONHOME", "HTTP_PROXY", "https_proxy", "all_proxy", "NO_PROXY",
+         "PIP_INDEX_URL", "PIP_NO_INDEX", "WHEELSMITH_HOME", "MAX_JOBS", "NVCC_THREADS",
+         "SOURCE_DATE_EPOCH", "CCACHE_DIR", "SCCACHE_SERVER_UDS", "LDSHARED", "BASH_ENV",
+         "HOME", "TMPDIR", "_PYTHON_HOST_PLATFORM", "SETUPTOOLS_EXT_SUFFIX", "GIT_SSH_COMMAND")
+FAMILIES = ("{}_HOME", "{}_ROOT", "{}PATH", "LD_{}", "WHEELSMITH_{}", "PIP_{}", "PYTHON{}",
+            "TORCH_{}", "PYTORCH_{}", "CUDA{}", "{}_PROXY", "{}_CUDA_ARCH_LIST", "CCACHE_{}")
+SUFFIX = st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,11}", fullmatch=True)
+SHELL_TEXT = st.text(alphabet=st.sampled_from(list(";|&$`()<>'\"\\\n *?~#!{}=") +
+                                              list("abcXYZ/._-0123")), max_size=40)
+
+
+def any_case(name: str) -> st.SearchStrategy[str]:
+    """`name` with each letter in a case chosen by hypothesis (`Path`, `ld_PRELOAD`)."""
+    return st.lists(st.booleans(), min_size=len(name), max_size=len(name)).map(
+        lambda ups: "".join(c.upper() if up else c.lower() for c, up in zip(name, ups,
+                                                                           strict=True)))
+
+
+PROTECTED = st.one_of(
+    st.sampled_from(EXACT).flatmap(any_case),
+    st.tuples(st.sampled_from(FAMILIES), SUFFIX).map(lambda f: f[0].format(f[1]))
+    .flatmap(any_case))
+# Names a package's build may be given: its own knobs (none of the families above)
+KNOB = st.from_regex(r"(MYPKG|FLASH_ATTENTION|MAMBA|NVCC)_(FORCE_BUILD|SKIP_CUDA_BUILD|"
+                     r"APPEND_FLAGS|PREPEND_FLAGS|USE_FAST_MATH|NUM_KERNELS)", fullmatch=True)
+
+
+@given(name=PROTECTED, value=SHELL_TEXT)
+def test_build_env_refuses_every_protected_name_in_any_case_naming_it_and_why(
+        name: str, value: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        parse_env((f"{name}={value}",))
+    assert refused.value.message.startswith(f"--env {name}: ")
+    assert refused.value.message.endswith("; a build's --env cannot override it")
+    assert refused.value.hint is not None
+    assert "--env is for a package's own knobs" in refused.value.hint
+
+
+@given(name=KNOB, value=SHELL_TEXT)
+def test_build_env_passes_a_packages_own_knobs_as_they_are(name: str, value: str) -> None:
+    assert parse_env((f"{name}={value}",)) == ((name, value),)
+
+
+@pytest.mark.parametrize(("name", "why", "instead"), [
+    ("PYTORCH_NVCC", "wheelsmith sets torch's build settings (torch writes PYTORCH_NVCC into "
+                     "build.ninja, where a shell runs it)",
+     "use --arch, --toolchain or --compile-cache"),
+    ("PATH", "it changes where programs, libraries, headers or modules come from",
+     "the toolchain profile provides the compilers, CUDA and Python (--toolchain, --python, "
+     "--platform); a package that needs another path gets it from a recipe patch"),
+    ("CUDA_HOME", "the CUDA toolkit is the toolchain's (CUDA_HOME is always set from it)",
+     "use --toolchain"),
+    ("LD_PRELOAD", "it changes where programs, libraries, headers or modules come from",
+     "the toolchain profile provides the compilers, CUDA and Python (--toolchain, --python, "
+     "--platform); a package that needs another path gets it from a recipe patch"),
+])
+def test_build_with_a_protected_env_stops_before_anything_is_fetched_or_run(
+        tmp_path: Path, name: str, why: str, instead: str) -> None:
+    cache, marker = tmp_path / "cache", tmp_path / "X"
+    env = {**os.environ, "WHEELSMITH_CACHE": str(cache)}
+    outcome = run_bounded("build", "causal-conv1d", "--env", f"{name}=touch {marker}; nvcc",
+                          "--out", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"),
+                          cwd=tmp_path, env=env, seconds=60)
+    assert_orderly(outcome, seconds=60)
+    assert outcome.returncode == 4
+    assert outcome.stderr == (
+        f"error: --env {name}: {why}; a build's --env cannot override it\n"
+        f"hint: {instead}. --env is for a package's own knobs, e.g. "
+        "NVCC_APPEND_FLAGS=--split-compile=0 (docs/cli.md, 'The build's environment')\n")
+    assert not marker.exists()
+    assert not cache.exists()  # nothing fetched, no toolchain made
+    assert not (tmp_path / "work").exists()
+
+
+def test_env_that_is_not_a_name_is_refused_escaped(tmp_path: Path) -> None:
+    outcome = run_bounded("build", "causal-conv1d", "--env", "\x1b[2J=x", cwd=tmp_path)
+    assert outcome.returncode == 4
+    assert outcome.stderr.splitlines()[0] == r'error: --env: "\u001b[2J=x" is not KEY=VALUE'
+
+
+# --- the protected set covers everything build_env sets ---------------------------------------
+
+def toolchain(tmp_path: Path, **changes: object) -> Toolchain:
+    base = Toolchain(name="cu130-torch2.14", python=tmp_path / "venv/bin/python",
+                     python_version="3.11", cuda_home=tmp_path / "venv/cuda",
+                     torch_version=Version("2.14.1"), torch_cuda=Version("13.0"),
+                     nvcc_version=Version("13.0.88"), cuobjdump=None, pins=("torch==2.14.1",),
+                     site=tmp_path / "venv/site")
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def fake_cross_compilers(directory: Path) -> None:
+    """aarch64 compilers found on PATH (build_env only names them; nothing runs them)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("aarch64-linux-gnu-g++", "aarch64-linux-gnu-gcc"):
+        tool = directory / name
+        tool.write_text("#!/bin/sh\nexit 1\n")
+        tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.mark.parametrize("recipe", ["causal-conv1d", "flash-attn", "fla-core"])
+@pytest.mark.parametrize("kind", ["plain", "guarded-cache", "farm", "cross"])
+def test_every_variable_build_env_sets_is_protected(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recipe: str, kind: str) -> None:
+    """Derivation by test: whatever build_env sets (less the flags it extends with the
+    build's own, and what the recipe sets) is refused to --env by name."""
+    loaded = load_recipe(REPO / "recipes" / f"{recipe}.yaml")
+    chain = toolchain(tmp_path)
+    compiler_env = None
+    if kind == "cross":
+        fake_cross_compilers(tmp_path / "bin")
+        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+        chain = toolchain(tmp_path, platform="aarch64", target_site=tmp_path / "site")
+    elif kind == "guarded-cache":
+        cache = CompileCache("ccache", tmp_path / "ccache", remote="redis://127.0.0.1:9")
+        compiler_env = cache.env(chain, tmp_path, base_dir=tmp_path)
+    elif kind == "farm":
+        farm = CompileFarm("http://127.0.0.1:9", "t", tmp_path / "sccache", tmp_path / "farm")
+        compiler_env = Session(farm, tmp_path, "unix:x").compiler_env(chain)
+    archs = archs_for(loaded, None if loaded.kind == "pure" else ArchSet.parse(["9.0;12.0"]))
+    plan = BuildPlan(recipe=loaded, release=loaded.latest, archs=archs,
+                     toolchain=chain, extra_env=(("NVCC_APPEND_FLAGS", "-lineinfo"),))
+    guard = Guard(tmp_path / "report", configure_only=True, timings=tmp_path / "t.json")
+    env = build_env(plan, choose_parallelism(2, 8.0, 3.0, 2), source_date_epoch=1,
+                    base={**os.environ, "HOME": "/h", "LANG": "C", "TERM": "xterm"},
+                    guard=guard if kind != "plain" else None, compile_cache=compiler_env,
+                    launchers=tmp_path / "launchers", source=tmp_path / "src")
+    recipe_vars = recipe_sets(plan.recipe, plan.release, plan.archs)
+    unprotected = sorted(name for name in env if protection(name) is None
+                         and name not in EXTENDED and name not in recipe_vars
+                         and name != "NVCC_APPEND_FLAGS")
+    assert unprotected == []
+    if kind == "cross":
+        assert ("CC" in env) == (loaded.kind != "pure")  # a pure build needs no compiler
+
+
+def test_what_the_recipe_sets_is_refused_naming_the_recipe() -> None:
+    recipe = load_recipe(REPO / "recipes" / "causal-conv1d.yaml")
+    sets = recipe_sets(recipe, recipe.latest, ArchSet.parse(["12.0"]))
+    assert sets == {"TORCH_CUDA_ARCH_LIST": "12.0", "CAUSAL_CONV1D_FORCE_BUILD": "TRUE"}
+    with pytest.raises(UsageError) as refused:
+        check_extra_env([("CAUSAL_CONV1D_FORCE_BUILD", "FALSE")], sets)
+    assert refused.value.message == (
+        "--env CAUSAL_CONV1D_FORCE_BUILD: the recipe sets it for this build (its build env or "
+        "arch knob); a build's --env cannot override it")
+    check_extra_env([("NVCC_APPEND_FLAGS", "-lineinfo")], sets)  # a knob: no error
+    with pytest.raises(UsageError, match="--env NEW_VAR: wheelsmith sets it for this build"):
+        check_extra_env([("NEW_VAR", "1")], {}, {"NEW_VAR": "ours"})
+
+
+def test_a_recipe_knob_in_build_env_is_refused_before_the_toolchain_or_a_fetch(
+        tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    outcome = run_bounded("build", "causal-conv1d", "--env", "CAUSAL_CONV1D_FORCE_BUILD=FALSE",
+                          "--work-dir", str(tmp_path / "work"), cwd=tmp_path,
+                          env={**os.environ, "WHEELSMITH_CACHE": str(cache)}, seconds=60)
+    assert_orderly(outcome, seconds=60)
+    assert outcome.returncode == 4
+    assert outcome.stderr.splitlines()[-2:] == [
+        "error: --env CAUSAL_CONV1D_FORCE_BUILD: the recipe sets it for this build (its build "
+        "env or arch knob); a build's --env cannot override it",
+        "hint: change it in the recipe (build.env). --env is for a package's own knobs, e.g. "
+        "NVCC_APPEND_FLAGS=--split-compile=0 (docs/cli.md, 'The build's environment')"]
+    assert not cache.exists()
+
+
+def test_the_documented_protected_table_names_every_rule() -> None:
+    """docs/cli.md lists the protected names and patterns; each rule's first one is there."""
+    from wheelsmith.build import buildenv  # noqa: PLC0415 - the rules table itself
+
+    text = (REPO / "docs" / "cli.md").read_text()
+    section = text.split("## The build's environment", 1)[1].split("\n## ", 1)[0]
+    for patterns, _, _ in buildenv._RULES:  # the table the docs mirror
+        assert f"`{patterns[0]}`" in section, patterns[0]
