@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 WS := $(BIN)/wheelsmith
 
-.PHONY: demo test lint typecheck unit fuzz test-slow test-gpu bench schema clean
+.PHONY: demo test lint docs typecheck unit fuzz test-slow test-gpu bench schema clean
 
 $(BIN)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "wheelsmith needs Python >= 3.10")'
@@ -26,10 +26,19 @@ demo: $(BIN)/.installed
 # The workflows: actionlint (with the pinned shellcheck for run: scripts; pyflakes off: no
 # Python steps) and zizmor at its strictest persona, offline. Settings and waivers, with
 # reasons: .github/actionlint.yaml, .github/zizmor.yml.
+# The documentation site (mkdocs.yml): --strict fails on a broken link or anchor, a missing page
+# or a page left out of the nav; nothing is fetched (no web fonts, no plugin that downloads).
 lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests bench scripts setup.py
 	$(BIN)/actionlint -config-file .github/actionlint.yaml -shellcheck $(BIN)/shellcheck -pyflakes ""
 	$(BIN)/zizmor --quiet --offline --persona auditor --strict-collection --config .github/zizmor.yml .
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The CLI reference (docs/cli-options.md) generated from the CLI itself, then the site, into
+# build/site/ (tests/test_docs_cli.py fails while the committed reference is stale).
+docs: $(BIN)/.installed
+	$(BIN)/python scripts/cli_reference.py > docs/cli-options.md.tmp && mv docs/cli-options.md.tmp docs/cli-options.md
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy

@@ -1,6 +1,6 @@
 """One error hierarchy. Domain code raises these; only the CLI turns them into messages.
 
-Every class has its own exit code (documented in docs/exit-codes.md). Click uses 2 for usage
+Every class has its own exit code (documented in docs/cli.md, "Exit codes"). Click uses 2 for usage
 errors, so ours start at 3.
 """
 

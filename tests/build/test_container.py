@@ -206,7 +206,7 @@ def test_nightly_builds_cells_in_the_image_and_never_for_another_python(
     runs = [json.loads(p.read_text()) for p in tiny_project.rglob("run.json")]
     assert image in [r.get("runner", {}).get("image") for r in runs]
     assert cells["3.12"]["reason"] == (
-        "UsageError (exit 4): no build image for Python 3.12: images exist for 3.11 (Debian "
+        "exit 4: no build image for Python 3.12: images exist for 3.11 (Debian "
         "bookworm), 3.13 (Debian trixie), 3.14 (Debian forky), 3.15 (Debian forky) (hint: build "
         "on the host with that Python instead: --runner host --python /path/to/python)")
     again = run_in(tiny_project, "nightly", "--python", "3.11", "--runner", "podman",

@@ -93,7 +93,7 @@ def test_an_index_that_cannot_be_read_fails_the_cell_with_its_answer(
     assert outcome["exit"] == 17
     assert outcome["status"] == "failed"
     assert outcome["reason"] == (
-        f"PublishError (exit 12): cannot read {broken.url}/{CHANNEL}/simple/tiny-ext/: HTTP 500: "
+        f"exit 12: cannot read {broken.url}/{CHANNEL}/simple/tiny-ext/: HTTP 500: "
         "internal error (hint: the simple API URL (--simple, else the upload URL + simple/) "
         "must be the channel's index, e.g. http://HOST/USER/{channel}/+simple/ for devpi)")
 

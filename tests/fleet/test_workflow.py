@@ -135,10 +135,10 @@ def test_the_plans_matrix_selects_exactly_what_each_shard_builds(project: Path) 
         assert [c["id"] for c in cells] == entry["cells"]
         python = entry["python"]
         assert {c["reason"] for c in cells} == {
-            f"UsageError (exit {UsageError.exit_code}): --runner docker: the docker engine does "
+            f"exit {UsageError.exit_code}: --runner docker: the docker engine does "
             "not work here: not installed (hint: use --runner host, or --runner auto to pick "
             "what works)"} if python == this else {
-            f"UsageError (exit {UsageError.exit_code}): python{python} is not installed on this "
+            f"exit {UsageError.exit_code}: python{python} is not installed on this "
             "runner (hint: install it, or exclude the cell on this runner)"}
     unknown = runner.invoke(main, ["nightly", "--python", "3.9", "--runner", "docker"])
     assert (unknown.exit_code, unknown.output.splitlines()[0]) == (

@@ -1,7 +1,8 @@
 """The install commands the docs show, run as written against a served index: every `pip
-install` / `uv pip install` line in a shell block of README.md and docs/index.md that installs
-from the local index (http://127.0.0.1:8080, or file:///srv/wheelsmith/index), with only the
-address swapped for the test's server or directory."""
+install` / `uv pip install` line in a shell block of README.md, docs/getting-started.md and
+docs/index-and-clients.md that installs from the local index (http://127.0.0.1:8080, or
+file:///srv/wheelsmith/index), with only the address swapped for the test's server or
+directory."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.index.test_index_clients import CLEAN_ENV, UV, installed, venv
 from tests.wheels import make_wheel
 from wheelsmith.index.publish import publish
 
-DOCS = ("README.md", "docs/index.md")
+DOCS = ("README.md", "docs/getting-started.md", "docs/index-and-clients.md")
 VERSION = "1.7.0+cu.13.0.torch.2.14.sm.120"
 OURS = re.compile(r"http://127\.0\.0\.1:8080|file:///srv/wheelsmith/index")
 
@@ -37,7 +38,7 @@ def documented_commands() -> list[tuple[str, str]]:
 
 def test_the_documented_install_commands_install_from_a_served_index(tmp_path: Path) -> None:
     commands = documented_commands()
-    assert len(commands) == 4, commands  # a doc edit that drops or adds one shows up here
+    assert len(commands) == 5, commands  # a doc edit that drops or adds one shows up here
     root = tmp_path / "index"
     wheels = tmp_path / "wheels"
     wheels.mkdir()

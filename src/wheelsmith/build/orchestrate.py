@@ -31,6 +31,7 @@ from wheelsmith.build.request import BuildRequest, BuildResult, QuietReporter, R
 from wheelsmith.errors import BuildLockedError
 from wheelsmith.files import remove_stale_scratch
 from wheelsmith.recipes.fetch import fetch
+from wheelsmith.recipes.model import describe_source
 from wheelsmith.recipes.patch import apply_all
 from wheelsmith.recipes.repos import resolve_recipe
 from wheelsmith.toolchain.env import Toolchain
@@ -185,7 +186,7 @@ def fetch_and_patch(plan: BuildPlan, work: Path, report: Reporter, *, fresh: boo
                                f"left in {kept.parent} (--fresh starts clean)")
         resume.mark_prepared(work, plan.key, kept)  # in use again: not pruned for its age
         return kept
-    report.stage("fetch", f"{what} ({type(plan.release.source).__name__})")
+    report.stage("fetch", f"{what} ({describe_source(plan.release.source)})")
     source = fetch(plan.release.source, resume.source_dir(work), locations.cache_dir())
     epoch = source_epoch(source)
     report.stage("patch", f"{len(plan.release.patches)} patch(es)")

@@ -145,7 +145,7 @@ def run_cell(cell: Cell, settings: Settings, keys: set[str], reporter: Reporter,
         return CellResult(cell, "skipped", error.message, time.monotonic() - started)
     except WheelsmithError as error:
         log.warning("cell %s failed: %s", cell.id, error.message)
-        reason = f"{type(error).__name__} (exit {error.exit_code}): {error.message}"
+        reason = f"exit {error.exit_code}: {error.message}"  # the code names the kind (docs/cli.md)
         if error.hint:
             reason += f" (hint: {error.hint.splitlines()[0]})"
         return CellResult(cell, "failed", reason, time.monotonic() - started)

@@ -3,7 +3,8 @@
 Only four kinds of path exist: `/`, `/<channel>/simple/`, `/<channel>/simple/<project>/` and
 `/files/<xx>/<sha256>/<filename>[.metadata]`. Everything else is a 404 — never a redirect to
 PyPI, never a directory listing, never a file outside the index root. Any static server can
-serve the same tree (see docs/index.md); this one adds JSON/HTML negotiation and cache headers.
+serve the same tree (see docs/index-and-clients.md); this one adds JSON/HTML negotiation and
+cache headers.
 
 Its clients are not trusted. Each connection carries one request (HTTP/1.0 replies), whose head
 must arrive whole within the idle timeout and `HEAD_BYTES`; a reply whose client takes nothing

@@ -51,6 +51,19 @@ class LocalSource:
 
 Source = PypiSource | UrlSource | GitSource | LocalSource
 
+# Where a source comes from, in the words of the recipe's reader: the one place a source kind is
+# rendered for people (stage lines, messages). Never a class name.
+SOURCE_WORDS: dict[type[Source], str] = {
+    PypiSource: "the package index",
+    UrlSource: "an archive URL",
+    GitSource: "a git repository",
+    LocalSource: "a local directory",
+}
+
+
+def describe_source(source: Source) -> str:
+    return SOURCE_WORDS[type(source)]
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PatchRef:
