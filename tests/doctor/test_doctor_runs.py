@@ -221,8 +221,14 @@ def test_model_type_and_model_directory_together_are_refused(tmp_path: Path) -> 
     ("config", "error", "message"),
     [
         (None, "config-missing", "{dir} has no config.json"),
-        ("{", "config-unreadable", "{dir}/config.json is not readable JSON: Expecting property "
-                                   "name enclosed in double quotes: line 1 column 2 (char 1)"),
+        ("{", "config-unreadable", "{dir}/config.json is not readable JSON: not valid JSON "
+                                   "(Expecting property name enclosed in double quotes: line 1 "
+                                   "column 2 (char 1))"),
+        ("[" * 200_000, "config-unreadable", "{dir}/config.json is not readable JSON: its JSON "
+                                             "nests too deeply"),
+        ('{"model_type": "a", "model_type": "b"}', "config-unreadable",
+         "{dir}/config.json is not readable JSON: holds the key 'model_type' twice in one "
+         "object (readers differ on which one counts)"),
         ('{"architectures": ["X"]}', "no-model-type", "{dir}/config.json has no model_type"),
         ('{"model_type": "qwen3_5"}', None, None),
     ],

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.hostile import (
@@ -93,6 +93,21 @@ def test_any_page_reads_as_files_or_a_publish_error(body: bytes, content_type: s
     for name, found in files.items():
         assert name == found.filename
         assert found.sha256 is None or len(found.sha256) == 64
+
+
+@settings(max_examples=20)
+@given(depth=st.integers(min_value=1, max_value=300_000),
+       opener=st.sampled_from(["[", '{"files":', '{"files":[{"hashes":']))
+def test_a_page_nested_at_any_depth_reads_as_files_or_a_publish_error(depth: int,
+                                                                      opener: str) -> None:
+    """A JSON page nested deeper than Python's parser goes (a RecursionError in json.loads)
+    is a PublishError naming the page, like any other malformed page."""
+    body = (opener * depth).encode()
+    with HostileServer(serving(body, "application/vnd.pypi.simple.v1+json")) as server, \
+            pytest.raises(PublishError) as raised:
+        remote.project_files(f"{server.url}/simple/", "demo-ext", None)
+    assert raised.value.message.startswith(
+        f"{server.url}/simple/demo-ext/ is not a PEP 691 page: "), raised.value.message
 
 
 @given(text=st.text(max_size=2000))

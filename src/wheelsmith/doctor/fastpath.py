@@ -10,7 +10,6 @@ modeling module itself).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from wheelsmith import cmd, locations
+from wheelsmith.errors import UntrustedDataError
 from wheelsmith.untrusted import Bounds, Node, parse_json
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,9 @@ def default_view() -> ModelView:
                      [Need(module, function, None) for module, function in DEFAULT_NEEDS])
 
 
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a transformers config.json is a few KB
+
+
 def model_type_of(directory: Path) -> ModelView:
     """--model DIR: the `model_type` of its config.json (nothing is downloaded)."""
     config = directory / "config.json"
@@ -121,10 +124,16 @@ def model_type_of(directory: Path) -> ModelView:
     if not config.is_file():
         view.error, view.message = "config-missing", f"{directory} has no config.json"
         return view
-    try:
-        data = json.loads(config.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    try:  # a model's config is someone else's: bounded, and parsed at any depth
+        if config.stat().st_size > MAX_CONFIG_BYTES:
+            raise UntrustedDataError(str(config), f"larger than {MAX_CONFIG_BYTES} bytes")
+        data = parse_json(config.read_bytes(), str(config)).value
+    except OSError as exc:
         view.error, view.message = "config-unreadable", f"{config} is not readable JSON: {exc}"
+        return view
+    except UntrustedDataError as exc:
+        view.error, view.message = "config-unreadable", \
+            f"{config} is not readable JSON: {exc.problem}"
         return view
     model_type = data.get("model_type") if isinstance(data, dict) else None
     if not isinstance(model_type, str) or not model_type:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import os
 import re
 import time
@@ -26,7 +25,9 @@ from html.parser import HTMLParser
 from http.client import HTTPResponse
 from typing import IO, Any
 
-from wheelsmith.errors import PublishError
+from wheelsmith.errors import PublishError, UntrustedDataError
+from wheelsmith.untrusted import parse_json
+from wheelsmith.untrusted.urls import redact
 
 TIMEOUT_ENV = "WHEELSMITH_UPLOAD_TIMEOUT"
 TIMEOUT_S = 60.0  # one socket operation; one whole answer gets five times that
@@ -187,7 +188,7 @@ def check_index(simple_url: str, auth: Auth | None) -> None:
 
 def _json_files(answer: Answer) -> list[RemoteFile]:
     try:
-        data = json.loads(answer.body)
+        data: Any = parse_json(answer.body, redact(answer.url)).value  # depth, duplicates, NaN
         found = []
         for item in data["files"]:
             meta = item.get("core-metadata") or item.get("dist-info-metadata")
@@ -195,8 +196,11 @@ def _json_files(answer: Answer) -> list[RemoteFile]:
                 str(item["filename"]), urllib.parse.urljoin(answer.url, str(item["url"])),
                 _str_or_none((item.get("hashes") or {}).get("sha256")),
                 _str_or_none(meta.get("sha256")) if isinstance(meta, dict) else None))
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise PublishError(f"{answer.url} is not a PEP 691 page: {error}",
+    except UntrustedDataError as error:
+        raise PublishError(f"{redact(answer.url)} is not a PEP 691 page: {error.message}",
+                           hint=_READ_HINT) from error
+    except (KeyError, TypeError, AttributeError) as error:
+        raise PublishError(f"{redact(answer.url)} is not a PEP 691 page: {error}",
                            hint=_READ_HINT) from error
     return found
 
