@@ -44,7 +44,8 @@ def _scalar() -> st.SearchStrategy[Doc]:
                       st.floats(allow_nan=False, allow_infinity=False))
     controlled = st.tuples(st.text(max_size=4), st.sampled_from(OBEYED)).map("".join)
     return st.one_of(
-        plain.map(lambda v: Doc(json.dumps(v), frozenset())),
+        plain.map(lambda v: Doc(json.dumps(v), frozenset(
+            {"control"} if isinstance(v, str) and CONTROLS.search(v) else ()))),
         controlled.map(lambda v: Doc(json.dumps(v), frozenset({"control"}))),
         st.sampled_from(["NaN", "Infinity", "-Infinity"]).map(
             lambda v: Doc(v, frozenset({"constant"}))))

@@ -136,9 +136,16 @@ def test_any_wheel_is_a_list_of_problems_and_what_passes_publish_reads_back(
         return
     problems = check(wheel)
     assert all(control_in(problem, lines=True) is None for problem in problems), problems
-    returned_or_raised(lambda: read_provenance(wheel), UntrustedDataError)
+    provenance = returned_or_raised(lambda: read_provenance(wheel), UntrustedDataError)
     if problems:
         event("refused")
+        return
+    if isinstance(provenance, UntrustedDataError):  # publish refuses it the same way (exit 21)
+        event("provenance refused")
+        with pytest.raises(UntrustedDataError) as raised:
+            publish(wheel, root / "index", channel="cu130-torch2.14")
+        assert raised.value.message == provenance.message
+        assert not (root / "index").exists() or store.check(root / "index").problems == []
         return
     event("published")
     with sentinel(root / "outside"):

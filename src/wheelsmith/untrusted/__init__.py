@@ -28,6 +28,7 @@ T = TypeVar("T")
 CHUNK = 1 << 16
 NOT_FOUND = HTTPStatus.NOT_FOUND.value
 MAX_NAME_BYTES = 255
+PLAIN_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # shown as it is in a path
 MAX_DEPTH = 200  # of a syntax tree: setup.py files nest a few dozen levels at most
 
 
@@ -109,6 +110,8 @@ class Node:
     def _child(self, key: str | int, value: object) -> Node:
         if isinstance(key, int):
             return Node(value, self.source, f"{self.path}[{key}]")
+        if not PLAIN_KEY_RE.fullmatch(key):  # a key is data too: shown quoted and escaped
+            return Node(value, self.source, f"{self.path}[{clip(json.dumps(key), 40)}]")
         return Node(value, self.source, f"{self.path}.{key}" if self.path else key)
 
     def _as(self, kind: type[T], what: str) -> T:
