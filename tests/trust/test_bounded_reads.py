@@ -5,6 +5,7 @@ its source, and a command's tree is stopped."""
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -64,8 +65,9 @@ def test_a_head_dripped_a_byte_at_a_time_is_cut_at_the_deadline() -> None:
 
 
 def test_a_closed_port_is_nothing_answering_not_untrusted_data() -> None:
-    with HostileServer(HOSTILE_MODES["500"]) as server:
-        url = server.url
+    with socket.socket() as closed:  # a port that was bound and never listened: refused
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
     with pytest.raises(SourceError) as caught:
         read_url(f"{url}/", BOUNDS)
     assert type(caught.value) is SourceError

@@ -173,7 +173,7 @@ def test_verify_rebuild_refuses_a_wheel_marked_unpromised_before_building(
         project: Path, tmp_path: Path) -> None:
     """The mark is the wheel's own data: it cannot make a rebuild pass, only refuse (exit 10),
     and its text is not echoed."""
-    wheel = wheel_with(tmp_path, **{reproducible.NOT_PROMISED: "\x1b[2Jplanted text"})
+    wheel = wheel_with(tmp_path, **{reproducible.NOT_PROMISED: "$(touch planted) `planted`"})
     result = wheelsmith("verify", "--rebuild", str(wheel), "--work-dir", "w", cwd=project)
     assert result.returncode == 10
     assert result.stderr.splitlines()[-2:] == [

@@ -93,6 +93,16 @@ def _kind(value: object) -> str:
     return f"{'a string' if isinstance(value, str) else 'a number'} ({clip(shown)})"
 
 
+def key_path(path: str, key: str | int) -> str:
+    """`path` and one step into it: `files[3]`, `recipe.package`; a key that is not a plain
+    name is data too, shown quoted and escaped (`extra_env["A B"]`)."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if not PLAIN_KEY_RE.fullmatch(key):
+        return f"{path}[{clip(json.dumps(key), 40)}]"
+    return f"{path}.{key}" if path else key
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """A value from outside and where it is: `source` (a URL, `file:line`, "the probe of X")
@@ -108,11 +118,7 @@ class Node:
                                   else problem, hint=hint)
 
     def _child(self, key: str | int, value: object) -> Node:
-        if isinstance(key, int):
-            return Node(value, self.source, f"{self.path}[{key}]")
-        if not PLAIN_KEY_RE.fullmatch(key):  # a key is data too: shown quoted and escaped
-            return Node(value, self.source, f"{self.path}[{clip(json.dumps(key), 40)}]")
-        return Node(value, self.source, f"{self.path}.{key}" if self.path else key)
+        return Node(value, self.source, key_path(self.path, key))
 
     def _as(self, kind: type[T], what: str) -> T:
         if not isinstance(self.value, kind) or (kind is int and isinstance(self.value, bool)):
@@ -203,10 +209,10 @@ def _controlled(value: Any, source: str) -> UntrustedDataError | None:
     while stack:
         item, path = stack.pop()
         if isinstance(item, dict):  # its keys first (a value's place names its key)
-            stack += [(v, f"{path}.{k}" if path else k) for k, v in item.items()]
+            stack += [(v, key_path(path, k)) for k, v in item.items()]
             stack += [(k, path) for k in item]
         elif isinstance(item, list):
-            stack += [(v, f"{path}[{i}]") for i, v in enumerate(item)]
+            stack += [(v, key_path(path, i)) for i, v in enumerate(item)]
         elif isinstance(item, str) and (char := control_in(item)) is not None:
             return Node(item, source, path).fail(f"holds the control character {char}, which "
                                                  "a terminal would obey rather than show")
