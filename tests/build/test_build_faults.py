@@ -291,6 +291,7 @@ def schedule_of(rounds: dict[str, int]) -> list[tuple[str, signal.Signals]]:
     return schedule
 
 
+@pytest.mark.slow  # 5 min; make test keeps causal-conv1d's kill and resume
 def test_builds_killed_anywhere_leave_no_partial_output_and_no_process(site: Site) -> None:
     """Each stage killed twice, once with SIGKILL and once with SIGTERM (the 200-kill soak
     below goes further)."""

@@ -112,6 +112,7 @@ def test_a_cmake_build_gives_a_verified_wheel_compiled_through_the_same_machiner
     assert verified.returncode == 0, verified.stderr
 
 
+@pytest.mark.slow  # the CUDA-only toolchain: a second venv
 @pytest.mark.build
 def test_a_package_without_torch_builds_in_the_cuda_only_channel(
         project: Path, toolchain: Toolchain) -> None:

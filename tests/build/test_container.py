@@ -159,6 +159,7 @@ def built_and_verified_in(image: str, tiny_project: Path, engine: str,
     assert json.loads(again.stdout)["up_to_date"] is True, again.stderr
 
 
+@pytest.mark.slow  # a second image (Python 3.13): 6 min
 @needs_podman
 @pytest.mark.container
 def test_a_cp313_wheel_is_built_and_imported_in_the_python_313_image(
@@ -188,6 +189,7 @@ def test_a_python_without_an_image_is_refused_by_name(tiny_project: Path) -> Non
         "/path/to/python"]
 
 
+@pytest.mark.slow  # a nightly in the image: the host nightly tests cover the flow
 @needs_podman
 @pytest.mark.container
 def test_nightly_builds_cells_in_the_image_and_never_for_another_python(
@@ -352,6 +354,7 @@ def docker_image(docker: Docker, tmp_path_factory: pytest.TempPathFactory) -> st
     return built.stdout.strip()
 
 
+@pytest.mark.slow  # docker: the podman tests cover the runner; minutes
 @pytest.mark.container
 def test_tiny_extension_builds_in_the_docker_image_offline(
         docker: Docker, docker_image: str, tiny_project: Path) -> None:
@@ -361,6 +364,7 @@ def test_tiny_extension_builds_in_the_docker_image_offline(
     assert info["Config"]["Labels"]["dev.wheelsmith.profile"] == "cu130-torch2.14"
 
 
+@pytest.mark.slow  # docker, as above
 @pytest.mark.container
 def test_interrupted_docker_build_leaves_no_container_and_no_wheel(
         docker: Docker, docker_image: str, tiny_project: Path) -> None:

@@ -113,6 +113,7 @@ def tagged(raw: Path, auditwheel: Path, out: Path) -> Path:
                  provenance=platform.as_dict(), epoch=0, platform=platform.tag)
 
 
+@pytest.mark.slow  # a debootstrapped Debian bullseye root: minutes
 def test_bullseye_pip_refuses_the_cuda_wheel_and_accepts_one_within_its_glibc(
         project: Path, toolchain: Toolchain, auditwheel: Path, bullseye: Path) -> None:
     assert "GLIBC 2.31" in in_root(bullseye, "ldd", "--version").stdout

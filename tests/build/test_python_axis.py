@@ -32,6 +32,7 @@ def build_for(project: Path, toolchain: Toolchain, version: str, cache: Path
     return found
 
 
+@pytest.mark.slow  # a second Python's build: 3 min
 @pytest.mark.toolchain
 @pytest.mark.skipif(shutil.which("ccache") is None, reason="needs ccache (.ci/run installs it)")
 def test_second_python_takes_cuda_objects_from_the_cache_but_compiles_its_bindings(

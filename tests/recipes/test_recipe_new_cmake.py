@@ -168,6 +168,7 @@ def test_natten_configures_with_libnattens_cuda_objects_targeting_exactly_sm_120
     assert "Building CUDA object" not in log
 
 
+@pytest.mark.slow  # the CUDA-only toolchain and llama.cpp's configure: minutes
 @pytest.mark.toolchain
 @pytest.mark.build
 def test_llama_cpp_python_is_checked_in_the_cuda_only_channel(

@@ -178,6 +178,7 @@ def test_a_hunk_whose_lines_changed_is_named_by_file_and_line(
     assert (tree / "src" / "f.py").read_text().splitlines() == new  # left as it was
 
 
+@pytest.mark.slow  # mamba-ssm's sample compile: make test's shipped-recipe guard compiles 2.3.1's
 @pytest.mark.toolchain
 @pytest.mark.build
 def test_the_new_versions_check_compiles_its_sample_for_12_0(

@@ -43,6 +43,7 @@ def imports_in(python: Path, module: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.slow  # a second toolchain (torch 2.11): 5 min
 def test_build_for_an_env_with_torch_2_11_picks_its_profile_and_installs_there(
         project: Path, user_env: Path) -> None:
     add_variant(project, "tiny-ext")
@@ -66,6 +67,7 @@ def test_build_for_an_env_with_torch_2_11_picks_its_profile_and_installs_there(
     assert imports_in(user_env, "tiny_ext").endswith(" 2.11.0+cu130")
 
 
+@pytest.mark.slow  # the torch 2.11 toolchain, as above
 def test_install_builds_on_a_miss_then_takes_the_indexed_wheel(
         project: Path, user_env: Path, tmp_path: Path) -> None:
     add_variant(project, "tiny-ext")
