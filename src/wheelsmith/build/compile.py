@@ -29,7 +29,7 @@ from wheelsmith.build.pathview import PathView
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.prebuild import PLAN_LINE, RESUME_LINE
 from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
-from wheelsmith.build.verify import IGNORES_ARCH_HINT
+from wheelsmith.build.verify import IGNORES_ARCH_HINT, sample_objects
 from wheelsmith.errors import CompileError, SourceError, VerifyError, WheelsmithError
 from wheelsmith.toolchain.env import Toolchain
 
@@ -265,8 +265,8 @@ def configured(records: tuple[dict[str, Any], ...], *, plan: BuildPlan, request:
     then nothing of the build tree kept but its build.ninja files."""
     try:
         if request.check:
-            records = sample.device_code_checked(records, plan, request.python,
-                              f"{plan.recipe.name} {plan.release.version}")
+            records = sample_objects(records, plan, request.python,
+                                     f"{plan.recipe.name} {plan.release.version}")
     finally:
         drop_stand_ins(source / "build")
     return configured_result(records, log_path, report)

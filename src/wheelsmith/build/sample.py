@@ -27,10 +27,6 @@ from typing import Any
 
 from wheelsmith.build.diagnose import first_error
 from wheelsmith.build.ninjafile import CUDA, HOST, Unit, units
-from wheelsmith.build.plan import BuildPlan
-from wheelsmith.build.verify import check as check_device_code
-from wheelsmith.inventory import DeviceCode, read_device_code
-from wheelsmith.toolchain.tools import cuobjdump_for
 
 SAMPLE = "WHEELSMITH_SAMPLE_COMPILE"
 FAILED = 89
@@ -112,25 +108,6 @@ def compile_sample(real_ninja: str, argv: list[str], ninja_file: Path,
     where = failed.as_dict(ninja_file.parent.resolve())["object"]
     sys.stderr.write(f"{FAILED_LINE}{where} ({failed.source}): {error}\n")
     return FAILED
-
-
-def device_code_checked(records: tuple[dict[str, Any], ...], plan: BuildPlan, python: Path,
-                        what: str) -> tuple[dict[str, Any], ...]:
-    """The check's records with each CUDA sample's device code, which must be exactly the
-    requested archs (the gate every wheel passes, on the sample objects)."""
-    cuobjdump = cuobjdump_for(plan.toolchain, python)
-    codes: list[DeviceCode] = []
-
-    def read(unit: dict[str, Any]) -> dict[str, Any]:
-        if unit["rule"] != "cuda_compile":
-            return unit
-        codes.append(read_device_code(Path(unit["path"]), cuobjdump, unit["object"]))
-        return {**unit, "sass": sorted(codes[-1].sass), "ptx": sorted(codes[-1].ptx)}
-
-    done = tuple({**r, "samples": [read(u) for u in r.get("samples", [])]} for r in records)
-    if codes:
-        check_device_code(f"the sample compile of {what}", codes, plan.archs)
-    return done
 
 
 def sampled_text(record: dict[str, Any]) -> str:

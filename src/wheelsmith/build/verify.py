@@ -11,11 +11,17 @@ from __future__ import annotations
 import fnmatch
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from wheelsmith import wheelfile
 from wheelsmith.arch import ArchSet
+from wheelsmith.build.ninjafile import CUDA
 from wheelsmith.errors import VerifyError
-from wheelsmith.inventory import DeviceCode, wheel_inventory
+from wheelsmith.inventory import DeviceCode, read_device_code, wheel_inventory
+from wheelsmith.toolchain.tools import cuobjdump_for
+
+if TYPE_CHECKING:
+    from wheelsmith.build.plan import BuildPlan
 
 IGNORES_ARCH_HINT = (
     "a package that ignores the arch list compiles its own -gencode list; its recipe needs a "
@@ -154,3 +160,22 @@ def verify_wheel(wheel: Path, archs: ArchSet, cuobjdump: Path,
     inventory = wheel_inventory(wheel, cuobjdump)
     check(wheel.name, inventory, archs, host_only, built_here=False)
     return inventory
+
+
+def sample_objects(records: tuple[dict[str, Any], ...], plan: BuildPlan, python: Path,
+                   what: str) -> tuple[dict[str, Any], ...]:
+    """The check's records with each CUDA sample's device code, which must be exactly the
+    requested archs (the gate every wheel passes, on the sample objects)."""
+    cuobjdump = cuobjdump_for(plan.toolchain, python)
+    codes: list[DeviceCode] = []
+
+    def read(unit: dict[str, Any]) -> dict[str, Any]:
+        if unit["rule"] != CUDA:
+            return unit
+        codes.append(read_device_code(Path(unit["path"]), cuobjdump, unit["object"]))
+        return {**unit, "sass": sorted(codes[-1].sass), "ptx": sorted(codes[-1].ptx)}
+
+    done = tuple({**r, "samples": [read(u) for u in r.get("samples", [])]} for r in records)
+    if codes:
+        check(f"the sample compile of {what}", codes, plan.archs)
+    return done
