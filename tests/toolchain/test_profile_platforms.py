@@ -17,6 +17,8 @@ from wheelsmith.index.publish import publish
 from wheelsmith.toolchain.profile import load_profile
 from wheelsmith.toolchain.resolve import Compiler, NewProfileRequest, platforms_of, render
 
+PLATFORMS = "platforms:\n- x86_64\n- aarch64\n"  # as the shipped profiles record them
+
 
 @pytest.fixture
 def local_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -49,9 +51,12 @@ def test_a_platform_is_recorded_only_where_every_pin_has_its_wheels(
 
 def test_the_written_profile_carries_its_platforms_and_one_without_them_stays_valid(
         tmp_path: Path) -> None:
-    shipped = load_profile(Path(__file__).resolve().parents[2] / "toolchains" /
-                           "cu130-torch2.14.yaml")
-    assert shipped.platforms is None  # made before platforms were recorded: any is tried
+    shipped_file = Path(__file__).resolve().parents[2] / "toolchains" / "cu130-torch2.14.yaml"
+    shipped = load_profile(shipped_file)
+    assert shipped.platforms == ("x86_64", "aarch64")
+    older = tmp_path / "cu130-torch2.14.yaml"  # made before platforms were recorded: any is tried
+    older.write_text(shipped_file.read_text().replace(PLATFORMS, "", 1))
+    assert load_profile(older).platforms is None
     data = yaml.safe_load(render(
         name="cu130-torch2.14", request=request(tmp_path), torch="2.14.1", cuda=shipped.cuda,
         pythons=("3.11",), compiler=Compiler((), "nvidia/cu13", "nvcc from PyPI"),
@@ -63,7 +68,7 @@ def test_the_written_profile_carries_its_platforms_and_one_without_them_stays_va
 def test_build_platform_refuses_a_cpu_the_profile_was_not_resolved_for(project: Path) -> None:
     add_variant(project, "tiny-ext")
     path = project / "toolchains" / "cu130-torch2.14.yaml"
-    path.write_text(path.read_text().replace("pythons:", "platforms: [x86_64]\npythons:", 1))
+    path.write_text(path.read_text().replace(PLATFORMS, "platforms: [x86_64]\n", 1))
     assert load_profile(path).platforms == ("x86_64",)
     result = wheelsmith("build", "tiny-ext", "--platform", "aarch64", "--toolchain",
                         "cu130-torch2.14", "--python", "3.11", cwd=project)

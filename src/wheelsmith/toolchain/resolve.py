@@ -51,7 +51,7 @@ from wheelsmith.toolchain.profile import (
 log = logging.getLogger(__name__)
 
 DEFAULT_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14", "3.15")  # torch's wheels decide
-BUILD_TOOLS = ("ninja", "setuptools", "wheel", "packaging")
+BUILD_TOOLS = ("ninja", "cmake", "setuptools", "wheel", "packaging")  # cmake: CMake builds
 COMPILER = "cuda-toolkit"
 COMPILER_EXTRAS = "[nvcc,cudart,cccl]"
 COMPILER_PARTS = ("nvidia-cuda-crt", "nvidia-nvvm")  # must be nvcc's own version
