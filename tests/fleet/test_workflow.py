@@ -86,13 +86,19 @@ def test_build_shards_get_their_python_and_build_in_the_image_on_hosted_runners(
         "publish": "ubuntu-24.04"}
 
 
-def test_only_the_publish_job_holds_the_token_and_builders_read_what_is_published() -> None:
-    """Hosted runners alone: builders read what is published over HTTP (no ledger snapshot) and
-    hold no secret; the publish job alone sees the upload token, and publishes with `publish
-    --to` or `index export`."""
+def test_only_the_publish_job_holds_secrets_and_the_plan_reads_only_the_matrix() -> None:
+    """Hosted runners alone: the plan job expands the matrix and nothing else, builders read
+    what is published over HTTP (no ledger snapshot) and hold no secret; the publish job alone
+    sees the upload token (and the bucket's keys), and publishes with `publish --to` or into
+    the static host's index and its `index export`."""
     text = {name: yaml.safe_dump(job) for name, job in jobs().items()}
     assert [name for name, job in text.items() if "secrets." in job] == ["publish"]
     assert "WHEELSMITH_INDEX_DIR" not in WORKFLOW.read_text()
+    assert [c for c in wheelsmith_calls() if c[0] == "matrix"] == [
+        ["matrix", "--format", "github", "--shards", "$SHARDS"]]
+    assert [s.get("uses", "").split("@")[0] or s["name"] for s in jobs()["plan"]["steps"]] == [
+        "actions/checkout", "Install wheelsmith", "Expand the matrix into shards, per Python "
+        "version"]
     build = jobs()["build"]["steps"]
     run = next(s for s in build if "wheelsmith nightly" in s.get("run", ""))
     assert '--published "$SIMPLE_URL"' in run["run"]
@@ -180,6 +186,45 @@ def test_partial_work_is_cached_by_content_key_whatever_the_shard(tmp_path: Path
                tmp_path / "two")
     assert one == two == {"keys": f"{'a' * 16}-{'c' * 16}",
                           "trees": f"flash-attn-a-{'a' * 12} mamba-c-{'c' * 12}"}
+
+
+def test_the_static_host_on_a_hosted_runner_is_a_bucket_synced_around_the_publish(
+        tmp_path: Path) -> None:
+    """WHEELSMITH_SITE_BUCKET: the index comes from the bucket into the workspace, the
+    publish and export run there, and the export goes back: files before the pages that list
+    them, the index's ledger (its commit point) last, locks and scratch left out. The aws
+    calls are recorded by a stand-in here (no bucket is reached from the tests)."""
+    publish = jobs()["publish"]["steps"]
+    names = [s.get("name", "") for s in publish]
+    down = names.index("Bring the static host's index from the bucket")
+    here = names.index("Publish to the static host (the index, then its export)")
+    up = next(i for i, n in enumerate(names) if n.startswith("Deploy the export to the bucket"))
+    assert down < here < up
+    for i in (down, up):
+        assert publish[i]["if"] == "vars.WHEELSMITH_SITE_BUCKET != ''"
+        assert publish[i]["env"]["SITE_DIR"] == publish[here]["env"]["SITE_DIR"] == (
+            "${{ vars.WHEELSMITH_SITE_DIR || 'site-storage' }}")
+    assert publish[here]["if"] == (
+        "vars.WHEELSMITH_SITE_DIR != '' || vars.WHEELSMITH_SITE_BUCKET != ''")
+    recorder = tmp_path / "bin" / "aws"
+    recorder.parent.mkdir()
+    recorder.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n')
+    recorder.chmod(0o755)
+    (tmp_path / "site-storage" / "site").mkdir(parents=True)
+    path = f"{recorder.parent}{os.pathsep}{os.environ['PATH']}"
+    for step in (publish[down], publish[up]):
+        subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, check=True, env={
+            "PATH": path, "SITE_DIR": "site-storage", "BUCKET": "s3://wheels/nightly"})
+    ignore = "--only-show-errors --exclude *.lock --exclude .tmp/*"
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        "s3 sync --only-show-errors s3://wheels/nightly/index site-storage/index",
+        f"s3 sync {ignore} --size-only site-storage/site/files s3://wheels/nightly/site/files",
+        f"s3 sync {ignore} --exclude files/* --exclude .* site-storage/site "
+        "s3://wheels/nightly/site",
+        f"s3 sync {ignore} --size-only site-storage/index/files s3://wheels/nightly/index/files",
+        f"s3 sync {ignore} --exclude files/* --exclude ledger.jsonl site-storage/index "
+        "s3://wheels/nightly/index",
+        "s3 cp --only-show-errors site-storage/index/ledger.jsonl s3://wheels/nightly/index/"]
 
 
 def test_the_plans_matrix_selects_exactly_what_each_shard_builds(project: Path) -> None:
