@@ -40,6 +40,11 @@ settings.register_profile("fuzz", _GENERATED,
                           max_examples=int(os.environ.get("FUZZ_EXAMPLES", "2000")))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "make-test"))
 
+# The tests never read the keyring of the machine they run on (publish --to's last resort for a
+# token): keyring's empty backend for this process and every one it starts, unless a test
+# points keyring elsewhere (tests/index/file_keyring.py).
+os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.null.Keyring"
+
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

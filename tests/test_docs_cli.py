@@ -2,7 +2,8 @@
 scripts/cli_reference.py generates from click's own commands today; every command and every
 option appears there (read from click independently of the generator); every exit code an error
 class carries has its row in docs/cli.md's table; every WHEELSMITH_ variable the code reads is in
-docs/environment.md."""
+docs/environment.md, and every one the documentation names is read by something (the code, the
+workflow, a script, a test)."""
 
 from __future__ import annotations
 
@@ -97,3 +98,44 @@ def test_every_variable_the_code_reads_is_in_the_environment_reference() -> None
     assert {"WHEELSMITH_HOME", "WHEELSMITH_CACHE", "WHEELSMITH_COMPILE_FARM_TOKEN"} <= read
     missing = sorted(name for name in read if f"`{name}`" not in page)
     assert not missing, f"docs/environment.md does not name {missing}"
+
+
+SHELL_READ = r"\$\{?%s\b"
+READS = {  # how a file of each kind reads a variable (%s: its name)
+    "package": r"\b%s\b",  # the package reads what it names (or sets it for what it starts)
+    "workflow": rf"(?:vars\.|secrets\.)%s\b|{SHELL_READ}",
+    "shell": SHELL_READ,  # the scripts and the Makefile
+    # a test or bench reads what it looks up in os.environ; naming a variable in an assertion,
+    # as a test that it is gone does, is no read
+    "python": r"""environ(?:\.get\(|\.pop\(|\[)\s*["']%s["']|["']%s["'] (?:not )?in os\.environ""",
+}
+
+
+def readers() -> list[tuple[str, str]]:
+    """Every file that may read a variable: its text and how it reads one."""
+    kinds = {"package": sorted((REPO / "src" / "wheelsmith").rglob("*.py")),
+             "workflow": sorted((REPO / ".github" / "workflows").glob("*.yml")),
+             "shell": [*sorted((REPO / "scripts").rglob("*.sh")), REPO / "Makefile"],
+             "python": [*sorted((REPO / "tests").rglob("*.py")),
+                        *sorted((REPO / "bench").rglob("*.py"))]}
+    return [(path.read_text(), READS[kind]) for kind, paths in kinds.items() for path in paths]
+
+
+def is_read(name: str, files: list[tuple[str, str]]) -> bool:
+    return any(re.search(pattern.replace("%s", re.escape(name)), text) for text, pattern in files)
+
+
+def test_every_variable_the_docs_name_is_read_by_something() -> None:
+    """A documented WHEELSMITH_ variable that nothing reads any more (the nightly's index
+    machine, `WHEELSMITH_INDEX_DIR`) fails here. The pages under docs/evidence/ are records of
+    past runs and say what was set then."""
+    pages = [REPO / "README.md", *(p for p in sorted((REPO / "docs").rglob("*.md"))
+                                   if "evidence" not in p.relative_to(REPO / "docs").parts)]
+    named = {name: page.relative_to(REPO).as_posix() for page in pages
+             for name in re.findall(r"\bWHEELSMITH_[A-Z0-9_]*[A-Z0-9]", page.read_text())}
+    assert {"WHEELSMITH_HOME", "WHEELSMITH_SITE_BUCKET", "WHEELSMITH_KILL_SOAK"} <= set(named)
+    files = readers()
+    unread = sorted(f"{name} ({page})" for name, page in named.items()
+                    if not is_read(name, files))
+    assert not unread, f"documented, read by nothing: {unread}"
+    assert not is_read("WHEELSMITH_INDEX_DIR", files)  # named only in a test that it is gone

@@ -7,6 +7,7 @@ do catch what they are there for."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -58,14 +59,14 @@ def test_workflow_calls_existing_commands_and_options() -> None:
 
 def test_every_action_is_pinned_to_a_commit_with_its_release_tag() -> None:
     uses = [line for line in WORKFLOW.read_text().splitlines() if "uses:" in line]
-    assert len(uses) == 8
+    assert len(uses) == 10
     assert [line.strip() for line in uses if not PINNED.match(line)] == []
 
 
 def test_build_shards_get_their_python_and_build_in_the_image_on_hosted_runners() -> None:
     build = jobs()["build"]
     assert build["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
-    assert build["runs-on"] == "ubuntu-24.04"  # third-party builds never on the index machine
+    assert build["runs-on"] == "ubuntu-24.04"  # a hosted runner: third-party builds, no secret
     setup = [s for s in build["steps"] if s.get("uses", "").startswith("actions/setup-python@")]
     assert [s["with"]["python-version"] for s in setup] == ["${{ matrix.python }}"]
     nightly = [c for c in wheelsmith_calls() if c[0] == "nightly"]
@@ -81,31 +82,149 @@ def test_build_shards_get_their_python_and_build_in_the_image_on_hosted_runners(
     image = next(c for c in wheelsmith_calls() if c[:2] == ["image", "build"])
     assert image[image.index("--engine") + 1] == "podman"
     assert {name: job["runs-on"] for name, job in jobs().items()} == {
-        "plan": "ubuntu-24.04", "build": "ubuntu-24.04", "publish": "ubuntu-24.04"}
+        "plan": "ubuntu-24.04", "build": "ubuntu-24.04", "keep-partial": "ubuntu-24.04",
+        "publish": "ubuntu-24.04"}
 
 
-def test_only_the_publish_job_holds_the_token_and_partial_work_goes_through_the_cache() -> None:
-    """Hosted runners alone: builders read what is published over HTTP (no ledger snapshot),
-    hold no secret, and keep a partial cell's work in the CI cache under its content key; the
-    publish job alone sees the upload token, and publishes with `publish --to` or `index
-    export`."""
+def test_only_the_publish_job_holds_secrets_and_the_plan_reads_only_the_matrix() -> None:
+    """Hosted runners alone: the plan job expands the matrix and nothing else, builders read
+    what is published over HTTP (no ledger snapshot) and hold no secret; the publish job alone
+    sees the upload token (and the bucket's keys), and publishes with `publish --to` or into
+    the static host's index and its `index export`."""
     text = {name: yaml.safe_dump(job) for name, job in jobs().items()}
     assert [name for name, job in text.items() if "secrets." in job] == ["publish"]
     assert "WHEELSMITH_INDEX_DIR" not in WORKFLOW.read_text()
+    assert [c for c in wheelsmith_calls() if c[0] == "matrix"] == [
+        ["matrix", "--format", "github", "--shards", "$SHARDS"]]
+    assert [s.get("uses", "").split("@")[0] or s["name"] for s in jobs()["plan"]["steps"]] == [
+        "actions/checkout", "Install wheelsmith", "Expand the matrix into shards, per Python "
+        "version"]
     build = jobs()["build"]["steps"]
-    uses = [s.get("uses", "").split("@")[0] for s in build]
-    restore, save = uses.index("actions/cache/restore"), uses.index("actions/cache/save")
-    run = next(i for i, s in enumerate(build) if "wheelsmith nightly" in s.get("run", ""))
-    assert restore < run < save
-    assert build[restore]["with"]["path"] == build[save]["with"]["path"] == "build/wheelsmith"
-    assert "--work-dir build/wheelsmith" in build[run]["run"]
-    assert "steps.partial.outputs.keys" in build[save]["with"]["key"]
-    assert build[save]["with"]["key"].startswith(build[restore]["with"]["restore-keys"])
-    assert '--published "$SIMPLE_URL"' in build[run]["run"]
-    assert '--published "$SITE_URL/{channel}/simple/"' in build[run]["run"]
+    run = next(s for s in build if "wheelsmith nightly" in s.get("run", ""))
+    assert '--published "$SIMPLE_URL"' in run["run"]
+    assert '--published "$SITE_URL/{channel}/simple/"' in run["run"]
     calls = [c[:2] for c in wheelsmith_calls()]
     assert ["index", "export"] in calls
     assert ["publish", "--to"] in calls
+
+
+def step_named(job: str, start: str) -> dict[str, Any]:
+    return next(s for s in jobs()[job]["steps"] if s.get("name", "").startswith(start))
+
+
+def run_step(step: dict[str, Any], cwd: Path, **env: str) -> dict[str, str]:
+    """A step's `run:` script with bash, as the runner runs it; its $GITHUB_OUTPUT lines."""
+    output = cwd / "github-output"
+    output.write_text("")
+    subprocess.run(["bash", "-e", "-o", "pipefail", "-c", step["run"]], cwd=cwd, check=True,
+                   env={"PATH": os.environ["PATH"], "GITHUB_OUTPUT": str(output), **env})
+    return dict(line.split("=", 1) for line in output.read_text().splitlines())
+
+
+def a_shard(root: Path, name: str, cells: list[tuple[str, str]]) -> Path:
+    """A build job's workspace after nightly: the report and the partial cells' trees (as
+    orchestrate names them: <recipe>-<version>-<key[:12]>), then the job's partial step."""
+    (root / "report").mkdir(parents=True)
+    (root / "report" / "nightly.json").write_text(json.dumps({"cells": [
+        {"id": tree, "status": status, "key": f"{tree[-1]}" * 64} for tree, status in cells]}))
+    for tree, status in cells:
+        if status == "partial":
+            objects = root / "build" / "wheelsmith" / f"{tree}-{tree[-1] * 12}" / "build"
+            objects.mkdir(parents=True)
+            (objects / "kernel.o").write_bytes(b"object")
+            os.utime(objects / "kernel.o", (1_000_000_000, 1_000_000_000))
+    found = run_step(step_named("build", "The partial cells' content keys"), root,
+                     SHARD_NAME=name)
+    assert found == {"found": "true"}
+    return root / "partial"
+
+
+def test_partial_work_is_cached_by_content_key_whatever_the_shard(tmp_path: Path) -> None:
+    """A partial cell resumes in whichever shard builds it next: every builder restores the
+    newest entry by a prefix that names no shard, before nightly runs; keep-partial (one job,
+    no matrix) saves every shard's partial trees as one entry whose key is their content keys.
+    Run for real (bash, tar, the steps' scripts): the same partial cells give the same key
+    whether they were built by one shard or split over two, and the trees come back with
+    the times ninja compares."""
+    build = jobs()["build"]["steps"]
+    uses = [s.get("uses", "").split("@")[0] for s in build]
+    restore = build[uses.index("actions/cache/restore")]
+    run = next(i for i, s in enumerate(build) if "wheelsmith nightly" in s.get("run", ""))
+    assert uses.index("actions/cache/restore") < run
+    assert "--work-dir build/wheelsmith" in build[run]["run"]
+    assert "actions/cache/save" not in uses  # a builder never saves: its shard would be in it
+    keep = jobs()["keep-partial"]
+    assert "strategy" not in keep
+    assert keep["needs"] == "build"
+    save = next(s for s in keep["steps"] if s.get("uses", "").startswith("actions/cache/save@"))
+    assert restore["with"]["path"] == save["with"]["path"] == "build/wheelsmith"
+    prefix = restore["with"]["restore-keys"]
+    assert (prefix, restore["with"]["key"]) == ("wheelsmith-partial-",
+                                                "wheelsmith-partial-${{ github.run_id }}")
+    assert save["with"]["key"] == prefix + "${{ steps.pool.outputs.keys }}-${{ github.run_id }}"
+    upload = next(s for s in build if s.get("with", {}).get("name", "").startswith("partial-"))
+    download = next(s for s in keep["steps"] if "download-artifact" in s.get("uses", ""))
+    assert (download["with"]["pattern"], download["with"]["merge-multiple"]) == ("partial-*",
+                                                                                 True)
+    assert upload["with"]["path"] == download["with"]["path"] == "partial/"
+
+    def kept(shards: dict[str, list[tuple[str, str]]], where: Path) -> dict[str, str]:
+        job = where / "keep-partial"
+        (job / "partial").mkdir(parents=True)
+        for name, cells in shards.items():
+            for artifact in a_shard(where / name, name, cells).iterdir():
+                shutil.copy2(artifact, job / "partial" / artifact.name)
+        output = run_step(step_named("keep-partial", "The partial cells' work trees"), job)
+        trees = sorted(p.name for p in (job / "build" / "wheelsmith").iterdir())
+        obj = job / "build" / "wheelsmith" / trees[0] / "build" / "kernel.o"
+        assert obj.stat().st_mtime == 1_000_000_000
+        return {"keys": output["keys"], "trees": " ".join(trees)}
+
+    cells = [("flash-attn-a", "partial"), ("tiny-b", "built"), ("mamba-c", "partial")]
+    one = kept({"shard-py3.11-0-of-1": cells}, tmp_path / "one")
+    two = kept({"shard-py3.11-0-of-2": cells[:1], "shard-py3.11-1-of-2": cells[1:]},
+               tmp_path / "two")
+    assert one == two == {"keys": f"{'a' * 16}-{'c' * 16}",
+                          "trees": f"flash-attn-a-{'a' * 12} mamba-c-{'c' * 12}"}
+
+
+def test_the_static_host_on_a_hosted_runner_is_a_bucket_synced_around_the_publish(
+        tmp_path: Path) -> None:
+    """WHEELSMITH_SITE_BUCKET: the index comes from the bucket into the workspace, the
+    publish and export run there, and the export goes back: files before the pages that list
+    them, the index's ledger (its commit point) last, locks and scratch left out. The aws
+    calls are recorded by a stand-in here (no bucket is reached from the tests)."""
+    publish = jobs()["publish"]["steps"]
+    names = [s.get("name", "") for s in publish]
+    down = names.index("Bring the static host's index from the bucket")
+    here = names.index("Publish to the static host (the index, then its export)")
+    up = next(i for i, n in enumerate(names) if n.startswith("Deploy the export to the bucket"))
+    assert down < here < up
+    for i in (down, up):
+        assert publish[i]["if"] == "vars.WHEELSMITH_SITE_BUCKET != ''"
+        assert publish[i]["env"]["SITE_DIR"] == publish[here]["env"]["SITE_DIR"] == (
+            "${{ vars.WHEELSMITH_SITE_DIR || 'site-storage' }}")
+    assert publish[here]["if"] == (
+        "vars.WHEELSMITH_SITE_DIR != '' || vars.WHEELSMITH_SITE_BUCKET != ''")
+    recorder = tmp_path / "bin" / "aws"
+    recorder.parent.mkdir()
+    recorder.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path / "calls"}\n')
+    recorder.chmod(0o755)
+    (tmp_path / "site-storage" / "site").mkdir(parents=True)
+    path = f"{recorder.parent}{os.pathsep}{os.environ['PATH']}"
+    for step in (publish[down], publish[up]):
+        subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, check=True, env={
+            "PATH": path, "SITE_DIR": "site-storage", "BUCKET": "s3://wheels/nightly"})
+    ignore = "--only-show-errors --exclude *.lock --exclude .tmp/*"
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        "s3 sync --only-show-errors s3://wheels/nightly/index site-storage/index",
+        f"s3 sync {ignore} --size-only site-storage/site/files s3://wheels/nightly/site/files",
+        f"s3 sync {ignore} --exclude files/* --exclude .* site-storage/site "
+        "s3://wheels/nightly/site",
+        f"s3 sync {ignore} --size-only site-storage/index/files s3://wheels/nightly/index/files",
+        f"s3 sync {ignore} --exclude files/* --exclude ledger.jsonl site-storage/index "
+        "s3://wheels/nightly/index",
+        "s3 cp --only-show-errors site-storage/index/ledger.jsonl s3://wheels/nightly/index/"]
 
 
 def test_the_plans_matrix_selects_exactly_what_each_shard_builds(project: Path) -> None:

@@ -1,8 +1,10 @@
 """`wheelsmith publish --to URL` against real devpi-server and pypiserver on 127.0.0.1 (from
 PyPI, pinned: tests/index/servers.py): the upload API twine speaks, the token from the
-environment, one index per channel, the local index's rules (the same bytes again: a no-op;
-other bytes under a published name: refused, with what the server holds), the wheel's bytes
-(and so its provenance) kept; then pip and uv install the published wheel from each server."""
+environment or the keyring (keyring's own package, pointed at a file backend of the tests'
+through its own configuration), one index per channel, the local index's rules (the same bytes
+again: a no-op; other bytes under a published name: refused, with what the server holds), the
+wheel's bytes (and so its provenance) kept; then pip and uv install the published wheel from
+each server."""
 
 from __future__ import annotations
 
@@ -17,8 +19,11 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import keyring
 import pytest
 
+from tests.conftest import REPO
+from tests.index import file_keyring
 from tests.index.servers import CHANNEL, IndexServer, devpi, listed_sha256, pypiserver
 from tests.index.test_index_clients import CLEAN_ENV, INSTALLERS, installed, venv
 from tests.wheels import make_wheel
@@ -26,6 +31,8 @@ from wheelsmith.index import upload
 from wheelsmith.wheelfile import PROVENANCE_FILE
 
 VERSION = "1.0.0+cu.13.0.torch.2.14.sm.120"
+NO_TOKEN = ("WHEELSMITH_UPLOAD_TOKEN", "WHEELSMITH_UPLOAD_USER", "TWINE_PASSWORD",
+            "TWINE_USERNAME")
 SERVERS = {"devpi": devpi, "pypiserver": pypiserver}
 
 
@@ -225,12 +232,114 @@ def test_metadata_fields_reach_the_server(tmp_path: Path, server: IndexServer,
     ({"TWINE_PASSWORD": "tok-2"}, ("__token__", "tok-2", "TWINE_PASSWORD")),
     ({"WHEELSMITH_UPLOAD_TOKEN": ""}, None),
 ])
-def test_where_the_token_comes_from(env: dict[str, str],
-                                    expected: tuple[str, str, str] | None) -> None:
-    """wheelsmith's own variables first, then twine's; none (and no keyring package in this
-    environment): no credentials. The password never shows in the object's repr."""
+def test_where_the_token_comes_from(env: dict[str, str], expected: tuple[str, str, str] | None,
+                                    empty_keyring: Path) -> None:
+    """wheelsmith's own variables first, then twine's; none (and nothing in the keyring): no
+    credentials. The password never shows in the object's repr."""
     found = upload.credentials("http://127.0.0.1:9/ci/cu130-torch2.14/", env)
     assert (None if found is None else (found.username, found.password, found.origin)
             ) == expected
     if found is not None:
         assert found.password not in repr(found)
+
+
+@pytest.fixture
+def empty_keyring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """This process's keyring: the tests' file backend over a file of this test's own, loaded
+    as keyring loads a configured one (keyring keeps one backend a process: the previous one is
+    put back after)."""
+    path = tmp_path / "keyring.json"
+    monkeypatch.setenv("KEYRING_PROPERTY_PATH", str(path))
+    previous = keyring.get_keyring()
+    keyring.set_keyring(keyring.core.load_keyring(file_keyring.BACKEND))
+    yield path
+    keyring.set_keyring(previous)
+
+
+URL = "http://127.0.0.1:9/ci/cu130-torch2.14/"
+
+
+def test_the_keyring_entry_under_the_upload_url_is_the_last_resort(empty_keyring: Path) -> None:
+    """With a user named, the keyring's password for it under the upload URL; with none, the
+    URL's one entry and its user; an entry under another URL is never sent."""
+    keyring.set_password(URL, "ci", "from-keyring")
+    keyring.set_password("http://127.0.0.1:9/ci/other/", "ci", "other-url")
+    found = upload.credentials(URL, {"WHEELSMITH_UPLOAD_USER": "ci"})
+    assert found is not None
+    assert (found.username, found.password, found.origin) == ("ci", "from-keyring",
+                                                               "the keyring")
+    assert "from-keyring" not in repr(found)
+    found = upload.credentials(URL, {})
+    assert found is not None
+    assert (found.username, found.password) == ("ci", "from-keyring")
+    assert upload.credentials(URL, {"TWINE_USERNAME": "someone-else"}) is None
+    assert upload.credentials("http://127.0.0.1:9/ci/third/", {}) is None
+    env_first = upload.credentials(URL, {"WHEELSMITH_UPLOAD_TOKEN": "tok-1"})
+    assert env_first is not None
+    assert env_first.origin == "WHEELSMITH_UPLOAD_TOKEN"
+
+
+def test_a_keyring_that_cannot_be_read_is_said_and_nothing_is_sent(
+        empty_keyring: Path, caplog: pytest.LogCaptureFixture) -> None:
+    empty_keyring.write_text("not json")
+    assert upload.credentials(URL, {"WHEELSMITH_UPLOAD_USER": "ci"}) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the keyring could not be read ({empty_keyring} is not a keyring file: Expecting "
+        "value: line 1 column 1 (char 0)); uploading without credentials"]
+
+
+def test_without_the_keyring_package_there_is_no_keyring(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "keyring", None)  # what `import keyring` is without it
+    assert upload.credentials(URL, {"WHEELSMITH_UPLOAD_USER": "ci"}) is None
+
+
+def keyring_env(path: Path, **more: str) -> dict[str, str]:
+    """A process whose keyring is the tests' file backend over `path`, configured as keyring
+    is (PYTHON_KEYRING_BACKEND, KEYRING_PROPERTY_PATH), and no token in its environment."""
+    env = {k: v for k, v in os.environ.items() if k not in NO_TOKEN}
+    return {**env, "PYTHONPATH": str(REPO), "PYTHON_KEYRING_BACKEND": file_keyring.BACKEND,
+            "KEYRING_PROPERTY_PATH": str(path), **more}
+
+
+def keyring_set(env: dict[str, str], service: str, username: str, password: str) -> None:
+    """keyring's own command line stores the entry (the password on its standard input)."""
+    subprocess.run([sys.executable, "-m", "keyring", "set", service, username],
+                   input=password + "\n", text=True, env=env, check=True, timeout=60)
+
+
+def publish_alone(server: IndexServer, wheel: Path, env: dict[str, str], cwd: Path,
+                  *flags: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI with exactly `env` (publish_to adds this process's environment)."""
+    return subprocess.run([sys.executable, "-m", "wheelsmith", *flags, "publish", *server.args(),
+                           str(wheel)], cwd=cwd, capture_output=True, text=True, env=env,
+                          check=False, timeout=600)
+
+
+def test_publish_to_takes_the_token_from_the_keyring_and_never_prints_it(
+        tmp_path: Path, server: IndexServer, project: str) -> None:
+    """`publish --to` with no token in the environment: the keyring's entry under the channel's
+    upload URL is what the server receives; a wrong one is refused naming the keyring as its
+    origin; the token shows in no output, -vv included."""
+    wheel = wheel_with_provenance(tmp_path / "w", project)
+    upload_url = server.to.replace("{channel}", CHANNEL)
+    env = keyring_env(tmp_path / "keyring.json")
+    keyring_set(env, upload_url, "ci", "wrong-keyring-token")
+    refused = publish_alone(server, wheel, {**env, "WHEELSMITH_UPLOAD_USER": "ci"}, tmp_path)
+    assert refused.returncode == 12, refused.stderr
+    assert f"error: the server refused {wheel.name}: HTTP" in refused.stderr
+    assert "(sent with credentials from the keyring)" in refused.stderr
+    assert "wrong-keyring-token" not in refused.stdout + refused.stderr
+    assert listed_sha256(server.simple_url(), project, wheel.name) is None
+
+    keyring_set(env, upload_url, "ci", "ci-secret")
+    accepted = publish_alone(server, wheel, env, tmp_path)  # no user named: the entry's
+    assert (accepted.returncode, accepted.stdout) == (
+        0, f"published: {wheel.name} -> {server.simple_url()}{project}/\n"), accepted.stderr
+    assert listed_sha256(server.simple_url(), project, wheel.name) == hashlib.sha256(
+        wheel.read_bytes()).hexdigest()
+    loud = publish_alone(server, wheel, env, tmp_path, "-vv")
+    assert loud.returncode == 0, loud.stderr
+    assert loud.stdout == f"already published: {wheel.name} -> {server.simple_url()}{project}/\n"
+    for result in (accepted, loud):
+        assert "ci-secret" not in result.stdout + result.stderr
