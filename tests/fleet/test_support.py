@@ -210,3 +210,8 @@ def test_nightly_names_this_machine_when_where_is_not_given(tmp_path: Path) -> N
     assert json.loads(path.read_text())["where"] == report.this_machine()
     assert report.this_machine().split("-core ")[0].isdigit()
 
+
+def test_the_readme_table_is_the_one_its_reports_give() -> None:
+    text = (REPO / "README.md").read_text()
+    table = support.render_files([REPO / "docs" / "evidence" / "reports"])
+    assert support.rewrite(text, table, source="README.md") == text, "run make support-table"
