@@ -19,8 +19,8 @@ machine without network takes the sdist from `--sdist FILE`.
 Usage: python bench/long_build.py [RECIPE] [--arch 12.0] [--toolchain system] [--only LEG]
                                   [--kill-at 0.5] [--limit SECONDS] [--sdist FILE]
 (with PYTHONPATH=src where wheelsmith is not installed). flash-attn 2.8.3 takes about 24 min
-per arch on 16 cores and 2.4-3 h on 2 (README, "What a kill costs"); causal-conv1d about
-5 min on 2 cores.
+per arch on 16 cores and 2.4-3 h on 2 (docs/long-builds.md, "What to expect"); causal-conv1d
+about 5 min on 2 cores.
 """
 
 from __future__ import annotations
