@@ -11,16 +11,16 @@ it counts every process of the build, also those a kill leaves to be reaped else
 on a quiet machine) and the objects it compiled. Then, side by side: resumed / cold and
 (killed + resumed) / cold. The finished builds must give the same content key.
 
-A machine whose commands may run only 10 minutes runs one leg per command (`--only LEG`, same
---results; the killed leg's directories stay under build/long-build/ for `--only resumed`), and
-a leg that reaches --limit stops there and records how far it got: run `--only resumed` again
-and its figures add up. A machine without network takes the sdist from `--sdist FILE`.
+Each leg may run as its own command (`--only LEG`, same --results; the killed leg's
+directories stay under build/long-build/ for `--only resumed`), and a leg that reaches --limit
+stops there and records how far it got: run `--only resumed` again and its figures add up. A
+machine without network takes the sdist from `--sdist FILE`.
 
 Usage: python bench/long_build.py [RECIPE] [--arch 12.0] [--toolchain system] [--only LEG]
                                   [--kill-at 0.5] [--limit SECONDS] [--sdist FILE]
 (with PYTHONPATH=src where wheelsmith is not installed). flash-attn 2.8.3 takes about 24 min
-per arch on 16 cores and 2.4-3 h on 2 (README, "What a kill costs"); causal-conv1d about
-5 min on 2 cores.
+per arch on 16 cores and 2.4-3 h on 2 (docs/long-builds.md, "What to expect"); causal-conv1d
+about 5 min on 2 cores.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def busy_seconds() -> float:
 
 
 def seed_cache(recipe: str, sdist: Path) -> None:
-    """Put a carried sdist where fetch looks first (fetch checks its sha256 again)."""
+    """Put the given sdist where fetch looks first (fetch checks its sha256 again)."""
     source = load_recipe(REPO / "recipes" / f"{recipe}.yaml").latest.source
     assert isinstance(source, PypiSource | UrlSource)
     target = cached_path(locations.cache_dir(), source.sha256)
@@ -192,9 +192,10 @@ def main() -> None:
     parser.add_argument("--only", choices=LEGS, help="run one leg (the others from --results)")
     parser.add_argument("--kill-at", type=float, default=0.5, help="share of objects")
     parser.add_argument("--limit", type=float, default=float("inf"),
-                        help="stop a leg after this many seconds (it resumes next time)")
+                        help="stop a leg after this many seconds (--only resumed continues it)")
     parser.add_argument("--results", type=Path, default=HERE / "results.json")
-    parser.add_argument("--sdist", type=Path, help="a carried sdist of the recipe's version")
+    parser.add_argument("--sdist", type=Path,
+                        help="the sdist of the recipe's version, for a machine without network")
     options = parser.parse_args()
     if options.sdist:
         seed_cache(options.recipe, options.sdist)

@@ -12,9 +12,9 @@ machine; all must give the same content key and the same device code. Prints the
 side, relative to the first variant, with each wheel's sha256, and writes them to --results
 (JSON).
 
-A machine whose commands may run only 10 minutes runs one variant per command (`--only old`,
-then `--only planner`, same --results); the table is printed once both are in. A machine without
-network takes the sdist from build/many-cores/downloads, filled by `--prefetch` here.
+Each variant may run as its own command (`--only old`, then `--only planner`, same
+--results); the table is printed once both are in. A machine without network takes the sdist
+from build/many-cores/downloads, filled by `--prefetch` on one with network.
 
 Usage: python bench/many_cores.py [--toolchain system] [--archs '9.0;12.0'] [--only VARIANT]
                                   [--variants old,planner,fast] [--results FILE] [--prefetch]
@@ -42,7 +42,7 @@ from wheelsmith.recipes.fetch import cached_path, download  # noqa: E402
 from wheelsmith.recipes.model import PypiSource, UrlSource, load_recipe  # noqa: E402
 
 HERE = REPO / "build" / "many-cores"
-CARRIED = HERE / "downloads"  # sdists for a machine without network
+OFFLINE = HERE / "downloads"  # sdists for a machine without network
 VARIANTS = {"old": "off", "planner": "auto", "fast": "fast"}  # --split-compile of each
 DEFAULT_VARIANTS = "old,planner"
 
@@ -54,20 +54,20 @@ def source() -> PypiSource | UrlSource:
 
 
 def prefetch() -> None:
-    """Download the sdist here (network) and keep a copy to carry to the device machine."""
+    """Download the sdist (network) and keep a copy for a machine without network."""
     sdist = download(source(), locations.cache_dir())
-    CARRIED.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(sdist, CARRIED / source().sha256)
-    print(f"kept {CARRIED / source().sha256}: carry build/many-cores/downloads along")
+    OFFLINE.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(sdist, OFFLINE / source().sha256)
+    print(f"kept {OFFLINE / source().sha256}: copy build/many-cores/downloads to that machine")
 
 
 def seed_cache() -> None:
-    """Put a carried sdist where fetch looks first (it checks the sha256 again)."""
-    carried = CARRIED / source().sha256
+    """Put a prefetched sdist where fetch looks first (it checks the sha256 again)."""
+    kept = OFFLINE / source().sha256
     target = cached_path(locations.cache_dir(), source().sha256)
-    if carried.is_file() and not target.is_file():
+    if kept.is_file() and not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(carried, target)
+        shutil.copyfile(kept, target)
 
 
 def build(variant: str, archs: str, toolchain: str | None) -> dict[str, Any]:

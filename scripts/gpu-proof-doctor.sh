@@ -5,25 +5,24 @@
 #      publish them, serve the index on 127.0.0.1 and pip-install causal-conv1d from it;
 #   2. doctor for a model that needs only causal-conv1d (lfm2): healthy, each op's max error;
 #      the GatedDeltaNet default and qwen3_5 without fla: unhealthy, fla named;
-#   3. install fla (the wheels in CARRY/wheels): the GatedDeltaNet backward is refused by
+#   3. install fla (the wheels in INPUTS/wheels): the GatedDeltaNet backward is refused by
 #      Triton on Hopper, so doctor is unhealthy and names fla, Triton, Hopper and the fix;
 #   4. trouble and bad input: a GPU whose memory another process holds; the 12.0-only wheel
 #      installed: unhealthy; --model without config.json, an unknown model type; an op over
 #      its time limit (a cold Triton cache, --op-timeout 8).
-# Usage: CARRY=DIR [TARBALL=FILE] [STAGE=all|trouble] scripts/gpu-proof-doctor.sh RESULTS_DIR
-#   STAGE=trouble: step 4 alone, with fla installed and no causal-conv1d build (one device
-#   command may run 10 minutes, and steps 1-3 take most of them).
-#   CARRY/wheels: fla-core and flash-linear-attention wheels; CARRY/downloads: the
+# Usage: INPUTS=DIR [TARBALL=FILE] [STAGE=all|trouble] scripts/gpu-proof-doctor.sh RESULTS_DIR
+#   STAGE=trouble: step 4 alone, with fla installed and no causal-conv1d build.
+#   INPUTS/wheels: fla-core and flash-linear-attention wheels; INPUTS/downloads: the
 #   causal-conv1d sdist as wheelsmith's download cache lays it out (downloads/XX/SHA256).
-#   TARBALL: RESULTS_DIR is packed into it after each step (what comes back from a device
-#   machine is a few files, and a command cut short at its limit still leaves the last one).
+#   TARBALL: RESULTS_DIR is packed into it after each step, so a run stopped at a time limit
+#   still leaves the steps it finished.
 set -uo pipefail
 results=$(realpath -m "${1:-gpu-proof-doctor}")
 repo=$(cd "$(dirname "$0")/.." && pwd)
-carry=$(realpath -m "${CARRY:-$repo/.gpu-carry}")
+inputs=$(realpath -m "${INPUTS:?INPUTS=DIR: the fla wheels and the download cache}")
 work=$(mktemp -d)
 mkdir -p "$results" "$work/cache" "$work/proj/recipes"
-cp -r "$carry/downloads" "$work/cache/"
+cp -r "$inputs/downloads" "$work/cache/"
 export PYTHONPATH="$repo/src" PYTHONUNBUFFERED=1 WHEELSMITH_CACHE="$work/cache"
 ws() { python3 -m wheelsmith "$@"; }
 start=$(date +%s)
@@ -77,14 +76,14 @@ if [ "${STAGE:-all}" = all ]; then
   doctor c-qwen3_5-without-fla --model-type qwen3_5
 
   # 3. with fla
-  python3 -m pip install -q --no-deps --no-index "$carry"/wheels/*.whl && echo "installed fla"
+  python3 -m pip install -q --no-deps --no-index "$inputs"/wheels/*.whl && echo "installed fla"
   doctor d-default-fla-hopper
   ws doctor --index "$url" --json > "$results/d-default-fla-hopper.json" 2>/dev/null
   doctor e-qwen3_5-fla-hopper --model-type qwen3_5
   doctor f-lfm2-with-fla --model-type lfm2
   echo "fla runs done at $(elapsed)" | tee -a "$results/timing.txt"
 else
-  python3 -m pip install -q --no-deps --no-index "$carry"/wheels/*.whl && echo "installed fla"
+  python3 -m pip install -q --no-deps --no-index "$inputs"/wheels/*.whl && echo "installed fla"
 fi
 
 # 4. trouble and bad input

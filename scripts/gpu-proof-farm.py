@@ -43,12 +43,12 @@ from wheelsmith.recipes.fetch import cached_path  # noqa: E402
 
 
 def seed(sdists: Path) -> None:
-    """Put carried sdists where fetch looks first (it checks each sha256 again)."""
-    for carried in sdists.iterdir():
-        target = cached_path(locations.cache_dir(), carried.name)
+    """Put the given sdists where fetch looks first (it checks each sha256 again)."""
+    for sdist in sdists.iterdir():
+        target = cached_path(locations.cache_dir(), sdist.name)
         if not target.is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(carried, target)
+            shutil.copyfile(sdist, target)
 
 
 def main() -> None:

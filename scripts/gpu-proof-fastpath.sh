@@ -10,10 +10,9 @@
 #   4. `wheelsmith doctor` must say healthy; after installing a wheel built for 12.0 only
 #      (the tiny fixture), it must say unhealthy.
 # The causal-conv1d chain runs while mamba-ssm compiles. Usage: [ARCHS] [RESULTS_DIR]
-# One device command may run 10 minutes, so the work can be split across two calls:
-#   WORK=DIR STAGE=mamba   builds mamba-ssm only (wheel kept in DIR, a path that survives
-#                          between calls on a warm machine); a later call with the same WORK
-#                          skips every build whose wheel is already there.
+# The work can be split across runs:
+#   WORK=DIR STAGE=mamba   builds mamba-ssm only (its wheel kept in DIR); a later run with the
+#                          same WORK skips every build whose wheel is already there.
 set -uo pipefail
 # The machine's Python needs ninja (wheelsmith refuses a CUDA build without it); offline:
 #   python3 -m pip install --no-index --find-links DIR ninja auditwheel

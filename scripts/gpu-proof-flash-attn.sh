@@ -1,31 +1,33 @@
 #!/usr/bin/env bash
-# flash-attn 2.8.3 on the GPU machine: built in time-limited runs that resume (issue 19), then
+# flash-attn 2.8.3 on a GPU machine: built in time-limited runs that resume (issue 19), then
 # proven. wheelsmith runs from this checkout with the machine's own torch and nvcc
-# (--toolchain system); the machine has no network, so .carry/ brings the sdist and upstream's
-# tests/test_flash_attn.py of v2.8.3 (`git show v2.8.3:tests/test_flash_attn.py`).
+# (--toolchain system); the machine has no network, so INPUTS=DIR holds the sdist
+# (flash_attn-2.8.3.tar.gz) and upstream's tests/test_flash_attn.py of v2.8.3
+# (`git show v2.8.3:tests/test_flash_attn.py`).
 #
 #   scripts/gpu-proof-flash-attn.sh build ARCH OUT   one run of at most $LIMIT seconds (540);
 #                                                    run it again and it resumes
 #   scripts/gpu-proof-flash-attn.sh prove ARCH OUT   cuobjdump, wheelsmith verify, the GPU
 #                                                    smoke, and upstream's tests (a subset)
+#   scripts/gpu-proof-flash-attn.sh pack ARCH OUT    the work directory, as xz parts of at most
+#                                                    15.5 MB, to resume on another machine
 #
-# A device machine keeps its work tree only while it is held, so a build spread over sessions
-# moves its work directory along: `pack ARCH OUT` writes it to OUT as xz parts (<= 15.5 MB each,
-# the size files may come back in); put them together as .carry/fa-ARCH-workdir.tar.xz, and
-# `build` unpacks it into build/wheelsmith/ before the first run on a fresh machine (the same
-# checkout path, /work/main, so ninja's absolute paths and log still match and it resumes).
+# To resume on another machine, join the parts as INPUTS/fa-ARCH-workdir.tar.xz: `build`
+# unpacks it into build/wheelsmith/ before its first run there. The checkout must be at the same
+# path on both, so that ninja's absolute paths and log still match.
 #
 # OUT gets the logs: build-ARCH.log (every run appended), result-ARCH.json, memory-ARCH.txt
 # (the build's peak memory), cuobjdump-ARCH.txt, verify-ARCH.txt, upstream-ARCH.txt.
 set -euo pipefail
 step=$1 arch=$2 out=$3
+inputs=$(realpath -m "${INPUTS:?INPUTS=DIR: the sdist and upstream's test file}")
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 export PYTHONPATH=$repo/src PYTHONUNBUFFERED=1
 sha=1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d
 cache=${WHEELSMITH_CACHE:-$HOME/.cache/wheelsmith}/downloads/${sha:0:2}
 mkdir -p "$cache" "$out"
-[ -f "$cache/$sha" ] || cp .carry/flash_attn-2.8.3.tar.gz "$cache/$sha"
+[ -f "$cache/$sha" ] || cp "$inputs/flash_attn-2.8.3.tar.gz" "$cache/$sha"
 wheels=build/flash-attn-out
 
 sample_memory() {  # used memory (MemTotal - MemAvailable, GiB) every 5 s, to stdout
@@ -42,7 +44,7 @@ objects_done() {  # finished objects in ninja's log of the kept build tree
 
 case $step in
 build)
-  packed=.carry/fa-$arch-workdir.tar.xz
+  packed=$inputs/fa-$arch-workdir.tar.xz
   if [ -f "$packed" ] && ! ls -d build/wheelsmith/flash-attn-2.8.3-* >/dev/null 2>&1; then
     mkdir -p build/wheelsmith && tar -C build/wheelsmith -xJf "$packed"
     echo "=== unpacked $packed (checkout at $repo)" >> "$out/build-$arch.log"
@@ -78,7 +80,7 @@ prove)
   # bf16 (the other axes at one value each); CUDA_DISABLE_PTX_JIT=1: only the SASS may run
   # SUBSET=wide keeps every value of the other axes too (head dims still 64 and 128) and adds
   # the varlen tests: a longer run (stopped at 480 s; the dots show how far it got)
-  python3 - .carry/test_flash_attn.py "$site/test_flash_attn_subset.py" "${SUBSET:-narrow}" <<'EOF'
+  python3 - "$inputs/test_flash_attn.py" "$site/test_flash_attn_subset.py" "${SUBSET:-narrow}" <<'EOF'
 import re, sys
 text = open(sys.argv[1]).read()
 one = {"deterministic": "[False]", "alibi": "[False]", "local": "[False]", "dropout_p": "[0.0]",

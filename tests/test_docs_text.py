@@ -1,6 +1,7 @@
 """The documentation's text. No machine's own directories under docs/: committed logs name the
-checkout, the home directory and scratch directories by placeholders ($CHECKOUT, $HOME, $OUT,
-$WORK, $TMPDIR); the detector is itself tested on generated paths in generated surroundings. No
+checkout, the home directory, scratch directories and a machine's own Python environment by
+placeholders ($CHECKOUT, $HOME, $OUT, $WORK, $TMPDIR, $VENV); the detector is itself tested on
+generated paths in generated surroundings. No
 diary of how the work went anywhere in the repository. A README of two screens, with the
 delimited blocks that a script rewrites."""
 
@@ -18,18 +19,28 @@ from hypothesis import strategies as st
 from tests.conftest import REPO
 
 # Absolute paths that belong to one machine: home directories, checkouts, scratch directories.
-MACHINE_ROOTS = ("home", "root", "Users", "work", "tmp", "var/tmp")
-# Fixed paths the product itself uses, the same on every machine (docs/reproducibility.md).
-PRODUCT_PATHS = ("/tmp/wheelsmith-view",)
+MACHINE_ROOTS = ("home", "root", "Users", "work", "workspace", "tmp", "var/tmp", "scratch",
+                 "mnt", "nfs")
+# A Python environment of one machine, wherever it lies (/opt/torch/.venv, /usr/local/venv,
+# ~/miniconda3): a directory of one of these names anywhere in an absolute path.
+ENV_DIRS = (".venv", "venv", ".virtualenvs", "virtualenvs", ".pyenv", ".conda", "miniconda3",
+            "anaconda3", "miniforge3", "mambaforge")
+# Fixed paths the product itself uses, the same on every machine (docs/reproducibility.md; the
+# image's venv and cache).
+PRODUCT_PATHS = ("/tmp/wheelsmith-view", "/opt/wheelsmith/")
 _BEFORE = r"(?:^|(?<=[\s`'\"(\[=:,<>|])|(?<=file://))"
-_PATH = re.compile(_BEFORE + r"(/(?:" + "|".join(MACHINE_ROOTS) +
-                   r")(?![\w.-])[^\s`'\")\],;<>|]*)", re.MULTILINE)
+_REST = r"(?![\w.-])[^\s`'\")\],;<>|]*"
+_PATH = re.compile(_BEFORE + r"(/(?:" + "|".join(MACHINE_ROOTS) + r")" + _REST + ")",
+                   re.MULTILINE)
+_ENV = re.compile(_BEFORE + r"(/(?:[\w.+-]+/)*(?:" + "|".join(map(re.escape, ENV_DIRS)) + r")" +
+                  _REST + ")", re.MULTILINE)
 
 
 def machine_paths(text: str) -> list[str]:
-    """The absolute home, checkout or scratch paths in `text` (product paths excepted)."""
-    found = [m[1] for m in _PATH.finditer(text)]
-    return [p for p in found if not p.startswith(PRODUCT_PATHS)]
+    """The absolute home, checkout, scratch or Python-environment paths in `text` (product
+    paths excepted)."""
+    found = [m[1] for m in _PATH.finditer(text)] + [m[1] for m in _ENV.finditer(text)]
+    return list(dict.fromkeys(p for p in found if not p.startswith(PRODUCT_PATHS)))
 
 
 def doc_files() -> list[Path]:
@@ -44,7 +55,7 @@ def test_no_file_under_docs_names_a_machine_path() -> None:
         for number, line in enumerate(text.splitlines(), 1):
             bad = machine_paths(line) + [d for d in here if len(d) > 1 and d + "/" in line]
             found += [f"{path.relative_to(REPO)}:{number}: {p}" for p in bad]
-    assert not found, "machine paths (use $CHECKOUT, $HOME, $OUT, $WORK, $TMPDIR):\n" + (
+    assert not found, "machine paths (use $CHECKOUT, $HOME, $OUT, $WORK, $TMPDIR, $VENV):\n" + (
         "\n".join(found[:40]))
 
 
@@ -66,10 +77,31 @@ def test_the_detector_finds_a_machine_path_wherever_it_stands(
     assert path in machine_paths(text), text
 
 
+@given(parents=st.lists(SEGMENT, max_size=3), env=st.sampled_from(ENV_DIRS),
+       segments=st.lists(SEGMENT, max_size=3), context=CONTEXT, before=PROSE, after=PROSE)
+def test_the_detector_finds_a_python_environment_of_one_machine_wherever_it_lies(
+        parents: list[str], env: str, segments: list[str], context: tuple[str, str],
+        before: str, after: str) -> None:
+    path = "/" + "/".join([*parents, env, *segments])
+    if path.startswith(PRODUCT_PATHS):
+        return
+    text = f"{before} {context[0]}{path}{context[1]}{after}"
+    assert path in machine_paths(text), text
+
+
+def test_the_detector_finds_the_venv_of_the_many_cores_logs_and_not_the_images() -> None:
+    assert machine_paths("python3  /opt/torch/.venv/bin/python3 -m pip") == [
+        "/opt/torch/.venv/bin/python3"]
+    assert machine_paths("-I /opt/wheelsmith/venv/lib/python3.11/site-packages") == []
+    assert machine_paths("`$VENV/bin/python3`, .venv/bin/pytest, $CHECKOUT/.venv/bin/x") == []
+
+
 @given(segments=st.lists(SEGMENT, min_size=1, max_size=4), context=CONTEXT,
-       placeholder=st.sampled_from(["$CHECKOUT", "$HOME", "$OUT", "$WORK", "$TMPDIR", "~",
-                                    "build", "../work", "http://127.0.0.1:8080/tmp",
-                                    "/tmp/wheelsmith-view", "/usr/local/cuda", "/opt/wheelsmith"]))
+       placeholder=st.sampled_from(["$CHECKOUT", "$HOME", "$OUT", "$WORK", "$TMPDIR", "$VENV",
+                                    "~", "build", "../work", ".venv", "build/.venv",
+                                    "http://127.0.0.1:8080/tmp", "http://host/venv",
+                                    "/tmp/wheelsmith-view", "/usr/local/cuda", "/opt/wheelsmith",
+                                    "/opt/wheelsmith/venv"]))
 def test_placeholders_relative_paths_urls_and_product_paths_pass(
         segments: list[str], context: tuple[str, str], placeholder: str) -> None:
     text = f"see {context[0]}{placeholder}/{'/'.join(segments)}{context[1]} there"

@@ -1,4 +1,4 @@
-"""`matrix`, `nightly`, `outdated`."""
+"""`matrix`, `nightly`, `support-table`, `outdated`."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from wheelsmith.cli._common import (
     writable,
 )
 from wheelsmith.errors import NightlyError, UsageError
-from wheelsmith.fleet import matrix, nightly, outdated, report
+from wheelsmith.fleet import matrix, nightly, outdated, report, support
 from wheelsmith.index import upload
 from wheelsmith.recipes import repos
 from wheelsmith.recipes.model import load_recipe
@@ -80,6 +80,9 @@ def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
 @click.option("--report", "report_dir", type=click.Path(path_type=Path),
               default=Path("build/nightly"), show_default=True,
               help="Where nightly.json, nightly.md and junit.xml go.")
+@click.option("--where", "where", metavar="TEXT",
+              help="Where this runs, as the reports and the support table name it (e.g. "
+                   "'an H200, 16 cores'; default: this machine's cores and CPU, '2-core x86_64').")
 @click.option("--publish/--no-publish", default=True, show_default=True,
               help="Publish each wheel that passed to --index.")
 @click.option("--published", "published", multiple=True, metavar="URL",
@@ -101,7 +104,7 @@ def matrix_command(matrix_file: Path | None, fmt: str, shards: int) -> None:
                    "and resumes from them on the next run with the same --work-dir.")
 @click.option("--cell-drain", type=DRAIN_SECONDS, metavar="SECONDS", help=DRAIN_HELP)
 def nightly_command(matrix_file: Path | None, python: str | None, shard: str | None,
-                    report_dir: Path, publish: bool, published: tuple[str, ...],
+                    report_dir: Path, where: str | None, publish: bool, published: tuple[str, ...],
                     index_dir: Path, out_dir: Path,
                     work_dir: Path, jobs: int | None, compile_cache: str | None,
                     runner: str, cell_time_limit: float | None,
@@ -125,7 +128,7 @@ def nightly_command(matrix_file: Path | None, python: str | None, shard: str | N
                                 published=published)
     with console.TerminalReporter() as reporter:
         results = nightly.run(cells, settings, reporter)
-    written = report.write(report_dir, results, shard=shard)
+    written = report.write(report_dir, results, shard=shard, where=where)
     counts = report.summary(results)
     partial = f", {counts['partial']} partial" if counts["partial"] else ""
     click.echo(f"{counts['built']} built, {counts['skipped']} skipped{partial}, "
@@ -144,6 +147,23 @@ def _published(values: tuple[str, ...]) -> tuple[str, ...]:
                              hint="put {channel} where the channel's index is, e.g. "
                                   "http://HOST/USER/{channel}/+simple/")
     return values
+
+
+@main.command("support-table")
+@click.argument("reports", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--readme", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help=f"Rewrite the table between the {support.BEGIN} and {support.END} lines of "
+                   "this file in place (default: print it).")
+def support_table_command(reports: tuple[Path, ...], readme: Path | None) -> None:
+    """Render the support table (recipes x toolchain profiles) from nightly reports: each
+    REPORT a nightly.json, a nightly's --report directory, or a directory of reports."""
+
+    table = support.render_files(reports)
+    if readme is None:
+        click.echo(table, nl=False)
+        return
+    changed = support.rewrite_file(readme, table)
+    click.echo(f"{readme}: the support table {'rewritten' if changed else 'was already this'}")
 
 
 @main.command("outdated")

@@ -1,9 +1,12 @@
 """Nightly reports: versioned JSON (for tools), Markdown (a CI job summary) and JUnit XML
-(CI test views), written atomically into one directory."""
+(CI test views), written atomically into one directory. Each names where it ran (`--where`,
+else this machine's CPU and cores): the support table (support.py) shows it beside each
+result."""
 
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from collections import Counter
 from datetime import datetime, timezone
@@ -13,8 +16,14 @@ from typing import Any
 from wheelsmith import __version__
 from wheelsmith.files import atomic_write_text
 from wheelsmith.fleet.nightly import CellResult
+from wheelsmith.toolchain.platform import host_machine
 
-SCHEMA = 1
+SCHEMA = 2  # 2: `where`
+
+
+def this_machine() -> str:
+    """Where a report ran when --where does not say: `2-core x86_64`."""
+    return f"{len(os.sched_getaffinity(0))}-core {host_machine()}"
 
 
 def summary(results: list[CellResult]) -> dict[str, int]:
@@ -23,11 +32,12 @@ def summary(results: list[CellResult]) -> dict[str, int]:
             "failed": counts["failed"], "total": len(results)}
 
 
-def as_json(results: list[CellResult], *, shard: str | None) -> dict[str, Any]:
+def as_json(results: list[CellResult], *, shard: str | None, where: str) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "tool": f"wheelsmith {__version__}",
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "where": where,
         "shard": shard,
         "summary": summary(results),
         "cells": [{**r.cell.as_dict(), "status": r.status, "reason": r.reason,
@@ -37,13 +47,13 @@ def as_json(results: list[CellResult], *, shard: str | None) -> dict[str, Any]:
     }
 
 
-def as_markdown(results: list[CellResult], *, shard: str | None) -> str:
+def as_markdown(results: list[CellResult], *, shard: str | None, where: str) -> str:
     counts = summary(results)
     icon = {"built": "✅ built", "skipped": "⏭️ skipped", "partial": "⏸️ partial",
             "failed": "❌ failed"}
     lines = [f"## wheelsmith nightly{f' (shard {shard})' if shard else ''}", "",
              f"{counts['built']} built, {counts['skipped']} skipped, {counts['partial']} partial, "
-             f"{counts['failed']} failed of {counts['total']} cells", "",
+             f"{counts['failed']} failed of {counts['total']} cells, on {where}", "",
              "| cell | status | time | wheel | size | SASS | reason |",
              "|---|---|---|---|---|---|---|"]
     for r in results:
@@ -70,11 +80,14 @@ def as_junit(results: list[CellResult]) -> str:
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def write(directory: Path, results: list[CellResult], *, shard: str | None) -> list[Path]:
+def write(directory: Path, results: list[CellResult], *, shard: str | None,
+          where: str | None = None) -> list[Path]:
+    """The three reports; `where` None: this machine (this_machine)."""
     directory.mkdir(parents=True, exist_ok=True)
+    where = where or this_machine()
     outputs = {
-        "nightly.json": json.dumps(as_json(results, shard=shard), indent=2) + "\n",
-        "nightly.md": as_markdown(results, shard=shard),
+        "nightly.json": json.dumps(as_json(results, shard=shard, where=where), indent=2) + "\n",
+        "nightly.md": as_markdown(results, shard=shard, where=where),
         "junit.xml": as_junit(results),
     }
     for name, text in outputs.items():
