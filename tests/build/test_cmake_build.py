@@ -82,6 +82,18 @@ def test_a_package_that_ignores_the_arch_list_is_stopped_before_compiling(
     assert not (project / "wheelhouse").exists() or not list((project / "wheelhouse").iterdir())
 
 
+def test_a_cmake_error_is_named_with_its_file_and_line(project: Path, toolchain: Toolchain) -> None:
+    """CMake's own error, not only 'exit code 1, read the full log': its file:line and its
+    message over several lines as one."""
+    cmake_variant(project, "tiny-cmake-broken", (
+        "add_library(", 'message(FATAL_ERROR "this package needs\n  a newer thing")\nadd_library('))
+    result = wheelsmith("build", "tiny-cmake-broken", "--arch", "12.0", "--check", cwd=project)
+    assert result.returncode == 9, result.stderr[-3000:]
+    error = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
+    assert error.endswith("; the compiler's first error: csrc/CMakeLists.txt:3: error: this "
+                          "package needs a newer thing"), error
+
+
 @pytest.mark.build
 def test_a_cmake_build_gives_a_verified_wheel_compiled_through_the_same_machinery(
         project: Path, toolchain: Toolchain) -> None:

@@ -47,8 +47,22 @@ def gcc_fatal(path: str, line: int, col: int, what: str) -> tuple[str, str]:
     return f"{path}:{line}:{col}: fatal error: {what}", f"{path}:{line}:{col}: error: {what}"
 
 
+def cmake_at(path: str, line: int, _col: int, what: str) -> tuple[str, str]:
+    """CMake's configure error: its message on indented lines (wrapped), then a blank line."""
+    words = what.split()
+    wrapped = "\n".join(f"  {' '.join(words[i:i + 4])}" for i in range(0, len(words), 4))
+    return (f"CMake Error at {path}:{line} (message):\n{wrapped}\n",
+            f"{path}:{line}: error: {' '.join(words)}")
+
+
+def cmake_in(path: str, _line: int, _col: int, what: str) -> tuple[str, str]:
+    """CMake's generate-step error names a file and no line."""
+    return f"CMake Error in {path}:\n  {what}\n", f"{path}: error: {' '.join(what.split())}"
+
+
 ERRORS = st.builds(lambda form, path, line, col, what: form(path, line, col, what),
-                   st.sampled_from([gcc_error, nvcc_error, edg_numbered, gcc_fatal]),
+                   st.sampled_from([gcc_error, nvcc_error, edg_numbered, gcc_fatal, cmake_at,
+                                    cmake_in]),
                    st.lists(NAMES, min_size=1, max_size=4).map(
                        lambda parts: "/".join(parts) + ".cuh"),
                    st.integers(1, 99999), st.integers(1, 300), MESSAGES)
@@ -69,6 +83,8 @@ def test_an_error_without_a_place_is_given_only_when_none_has_one(before: list[s
     assert first_error("\n".join([*before, fatal])) == fatal
     assert first_error("\n".join([*before, fatal, "a.cu(3): error: x"])) == "a.cu:3: error: x"
     assert first_error("\n".join(before)) is None
+    cmake = "CMake Error: Could not find CMAKE_ROOT !!!"
+    assert first_error("\n".join([*before, cmake])) == cmake
 
 
 def ninja_text(build: Path, units: list[tuple[str, str]]) -> str:

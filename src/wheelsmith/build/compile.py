@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import glob
 import logging
 import re
 import shutil
@@ -286,6 +287,7 @@ def sample_failed(exc: CompileError, what: str, source: Path, log_path: Path) ->
 
 
 _UPWARD_RE = re.compile(r"(?<![\w/.])((?:\.\./)+[^\s:()]+)")  # ../../csrc/k.cuh
+_PLACE_RE = re.compile(r"([^/\s:][^\s:]*):(?:\d+:)*\s*error: ")  # a relative file:line: error:
 
 
 def in_tree(text: str, source: Path, view: PathView | None) -> str:
@@ -302,7 +304,20 @@ def in_tree(text: str, source: Path, view: PathView | None) -> str:
                 return str(path.relative_to(tree))
         return match[0]
 
-    return _UPWARD_RE.sub(from_build_dir, text)
+    return in_subproject(_UPWARD_RE.sub(from_build_dir, text), tree)
+
+
+def in_subproject(text: str, tree: Path) -> str:
+    """A place relative to a directory below the tree, as CMake names the files of a project
+    whose CMakeLists.txt is not at the top (natten's csrc/), named from the tree's top: the
+    shallowest file of the tree that ends in it (build directories aside)."""
+    match = _PLACE_RE.match(text)
+    if not match or (tree / match[1]).exists():
+        return text
+    found = sorted((p for p in tree.glob(f"*/**/{glob.escape(match[1])}")
+                    if p.is_file() and "build" not in p.relative_to(tree).parts),
+                   key=lambda p: (len(p.parts), str(p)))
+    return f"{found[0].relative_to(tree)}{text[match.end(1):]}" if found else text
 
 
 def configured_result(records: tuple[dict[str, Any], ...], log_path: Path,

@@ -138,20 +138,31 @@ _GCC_ERROR_RE = re.compile(r"^(?P<file>[^\s:][^:\n]*):(?P<line>\d+)(?::(?P<col>\
                            r"(?:fatal )?error: (?P<what>.*)$", re.MULTILINE)
 _EDG_ERROR_RE = re.compile(r"^(?P<file>[^\s(][^(\n]*)\((?P<line>\d+)\): (?:catastrophic )?"
                            r"error(?: #[\w-]+)?: (?P<what>.*)$", re.MULTILINE)
+# CMake's: `CMake Error at CMakeLists.txt:12 (message):` (configure) or `CMake Error in
+# CMakeLists.txt:` (generate), its message on the indented lines after it (paragraphs too)
+_CMAKE_ERROR_RE = re.compile(r"^CMake Error (?:at (?P<file>[^\n:]+):(?P<line>\d+)"
+                             r"(?: \([^)\n]*\))?|in (?P<infile>[^\n:]+)):[ \t]*\n"
+                             r"(?P<what>(?:[ \t]+\S.*\n?|\n(?=[ \t]+\S))+)", re.MULTILINE)
 # where no file is to blame: `nvcc fatal   : Unsupported gpu architecture 'compute_53'`
 _PLACELESS_ERROR_RE = re.compile(r"^(?:nvcc fatal\s*: .*|\S*(?:c\+\+|g\+\+|gcc|cc1plus): "
-                                 r"(?:fatal )?error: .*)$", re.MULTILINE)
+                                 r"(?:fatal )?error: .*|CMake Error: .*)$", re.MULTILINE)
 
 
 def first_error(output: str) -> str | None:
-    """The first error a compiler printed in `output`, as `file:line[:col]: error: what`
-    (nvcc's `file(line)` written the same way); a placeless one (`nvcc fatal : ...`) only when
-    no error names a place; None when there is neither."""
-    placed = [m for m in (*_GCC_ERROR_RE.finditer(output), *_EDG_ERROR_RE.finditer(output))]
+    """The first error a compiler or CMake printed in `output`, as `file:line[:col]: error:
+    what` (nvcc's `file(line)` and CMake's `CMake Error at file:line` written the same way, a
+    message over several lines joined into one); a placeless one (`nvcc fatal : ...`,
+    `CMake Error: ...`) only when no error names a place; None when there is neither."""
+    placed = [*_GCC_ERROR_RE.finditer(output), *_EDG_ERROR_RE.finditer(output),
+              *_CMAKE_ERROR_RE.finditer(output)]
     if placed:
         first = min(placed, key=lambda m: m.start())
-        where = ":".join(filter(None, (first["file"], first["line"], first.groupdict().get("col"))))
-        return f"{where}: error: {first['what'].strip()}"
+        found = first.groupdict()
+        where = ":".join(filter(None, (found["file"] or found.get("infile"), found["line"],
+                                       found.get("col"))))
+        said = " ".join(first["what"].split()) if first.re is _CMAKE_ERROR_RE else \
+            first["what"].strip()
+        return f"{where}: error: {said}"
     placeless = _PLACELESS_ERROR_RE.search(output)
     return placeless[0].strip() if placeless else None
 
