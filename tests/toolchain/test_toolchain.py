@@ -77,11 +77,12 @@ def test_profile_with_a_loose_pin_is_refused(tmp_path: Path) -> None:
     bad = tmp_path / "cu130-torch2.14.yaml"
     text = DEFAULT_PROFILE.read_text()
     line = text[:text.index("ninja==1.13.2")].count("\n") + 1  # where the pin is
+    item = load_profile(DEFAULT_PROFILE).requirements.index("ninja==1.13.2")
     bad.write_text(text.replace("ninja==1.13.2", "ninja>=1.11"))
     with pytest.raises(RecipeError) as caught:
         load_profile(bad)
     assert [p.render() for p in caught.value.problems] == [
-        f"{bad}:{line}:3: 'requirements[15]' must be an exact pin, NAME==VERSION, optionally "
+        f"{bad}:{line}:3: 'requirements[{item}]' must be an exact pin, NAME==VERSION, optionally "
         "'; python_version == \"3.X\"'; got 'ninja>=1.11'"]
 
 
