@@ -45,6 +45,7 @@ class Reply:
     size: int | None = None
     hang: bool = False
     raw: bytes | None = None  # sent as it is instead of an HTTP answer (dripped with `drip`)
+    again: float | None = None  # `raw` sent again every `again` seconds until the server stops
 
 
 def reply_500(_: str) -> Reply:
@@ -159,6 +160,8 @@ class HostileServer:
             return
         if reply.raw is not None:
             self._drip(conn, reply.raw, reply.drip)
+            while reply.again is not None and not self._stop.wait(reply.again):
+                conn.sendall(reply.raw)
             return
         length = reply.size if reply.size is not None else len(reply.body)
         head = [f"HTTP/1.1 {reply.status} X", f"Content-Length: {length}", "Connection: close",
@@ -200,6 +203,60 @@ def garbage(data: bytes) -> Callable[[str], Reply]:
     def reply(_: str) -> Reply:
         return Reply(raw=data)
     return reply
+
+
+def redirect(location: str, status: int = 302) -> Callable[[str], Reply]:
+    """A redirect to `location`, whatever it is (latin-1 text: a header carries no more)."""
+    def reply(_: str) -> Reply:
+        return Reply(status, b"", (("Location", location),))
+    return reply
+
+
+def endless_continue(_: str) -> Reply:
+    """`100 Continue` interim answers, one every 10 ms, and never a final one."""
+    return Reply(raw=b"HTTP/1.1 100 Continue\r\n\r\n", again=0.01)
+
+
+# Answers no HTTP reader may take (red team: each was a traceback, or held a command past its
+# deadline): what the one client (untrusted/web.py) says of each, after the URL.
+NOT_HTTP_MODES: Mapping[str, Callable[[str], Reply]] = {
+    "a redirect to a port that is no number": redirect("http://127.0.0.1:abc/x/"),
+    "a redirect to a port over 65535": redirect("http://127.0.0.1:99999/x/"),
+    "a redirect to an unclosed IPv6 literal": redirect("http://[::1/x/"),
+    "a header line over 64 KiB": garbage(b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70_000 +
+                                         b"\r\n\r\n"),
+    "200 headers": garbage(b"HTTP/1.1 200 OK\r\n" + b"X: a\r\n" * 200 + b"\r\n"),
+    "no status line": garbage(b"no status line, no headers"),
+    "drips its head": drips_its_head(0.5),
+    "endless 100 Continue": endless_continue,
+}
+NOT_HTTP_HINT = "hint: check that the URL names an HTTP server, and the server"
+REDIRECT_HINT = ("hint: a server may send a reader only to another valid http(s) URL; nothing "
+                 "was read there: check the URL and the server")
+SLOW_HINT = ("hint: the server is down, overloaded or holds the connection open without "
+             "answering: check it, then try again")
+NOT_HTTP_SAID: Mapping[str, tuple[str, str]] = {  # the error after `URL: `, and its hint
+    "a redirect to a port that is no number": (
+        "its redirect (HTTP 302): 'http://127.0.0.1:abc/x/' is not a valid URL (its port "
+        "'abc' is not a number from 1 to 65535)", REDIRECT_HINT),
+    "a redirect to a port over 65535": (
+        "its redirect (HTTP 302): 'http://127.0.0.1:99999/x/' is not a valid URL (its port "
+        "'99999' is not a number from 1 to 65535)", REDIRECT_HINT),
+    "a redirect to an unclosed IPv6 literal": (
+        "its redirect (HTTP 302): 'http://[::1/x/' is not a valid URL (its host in brackets "
+        "is not an IPv6 address)", REDIRECT_HINT),
+    "a header line over 64 KiB": (
+        "did not answer with valid HTTP (LineTooLong: got more than 65536 bytes when reading "
+        "header line)", NOT_HTTP_HINT),
+    "200 headers": ("did not answer with valid HTTP (HTTPException: got more than 100 headers)",
+                    NOT_HTTP_HINT),
+    "no status line": ("did not answer with valid HTTP (BadStatusLine: no status line, no headers)",
+                       NOT_HTTP_HINT),
+    "drips its head": ("did not finish answering within {seconds} s", SLOW_HINT),
+    "endless 100 Continue": ("did not finish answering within {seconds} s", SLOW_HINT),
+}
+QUICK_NOT_HTTP = sorted(mode for mode, (said, _) in NOT_HTTP_SAID.items()
+                        if "{seconds}" not in said)
 
 
 # What a Python 3.11 with torch 2.14.1+cu130 on an sm_120 GPU answers the probe

@@ -29,6 +29,8 @@ from wheelsmith.untrusted import Bounds
 from wheelsmith.untrusted.urls import read_url
 
 BOUNDS = Bounds(max_bytes=1 << 20, seconds=2.0)
+REDIRECT_HINT = ("a server may send a reader only to another valid http(s) URL; nothing was "
+                 "read there: check the URL and the server")
 SECRET = Path(__file__)  # a local file a redirect to file:// would read
 
 LATIN = st.characters(max_codepoint=255, blacklist_characters="\r\n")
@@ -77,14 +79,12 @@ def _answering(raw: bytes) -> HostileServer:
 SAID = {  # an answer, and what install says of it
     "a redirect to a local file": (
         "HTTP/1.1 302 Found\r\nLocation: file:///etc/passwd\r\n\r\n",
-        "redirects to file:///etc/passwd (HTTP 302), which is not an http(s) URL",
-        "a server may send a reader only to another http(s) URL; nothing was read there: "
-        "check the URL and the server"),
+        "its redirect (HTTP 302): 'file:///etc/passwd' is not an http or https URL",
+        REDIRECT_HINT),
     "a redirect to ftp": (
         "HTTP/1.1 301 Moved\r\nLocation: ftp://127.0.0.1/x\r\n\r\n",
-        "redirects to ftp://127.0.0.1/x (HTTP 301), which is not an http(s) URL",
-        "a server may send a reader only to another http(s) URL; nothing was read there: "
-        "check the URL and the server"),
+        "its redirect (HTTP 301): 'ftp://127.0.0.1/x' is not an http or https URL",
+        REDIRECT_HINT),
     "a redirect without a Location": (
         "HTTP/1.1 302 Found\r\nContent-Length: 0\r\n\r\n",
         "answered HTTP 302 without saying where to",
