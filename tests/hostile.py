@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import json
 import os
 import socket
@@ -24,6 +25,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
+
+from hypothesis import strategies as st
+
+from wheelsmith.untrusted.text import clip
 
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
@@ -385,3 +390,29 @@ def sentinel(root: Path) -> Iterator[Sentinel]:
     guard = Sentinel(root)
     yield guard
     assert guard.changes() == [], f"written outside the roots: {guard.changes()}"
+
+
+# Hosts and ports no connection can take, as a server may write them into a Location, a
+# link's href or a file's url (latin-1: what a header carries), and why each is refused.
+PORTS = st.sampled_from(["abc", "99999", "65536", "0", "-1", "+80", "\xb2", "8 0", "1e3"]) | \
+    st.integers(65536, 10**30).map(str) | \
+    st.text(st.characters(max_codepoint=255, blacklist_categories=["Cc"],
+                          blacklist_characters="/?#@[]"),
+            min_size=1, max_size=6).filter(lambda port: not (port.isascii() and port.isdigit()))
+BRACKETED = st.sampled_from(["[::1", "[bad", "[zz]", "[:::]", "[1.2.3.4]", "[]",
+                             "[::g]", "[v1.x]"]) | \
+    st.text("0123456789abcdefg:.", max_size=12).filter(
+        lambda text: ":" not in text or not _ipv6(text)).map(lambda text: f"[{text}]")
+BAD_URLS = st.one_of(
+    PORTS.map(lambda port: (f"http://127.0.0.1:{port}/x/",
+                            f"its port '{clip(port, 20)}' is not a number from 1 to 65535")),
+    BRACKETED.map(lambda host: (f"http://{host}/x/",
+                                "its host in brackets is not an IPv6 address")))
+
+
+def _ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
