@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import json
 import os
 import socket
@@ -24,6 +25,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
+
+from hypothesis import strategies as st
+
+from wheelsmith.untrusted.text import clip
 
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
@@ -45,6 +50,7 @@ class Reply:
     size: int | None = None
     hang: bool = False
     raw: bytes | None = None  # sent as it is instead of an HTTP answer (dripped with `drip`)
+    again: float | None = None  # `raw` sent again every `again` seconds until the server stops
 
 
 def reply_500(_: str) -> Reply:
@@ -159,6 +165,8 @@ class HostileServer:
             return
         if reply.raw is not None:
             self._drip(conn, reply.raw, reply.drip)
+            while reply.again is not None and not self._stop.wait(reply.again):
+                conn.sendall(reply.raw)
             return
         length = reply.size if reply.size is not None else len(reply.body)
         head = [f"HTTP/1.1 {reply.status} X", f"Content-Length: {length}", "Connection: close",
@@ -200,6 +208,60 @@ def garbage(data: bytes) -> Callable[[str], Reply]:
     def reply(_: str) -> Reply:
         return Reply(raw=data)
     return reply
+
+
+def redirect(location: str, status: int = 302) -> Callable[[str], Reply]:
+    """A redirect to `location`, whatever it is (latin-1 text: a header carries no more)."""
+    def reply(_: str) -> Reply:
+        return Reply(status, b"", (("Location", location),))
+    return reply
+
+
+def endless_continue(_: str) -> Reply:
+    """`100 Continue` interim answers, one every 10 ms, and never a final one."""
+    return Reply(raw=b"HTTP/1.1 100 Continue\r\n\r\n", again=0.01)
+
+
+# Answers no HTTP reader may take (red team: each was a traceback, or held a command past its
+# deadline): what the one client (untrusted/web.py) says of each, after the URL.
+NOT_HTTP_MODES: Mapping[str, Callable[[str], Reply]] = {
+    "a redirect to a port that is no number": redirect("http://127.0.0.1:abc/x/"),
+    "a redirect to a port over 65535": redirect("http://127.0.0.1:99999/x/"),
+    "a redirect to an unclosed IPv6 literal": redirect("http://[::1/x/"),
+    "a header line over 64 KiB": garbage(b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70_000 +
+                                         b"\r\n\r\n"),
+    "200 headers": garbage(b"HTTP/1.1 200 OK\r\n" + b"X: a\r\n" * 200 + b"\r\n"),
+    "no status line": garbage(b"no status line, no headers"),
+    "drips its head": drips_its_head(0.5),
+    "endless 100 Continue": endless_continue,
+}
+NOT_HTTP_HINT = "hint: check that the URL names an HTTP server, and the server"
+REDIRECT_HINT = ("hint: a server may send a reader only to another valid http(s) URL; nothing "
+                 "was read there: check the URL and the server")
+SLOW_HINT = ("hint: the server is down, overloaded or holds the connection open without "
+             "answering: check it, then try again")
+NOT_HTTP_SAID: Mapping[str, tuple[str, str]] = {  # the error after `URL: `, and its hint
+    "a redirect to a port that is no number": (
+        "its redirect (HTTP 302): 'http://127.0.0.1:abc/x/' is not a valid URL (its port "
+        "'abc' is not a number from 1 to 65535)", REDIRECT_HINT),
+    "a redirect to a port over 65535": (
+        "its redirect (HTTP 302): 'http://127.0.0.1:99999/x/' is not a valid URL (its port "
+        "'99999' is not a number from 1 to 65535)", REDIRECT_HINT),
+    "a redirect to an unclosed IPv6 literal": (
+        "its redirect (HTTP 302): 'http://[::1/x/' is not a valid URL (its host in brackets "
+        "is not an IPv6 address)", REDIRECT_HINT),
+    "a header line over 64 KiB": (
+        "did not answer with valid HTTP (LineTooLong: got more than 65536 bytes when reading "
+        "header line)", NOT_HTTP_HINT),
+    "200 headers": ("did not answer with valid HTTP (HTTPException: got more than 100 headers)",
+                    NOT_HTTP_HINT),
+    "no status line": ("did not answer with valid HTTP (BadStatusLine: no status line, no headers)",
+                       NOT_HTTP_HINT),
+    "drips its head": ("did not finish answering within {seconds} s", SLOW_HINT),
+    "endless 100 Continue": ("did not finish answering within {seconds} s", SLOW_HINT),
+}
+QUICK_NOT_HTTP = sorted(mode for mode, (said, _) in NOT_HTTP_SAID.items()
+                        if "{seconds}" not in said)
 
 
 # What a Python 3.11 with torch 2.14.1+cu130 on an sm_120 GPU answers the probe
@@ -328,3 +390,29 @@ def sentinel(root: Path) -> Iterator[Sentinel]:
     guard = Sentinel(root)
     yield guard
     assert guard.changes() == [], f"written outside the roots: {guard.changes()}"
+
+
+# Hosts and ports no connection can take, as a server may write them into a Location, a
+# link's href or a file's url (latin-1: what a header carries), and why each is refused.
+PORTS = st.sampled_from(["abc", "99999", "65536", "0", "-1", "+80", "\xb2", "8 0", "1e3"]) | \
+    st.integers(65536, 10**30).map(str) | \
+    st.text(st.characters(max_codepoint=255, blacklist_categories=["Cc"],
+                          blacklist_characters="/?#@[]"),
+            min_size=1, max_size=6).filter(lambda port: not (port.isascii() and port.isdigit()))
+BRACKETED = st.sampled_from(["[::1", "[bad", "[zz]", "[:::]", "[1.2.3.4]", "[]",
+                             "[::g]", "[v1.x]"]) | \
+    st.text("0123456789abcdefg:.", max_size=12).filter(
+        lambda text: ":" not in text or not _ipv6(text)).map(lambda text: f"[{text}]")
+BAD_URLS = st.one_of(
+    PORTS.map(lambda port: (f"http://127.0.0.1:{port}/x/",
+                            f"its port '{clip(port, 20)}' is not a number from 1 to 65535")),
+    BRACKETED.map(lambda host: (f"http://{host}/x/",
+                                "its host in brackets is not an IPv6 address")))
+
+
+def _ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True

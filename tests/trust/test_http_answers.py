@@ -15,20 +15,27 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from tests.hostile import (
+    BAD_URLS,
     HOSTILE_MODES,
+    NOT_HTTP_MODES,
+    NOT_HTTP_SAID,
     HostileServer,
     Reply,
     answering_python,
     assert_orderly,
     garbage,
+    redirect,
     returned_or_raised,
     run_bounded,
 )
 from wheelsmith.errors import SourceError, UntrustedDataError, WheelsmithError
 from wheelsmith.untrusted import Bounds
+from wheelsmith.untrusted.text import clip
 from wheelsmith.untrusted.urls import read_url
 
 BOUNDS = Bounds(max_bytes=1 << 20, seconds=2.0)
+REDIRECT_HINT = ("a server may send a reader only to another valid http(s) URL; nothing was "
+                 "read there: check the URL and the server")
 SECRET = Path(__file__)  # a local file a redirect to file:// would read
 
 LATIN = st.characters(max_codepoint=255, blacklist_characters="\r\n")
@@ -77,14 +84,12 @@ def _answering(raw: bytes) -> HostileServer:
 SAID = {  # an answer, and what install says of it
     "a redirect to a local file": (
         "HTTP/1.1 302 Found\r\nLocation: file:///etc/passwd\r\n\r\n",
-        "redirects to file:///etc/passwd (HTTP 302), which is not an http(s) URL",
-        "a server may send a reader only to another http(s) URL; nothing was read there: "
-        "check the URL and the server"),
+        "its redirect (HTTP 302): 'file:///etc/passwd' is not an http or https URL",
+        REDIRECT_HINT),
     "a redirect to ftp": (
         "HTTP/1.1 301 Moved\r\nLocation: ftp://127.0.0.1/x\r\n\r\n",
-        "redirects to ftp://127.0.0.1/x (HTTP 301), which is not an http(s) URL",
-        "a server may send a reader only to another http(s) URL; nothing was read there: "
-        "check the URL and the server"),
+        "its redirect (HTTP 301): 'ftp://127.0.0.1/x' is not an http or https URL",
+        REDIRECT_HINT),
     "a redirect without a Location": (
         "HTTP/1.1 302 Found\r\nContent-Length: 0\r\n\r\n",
         "answered HTTP 302 without saying where to",
@@ -149,3 +154,30 @@ def test_install_with_credentials_in_its_index_never_prints_them(tmp_path: Path)
         f"error: {shown}/cu130-torch2.14/simple/causal-conv1d/: answered an HTML page, not a "
         "PEP 691 JSON page")
     assert "Authorization: Basic YWxpY2U6czNjcjN0LXQwa2Vu" in server.heads[0]
+
+
+@given(BAD_URLS)
+def test_a_redirect_no_connection_can_take_is_one_error_naming_the_url(
+        bad: tuple[str, str]) -> None:
+    location, why = bad
+    with HostileServer(redirect(location)) as server, \
+            pytest.raises(UntrustedDataError) as caught:
+        read_url(f"{server.url}/page/", BOUNDS)
+    assert caught.value.message == (
+        f"{server.url}/page/: its redirect (HTTP 302): '{clip(location)}' is not a valid URL "
+        f"({why})")
+    assert server.requests == ["/page/"]
+
+
+@pytest.mark.parametrize("mode", sorted(NOT_HTTP_MODES))
+def test_what_is_no_http_answer_is_one_error_within_the_deadline(mode: str) -> None:
+    """A dripped head and endless `100 Continue` end at the deadline (a timeout for each read
+    never trips on them); a head too long, too many headers or none at all is refused."""
+    start = time.monotonic()
+    with HostileServer(NOT_HTTP_MODES[mode]) as server, \
+            pytest.raises(UntrustedDataError) as caught:
+        read_url(f"{server.url}/page/", BOUNDS)
+    assert time.monotonic() - start < BOUNDS.seconds + 1
+    said, hint = NOT_HTTP_SAID[mode]
+    assert caught.value.message == f"{server.url}/page/: {said.format(seconds=2)}"
+    assert f"hint: {caught.value.hint}" == hint

@@ -14,8 +14,12 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from tests.hostile import (
+    BAD_URLS,
     HOSTILE_MODES,
+    NOT_HTTP_MODES,
+    NOT_HTTP_SAID,
     PROBE_ANSWER,
+    QUICK_NOT_HTTP,
     HostileServer,
     answering_python,
     assert_orderly,
@@ -30,6 +34,7 @@ from wheelsmith.index.offers import offers
 from wheelsmith.recipes.simple import simple_page
 from wheelsmith.toolchain.target import Target
 from wheelsmith.untrusted import name_problem
+from wheelsmith.untrusted.text import clip
 
 CHANNEL = "cu130-torch2.14"
 GIB = 1 << 30
@@ -45,7 +50,10 @@ ANSWERED = {  # what install and recipe new say each quick hostile mode answered
     "huge body": ("answered more than 64 MiB",
                   "nothing wheelsmith reads there is that large: check that the URL is the one "
                   "you mean"),
+    **{mode: (said, hint.removeprefix("hint: ")) for mode, (said, hint) in NOT_HTTP_SAID.items()
+       if mode in QUICK_NOT_HTTP},
 }
+MODES = {**HOSTILE_MODES, **NOT_HTTP_MODES}
 
 
 @pytest.mark.parametrize("mode", sorted(ANSWERED))
@@ -53,7 +61,7 @@ def test_install_says_what_a_hostile_index_answered_not_to_start_it(
         tmp_path: Path, mode: str) -> None:
     python = answering_python(tmp_path / "env" / "python")
     path = f"{CHANNEL}/simple/causal-conv1d/"
-    with HostileServer(HOSTILE_MODES[mode]) as server, sentinel(tmp_path / "outside"):
+    with HostileServer(MODES[mode]) as server, sentinel(tmp_path / "outside"):
         outcome = run_bounded("install", "causal-conv1d", "--python", str(python), "--index",
                               server.url, "--arch", "12.0", cwd=tmp_path, seconds=60,
                               address_space=GIB)
@@ -79,7 +87,7 @@ def test_install_from_an_index_where_nothing_answers_says_to_start_it(tmp_path: 
         "hint: start it (wheelsmith serve), or point --index at it"]
 
 
-@pytest.mark.parametrize("mode", sorted(HOSTILE_MODES))
+@pytest.mark.parametrize("mode", sorted(MODES))
 def test_doctor_reports_on_the_environment_whatever_the_index_does(
         tmp_path: Path, mode: str) -> None:
     """doctor reads the index only to check its fixes (5 s): an index that cannot be read
@@ -88,7 +96,7 @@ def test_doctor_reports_on_the_environment_whatever_the_index_does(
         "dist": "causal-conv1d", "ok": False, "error": "ModuleNotFoundError: x",
         "missing": "causal_conv1d"}}}
     python = answering_python(tmp_path / "env" / "python", answer)
-    with HostileServer(HOSTILE_MODES[mode]) as server:
+    with HostileServer(MODES[mode]) as server:
         outcome = run_bounded("doctor", "--python", str(python), "--index", server.url,
                               cwd=tmp_path, seconds=60, address_space=GIB)
     assert_orderly(outcome, seconds=30)
@@ -99,7 +107,7 @@ def test_doctor_reports_on_the_environment_whatever_the_index_does(
 @pytest.mark.parametrize("mode", sorted(ANSWERED))
 def test_recipe_new_says_what_a_hostile_package_index_answered(
         tmp_path: Path, mode: str) -> None:
-    with HostileServer(HOSTILE_MODES[mode]) as server:
+    with HostileServer(MODES[mode]) as server:
         outcome = run_bounded("recipe", "new", "demo-pkg", "--recipes", str(tmp_path / "r"),
                               cwd=tmp_path, seconds=60, address_space=GIB,
                               env={**_environ(), "WHEELSMITH_INDEX_URL": server.url})
@@ -214,3 +222,31 @@ def test_an_entry_of_a_hostile_page_is_refused_naming_its_place(
             pytest.raises(UntrustedDataError) as caught:
         simple_page("demo", server.url)
     assert caught.value.message == f"{server.url}/demo/: {said}"
+
+
+@given(BAD_URLS)
+def test_a_file_url_no_connection_can_take_is_refused_naming_its_place(
+        bad: tuple[str, str]) -> None:
+    url, why = bad
+    entry = {"filename": "x.tar.gz", "url": url, "hashes": {}}
+    with HostileServer(serving(json.dumps({"files": [entry]}).encode())) as server, \
+            pytest.raises(UntrustedDataError) as caught:
+        simple_page("demo", server.url)
+    assert caught.value.message == (
+        f"{server.url}/demo/: files[0].url: '{clip(url)}' is not a valid URL ({why})")
+
+
+def test_recipe_new_refuses_a_page_whose_file_url_is_no_url(tmp_path: Path) -> None:
+    entry = {"filename": "demo_pkg-1.0.tar.gz", "url": "http://[bad/", "hashes": {}}
+    with HostileServer(serving(json.dumps({"files": [entry]}).encode())) as server:
+        outcome = run_bounded("recipe", "new", "demo-pkg", "--no-configure", "--recipes",
+                              str(tmp_path / "r"), cwd=tmp_path, seconds=60,
+                              env={**_environ(), "WHEELSMITH_INDEX_URL": server.url})
+    assert_orderly(outcome, seconds=30)
+    assert outcome.returncode == 21
+    assert outcome.stderr.splitlines()[-2:] == [
+        f"error: {server.url}/demo-pkg/: files[0].url: 'http://[bad/' is not a valid URL (its "
+        "host in brackets is not an IPv6 address)",
+        "hint: a server may send a reader only to a valid http(s) URL; nothing was read there: "
+        "the page or the server is damaged or hostile, check the URL and the server"]
+    assert not (tmp_path / "r").exists()

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.hostile import HostileServer, Reply
 from tests.wheels import make_wheel
 from wheelsmith.cli.console import NAMES_SHOWN, Progress
 
@@ -73,6 +74,38 @@ def test_an_interrupted_publish_says_which_wheels_it_published_and_which_not(
 def shown(names: list[str]) -> str:
     more = len(names) - NAMES_SHOWN
     return ", ".join(names[:NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+@pytest.mark.parametrize("stage", ["reading the index", "uploading"])
+def test_an_interrupted_publish_to_a_server_names_its_urls_and_what_it_was_doing(
+        tmp_path: Path, stage: str) -> None:
+    """Stopped while it reads the channel's index nothing was uploaded; while the upload's
+    answer is awaited, the channel's page says whether it went in. The URLs are the channel's,
+    not the --to template."""
+    wheel = make_wheel(tmp_path, "demo-ext", "1.0.0", tags="py3-none-any")
+    index = (b'{"meta": {"api-version": "1.0"}, "projects": []}', 404)
+
+    def answer(path: str) -> Reply:
+        if stage == "uploading" and "/simple/" in path:
+            body, missing = index
+            return Reply(200, body) if path.endswith("/simple/") else Reply(missing)
+        return Reply(hang=True)
+
+    with HostileServer(answer) as server:
+        proc = start("publish", "--to", f"{server.url}/{{channel}}/", "--channel", "cu130",
+                     str(wheel), cwd=tmp_path)
+        deadline = time.monotonic() + 60
+        awaited = "/cu130/" if stage == "uploading" else "/cu130/simple/"
+        while awaited not in server.requests:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, server.requests
+            time.sleep(0.1)
+        _, err = stop(proc, signal.SIGINT)
+    said = (f"{wheel.name} was not uploaded (its index {server.url}/cu130/simple/ was being "
+            "read)") if stage == "reading the index" else (
+        f"{wheel.name} was being uploaded to {server.url}/cu130/ ({server.url}/cu130/simple/"
+        "demo-ext/ says whether it was)")
+    assert err.splitlines()[-1] == f"interrupted: published 0 of 1; {said}"
 
 
 def test_an_interrupted_serve_says_it_only_stopped_serving(tmp_path: Path) -> None:

@@ -5,7 +5,10 @@ bounds, nothing written outside its roots, and the token never sent to another h
 
 from __future__ import annotations
 
+import html
+import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,49 +16,139 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.hostile import (
+    BAD_URLS,
     HOSTILE_MODES,
+    NOT_HTTP_MODES,
+    NOT_HTTP_SAID,
+    QUICK_NOT_HTTP,
     HostileServer,
     Reply,
     assert_orderly,
+    redirect,
     run_bounded,
     sentinel,
     serving,
 )
 from tests.wheels import make_wheel
-from wheelsmith.errors import PublishError
+from wheelsmith.errors import UntrustedDataError
 from wheelsmith.index import remote
+from wheelsmith.untrusted.text import clip
 
 CHANNEL = "cu130-torch2.14"
-EXPECTED = {
-    "500": "error: no simple index at {url}/{channel}/simple/: HTTP 500: internal error",
-    "redirect loop": "error: no simple index at {url}/{channel}/simple/: HTTP 302",
+SIMPLE = "{url}/{channel}/simple/"
+REFUSED = 12  # an answer: an HTTP error, a refusal
+MALFORMED = 21  # not HTTP, too much or too slow
+EXPECTED = {  # what publish --to says (after `error: `) of a server that answers so, and exit
+    "500": (f"no simple index at {SIMPLE}: HTTP 500: internal error", REFUSED),
+    "redirect loop": (f"no simple index at {SIMPLE}: HTTP 302", REFUSED),
     # it answers before reading the upload: whether the upload was sent in full first is a race
-    "html page": ("error: the server accepted {wheel} (HTTP 200) but its simple API "
-                  "{url}/{channel}/simple/ does not list it",
-                  "error: uploading {wheel}: {url}/{channel}/ does not answer: [Errno 32] Broken "
-                  "pipe"),
-    "never answers": "error: reading the index: {url}/{channel}/simple/ does not answer: ",
-    "drips a byte a second": "error: reading the index ({url}/{channel}/simple/) took more "
-                             "than 10 s to answer; stopped reading",
-    "huge body": "error: reading the index ({url}/{channel}/simple/) sent more than 67108864 "
-                 "bytes; stopped reading",
+    "html page": (("the server accepted {wheel} (HTTP 200) but its simple API "
+                   f"{SIMPLE} does not list it",
+                   "{url}/{channel}/: broke off the connection ("), REFUSED),
+    "never answers": (f"{SIMPLE}: sent nothing for 2 s", MALFORMED),
+    "drips a byte a second": (f"{SIMPLE}: did not finish answering within 10 s", MALFORMED),
+    "huge body": (f"{SIMPLE}: answered more than 64 MiB", MALFORMED),
+    **{mode: (f"{SIMPLE}: {said.format(seconds=10)}\n{hint}", MALFORMED)
+       for mode, (said, hint) in NOT_HTTP_SAID.items()},
 }
+ENV = {"WHEELSMITH_UPLOAD_TIMEOUT": "2", "WHEELSMITH_UPLOAD_TOKEN": "t0k3n"}
 
 
-@pytest.mark.parametrize("mode", sorted(HOSTILE_MODES))
+@pytest.mark.parametrize("mode", sorted(EXPECTED))
 def test_publish_to_a_hostile_server_ends_in_order(tmp_path: Path, mode: str) -> None:
+    """Within its bound: five times $WHEELSMITH_UPLOAD_TIMEOUT for an exchange, whatever the
+    server drips, stalls or repeats (endless `100 Continue`)."""
     wheel = make_wheel(tmp_path, "demo-ext", "1.0.0", tags="py3-none-any")
-    env = {**os.environ, "WHEELSMITH_UPLOAD_TIMEOUT": "2", "WHEELSMITH_UPLOAD_TOKEN": "t0k3n"}
-    with sentinel(tmp_path / "sentinel"), HostileServer(HOSTILE_MODES[mode]) as server:
+    modes = {**HOSTILE_MODES, **NOT_HTTP_MODES}
+    with sentinel(tmp_path / "sentinel"), HostileServer(modes[mode]) as server:
         outcome = run_bounded("publish", "--to", f"{server.url}/{{channel}}/", "--channel",
-                              CHANNEL, str(wheel), cwd=tmp_path, env=env, seconds=60)
-    assert_orderly(outcome, seconds=45)
-    assert outcome.returncode == 12, outcome.describe()
-    given = EXPECTED[mode]
-    expected = tuple(e.format(url=server.url, channel=CHANNEL, wheel=wheel.name)
+                              CHANNEL, str(wheel), cwd=tmp_path, env={**os.environ, **ENV},
+                              seconds=60)
+    assert_orderly(outcome, seconds=20)
+    given, code = EXPECTED[mode]
+    assert outcome.returncode == code, outcome.describe()
+    expected = tuple("error: " + e.format(url=server.url, channel=CHANNEL, wheel=wheel.name)
                      for e in ((given,) if isinstance(given, str) else given))
     assert outcome.stderr.startswith(expected), outcome.describe()
     assert "t0k3n" not in outcome.stdout + outcome.stderr
+
+
+def test_publish_to_where_nothing_answers_names_the_url(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, "demo-ext", "1.0.0", tags="py3-none-any")
+    with HostileServer(HOSTILE_MODES["500"]) as server:
+        url = server.url  # closed when the block ends
+    outcome = run_bounded("publish", "--to", f"{url}/{{channel}}/", "--channel", CHANNEL,
+                          str(wheel), cwd=tmp_path, env={**os.environ, **ENV}, seconds=60)
+    assert_orderly(outcome, seconds=20)
+    assert outcome.returncode == 5, outcome.describe()
+    assert outcome.stderr.splitlines() == [
+        f"error: nothing answers at {url}/{CHANNEL}/simple/: [Errno 111] Connection refused",
+        "hint: check the URL and that the server is up"]
+
+
+def _index_then(upload: Callable[[str], Reply]) -> Callable[[str], Reply]:
+    """An index that has no such project yet, whose upload URL answers as `upload` does."""
+    def reply(path: str) -> Reply:
+        if path.endswith("/simple/"):
+            return Reply(200, b'{"meta": {"api-version": "1.0"}, "projects": []}')
+        return Reply(404) if "/simple/" in path else upload(path)
+    return reply
+
+
+@pytest.mark.parametrize("mode", [*QUICK_NOT_HTTP, "endless 100 Continue"])
+def test_an_upload_answered_with_what_is_not_http_ends_in_order(tmp_path: Path,
+                                                                mode: str) -> None:
+    """The POST is the same exchange: a redirect it answers is not followed (the token stays
+    where it was sent), what is not HTTP is one error naming the upload URL."""
+    wheel = make_wheel(tmp_path, "demo-ext", "1.0.0", tags="py3-none-any")
+    with HostileServer(_index_then(NOT_HTTP_MODES[mode])) as server:
+        outcome = run_bounded("publish", "--to", f"{server.url}/{{channel}}/", "--channel",
+                              CHANNEL, str(wheel), cwd=tmp_path, env={**os.environ, **ENV},
+                              seconds=60)
+    assert_orderly(outcome, seconds=20)
+    upload = f"{server.url}/{CHANNEL}/"
+    said, hint = NOT_HTTP_SAID[mode]
+    if "redirect" in mode:
+        assert outcome.returncode == REFUSED, outcome.describe()
+        assert outcome.stderr.splitlines() == [
+            f"error: the server refused {wheel.name}: HTTP 302: (no text)",
+            "hint: the server's answer says why; nothing was published"], outcome.describe()
+        assert server.requests.count(f"/{CHANNEL}/") == 1
+    else:
+        assert outcome.returncode == MALFORMED, outcome.describe()
+        assert outcome.stderr.splitlines() == [
+            f"error: {upload}: {said.format(seconds=10 + 1)}", hint], outcome.describe()
+    assert "t0k3n" not in outcome.stdout + outcome.stderr
+
+
+@given(BAD_URLS)
+def test_a_redirect_no_connection_can_take_is_one_error_naming_the_index(
+        bad: tuple[str, str]) -> None:
+    location, why = bad
+    with HostileServer(redirect(location)) as server, \
+            pytest.raises(UntrustedDataError) as raised:
+        remote.check_index(f"{server.url}/simple/", None)
+    assert raised.value.message == (
+        f"{server.url}/simple/: its redirect (HTTP 302): '{clip(location)}' is not a valid "
+        f"URL ({why})")
+
+
+@given(BAD_URLS, st.sampled_from(["json", "html"]))
+def test_a_file_url_no_connection_can_take_is_one_error_naming_the_page(
+        bad: tuple[str, str], kind: str) -> None:
+    url, why = bad
+    name = "demo_ext-1.0.0-py3-none-any.whl"
+    body = json.dumps({"files": [{"filename": name, "url": url, "hashes": {}}]}) \
+        if kind == "json" else f'<a href="{html.escape(url)}">{name}</a>'
+    with HostileServer(serving(body.encode(), PAGE_TYPES[kind])) as server, \
+            pytest.raises(UntrustedDataError) as raised:
+        remote.project_files(f"{server.url}/simple/", "demo-ext", None)
+    where = "is not a PEP 691 page: files[0].url" if kind == "json" else "its link 1"
+    assert raised.value.message == (
+        f"{server.url}/simple/demo-ext/: {where}: '{clip(url)}' is not a valid URL ({why})")
+
+
+PAGE_TYPES = {"json": "application/vnd.pypi.simple.v1+json", "html": "text/html"}
 
 
 def test_the_token_does_not_follow_a_redirect_to_another_host(tmp_path: Path) -> None:
@@ -79,17 +172,17 @@ def test_the_token_does_not_follow_a_redirect_to_another_host(tmp_path: Path) ->
 @given(body=st.binary(max_size=4096),
        content_type=st.sampled_from(["application/vnd.pypi.simple.v1+json", "text/html",
                                      "application/octet-stream"]))
-def test_any_page_reads_as_files_or_a_publish_error(body: bytes, content_type: str) -> None:
+def test_any_page_reads_as_files_or_one_error_naming_it(body: bytes, content_type: str) -> None:
     with HostileServer(serving(body, content_type)) as server:
         files: dict[str, remote.RemoteFile] = {}
         message = ""
         try:
             files = remote.project_files(f"{server.url}/simple/", "demo-ext", None)
-        except PublishError as error:
+        except UntrustedDataError as error:
             message = error.message
-    if message:  # only a JSON page can be malformed; HTML is read as whatever links it has
-        assert "json" in content_type, message
-        assert message.startswith(f"{server.url}/simple/demo-ext/ is not a PEP 691 page: ")
+    if message:  # HTML is read as whatever links it has, each a valid URL and a plain name
+        prefix = "is not a PEP 691 page: " if "json" in content_type else "its link "
+        assert message.startswith(f"{server.url}/simple/demo-ext/: {prefix}"), message
     for name, found in files.items():
         assert name == found.filename
         assert found.sha256 is None or len(found.sha256) == 64
@@ -98,16 +191,16 @@ def test_any_page_reads_as_files_or_a_publish_error(body: bytes, content_type: s
 @settings(max_examples=20)
 @given(depth=st.integers(min_value=1, max_value=300_000),
        opener=st.sampled_from(["[", '{"files":', '{"files":[{"hashes":']))
-def test_a_page_nested_at_any_depth_reads_as_files_or_a_publish_error(depth: int,
-                                                                      opener: str) -> None:
+def test_a_page_nested_at_any_depth_reads_as_files_or_one_error(depth: int,
+                                                                 opener: str) -> None:
     """A JSON page nested deeper than Python's parser goes (a RecursionError in json.loads)
-    is a PublishError naming the page, like any other malformed page."""
+    is an error naming the page, like any other malformed page."""
     body = (opener * depth).encode()
     with HostileServer(serving(body, "application/vnd.pypi.simple.v1+json")) as server, \
-            pytest.raises(PublishError) as raised:
+            pytest.raises(UntrustedDataError) as raised:
         remote.project_files(f"{server.url}/simple/", "demo-ext", None)
     assert raised.value.message.startswith(
-        f"{server.url}/simple/demo-ext/ is not a PEP 691 page: "), raised.value.message
+        f"{server.url}/simple/demo-ext/: is not a PEP 691 page: "), raised.value.message
 
 
 @given(text=st.text(max_size=2000))

@@ -141,6 +141,23 @@ def test_generated_requests_get_a_status_or_a_closed_connection_and_one_log_line
     good_request(server)
 
 
+@pytest.mark.parametrize("line", [b"GET /\r\n", b"GET " + PAGE.encode() + b"\n",
+                                  b"GET /nothing\r\n"])
+def test_an_http_0_9_request_is_answered_at_once_with_the_connection_open(
+        server: Server, line: bytes) -> None:
+    """Its line is the whole request: the reply comes before the client ends its side (it
+    came only once the client closed, at the idle timeout at the latest)."""
+    start = time.monotonic()
+    with socket.create_connection(address(server), timeout=IDLE_S + 30) as sock:
+        sock.sendall(line)
+        reply = b""
+        while chunk := sock.recv(1 << 16):
+            reply += chunk
+    assert time.monotonic() - start < IDLE_S / 2
+    assert status(reply) == (404 if b"nothing" in line else 200), reply[:300]
+    assert_log_orderly(server)
+
+
 @pytest.mark.parametrize(("data", "code", "note"), [
     (b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 300 + b"\r\n", 431,
      "Too many headers (got more than 100 headers)"),

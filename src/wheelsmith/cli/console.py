@@ -68,6 +68,10 @@ class TerminalReporter:
             self.ticker.join()
         self._clear()
 
+    def say(self, stopping: str) -> None:
+        """What stopping now leaves, from here on."""
+        self.stopping = stopping
+
     def stage(self, name: str, detail: str) -> None:
         progress().stage(name, detail)
         with self.lock:
@@ -160,6 +164,10 @@ class Progress:
         if self.current is not None:
             self.done.append(self.current)
         self.current = None
+
+    def say(self, stopping: str) -> None:
+        """What stopping now leaves, from here on."""
+        self.stopping = stopping
 
     def stage(self, name: str, detail: str) -> None:
         if name == self.item_stage:

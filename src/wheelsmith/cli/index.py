@@ -53,11 +53,11 @@ def publish_command(wheels: tuple[Path, ...], index_dir: Path, to: str | None,
         progress.begin(wheel.name)
         progress.stopping = (
             f"{wheel.name} was being published (`wheelsmith index check --index {index_dir}` "
-            "says whether it was)" if to is None else f"{wheel.name} was being uploaded to "
-            f"{to} (the server's simple page says whether it was)")
+            "says whether it was)" if to is None else f"{wheel.name} was not uploaded (it was "
+            "being checked)")
         if to is not None:
             result: publish.Published | upload.Uploaded = upload.upload(
-                wheel, to, simple=simple, channel=channel)
+                wheel, to, simple=simple, channel=channel, stopping=progress.say)
             where = result.page
         else:
             result = publish.publish(wheel, index_dir, channel=channel)

@@ -1,73 +1,51 @@
-"""An index on another server (devpi, pypiserver, Artifactory, a static host), over HTTP: the
-one place wheelsmith talks to one.
+"""An index on another server (devpi, pypiserver, Artifactory, a static host), over HTTP.
 
 Reads are a channel's simple API: PEP 691 JSON when the server offers it, else PEP 503 HTML
 (pypiserver has no JSON), as filename -> sha256 (and the PEP 658 metadata hash, where served).
-Writes are `send`s from upload.py. Every answer is read through `read_bounded` (a size and a
-wall-clock limit: a server that drips or never ends cannot hold a command); redirects are
-followed only for reads and only within the same origin, so credentials never travel to
-another host; a POST is never redirected.
+Writes are `send`s from upload.py. Every exchange goes through `untrusted.web.exchange`: a
+byte cap, a timeout for each network read ($WHEELSMITH_UPLOAD_TIMEOUT) and five times that for
+the whole exchange (an upload gets a second more for every `UPLOAD_RATE` bytes it sends), so a
+server that drips, stalls or never ends cannot hold a command; what is not HTTP is one
+UntrustedDataError naming the URL. Redirects are followed only for reads and only within the
+same origin, so credentials never travel to another host; a POST is never redirected. Every
+URL a page gives (a link's href, a file's `url`) is read by `server_url`.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import math
 import os
 import re
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
-from http.client import HTTPResponse
-from typing import IO, Any
 
 from wheelsmith.errors import PublishError, UntrustedDataError
-from wheelsmith.untrusted import parse_json
-from wheelsmith.untrusted.urls import redact
+from wheelsmith.untrusted import Bounds, Node, name_problem, parse_json, web
+from wheelsmith.untrusted.addresses import redact, server_url
+from wheelsmith.untrusted.text import clip
 
 TIMEOUT_ENV = "WHEELSMITH_UPLOAD_TIMEOUT"
-TIMEOUT_S = 60.0  # one socket operation; one whole answer gets five times that
+TIMEOUT_S = 60.0  # one network read; one whole exchange gets five times that
+WHOLE = 5  # the whole exchange's deadline, in network reads
+UPLOAD_RATE = 64 << 10  # bytes a second an upload is given time to send at, at least
 PAGE_LIMIT = 64 << 20  # a project page (PyPI's largest JSON pages are a few MB)
 ANSWER_LIMIT = 1 << 20  # an upload's answer
-CHUNK = 1 << 16
-MAX_REDIRECTS = 5
 ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
           "text/html;q=0.1")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def timeout() -> float:
-    """Seconds one socket operation may take: $WHEELSMITH_UPLOAD_TIMEOUT, else 60."""
+    """Seconds one network read may take: $WHEELSMITH_UPLOAD_TIMEOUT, else 60."""
     try:
         value = float(os.environ.get(TIMEOUT_ENV) or TIMEOUT_S)
     except ValueError:
         return TIMEOUT_S
-    return value if value > 0 else TIMEOUT_S
-
-
-def read_bounded(stream: IO[bytes], *, limit: int, deadline: float | None = None,
-                 what: str) -> bytes:
-    """At most `limit` bytes of `stream`, within `deadline` seconds (default: five socket
-    timeouts); more, or slower, is a PublishError naming `what`. The one reader of untrusted
-    answers in this module."""
-    deadline = deadline if deadline is not None else 5 * timeout()
-    ends = time.monotonic() + deadline
-    read = getattr(stream, "read1", stream.read)  # what one recv brings: a drip cannot stall it
-    parts: list[bytes] = []
-    size = 0
-    while chunk := read(min(CHUNK, limit + 1 - size)):
-        parts.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            raise PublishError(f"{what} sent more than {limit} bytes; stopped reading",
-                               hint="check that the URL is the index's, not another page")
-        if time.monotonic() > ends:
-            raise PublishError(f"{what} took more than {deadline:.0f} s to answer; stopped "
-                               "reading", hint="check the server, or try again later")
-    return b"".join(parts)
+    return value if 0 < value < float("inf") else TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,52 +79,18 @@ class Answer:
         return (line[:width] + "…") if len(line) > width else (line or "(no text)")
 
 
-class _SameOrigin(urllib.request.HTTPRedirectHandler):
-    """Follow a redirect only for a GET and only to the same scheme, host and port."""
-
-    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int,  # noqa: PLR0917 - urllib's signature
-                         msg: str, headers: Any, newurl: str) -> urllib.request.Request | None:
-        if req.get_method() != "GET" or _origin(newurl) != _origin(req.full_url):
-            return None
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-def _origin(url: str) -> tuple[str, str | None, int | None]:
-    parts = urllib.parse.urlsplit(url)
-    return parts.scheme, parts.hostname, parts.port
-
-
-_OPENER = urllib.request.build_opener(_SameOrigin())
-_SameOrigin.max_redirections = MAX_REDIRECTS
-
-
 def send(url: str, *, auth: Auth | None, method: str = "GET",
          body: Iterable[bytes] | None = None, headers: Mapping[str, str] | None = None,
-         limit: int = PAGE_LIMIT, what: str) -> Answer:
-    """One HTTP exchange; every status comes back as an Answer (a 3xx that was not followed
-    too). A server that cannot be reached is a PublishError naming `what` and the URL."""
-    request = urllib.request.Request(url, data=body, method=method,  # noqa: S310 - http(s) only
-                                     headers=dict(headers or {}))
-    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        raise PublishError(f"{what}: {url} is not an http:// or https:// URL")
-    if auth is not None:
-        request.add_unredirected_header("Authorization", auth.header())
-    try:
-        with _OPENER.open(request, timeout=timeout()) as response:
-            return _answer(url, response, limit, what)
-    except urllib.error.HTTPError as error:
-        with error:
-            return _answer(url, error, min(limit, ANSWER_LIMIT), what)
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise PublishError(f"{what}: {url} does not answer: {reason}",
-                           hint="check the URL and that the server is up") from error
-
-
-def _answer(url: str, response: HTTPResponse | urllib.error.HTTPError, limit: int,
-            what: str) -> Answer:
-    body = read_bounded(response, limit=limit, what=f"{what} ({url})")
-    return Answer(url, response.status or 0, body, response.headers.get("Content-Type", ""))
+         limit: int = PAGE_LIMIT, sending: int = 0) -> Answer:
+    """One HTTP exchange (`sending`: the bytes `body` holds); every status comes back as an
+    Answer (a 3xx that was not followed too). What is not HTTP, too much or too slow is an
+    UntrustedDataError naming the URL; nothing answering there, a SourceError."""
+    seconds = WHOLE * timeout() + math.ceil(sending / UPLOAD_RATE)
+    request = web.Request(url, method, tuple((headers or {}).items()), body,
+                          auth.header() if auth is not None else None)
+    answer = web.exchange(request, Bounds(limit, seconds), follow=web.Follow.SAME_ORIGIN,
+                          idle=timeout())
+    return Answer(answer.url, answer.status, answer.body, answer.content_type)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +107,7 @@ def project_files(simple_url: str, project: str, auth: Auth | None) -> dict[str,
     """What a channel's simple API (`simple_url`, ending in /) lists for `project`: filename
     -> RemoteFile. A project it does not have (404) lists nothing."""
     page = urllib.parse.urljoin(simple_url, f"{project}/")
-    answer = send(page, auth=auth, headers={"Accept": ACCEPT}, what="reading the index")
+    answer = send(page, auth=auth, headers={"Accept": ACCEPT})
     if answer.status == 404:
         return {}
     if answer.status != 200:
@@ -180,33 +124,41 @@ _READ_HINT = ("the simple API URL (--simple, else the upload URL + simple/) must
 def check_index(simple_url: str, auth: Auth | None) -> None:
     """The channel's simple root answers 200: a wrong --simple URL would read as 'the
     project is not there' for every project."""
-    answer = send(simple_url, auth=auth, headers={"Accept": ACCEPT}, what="reading the index")
+    answer = send(simple_url, auth=auth, headers={"Accept": ACCEPT})
     if answer.status != 200:
         raise PublishError(f"no simple index at {simple_url}: HTTP {answer.status}: "
                            f"{answer.text()}", hint=_READ_HINT)
 
 
 def _json_files(answer: Answer) -> list[RemoteFile]:
+    shown = redact(answer.url)
     try:
-        data: Any = parse_json(answer.body, redact(answer.url)).value  # depth, duplicates, NaN
-        found = []
-        for item in data["files"]:
-            meta = item.get("core-metadata") or item.get("dist-info-metadata")
-            found.append(RemoteFile(
-                str(item["filename"]), urllib.parse.urljoin(answer.url, str(item["url"])),
-                _str_or_none((item.get("hashes") or {}).get("sha256")),
-                _str_or_none(meta.get("sha256")) if isinstance(meta, dict) else None))
+        page = parse_json(answer.body, shown)  # depth, duplicates, NaN, control characters
+        return [_json_file(item, answer.url) for item in page["files"].items()]
     except UntrustedDataError as error:
-        raise PublishError(f"{redact(answer.url)} is not a PEP 691 page: {error.message}",
-                           hint=_READ_HINT) from error
-    except (KeyError, TypeError, AttributeError) as error:
-        raise PublishError(f"{redact(answer.url)} is not a PEP 691 page: {error}",
-                           hint=_READ_HINT) from error
-    return found
+        raise UntrustedDataError(error.source, f"is not a PEP 691 page: {error.problem}",
+                                 hint=_READ_HINT) from None
 
 
-def _str_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) else None
+def _json_file(item: Node, page: str) -> RemoteFile:
+    hashes = item.get("hashes")
+    return RemoteFile(item["filename"].name(), item["url"].url(page),
+                      hashes.optional("sha256", _sha256) if hashes is not None else None,
+                      _metadata_sha256(item))
+
+
+def _metadata_sha256(item: Node) -> str | None:
+    """PEP 658's hash of the file's METADATA (`core-metadata`, once `dist-info-metadata`):
+    true or an object of hashes; None where it is not served or has no sha256."""
+    for key in ("core-metadata", "dist-info-metadata"):
+        meta = item.get(key)
+        if meta is not None and isinstance(meta.value, dict):
+            return meta.optional("sha256", _sha256)
+    return None
+
+
+def _sha256(node: Node) -> str:
+    return node.text(_SHA256, "a sha256 (64 lowercase hex digits)")
 
 
 class _Links(HTMLParser):
@@ -226,13 +178,21 @@ class _Links(HTMLParser):
 def _html_files(answer: Answer) -> list[RemoteFile]:
     parser = _Links()
     parser.feed(answer.body.decode("utf-8", "replace"))
+    parser.close()
+    shown = redact(answer.url)
     found = []
-    for attrs, text in parser.links:
+    for number, (attrs, text) in enumerate(parser.links, 1):
         href = attrs.get("href")
         if not href:
             continue
-        url, _, fragment = urllib.parse.urljoin(answer.url, href).partition("#")
+        where = f"its link {number}"
+        url, _, fragment = server_url(href, answer.url, source=shown, where=where,
+                                      hint=_READ_HINT).partition("#")
         filename = "".join(text).strip() or urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        problem = name_problem(filename)
+        if problem is not None:
+            raise UntrustedDataError(shown, f"{where}: '{clip(filename)}' is not a plain file "
+                                            f"name ({problem})", hint=_READ_HINT)
         meta = attrs.get("data-core-metadata") or attrs.get("data-dist-info-metadata")
         found.append(RemoteFile(filename, url, _hash(fragment), _hash(meta or "")))
     return found
@@ -240,4 +200,4 @@ def _html_files(answer: Answer) -> list[RemoteFile]:
 
 def _hash(text: str) -> str | None:
     name, _, value = text.partition("=")
-    return value if name == "sha256" and re.fullmatch(r"[0-9a-f]{64}", value) else None
+    return value if name == "sha256" and _SHA256.fullmatch(value) else None

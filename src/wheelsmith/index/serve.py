@@ -255,6 +255,11 @@ class IndexHandler(http.server.BaseHTTPRequestHandler):
         finally:
             self._log_line()
 
+    def parse_request(self) -> bool:
+        if len(self.raw_requestline.split()) == 2:  # HTTP/0.9: no headers follow its line
+            self.rfile = io.BytesIO(b"\r\n")  # its line is all: answered now, not at close
+        return super().parse_request()
+
     def do_GET(self) -> None:
         send(self, route(self.root, self.path, self.headers.get("Accept")), head=False)
 

@@ -22,7 +22,7 @@ import logging
 import os
 import secrets
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from email.parser import BytesParser
 from pathlib import Path
@@ -130,22 +130,31 @@ def _with_slash(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
 
+def _quiet(_: str) -> None:
+    return None
+
+
 def upload(wheel: Path, to: str, *, simple: str | None = None, channel: str | None = None,
-           env: Mapping[str, str] = os.environ) -> Uploaded:
-    """Publish `wheel` to the channel's index on the server at `to` (see the module doc)."""
+           env: Mapping[str, str] = os.environ,
+           stopping: Callable[[str], None] = _quiet) -> Uploaded:
+    """Publish `wheel` to the channel's index on the server at `to` (see the module doc);
+    `stopping` is told, as each step begins, what stopping there leaves."""
     check_templates(to, simple, channel)
     candidate = inspect(wheel, channel)
     record = candidate.record
     server = server_for(to, simple, record.channel)
+    stopping(f"{record.filename} was not uploaded (its index {server.simple} was being read)")
     auth = credentials(server.upload, env)
     remote.check_index(server.simple, auth)
     done = Uploaded(record.filename, record.channel, record.project, "already published",
                     urllib.parse.urljoin(server.simple, f"{record.project}/"))
     if _decide(candidate, remote.project_files(server.simple, record.project, auth), server):
         return done
+    stopping(f"{record.filename} was being uploaded to {server.upload} ({done.page} says "
+             "whether it was)")
     body, headers = _form(candidate)
     answer = remote.send(server.upload, auth=auth, method="POST", body=body, headers=headers,
-                         limit=remote.ANSWER_LIMIT, what=f"uploading {record.filename}")
+                         limit=remote.ANSWER_LIMIT, sending=int(headers["Content-Length"]))
     listed = remote.project_files(server.simple, record.project, auth)
     if not 200 <= answer.status < 300:
         if _decide(candidate, listed, server, answer):  # a concurrent publisher was first

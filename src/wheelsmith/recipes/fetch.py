@@ -33,7 +33,8 @@ from wheelsmith.files import (
 from wheelsmith.recipes.model import GitSource, LocalSource, PypiSource, Source, UrlSource
 from wheelsmith.recipes.simple import pypi_sdist
 from wheelsmith.untrusted import Bounds
-from wheelsmith.untrusted.urls import copy_url, redact
+from wheelsmith.untrusted.addresses import redact
+from wheelsmith.untrusted.urls import copy_url
 
 log = logging.getLogger(__name__)
 

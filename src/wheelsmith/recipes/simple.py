@@ -13,7 +13,6 @@ import logging
 import os
 import re
 import sys
-import urllib.parse
 from dataclasses import dataclass
 from typing import Literal, overload
 
@@ -23,7 +22,8 @@ from wheelsmith import cmd, locations
 from wheelsmith.errors import SourceError, UntrustedDataError
 from wheelsmith.recipes.model import PypiSource
 from wheelsmith.untrusted import NOT_FOUND, Bounds, Node, parse_json
-from wheelsmith.untrusted.urls import read_url, redact
+from wheelsmith.untrusted.addresses import WEB, redact
+from wheelsmith.untrusted.urls import read_url
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +46,8 @@ class PageFile:
 
     @classmethod
     def parse(cls, page: str, node: Node) -> PageFile:
-        url = urllib.parse.urljoin(page, node["url"].text())  # credentials in `page` kept
-        allowed = ("http", "https", "file") if page.startswith("file:") else ("http", "https")
-        if urllib.parse.urlsplit(url).scheme not in allowed:
-            raise node["url"].fail(f"'{redact(url)[:60]}' is not an {' or '.join(allowed)} URL")
+        allowed = ("http", "https", "file") if page.startswith("file:") else WEB
+        url = node["url"].url(page, allowed)  # credentials in `page` kept
         sha256 = node["hashes"].optional("sha256", lambda n: n.text(_SHA256, "a sha256"))
         yanked = node.get("yanked")
         if yanked is not None and not isinstance(yanked.value, (bool, str)):

@@ -9,6 +9,10 @@ logic only bounded, parsed into typed models, and with every name in it checked.
   KeyError. `parse_python` reads code with `ast` (deep nesting: RecursionError, MemoryError).
 - Names: `Node.name` (`name_problem`) for a name from data that becomes part of a path (no
   `/`, no `..`, no NUL), `inside` for a joined path that must stay in its root.
+- URLs: `server_url` (`Node.url`) for every URL a server gives (a redirect's Location, a
+  link's href, a page's `url`): a valid http(s) URL or one located error; `redact` for every
+  URL a message shows.
+- HTTP: `web.exchange`, the one way wheelsmith talks to a server (pages, downloads, uploads).
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from wheelsmith.errors import UntrustedDataError
+from wheelsmith.untrusted.addresses import WEB, server_url
+from wheelsmith.untrusted.text import clip as clip  # the text helpers, as they were imported
+from wheelsmith.untrusted.text import control_in as control_in
+from wheelsmith.untrusted.text import describe_size as describe_size
 
 T = TypeVar("T")
 CHUNK = 1 << 16
@@ -30,34 +38,6 @@ NOT_FOUND = HTTPStatus.NOT_FOUND.value
 MAX_NAME_BYTES = 255
 PLAIN_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # shown as it is in a path
 MAX_DEPTH = 200  # of a syntax tree: setup.py files nest a few dozen levels at most
-
-
-def describe_size(count: int) -> str:
-    """`16 MiB`, `512 bytes`: a cap as a person reads it."""
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if count >= 1 << shift and count % (1 << shift) == 0:
-            return f"{count >> shift} {unit}"
-    return f"{count} bytes"
-
-
-# What a terminal obeys instead of showing (C0 but tab and newline, DEL, C1: ESC and CSI start
-# its commands), and the Unicode controls that reorder or break the text around them (bidi
-# marks, embeddings, overrides and isolates; line and paragraph separators).
-CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
-                      "\u2028\u2029]")
-
-
-def control_in(text: str, *, lines: bool = False) -> str | None:
-    """The first character of `text` that a terminal would obey rather than show (with
-    `lines`, a tab or a newline too), escaped as a message shows it; None when there is none."""
-    found = CONTROLS.search(text) or (re.search("[\t\n]", text) if lines else None)
-    return None if found is None else found[0].encode("unicode_escape").decode("ascii")
-
-
-def clip(text: str, limit: int = 60) -> str:
-    """`text` shown in a message: at most `limit` characters, control characters escaped."""
-    shown = text.encode("unicode_escape").decode("ascii")
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 def name_problem(name: str) -> str | None:
@@ -180,6 +160,11 @@ class Node:
             raise self.fail(f"'{clip(text)}' is not a plain file name ({problem})")
         return text
 
+    def url(self, base: str, schemes: tuple[str, ...] = WEB) -> str:
+        """A URL a server gave, joined with `base` (the page it is on): `server_url`."""
+        return server_url(self.text(), base, source=self.source, where=self.path or None,
+                          schemes=schemes)
+
     def text_map(self) -> dict[str, str]:
         return {key: node.text() for key, node in self.entries().items()}
 
@@ -276,9 +261,10 @@ def too_big(source: str, bounds: Bounds, *, verb: str = "answered",
                                            "check that the URL is the one you mean")
 
 
+SLOW_HINT = ("the server is down, overloaded or holds the connection open without answering: "
+             "check it, then try again")
+
+
 def too_slow(source: str, seconds: float, *, verb: str = "did not finish answering",
              hint: str | None = None) -> UntrustedDataError:
-    return UntrustedDataError(source, f"{verb} within {seconds:g} s",
-                              hint=hint or "the server is down, overloaded or holds the "
-                                           "connection open without answering: check it, then "
-                                           "try again")
+    return UntrustedDataError(source, f"{verb} within {seconds:g} s", hint=hint or SLOW_HINT)

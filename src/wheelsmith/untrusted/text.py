@@ -1,0 +1,33 @@
+"""Text from outside as a message shows it: escaped where a terminal would obey it, clipped."""
+
+from __future__ import annotations
+
+import re
+
+
+def describe_size(count: int) -> str:
+    """`16 MiB`, `512 bytes`: a cap as a person reads it."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if count >= 1 << shift and count % (1 << shift) == 0:
+            return f"{count >> shift} {unit}"
+    return f"{count} bytes"
+
+
+# What a terminal obeys instead of showing (C0 but tab and newline, DEL, C1: ESC and CSI start
+# its commands), and the Unicode controls that reorder or break the text around them (bidi
+# marks, embeddings, overrides and isolates; line and paragraph separators).
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069"
+                      "\u2028\u2029]")
+
+
+def control_in(text: str, *, lines: bool = False) -> str | None:
+    """The first character of `text` that a terminal would obey rather than show (with
+    `lines`, a tab or a newline too), escaped as a message shows it; None when there is none."""
+    found = CONTROLS.search(text) or (re.search("[\t\n]", text) if lines else None)
+    return None if found is None else found[0].encode("unicode_escape").decode("ascii")
+
+
+def clip(text: str, limit: int = 60) -> str:
+    """`text` shown in a message: at most `limit` characters, control characters escaped."""
+    shown = text.encode("unicode_escape").decode("ascii")
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"

@@ -1,0 +1,347 @@
+"""HTTP with servers that are not trusted: `exchange` is the one way wheelsmith talks to one
+(a page read, a download, an upload's POST, and the redirects between them).
+
+- Bounds: a total deadline for the whole exchange, redirects included (a watchdog shuts the
+  connection's sockets when it passes, so a drip, a stall or endless `100 Continue` interim
+  answers end there), a timeout for each socket operation (`idle`), a byte cap on the body.
+- Any status comes back as an `Answer`. What is not HTTP (a bad status line, a header line
+  over 64 KiB, more than 100 headers, a body cut short, a connection broken off) is one
+  UntrustedDataError naming the URL; nothing answering there (refused, no such host, no
+  route, a proxy that refuses) is a SourceError. Every message shows the URL as `redact` does.
+- Redirects are followed as `Follow` says, each Location read by `server_url` (a redirect to
+  anything but a valid http(s) URL is refused naming it); a POST is never redirected.
+- Credentials (`Request.authorization`, or a URL's `user:password@`) go only to the URL they
+  came with, never to where it redirects.
+- Proxies come from the environment (`http_proxy`, `https_proxy`, `no_proxy`), as urllib
+  takes them; a proxy is spoken to over plain HTTP (https through a CONNECT tunnel).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import enum
+import functools
+import http.client
+import socket
+import ssl
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from wheelsmith.errors import SourceError, UntrustedDataError, WheelsmithError
+from wheelsmith.untrusted import CHUNK, SLOW_HINT, Bounds, too_big, too_slow
+from wheelsmith.untrusted.addresses import redact, server_url
+from wheelsmith.untrusted.text import clip
+
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 10  # as urllib, browsers follow at most 20
+ERROR_BODY = 64 << 10  # what is kept of an answer that is not 2xx: a message shows a line of it
+FOLLOWED = ("GET", "HEAD")
+NOT_HTTP_HINT = "check that the URL names an HTTP server, and the server"
+DOWN_HINT = "check the URL and that the server is up"
+REDIRECT_HINT = ("a server may send a reader only to another valid http(s) URL; nothing was "
+                 "read there: check the URL and the server")
+
+
+class Follow(enum.Enum):
+    """Where a GET's redirects are followed (a POST's never are)."""
+
+    ANYWHERE = "to any http(s) URL"
+    SAME_ORIGIN = "to the same scheme, host and port"  # else the 3xx is the answer
+    NEVER = "nowhere"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    url: str  # may hold credentials (`user:password@`): basic authentication to its host
+    method: str = "GET"
+    headers: tuple[tuple[str, str], ...] = ()
+    body: Iterable[bytes] | None = None  # with a Content-Length header among `headers`
+    authorization: str | None = field(default=None, repr=False)  # to `url` only
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the server answered, whatever its status: a redirect is the answer when it was
+    not followed (no Location, a loop, another origin under SAME_ORIGIN)."""
+
+    url: str  # the URL that answered: the request's, or the last one it was redirected to
+    status: int
+    reason: str
+    content_type: str  # the header as sent, "" when there is none
+    media_type: str  # its type/subtype, lowercase; text/plain when there is none
+    location: str | None  # the Location header as sent
+    body: bytes  # within the bounds; of a 2xx given to a sink: empty; of another: its start
+
+
+def exchange(request: Request, bounds: Bounds, *, follow: Follow = Follow.ANYWHERE,
+             idle: float | None = None, sink: Callable[[bytes], object] | None = None
+             ) -> Answer:
+    """`request` and its answer within `bounds` (the deadline is for everything, redirects
+    included; each socket operation waits at most `idle` seconds, default the deadline).
+    With `sink`, a 2xx answer's body goes there chunk by chunk instead of into the Answer."""
+    shown = redact(request.url)
+    url = server_url(request.url, request.url, source=shown, where=None,
+                     hint="check the URL")
+    talk = _Exchange(request, shown, bounds, follow, idle or bounds.seconds, sink)
+    try:
+        return talk.run(url)
+    finally:
+        talk.watchdog.cancel()
+
+
+@dataclass
+class _Exchange:
+    request: Request
+    shown: str
+    bounds: Bounds
+    follow: Follow
+    idle: float
+    sink: Callable[[bytes], object] | None
+    watchdog: _Watchdog = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.watchdog = _Watchdog(self.bounds.seconds)
+
+    def run(self, url: str) -> Answer:
+        body, authorization = self.request.body, self.request.authorization or _basic(url)
+        seen: set[str] = set()
+        while True:
+            conn, target, extra = self._connect(url)
+            try:
+                with self._mapped():
+                    headers = {**dict(self.request.headers), **extra}
+                    if authorization:
+                        headers["Authorization"] = authorization
+                    _send(conn, self.request.method, target, body, headers)
+                    with contextlib.closing(conn.getresponse()) as response:  # it owns the socket
+                        following = self._next(url, response, seen)
+                        if following is None:
+                            return self._answer(url, response)
+            finally:
+                conn.close()
+            seen.add(url)
+            url, body, authorization = following, None, None
+
+    def _connect(self, url: str) -> tuple[http.client.HTTPConnection, str, dict[str, str]]:
+        parts = urllib.parse.urlsplit(url)
+        conn, target, extra = _connection(parts, self.idle)
+        conn._create_connection = self.watchdog.connect  # type: ignore[attr-defined]
+        try:
+            conn.connect()
+        except http.client.HTTPException as exc:  # a proxy's answer to CONNECT that is no HTTP
+            conn.close()
+            raise self._failed(exc) from None
+        except (OSError, ValueError) as exc:  # refused, no such host, TLS, a proxy's refusal
+            conn.close()
+            if self.watchdog.fired:
+                raise too_slow(self.shown, self.bounds.seconds) from None
+            raise SourceError(f"nothing answers at {self.shown}: {exc}", hint=DOWN_HINT) \
+                from exc
+        return conn, target, extra
+
+    @contextlib.contextmanager
+    def _mapped(self) -> Iterator[None]:
+        """Whatever breaks once connected as the one error that says so."""
+        try:
+            yield
+        except _FromSink as taken:  # where the body goes failed (a full disk): not the server
+            raise taken.error from taken.error.__cause__
+        except WheelsmithError:
+            raise
+        except (OSError, http.client.HTTPException, ValueError, OverflowError) as exc:
+            raise self._failed(exc) from None
+
+    def _failed(self, exc: Exception) -> UntrustedDataError:
+        if self.watchdog.fired:
+            return too_slow(self.shown, self.bounds.seconds)
+        if isinstance(exc, TimeoutError):
+            return UntrustedDataError(self.shown, f"sent nothing for {self.idle:g} s",
+                                      hint=SLOW_HINT)
+        if isinstance(exc, OSError) and not isinstance(exc, http.client.HTTPException):
+            return UntrustedDataError(self.shown, f"broke off the connection ({clip(str(exc))})",
+                                      hint=NOT_HTTP_HINT)
+        return UntrustedDataError(
+            self.shown, f"did not answer with valid HTTP ({type(exc).__name__}: "
+                        f"{clip(str(exc))})", hint=NOT_HTTP_HINT)
+
+    def _next(self, url: str, response: http.client.HTTPResponse,
+              seen: set[str]) -> str | None:
+        """Where the answer redirects to, when that is followed; None: it is the answer."""
+        location = response.getheader("Location")
+        if response.status not in REDIRECTS or location is None or \
+                self.follow is Follow.NEVER or self.request.method not in FOLLOWED:
+            return None
+        target = _without_credentials(server_url(
+            location, url, source=self.shown, where=f"its redirect (HTTP {response.status})",
+            hint=REDIRECT_HINT))
+        if self.follow is Follow.SAME_ORIGIN and _origin(target) != _origin(url):
+            return None
+        if target in seen or target == url or len(seen) >= MAX_REDIRECTS:
+            return None  # a loop: the redirect is the answer
+        return target
+
+    def _answer(self, url: str, response: http.client.HTTPResponse) -> Answer:
+        ok = 200 <= response.status < 300
+        kept = bytearray()
+        sink = self.sink if ok and self.sink is not None else kept.extend
+        if ok and response.length is not None and response.length > self.bounds.max_bytes:
+            raise too_big(self.shown, self.bounds)
+        self._pump(response, sink, self.bounds.max_bytes if ok else ERROR_BODY, cut=not ok)
+        return Answer(url, response.status, response.reason,
+                      response.getheader("Content-Type") or "",
+                      response.headers.get_content_type(), response.getheader("Location"),
+                      bytes(kept))
+
+    def _pump(self, response: http.client.HTTPResponse, sink: Callable[[bytes], object],
+              limit: int, *, cut: bool) -> None:
+        """The body into `sink`: more than `limit` bytes is an error (with `cut`: the rest
+        is left unread), and so is one that ends before its Content-Length or its deadline."""
+        total = 0
+        while chunk := response.read1(CHUNK):
+            total += len(chunk)
+            if total > limit:
+                if cut:
+                    _into(sink, chunk[: len(chunk) - (total - limit)])
+                    return
+                raise too_big(self.shown, self.bounds)
+            _into(sink, chunk)
+            if time.monotonic() > self.watchdog.deadline:
+                raise too_slow(self.shown, self.bounds.seconds)
+        if self.watchdog.fired:  # the body ended because the watchdog shut the socket
+            raise too_slow(self.shown, self.bounds.seconds)
+        if response.length:  # what http.client counts down: bytes it was promised and not sent
+            raise UntrustedDataError(self.shown, f"ended its answer {response.length} bytes "
+                                                 "short of its Content-Length",
+                                     hint=NOT_HTTP_HINT)
+
+
+class _FromSink(Exception):
+    """What the sink raised, carried past the mapping of the connection's errors."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _into(sink: Callable[[bytes], object], chunk: bytes) -> None:
+    try:
+        sink(chunk)
+    except Exception as exc:
+        raise _FromSink(exc) from exc
+
+
+def _send(conn: http.client.HTTPConnection, method: str, target: str,
+          body: Iterable[bytes] | None, headers: dict[str, str]) -> None:
+    """The request; a server that stops reading an upload's body (it answered early: a 401,
+    a 413) has its say: the answer is read all the same."""
+    try:
+        conn.request(method, target, body=body, headers=headers)
+    except (BrokenPipeError, ConnectionResetError):
+        if body is None:
+            raise
+
+
+def _basic(url: str) -> str | None:
+    """Basic authentication from the `user:password@` of `url`, if it has one."""
+    userinfo, at, _ = urllib.parse.urlsplit(url).netloc.rpartition("@")
+    if not at:
+        return None
+    user, _, password = userinfo.partition(":")
+    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+    return "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+
+
+def _without_credentials(url: str) -> str:
+    """A URL a server redirected to: credentials in it are never sent."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _origin(url: str) -> tuple[str, str | None, int]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, parts.hostname, parts.port or _default_port(parts.scheme)
+
+
+def _default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+def _connection(parts: urllib.parse.SplitResult, timeout: float
+                ) -> tuple[http.client.HTTPConnection, str, dict[str, str]]:
+    """A connection for `parts` (through the environment's proxy, if it has one for it), the
+    request target to send on it and the headers that proxy needs."""
+    host, port = parts.hostname or "", parts.port or _default_port(parts.scheme)
+    target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    tls = parts.scheme == "https"
+    proxy = _proxy(parts.scheme, host)
+    if proxy is None:
+        return _open(host, port, timeout, tls=tls), target, {}
+    via, via_port = proxy.hostname or "", proxy.port or 80
+    auth = _basic(urllib.parse.urlunsplit(proxy))
+    extra = {"Proxy-Authorization": auth} if auth else {}
+    if tls:
+        conn = _open(via, via_port, timeout, tls=True)
+        conn.set_tunnel(host, port, headers=extra)
+        return conn, target, {}
+    absolute = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2],
+                                                      fragment=""))
+    return _open(via, via_port, timeout, tls=False), absolute, extra
+
+
+def _open(host: str, port: int, timeout: float, *, tls: bool) -> http.client.HTTPConnection:
+    if tls:
+        return http.client.HTTPSConnection(host, port, timeout=timeout, context=_tls())
+    return http.client.HTTPConnection(host, port, timeout=timeout)
+
+
+def _proxy(scheme: str, host: str) -> urllib.parse.SplitResult | None:
+    """The environment's proxy for `scheme` URLs, unless `no_proxy` spares `host`."""
+    setting = urllib.request.getproxies().get(scheme)
+    if not setting or urllib.request.proxy_bypass(host):
+        return None
+    given = setting if "://" in setting else f"http://{setting}"
+    checked = server_url(given, given, source=f"the {scheme}_proxy setting {redact(given)}",
+                         where=None, hint=f"fix the {scheme}_proxy variable, or unset it")
+    return urllib.parse.urlsplit(checked)
+
+
+class _Watchdog:
+    """Shuts every socket of one exchange at its deadline: a blocked read then returns."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+        self.fired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def connect(self, address: tuple[str, int], timeout: float | None = None,
+                source_address: tuple[str, int] | None = None) -> socket.socket:
+        sock = socket.create_connection(address, timeout, source_address)
+        with self._lock:
+            self._sockets.append(sock)
+            if self.fired:
+                sock.shutdown(socket.SHUT_RDWR)
+        return sock
