@@ -17,7 +17,7 @@ FOUNDATION = {"wheelsmith", "wheelsmith.__init__", "wheelsmith.arch", "wheelsmit
               "wheelsmith.procs", "wheelsmith.errors", "wheelsmith.files",
               "wheelsmith.document", "wheelsmith.wheelfile", "wheelsmith.inventory",
               "wheelsmith.locations", "wheelsmith.locks", "wheelsmith.untrusted",
-              "wheelsmith.untrusted.urls"}
+              "wheelsmith.untrusted.urls", "wheelsmith.untrusted.local"}
 # What each part may import besides itself (docs/architecture.md, "What may import what").
 ALLOWED = {
     "foundation": set(),
