@@ -18,7 +18,8 @@ FOUNDATION = {"wheelsmith", "wheelsmith.__init__", "wheelsmith.arch", "wheelsmit
               "wheelsmith.document", "wheelsmith.wheelfile", "wheelsmith.inventory",
               "wheelsmith.locations", "wheelsmith.locks", "wheelsmith.untrusted",
               "wheelsmith.untrusted.urls", "wheelsmith.untrusted.web",
-              "wheelsmith.untrusted.addresses", "wheelsmith.untrusted.text"}
+              "wheelsmith.untrusted.addresses", "wheelsmith.untrusted.text",
+              "wheelsmith.untrusted.local"}
 # What each part may import besides itself (docs/architecture.md, "What may import what").
 ALLOWED = {
     "foundation": set(),

@@ -7,6 +7,7 @@ errors, so ours start at 3.
 from __future__ import annotations
 
 import errno
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,6 +255,28 @@ REFUSALS: dict[int, tuple[str, str]] = {
                   f"fix or remove the link {ELSEWHERE}"),
     errno.ENAMETOOLONG: ("the name is too long for the file system", "use a shorter path"),
 }
+
+
+# What stands where a regular file belongs, by its file type bits (stat.S_IFMT)
+KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO (named pipe)",
+         stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+         stat.S_IFBLK: "a block device", stat.S_IFLNK: "a symbolic link"}
+
+
+class NotRegularFileError(FileSystemError):
+    """`path`, where a regular file belongs, is something else: `reason` says what (a FIFO, a
+    device, a socket, a directory, a link where none may be). The one error for it, however
+    it was found (wheelsmith/untrusted/local.py)."""
+
+    def __init__(self, path: Path, kind: int, *, directory: bool = False) -> None:
+        self.path = path
+        wanted, plural = ("directory", "directories") if directory else (
+            "regular file", "regular files")
+        self.reason = f"it is {KINDS.get(kind, 'something else')}, not a {wanted}"
+        super().__init__(
+            f"{path}: {self.reason}",
+            hint=f"wheelsmith opens only {plural} there (a FIFO or a device could block it or "
+                 f"never end): name a {wanted}, or move this one out of the way")
 
 
 def machine_error(error: OSError, cache: Path, *, given: tuple[str, Path] | None = None

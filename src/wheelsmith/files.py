@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from wheelsmith import procs
+from wheelsmith.untrusted import local
 
 log = logging.getLogger(__name__)
 
@@ -152,11 +153,14 @@ def store_no_clobber(final: Path, write: Callable[[Path], object],
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: Path, on_busy: Callable[[], None] | None = None) -> Iterator[None]:
+def exclusive_lock(path: Path, on_busy: Callable[[], None] | None = None, *,
+                   follow: bool = True) -> Iterator[None]:
     """Hold an exclusive flock on `path` (created if missing) for the duration of the block.
-    When another process holds it, `on_busy` runs before waiting (and may raise instead)."""
+    When another process holds it, `on_busy` runs before waiting (and may raise instead).
+    The file is opened as a regular file (untrusted.local: a FIFO there never blocks the
+    open, a device or a directory is refused naming it); `follow=False`: not through a link."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
+    with local.open_regular(path, "lock", follow=follow) as handle:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

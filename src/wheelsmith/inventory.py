@@ -8,8 +8,8 @@ package.
 from __future__ import annotations
 
 import re
+import shutil
 import tempfile
-import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +18,7 @@ from wheelsmith import cmd
 from wheelsmith.arch import Arch
 from wheelsmith.errors import CommandError, VerifyError
 from wheelsmith.untrusted import clip
+from wheelsmith.untrusted.local import open_zip
 from wheelsmith.wheelfile import ZIP_DAMAGE
 
 # "ELF file    1: name.1.sm_120.cubin" / "PTX file    1: name.1.sm_120.ptx"
@@ -72,12 +73,13 @@ def read_device_code(so: Path, cuobjdump: Path, name: str | None = None) -> Devi
 def wheel_inventory(wheel: Path, cuobjdump: Path) -> list[DeviceCode]:
     """Device code of every shared object in a wheel, in member order."""
     try:
-        with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory() as tmp:
+        with open_zip(wheel) as zf, tempfile.TemporaryDirectory() as tmp:
             members = [n for n in zf.namelist() if is_shared_object(n)]
             found = []
             for index, member in enumerate(members):
                 target = Path(tmp) / f"{index}.so"
-                target.write_bytes(zf.read(member))
+                with zf.open(member) as source, target.open("wb") as sink:
+                    shutil.copyfileobj(source, sink)  # in pieces: a .so may be a GB
                 found.append(read_device_code(target, cuobjdump, member))
             return found
     except ZIP_DAMAGE as exc:

@@ -3,6 +3,11 @@
 `check` finds everything that makes a wheel unsafe or invalid (used by verify and publish);
 `rewrite` produces a new wheel deterministically: sorted members, .dist-info last, fixed
 timestamps from SOURCE_DATE_EPOCH, fixed permissions, and a RECORD that matches.
+
+A wheel may be anyone's: it is opened as a zip only when it is a regular file (`open_zip`,
+through untrusted.local: a FIFO or a device named as a wheel is refused naming it), and a
+member read whole (METADATA, WHEEL, RECORD, wheelsmith.json) at most MEMBER_MAX_BYTES
+(`read_member`); every other member is read in pieces.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from packaging.version import InvalidVersion, Version
 from wheelsmith import files
 from wheelsmith.errors import UntrustedDataError
 from wheelsmith.untrusted import Node, clip, control_in, describe_size, parse_json
+from wheelsmith.untrusted.local import MEMBER_MAX_BYTES, MemberTooLarge, open_zip, read_member
 
 ZIP_EPOCH_FLOOR = 315532800  # 1980-01-01, the earliest time a zip entry can hold
 
@@ -92,8 +98,8 @@ def dist_info_dir(names: list[str]) -> str:
 
 
 def read_metadata(wheel: Path) -> bytes:
-    with zipfile.ZipFile(wheel) as zf:
-        return zf.read(f"{dist_info_dir(zf.namelist())}/METADATA")
+    with open_zip(wheel) as zf:
+        return read_member(zf, f"{dist_info_dir(zf.namelist())}/METADATA")
 
 
 def headers(data: bytes) -> Message:
@@ -119,7 +125,7 @@ def check(wheel: Path) -> list[str]:
         return [f"invalid wheel filename: {clip(wheel.name, 200)} holds other characters than "
                 "ASCII letters, digits and . _ + ! - (PEP 427)"]
     try:
-        with zipfile.ZipFile(wheel) as zf:
+        with open_zip(wheel) as zf:
             return _check_members(zf, name)
     except UNREADABLE as exc:
         return [f"not a readable zip file: {clip(str(exc) or type(exc).__name__, 200)}"]
@@ -174,9 +180,11 @@ class _Unfit(Exception):
 
 def _headers_of(zf: zipfile.ZipFile, member: str) -> Message:
     try:
-        return headers(zf.read(member))
+        return headers(read_member(zf, member))
     except UnicodeDecodeError as exc:
         raise _Unfit(f"{member} is not UTF-8 (byte {exc.start + 1})") from None
+    except MemberTooLarge as exc:
+        raise _Unfit(str(exc)) from None
 
 
 def _check_members(zf: zipfile.ZipFile, name: WheelName) -> list[str]:
@@ -225,8 +233,10 @@ def _metadata_problems(metadata: Message, name: WheelName) -> list[str]:
 
 def _check_record(zf: zipfile.ZipFile, record_name: str) -> list[str]:
     try:
-        text = zf.read(record_name).decode()
+        text = read_member(zf, record_name).decode()
         rows = {row[0]: row for row in csv.reader(io.StringIO(text)) if row}
+    except MemberTooLarge as exc:
+        return [str(exc)]
     except UnicodeDecodeError as exc:
         return [f"{record_name} is not UTF-8 (byte {exc.start + 1})"]
     except csv.Error as exc:
@@ -302,7 +312,7 @@ def _write(dst: Path, contents: dict[str, bytes], modes: dict[str, int], record:
 
 
 PROVENANCE_FILE = "wheelsmith.json"
-PROVENANCE_MAX_BYTES = 16 << 20  # a record is tens of KB
+PROVENANCE_MAX_BYTES = MEMBER_MAX_BYTES  # a record is tens of KB
 CHANNEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")  # an index channel: cu130-torch2.14
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -359,17 +369,18 @@ def _version(node: Node) -> str:
 
 def read_provenance(wheel: Path) -> Provenance | None:
     """The provenance of a wheelsmith wheel; None for any other wheel (or no readable zip).
-    A record that is not what wheelsmith writes: UntrustedDataError naming it."""
+    A record that is not what wheelsmith writes: UntrustedDataError naming it. A wheel that
+    is not a regular file: FileSystemError naming it (`open_zip`)."""
+    source = f"the provenance of {wheel.name}"
     try:
-        with zipfile.ZipFile(wheel) as zf:
+        with open_zip(wheel) as zf:
             info_dir = dist_info_dir(zf.namelist())
-            with zf.open(f"{info_dir}/{PROVENANCE_FILE}") as handle:
-                data = handle.read(PROVENANCE_MAX_BYTES + 1)  # never a zip bomb's whole
+            data = read_member(zf, f"{info_dir}/{PROVENANCE_FILE}")  # never a zip bomb's whole
+    except MemberTooLarge:
+        raise UntrustedDataError(source, f"is larger than {describe_size(PROVENANCE_MAX_BYTES)}"
+                                 ) from None
     except (KeyError, ValueError, *UNREADABLE):
         return None
-    source = f"the provenance of {wheel.name}"
-    if len(data) > PROVENANCE_MAX_BYTES:
-        raise UntrustedDataError(source, f"is larger than {describe_size(PROVENANCE_MAX_BYTES)}")
     return Provenance.parse(parse_json(data, source))
 
 

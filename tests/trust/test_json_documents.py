@@ -179,7 +179,8 @@ FORMS: dict[str, tuple[Parse, str]] = {  # a model, a field checked by its form,
     "a ledger line's sha256": (lambda v: ledger.parse_line(json.dumps({
         "action": "publish", "channel": "c", "project": "demo", "version": "1.0",
         "filename": "demo-1.0-py3-none-any.whl", "sha256": v, "size": 1,
-        "upload_time": "t", "metadata_sha256": "0" * 64}).encode(), "L:1"), "0" * 64),
+        "upload_time": "2026-12-04T10:00:00.000000Z", "metadata_sha256": "0" * 64}).encode(),
+        "L:1"), "0" * 64),
 }
 
 

@@ -53,7 +53,8 @@ BAD_LINES = {  # a line appended as line 2, and what is said of it
                                         "channel: '../x' is not a channel name"),
     "a sha256 that is a path": ({"sha256": "../" * 21 + "a"},
                                 f"sha256: '{'../' * 19}..…' is not a sha256"),
-    "not UTF-8": (b"\xff\xfe", "not UTF-8 (byte 1)"),
+    "not UTF-8": (b"{\xff}", "not UTF-8 (byte 2)"),
+    "UTF-16": (b"\xff\xfe{\x00}\x00", "not plain UTF-8 (byte 1: a UTF-16 byte order mark)"),
 }
 
 

@@ -40,6 +40,7 @@ from wheelsmith.build.verify import require_valid
 from wheelsmith.errors import VerifyError
 from wheelsmith.files import sha256_file
 from wheelsmith.toolchain.profile import SYSTEM, profile_files
+from wheelsmith.untrusted import local
 from wheelsmith.wheelfile import read_provenance
 
 KNOBS = ("*_FORCE_BUILD", "*_SKIP_CUDA_BUILD", "*_FORCE_CXX11_ABI")  # a plain word each
@@ -166,7 +167,7 @@ def plan_rebuild(wheel: Path, *, accepted: Mapping[str, str], work_dir: Path,
                  runner_name: str) -> Rebuild:
     """The build request the wheel's provenance describes, every field checked as data for
     this command (nothing prepared or run); its environment judged (`Rebuild.refusal`)."""
-    if not wheel.is_file():
+    if local.size_of(wheel) is None:  # a FIFO or a device: FileSystemError naming it
         raise VerifyError(f"no such wheel file: {wheel}")
     provenance = read_provenance(wheel)  # a record of another shape: UntrustedDataError
     require_valid(wheel)  # its members are compared after the build
@@ -280,7 +281,7 @@ def refuse_unpromised(wheel: Path) -> None:
 def differences(wheel: Path, rebuilt: Path) -> list[str]:
     """Each member that differs between the two wheels, and how; the name if that differs."""
     found = [] if wheel.name == rebuilt.name else [f"the rebuilt wheel is named {rebuilt.name}"]
-    with zipfile.ZipFile(wheel) as ours, zipfile.ZipFile(rebuilt) as theirs:
+    with local.open_zip(wheel) as ours, local.open_zip(rebuilt) as theirs:
         mine = {i.filename: i for i in ours.infolist()}
         other = {i.filename: i for i in theirs.infolist()}
         for name in sorted(mine.keys() | other.keys()):

@@ -19,6 +19,7 @@ from wheelsmith.build.ninjafile import CUDA
 from wheelsmith.errors import VerifyError
 from wheelsmith.inventory import DeviceCode, read_device_code, wheel_inventory
 from wheelsmith.toolchain.tools import cuobjdump_for
+from wheelsmith.untrusted import local
 
 if TYPE_CHECKING:
     from wheelsmith.build.plan import BuildPlan
@@ -154,7 +155,7 @@ def verify_wheel(wheel: Path, archs: ArchSet, cuobjdump: Path,
                  host_only: tuple[str, ...] = ()) -> list[DeviceCode]:
     """`wheelsmith verify` of any wheel: its structure, then its device code; the
     inventory."""
-    if not wheel.is_file():
+    if local.size_of(wheel) is None:  # a FIFO or a device: FileSystemError naming it
         raise VerifyError(f"no such wheel: {wheel}", findings=[])
     require_valid(wheel)
     inventory = wheel_inventory(wheel, cuobjdump)

@@ -10,10 +10,11 @@ import click
 from wheelsmith.cli import console
 from wheelsmith.cli._common import emit_json, index_option, json_option, main, writable
 from wheelsmith.errors import IndexDriftError
-from wheelsmith.index import export, publish, upload
+from wheelsmith.index import export, ledger, publish, upload
 from wheelsmith.index import store as index
 from wheelsmith.index.listener import authority, listen
 from wheelsmith.index.serve import IDLE_S, banner
+from wheelsmith.untrusted import local
 
 
 def published_json(published: publish.Published | upload.Uploaded | None
@@ -157,7 +158,7 @@ def serve_command(index_dir: Path, host: str, port: int, idle_s: int) -> None:
         if index.create(index_dir):
             click.echo(f"a new, empty index in {index_dir}: publishing fills it while it is "
                        "served", err=True)
-        elif not (index_dir / "ledger.jsonl").is_file():
+        elif local.size_of(index_dir / ledger.LEDGER, follow=False) is None:  # a FIFO: 22
             raise IndexDriftError(f"{index_dir} is not a wheelsmith index (no ledger.jsonl)",
                                   hint="point --index at an index, an empty directory or a new "
                                        "path")

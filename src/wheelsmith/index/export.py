@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith.errors import IndexDriftError, UsageError
-from wheelsmith.files import atomic_write_bytes, exclusive_lock, sha256_file, store_no_clobber
+from wheelsmith.files import atomic_write_bytes, exclusive_lock, store_no_clobber
 from wheelsmith.index import ledger, pages
 from wheelsmith.index.ledger import FileRecord
+from wheelsmith.untrusted import inside, local
 
 LOCK = ".export.lock"
 TMP = ".tmp"  # every temp file of an export: one place to clear, left out of uploads
@@ -76,7 +77,7 @@ def check_base_url(base_url: str | None) -> None:
 def export(source: Path, dest: Path, base_url: str | None = None) -> Exported:
     """Bring the static tree in `dest` up to the ledger of the index in `source`."""
     check_base_url(base_url)
-    if not (source / ledger.LEDGER).is_file():
+    if local.size_of(source / ledger.LEDGER, follow=False) is None:  # a FIFO: refused, 22
         raise UsageError(f"no index at {source} (no {ledger.LEDGER}): nothing to export",
                          hint="pass the directory you publish into (--index DIR)")
     if dest.resolve() == source.resolve():
@@ -107,21 +108,33 @@ def _place(source: Path, dest: Path, relative: str, record: FileRecord) -> int:
                                   f"(size {target.stat().st_size}, the ledger says {size})",
                                   hint=f"remove it and export again: files never change, so "
                                        f"{dest} was altered")
-        origin = source / f"{record.path}{suffix}"
+        origin = inside(source, f"{record.path}{suffix}")  # never through a link out of it
         expected = record.sha256 if not suffix else record.metadata_sha256
-        if not origin.is_file() or sha256_file(origin) != expected:
+        if _sha256(origin) != expected:
             raise IndexDriftError(f"{origin} is missing or differs from the ledger: not "
                                   "exported", hint=f"run `wheelsmith index check --index "
                                                    f"{source}`")
         target.parent.mkdir(parents=True, exist_ok=True)
-        copied |= store_no_clobber(target, functools.partial(shutil.copyfile, origin),
-                                   dest / TMP)
+        copied |= store_no_clobber(target, functools.partial(_copy, origin), dest / TMP)
     return copied
+
+
+def _sha256(origin: Path) -> str | None:
+    """The sha256 of a regular file of the index (untrusted.local); None when it is missing."""
+    try:
+        return local.sha256_of(origin, follow=False)
+    except FileNotFoundError:
+        return None
+
+
+def _copy(origin: Path, tmp: Path) -> None:
+    with local.open_regular(origin, follow=False) as source, tmp.open("wb") as sink:
+        shutil.copyfileobj(source, sink)
 
 
 def _write_page(dest: Path, relative: Path, data: bytes) -> bool:
     target = dest / relative
-    if target.is_file() and target.read_bytes() == data:
+    if local.same_bytes(target, data):  # never read past the page's size
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(target, data, dest / TMP, durable=False)  # derived: export again

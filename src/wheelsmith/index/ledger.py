@@ -4,28 +4,52 @@ It is the source of truth: pages are derived from it, `index check` verifies fil
 and nothing ever rewrites or removes a line. One line is written with one `write` call and
 fsynced; a torn last line (a writer killed mid-line) is ignored by readers and cut off by the
 next writer under the publish lock.
+
+It is data others may have written: it is opened only as a regular file (untrusted.local: a
+FIFO, a device or a directory there is refused, never read as an empty ledger), read as a
+stream of lines of at most MAX_LINE bytes (never whole), and every field of every line is
+checked by type and form (`_entry`), by the same code that checks a line before publish writes
+it (`check_entry`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from wheelsmith.errors import IndexDriftError, UntrustedDataError
-from wheelsmith.untrusted import Node, clip, inside, name_problem, parse_json
+from wheelsmith.untrusted import (
+    CHUNK,
+    Node,
+    clip,
+    describe_size,
+    inside,
+    local,
+    name_problem,
+    parse_json,
+)
 from wheelsmith.wheelfile import CHANNEL_RE
 
 LEDGER = "ledger.jsonl"
+MAX_LINE = 64 << 10  # bytes in one line: publish writes a few hundred (a file name: <= 255)
 PROJECT_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # a normalized name (PEP 503)
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # what `now` writes
+TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
+KEY_RE = re.compile(r"[0-9A-Za-z]{1,128}")  # a content key (sha256 hex, as build/plan.py makes)
+ARCHS_RE = re.compile(r"[0-9A-Za-z.;,+ ]{0,200}")  # an arch set as --arch takes it
+MAX_SIZE = (1 << 63) - 1
 
 
 def at(root: Path) -> Path:
@@ -36,7 +60,7 @@ def at(root: Path) -> Path:
 
 def now() -> str:
     """ISO-8601 UTC with microseconds, as PEP 700 writes `upload-time`."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(timezone.utc).strftime(TIME_FORMAT)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -94,37 +118,62 @@ def parse_line(raw: bytes, where: str) -> FileRecord | Yank:
     """One ledger line, every field checked (the ledger is data others may have written or
     damaged): anything else is one IndexDriftError located at `where` (`ledger.jsonl:N`)."""
     try:
-        text = raw.decode()
-    except UnicodeDecodeError as exc:
-        raise _drift(where, f"not UTF-8 (byte {exc.start + 1})") from None
-    try:
-        return _entry(parse_json(text, where))
+        return _entry(parse_json(raw, where))
     except UntrustedDataError as exc:
         raise _drift(where, exc.problem) from None
 
 
+def check_entry(entry: dict[str, Any], source: str) -> None:
+    """The line `entry` as the ledger's readers will check it, before it is written: what they
+    would refuse is one UntrustedDataError naming `source` (a wheel), and nothing is written."""
+    _entry(parse_json(json.dumps(entry, sort_keys=True, separators=(",", ":")).encode(),
+                      source))
+
+
 def _entry(node: Node) -> FileRecord | Yank:
+    """Every field the pages, publish's rules and nightly use, by type and form: what pip and
+    uv parse from a page (a version, a specifier, an ISO 8601 time, a file name that is a
+    wheel's of this project and version) is parsed here first."""
     action = node["action"].text()
     if action in ("yank", "unyank"):
         return Yank(node["filename"].name(),
                     node["reason"].text() if action == "yank" else None)
     if action != "publish":
         raise node["action"].fail(f"'{clip(action)}' is not publish, yank or unyank")
-
-    def optional(key: str) -> str | None:
-        return node.optional(key, Node.text)
-
-    node["version"].parsed(Version, "a version")  # checked, and kept as it was written
+    project = node["project"].text(PROJECT_RE, "a normalized project name")
+    version = node["version"].parsed(Version, "a version")
+    filename = node["filename"].parsed(_wheel_filename, "a wheel's file name")
+    name, filed = parse_wheel_filename(filename)[:2]
+    if (name, filed) != (project, version):
+        raise node["filename"].fail(f"'{clip(filename)}' is not a file of {project} "
+                                    f"{clip(str(version))}, as the line's project and "
+                                    "version say")
+    size = node["size"].integer()
+    if size > MAX_SIZE:
+        raise node["size"].fail(f"{size} is not the size of a file")
     return FileRecord(
-        channel=node["channel"].text(CHANNEL_RE, "a channel name"),
-        project=node["project"].text(PROJECT_RE, "a normalized project name"),
-        filename=node["filename"].parsed(_wheel_filename, "a wheel's file name"),
-        sha256=node["sha256"].text(SHA256_RE, "a sha256"), size=node["size"].integer(),
-        upload_time=node["upload_time"].text(),
+        channel=node["channel"].text(CHANNEL_RE, "a channel name"), project=project,
+        filename=filename, sha256=node["sha256"].text(SHA256_RE, "a sha256"), size=size,
+        upload_time=node["upload_time"].parsed(_upload_time, "a UTC time as publish writes "
+                                               "it (YYYY-MM-DDTHH:MM:SS.ffffffZ)"),
         metadata_sha256=node["metadata_sha256"].text(SHA256_RE, "a sha256"),
-        requires_python=optional("requires_python"),
-        version=node["version"].text(),
-        key=optional("key"), archs=optional("archs"))
+        requires_python=node.optional("requires_python", lambda n: n.parsed(
+            _specifier, "a version specifier (Requires-Python)")),
+        version=node["version"].text(),  # checked above, kept as it was written
+        key=node.optional("key", lambda n: n.text(KEY_RE, "a content key")),
+        archs=node.optional("archs", lambda n: n.text(ARCHS_RE, "an arch set")))
+
+
+def _upload_time(text: str) -> str:
+    if not (text.isascii() and TIME_RE.fullmatch(text)):
+        raise ValueError(text)
+    datetime.strptime(text, TIME_FORMAT)  # a month 13: ValueError
+    return text
+
+
+def _specifier(text: str) -> str:
+    SpecifierSet(text)  # InvalidSpecifier is a ValueError
+    return text
 
 
 def _wheel_filename(text: str) -> str:
@@ -145,41 +194,51 @@ def _drift(where: str, problem: str) -> IndexDriftError:
 
 def read(root: Path, *, project: str | None = None, filename: str | None = None
          ) -> IndexState:
-    """Fold the ledger. With `project`/`filename`, only the lines that mention them are parsed
-    (located by substring search, so a publish does not parse the whole ledger). A malformed
-    line is an IndexDriftError naming it (`ledger.jsonl:N`)."""
+    """Fold the ledger (none yet: an empty state). With `project`/`filename`, only the lines
+    that mention them are parsed (found by substring search, so a publish does not parse the
+    whole ledger). A malformed line is an IndexDriftError naming it (`ledger.jsonl:N`)."""
     state = IndexState()
-    path = at(root)
-    if not path.is_file():
-        return state
-    data = path.read_bytes()
     needles = [n for n in (_needle("project", project), _needle("filename", filename)) if n]
-    for number, line in _lines_with(data, needles) if needles else _numbered(data, 0):
-        _apply(state, parse_line(line, f"{path}:{number}"))
+    with contextlib.ExitStack() as stack:
+        path, handle = _opened(stack, root)
+        if handle is None:
+            return state
+        for number, line in _lines(handle, path):
+            if not needles or any(needle in line for needle in needles):
+                _apply(state, parse_line(line, f"{path}:{number}"))
     return state
 
 
-def _numbered(data: bytes, offset: int) -> list[tuple[int, bytes]]:
-    """(number, line) of each whole line from byte `offset` (a line start) on; a last line
-    without a newline was torn by a dying writer and is left out."""
-    first = data.count(b"\n", 0, offset) + 1
-    lines = data[offset:].split(b"\n")[:-1]
-    return [(first + i, line) for i, line in enumerate(lines)]
+def _opened(stack: contextlib.ExitStack, root: Path, mode: local.Mode = "read"
+            ) -> tuple[Path, BinaryIO | None]:
+    """The ledger's path and, unless there is none, its file open (untrusted.local: a
+    regular file, not through a link)."""
+    path = at(root)
+    try:
+        return path, stack.enter_context(local.open_regular(path, mode, follow=False))
+    except FileNotFoundError:
+        return path, None
 
 
-def _lines_with(data: bytes, needles: list[bytes]) -> list[tuple[int, bytes]]:
-    starts: set[int] = set()
-    for needle in needles:
-        position = data.find(needle)
-        while position != -1:
-            starts.add(data.rfind(b"\n", 0, position) + 1)
-            position = data.find(needle, position + len(needle))
-    lines = []
-    for start in sorted(starts):
-        end = data.find(b"\n", start)
-        if end != -1:  # else torn
-            lines.append((data.count(b"\n", 0, start) + 1, data[start:end]))
-    return lines
+def _lines(handle: BinaryIO, path: Path, first: int = 1) -> Iterator[tuple[int, bytes]]:
+    """(number, line) of each whole line from where `handle` is (line `first`), read in
+    pieces; a last line without a newline was torn by a dying writer and is left out. A line
+    longer than MAX_LINE: an IndexDriftError naming it (a file of zeros is not read whole)."""
+    number, pending = first, b""
+    while chunk := handle.read(CHUNK):
+        *whole, pending = (pending + chunk).split(b"\n")
+        for line in whole:
+            if len(line) > MAX_LINE:
+                raise _too_long(f"{path}:{number}")
+            yield number, line
+            number += 1
+        if len(pending) > MAX_LINE:
+            raise _too_long(f"{path}:{number}")
+
+
+def _too_long(where: str) -> IndexDriftError:
+    return _drift(where, f"a line longer than {describe_size(MAX_LINE)} (publish writes a few "
+                         "hundred bytes)")
 
 
 def _needle(key: str, value: str | None) -> bytes | None:
@@ -203,55 +262,63 @@ def _apply(state: IndexState, entry: FileRecord | Yank) -> None:
 
 
 def repair_torn_tail(root: Path) -> bool:
-    """Cut a last line that has no newline (its writer died mid-write). Caller holds the lock."""
-    path = at(root)
-    if not path.is_file():
-        return False
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return False
-    with path.open("r+b") as handle:
-        handle.truncate(data.rfind(b"\n") + 1)
+    """Cut a last line that has no newline (its writer died mid-write). Caller holds the lock.
+    Only the last MAX_LINE bytes are read: an end without a newline in them is no torn line
+    but damage (an IndexDriftError), and nothing is cut."""
+    with contextlib.ExitStack() as stack:
+        path, handle = _opened(stack, root, "update")
+        if handle is None:
+            return False
+        size = os.fstat(handle.fileno()).st_size
+        start = max(0, size - MAX_LINE - 1)
+        tail = os.pread(handle.fileno(), size - start, start)
+        if not tail or tail.endswith(b"\n"):
+            return False
+        cut = tail.rfind(b"\n")
+        if cut == -1 and start > 0:
+            raise _drift(str(path), f"it ends in a line longer than {describe_size(MAX_LINE)}: "
+                                    "damage, not a line a dying writer tore")
+        handle.truncate(start + cut + 1)
         os.fsync(handle.fileno())
     return True
 
 
 def size(root: Path) -> int:
-    path = at(root)
-    return path.stat().st_size if path.is_file() else 0
+    return local.size_of(at(root), follow=False) or 0
 
 
 def touched_since(root: Path, offset: int) -> list[tuple[str, str]]:
     """(channel, project) pairs whose pages the ledger lines after byte `offset` change (an
     offset inside a line, as a ledger edited by hand leaves it, counts from the start)."""
-    path = at(root)
-    if not path.is_file():
-        return []
-    data = path.read_bytes()
-    if offset > len(data) or (offset and data[offset - 1:offset] != b"\n"):
-        offset = 0
-    state = read(root)
-    touched: dict[tuple[str, str], None] = {}
-    for number, line in _numbered(data, offset):
-        entry = parse_line(line, f"{path}:{number}")
-        record = state.by_filename.get(entry.filename)
-        if record is None:
-            continue
-        for channel, projects in state.channels.items():
-            if record.filename in projects.get(record.project, ProjectState()).files:
-                touched[(channel, record.project)] = None
+    with contextlib.ExitStack() as stack:
+        path, handle = _opened(stack, root)
+        if handle is None:
+            return []
+        fd = handle.fileno()
+        if offset > os.fstat(fd).st_size or (offset and os.pread(fd, 1, offset - 1) != b"\n"):
+            offset = 0
+        first = sum(os.pread(fd, min(CHUNK, offset - at_), at_).count(b"\n")
+                    for at_ in range(0, offset, CHUNK)) + 1
+        handle.seek(offset)
+        state = read(root)
+        touched: dict[tuple[str, str], None] = {}
+        for number, line in _lines(handle, path, first):
+            entry = parse_line(line, f"{path}:{number}")
+            record = state.by_filename.get(entry.filename)
+            if record is None:
+                continue
+            for channel, projects in state.channels.items():
+                if record.filename in projects.get(record.project, ProjectState()).files:
+                    touched[(channel, record.project)] = None
     return list(touched)
 
 
 def append(root: Path, entry: dict[str, Any]) -> None:
-    """Append one line durably. Caller holds the publish lock."""
+    """Append one line durably, with one write(2). Caller holds the publish lock."""
     line = (json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n").encode()
-    fd = os.open(at(root), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with local.open_regular(at(root), "append", follow=False) as handle:
+        os.write(handle.fileno(), line)
+        os.fsync(handle.fileno())
 
 
 def publish_entry(record: FileRecord) -> dict[str, Any]:

@@ -113,6 +113,14 @@ def project_pages(state: IndexState, channel: str, project: str,
             base / "index.json": project_json(project, data, link)}
 
 
+def page_paths(channel: str, project: str, *, lists: bool) -> list[Path]:
+    """Where `project_pages` and, with `lists`, `channel_pages` and the root page are."""
+    base = Path(channel) / "simple"
+    found = [base / project / "index.html", base / project / "index.json"]
+    return [*found, base / "index.html", base / "index.json", Path("index.html")] if lists \
+        else found
+
+
 def all_pages(state: IndexState, link: Link = file_url) -> dict[Path, bytes]:
     """Every page the ledger implies (what `index rebuild` writes; `index export` with its
     own links). Project pages first, then channel lists, the root page last: the order a

@@ -1,31 +1,38 @@
 """Publish wheels into the local index, and yank them. Nothing is ever replaced or deleted.
 
 Order of one publish, under the index lock:
-  1. check the wheel (valid zip, RECORD hashes, METADATA = filename, safe members)
+  1. check the wheel (a regular file, valid zip, RECORD hashes, METADATA = filename, safe
+     members) and its ledger line as the ledger's readers will check it
   2. refuse a filename already published with other bytes (its own exit code)
-  3. store the file and its `.metadata` sidecar (content-addressed, link(2): never clobbers)
-  4. append the ledger line, fsynced (the commit point)
-  5. regenerate that project's pages (and the channel list for a new project) by temp file +
-     rename, then move the pages watermark (see index.py) up to the ledger's end
+  3. read the whole ledger for a new project (its channel's list needs it), and check every
+     place it will write (the file, its sidecar, the ledger, the pages: inside the index,
+     regular files or nothing yet): a refusal or a damaged line here leaves nothing behind
+  4. store the file and its `.metadata` sidecar (content-addressed, link(2): never clobbers)
+  5. append the ledger line, fsynced (the commit point)
+  6. regenerate that project's pages (and the channel list for a new project) by temp file +
+     rename, then move the pages watermark (see index.py) up to the ledger's end; an error
+     from here on says that the wheel is published and what writes its pages
 Publishing identical bytes again is a no-op.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
 
-from wheelsmith import wheelfile
-from wheelsmith.errors import FileConflictError, PublishError
-from wheelsmith.files import sha256_bytes, sha256_file, store_no_clobber
+from wheelsmith import locations, wheelfile
+from wheelsmith.errors import FileConflictError, PublishError, WheelsmithError, machine_error
+from wheelsmith.files import sha256_bytes, store_no_clobber
 from wheelsmith.index import ledger
 from wheelsmith.index import store as index
 from wheelsmith.index.ledger import FileRecord, IndexState
-from wheelsmith.untrusted import inside
+from wheelsmith.untrusted import local
 from wheelsmith.wheelfile import CHANNEL_RE, read_provenance
 
 log = logging.getLogger(__name__)
@@ -50,7 +57,8 @@ class Candidate:
 
 
 def inspect(wheel: Path, channel: str | None) -> Candidate:
-    if not wheel.is_file():
+    size = local.size_of(wheel)  # a FIFO or a device: FileSystemError naming it
+    if size is None:
         raise PublishError(f"no such file: {wheel}")
     problems = wheelfile.check(wheel)
     if problems:
@@ -70,10 +78,12 @@ def inspect(wheel: Path, channel: str | None) -> Candidate:
     name = wheelfile.WheelName.parse(wheel.name)
     record = FileRecord(
         channel=chosen, project=ledger.normalize(name.name), filename=wheel.name,
-        sha256=sha256_file(wheel), size=wheel.stat().st_size, upload_time=ledger.now(),
+        sha256=local.sha256_of(wheel), size=size, upload_time=ledger.now(),
         metadata_sha256=sha256_bytes(metadata), requires_python=headers.get("Requires-Python"),
         version=str(name.version), key=provenance.key if provenance else None,
         archs=provenance.archs if provenance else None)
+    # what the ledger's readers would refuse is never written (21, naming the wheel)
+    ledger.check_entry(ledger.publish_entry(record), f"{wheel.name} (its ledger line)")
     return Candidate(wheel, record, metadata)
 
 
@@ -85,15 +95,39 @@ def publish(wheel: Path, root: Path, *, channel: str | None = None) -> Published
         if status == "already published":
             return Published(record.filename, record.channel, record.project, status)
         new_project = record.project not in known.channels.get(record.channel, {})
+        # a new project changes the channel's list, which needs the whole ledger: read (every
+        # line checked) before anything is written
+        state = ledger.read(root) if new_project else known
+        for place in (record.path, f"{record.path}.metadata", ledger.LEDGER):
+            local.check_place(root, place)
+        index.page_places(root, record.channel, record.project, lists=new_project)
         _store(root, candidate)
         ledger.append(root, ledger.publish_entry(record))  # the commit point
-        known.add(record)
-        # a new project changes the channel's list, which needs the whole ledger
-        state = ledger.read(root) if new_project else known
-        index.write_pages(root, state, record.channel, record.project, lists=new_project)
-        index.pages_done(root)
+        with _committed(f"{record.filename} is published (its ledger line is written)"):
+            state.add(record)
+            index.write_pages(root, state, record.channel, record.project, lists=new_project)
+            index.pages_done(root)
     log.info("published %s to %s", record.filename, record.channel)
     return Published(record.filename, record.channel, record.project, "published")
+
+
+@contextlib.contextmanager
+def _committed(done: str) -> Iterator[None]:
+    """After the commit point: an error (the machine's too) says what was done, and that the
+    pages follow the ledger (the next writer, or `index rebuild`, writes them)."""
+    try:
+        yield
+    except (WheelsmithError, OSError) as exc:
+        error = exc if isinstance(exc, WheelsmithError) else machine_error(
+            exc, locations.cache_dir())
+        if error is None:
+            raise
+        error.hint = (f"{done}; its pages are not all written: the next publish or yank, or "
+                      f"`wheelsmith index rebuild`, writes them"
+                      + (f". {error.hint}" if error.hint else ""))
+        if error is exc:
+            raise
+        raise error from exc
 
 
 def _decide(state: IndexState, record: FileRecord) -> str:
@@ -129,12 +163,18 @@ def _check_one_arch_set(project: ledger.ProjectState | None, record: FileRecord)
 def _store(root: Path, candidate: Candidate) -> None:
     """File and sidecar at their content-addressed paths; an existing one has the same bytes
     (its name contains its sha256), which `index check` verifies."""
-    target = inside(root, candidate.record.path)  # files/ replaced by a link: nothing there
+    target = local.check_place(root, candidate.record.path)  # a link out: nothing there
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = index.tmp_dir(root)
-    store_no_clobber(target, lambda tmp: shutil.copyfile(candidate.wheel, tmp), scratch)
+    store_no_clobber(target, lambda tmp: _copy(candidate.wheel, tmp), scratch)
     store_no_clobber(target.with_name(target.name + ".metadata"),
                      lambda tmp: tmp.write_bytes(candidate.metadata), scratch)
+
+
+def _copy(wheel: Path, tmp: Path) -> None:
+    """The wheel's bytes into `tmp`, read as the regular file it was checked to be."""
+    with local.open_regular(wheel) as source, tmp.open("wb") as sink:
+        shutil.copyfileobj(source, sink)
 
 
 def yank(root: Path, filename: str, reason: str | None) -> FileRecord:
@@ -147,9 +187,13 @@ def yank(root: Path, filename: str, reason: str | None) -> FileRecord:
         state = ledger.read(root, project=record.project)
         channels = [(c, record.project) for c, projects in state.channels.items()
                     if record.project in projects and filename in projects[record.project].files]
-        ledger.append(root, ledger.yank_entry(record, reason))
-        state = ledger.read(root, project=record.project)
-        for channel, project in channels:
-            index.write_pages(root, state, channel, project, lists=False)
-        index.pages_done(root)
+        for channel, project in channels:  # every place first: a refusal leaves nothing
+            index.page_places(root, channel, project, lists=False)
+        ledger.append(root, ledger.yank_entry(record, reason))  # the commit point
+        with _committed(f"{filename} is {'yanked' if reason is not None else 'unyanked'} "
+                        "(its ledger line is written)"):
+            state = ledger.read(root, project=record.project)
+            for channel, project in channels:
+                index.write_pages(root, state, channel, project, lists=False)
+            index.pages_done(root)
     return record

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from wheelsmith.errors import UntrustedDataError
+from wheelsmith.errors import FileSystemError, UntrustedDataError
 from wheelsmith.index.pages import HTML_TYPE, JSON_TYPE
-from wheelsmith.untrusted import inside
+from wheelsmith.untrusted import inside, local
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +112,9 @@ def _page(root: Path, directory: str, fmt: str | None) -> Response:
 
 
 def _file(root: Path, relative: str, content_type: str, cache: str) -> Response:
-    """The file at `relative` under `root`; 404 for none, a link, or a path that resolves out
-    of the index (a directory in it replaced by a link: what is there is not the index's)."""
+    """The file at `relative` under `root`; 404 for none, a link, what is not a regular file
+    (a FIFO, a device: `send` opens it only as one), or a path that resolves out of the index
+    (a directory in it replaced by a link: what is there is not the index's)."""
     try:  # a name too long for the file system is a file that is not there
         path = inside(root, relative)
         if not path.is_file() or path.is_symlink():
@@ -137,9 +138,9 @@ def send(handler: http.server.BaseHTTPRequestHandler, response: Response, *,
     with contextlib.ExitStack() as stack:
         source: BinaryIO | None = None
         if response.path is not None:
-            try:
-                source = stack.enter_context(response.path.open("rb"))
-            except OSError:  # gone since it was routed
+            try:  # a regular file, not through a link (untrusted.local): a FIFO never blocks
+                source = stack.enter_context(local.open_regular(response.path, follow=False))
+            except (OSError, FileSystemError):  # gone or replaced since it was routed
                 response = Response(404)
         body = b"" if source else f"{response.status}\n".encode()
         size = os.fstat(source.fileno()).st_size if source else len(body)

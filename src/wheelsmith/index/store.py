@@ -6,6 +6,11 @@ brought up to) tells the next lock holder whether a writer died in between: if t
 longer, the pages of the projects in the lines past the watermark are regenerated (pages are
 pure functions of the ledger). A torn ledger line is cut and stray temp files go. Files are
 never rewritten or removed.
+
+Every part of the index is opened through untrusted.local (the index may have been prepared
+by others): a regular file inside the index and not a link, or one error naming it; what is
+read is bounded (a page is never read past the size of the page it is compared with, a file is
+hashed only when its size is the ledger's, a sidecar at most MEMBER_MAX_BYTES).
 """
 
 from __future__ import annotations
@@ -16,17 +21,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wheelsmith.errors import UntrustedDataError, UsageError
-from wheelsmith.files import (
-    atomic_write_bytes,
-    exclusive_lock,
-    fsync_dir,
-    sha256_file,
-    temp_file_in,
-)
+from wheelsmith.errors import NotRegularFileError, UntrustedDataError, UsageError
+from wheelsmith.files import atomic_write_bytes, exclusive_lock, fsync_dir, temp_file_in
 from wheelsmith.index import ledger, pages
 from wheelsmith.index.ledger import IndexState
-from wheelsmith.untrusted import inside
+from wheelsmith.untrusted import inside, local
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ def locked(root: Path, **only: str) -> Iterator[IndexState]:
     """Hold the publish lock, recover from any interrupted writer, yield the ledger state
     (only the lines about `project=`/`filename=` when given: O(1) work per publish)."""
     root.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(inside(root, LOCK)):
+    with exclusive_lock(inside(root, LOCK), follow=False):
         recover(root)
         yield ledger.read(root, **only)
 
@@ -64,9 +63,9 @@ def pages_done(root: Path) -> None:
 def _watermark(root: Path) -> int:
     """The watermark; 0 (regenerate every page) when it cannot be read as one."""
     try:
-        with inside(root, WATERMARK).open("rb") as handle:
+        with local.open_regular(inside(root, WATERMARK), follow=False) as handle:
             return int(handle.read(32))  # a ledger's size: a few digits
-    except (OSError, ValueError, UntrustedDataError):
+    except (OSError, ValueError):
         return 0
 
 
@@ -104,13 +103,22 @@ def write_pages(root: Path, state: IndexState, channel: str, project: str, *,
     _write_changed(root, wanted)
 
 
+def page_places(root: Path, channel: str, project: str, *, lists: bool) -> None:
+    """Check every place `write_pages` would write (check_place), before anything is."""
+    for relative in pages.page_paths(channel, project, lists=lists):
+        local.check_place(root, relative)
+
+
 def _write_changed(root: Path, wanted: dict[Path, bytes]) -> None:
-    for relative, data in wanted.items():
-        target = inside(root, relative)
-        if target.is_file() and target.read_bytes() == data:
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(target, data, tmp_dir(root), durable=False)  # pages are derived
+    """Write the pages that differ; every place is checked first (nothing is written when
+    one is refused), and a page is read only up to its wanted size."""
+    places = {relative: local.check_place(root, relative) for relative in wanted}
+    changed = [relative for relative, target in places.items()
+               if not local.same_bytes(target, wanted[relative], follow=False)]
+    for relative in changed:
+        places[relative].parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(places[relative], wanted[relative], tmp_dir(root),
+                           durable=False)  # pages are derived
 
 
 def create(root: Path) -> bool:
@@ -119,7 +127,7 @@ def create(root: Path) -> bool:
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         return False
     root.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(inside(root, LOCK)):
+    with exclusive_lock(inside(root, LOCK), follow=False):
         ledger.at(root).touch()
         fsync_dir(root)
     rebuild(root)
@@ -148,7 +156,7 @@ def check(root: Path) -> CheckReport:
         raise UsageError(f"no index at {root}: nothing to check",
                          hint="pass the directory you publish into (--index DIR)")
     report = CheckReport()
-    with exclusive_lock(inside(root, LOCK)):
+    with exclusive_lock(inside(root, LOCK), follow=False):
         report.notes += [f"recovered: {line}" for line in recover(root)]
         state = ledger.read(root)
         for record in state.by_filename.values():
@@ -157,15 +165,7 @@ def check(root: Path) -> CheckReport:
         # nothing was ever published (a publisher killed while starting): no page is owed
         wanted = pages.all_pages(state) if (root / ledger.LEDGER).exists() else {}
         for relative, data in sorted(wanted.items()):
-            target = _inside_or(root, relative, report.problems)
-            if target is None:
-                continue
-            if not target.is_file():
-                report.problems.append(f"page {relative} is missing (run `wheelsmith index "
-                                       "rebuild`)")
-            elif target.read_bytes() != data:
-                report.problems.append(f"page {relative} differs from the ledger (run "
-                                       "`wheelsmith index rebuild`)")
+            report.problems += _check_page(root, relative, data)
         report.problems += [f"page {p.relative_to(root)} is not implied by the ledger"
                             for p in _page_files(root) if p.relative_to(root) not in wanted]
         known = {root / r.path for r in state.by_filename.values()}
@@ -173,6 +173,23 @@ def check(root: Path) -> CheckReport:
         report.notes += [f"{p.relative_to(root)} is not in the ledger (left by an interrupted "
                          "publish; harmless)" for p in _stored_files(root) if p not in known]
     return report
+
+
+def _check_page(root: Path, relative: Path, data: bytes) -> list[str]:
+    problems: list[str] = []
+    target = _inside_or(root, relative, problems)
+    if target is None:
+        return problems
+    try:
+        same = local.same_bytes(target, data, follow=False)
+    except NotRegularFileError as exc:
+        return [f"page {relative}: {exc.reason} (move it away, then run `wheelsmith index "
+                "rebuild`)"]
+    if same is None:
+        return [f"page {relative} is missing (run `wheelsmith index rebuild`)"]
+    if not same:
+        return [f"page {relative} differs from the ledger (run `wheelsmith index rebuild`)"]
+    return []
 
 
 def _inside_or(root: Path, relative: str | Path, problems: list[str]) -> Path | None:
@@ -186,22 +203,33 @@ def _inside_or(root: Path, relative: str | Path, problems: list[str]) -> Path | 
 
 
 def _check_file(root: Path, record: ledger.FileRecord) -> list[str]:
+    """The file and its sidecar against the ledger: a file is hashed only when its size is
+    the ledger's (another size cannot have its sha256), a sidecar only up to MEMBER_MAX_BYTES
+    (publish never stores a larger one)."""
     problems: list[str] = []
     path = _inside_or(root, record.path, problems)
-    if path is None:
+    metadata = _inside_or(root, f"{record.path}.metadata", problems) if path else None
+    if path is None or metadata is None:
         return problems
-    if not path.is_file():
-        return [f"{record.path} is missing"]
-    if path.stat().st_size != record.size:
-        problems.append(f"{record.path}: size {path.stat().st_size}, the ledger says "
-                        f"{record.size}")
-    if sha256_file(path) != record.sha256:
-        problems.append(f"{record.path}: sha256 differs from the ledger (the file was altered)")
-    metadata = _inside_or(root, f"{record.path}.metadata", problems)
-    if metadata is None:
-        return problems
-    if not metadata.is_file() or sha256_file(metadata) != record.metadata_sha256:
-        problems.append(f"{record.path}.metadata is missing or differs from the ledger")
+    try:
+        size = local.size_of(path, follow=False)
+        if size is None:
+            return [f"{record.path} is missing"]
+        if size != record.size:
+            problems.append(f"{record.path}: size {size}, the ledger says {record.size}")
+        elif local.sha256_of(path, follow=False) != record.sha256:
+            problems.append(f"{record.path}: sha256 differs from the ledger (the file was "
+                            "altered)")
+    except NotRegularFileError as exc:
+        return [f"{record.path}: {exc.reason}"]
+    try:
+        if local.sha256_at_most(metadata, local.MEMBER_MAX_BYTES, follow=False
+                                ) != record.metadata_sha256:
+            problems.append(f"{record.path}.metadata differs from the ledger")
+    except FileNotFoundError:
+        problems.append(f"{record.path}.metadata is missing")
+    except NotRegularFileError as exc:
+        problems.append(f"{record.path}.metadata: {exc.reason}")
     return problems
 
 

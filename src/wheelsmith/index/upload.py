@@ -33,6 +33,7 @@ from wheelsmith.files import CHUNK
 from wheelsmith.index import remote
 from wheelsmith.index.publish import Candidate, inspect
 from wheelsmith.index.remote import Auth, RemoteFile
+from wheelsmith.untrusted import local
 from wheelsmith.wheelfile import WheelName
 
 log = logging.getLogger(__name__)
@@ -254,7 +255,7 @@ def _part(boundary: str, name: str, value: bytes) -> bytes:
 
 def _stream(head: bytes, wheel: Path, tail: bytes) -> Iterator[bytes]:
     yield head
-    with wheel.open("rb") as handle:
+    with local.open_regular(wheel) as handle:  # the regular file publish checked
         while chunk := handle.read(CHUNK):
             yield chunk
     yield tail
@@ -266,7 +267,7 @@ def _fields(candidate: Candidate) -> list[tuple[str, str]]:
     message = BytesParser().parsebytes(candidate.metadata)
     name = WheelName.parse(candidate.record.filename)
     digest = hashlib.blake2b(digest_size=32)
-    with candidate.wheel.open("rb") as handle:
+    with local.open_regular(candidate.wheel) as handle:
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
     fields = [("filetype", "bdist_wheel"), ("pyversion", name.tags.split("-")[0]),

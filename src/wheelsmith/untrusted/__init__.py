@@ -3,10 +3,12 @@ logic only bounded, parsed into typed models, and with every name in it checked.
 
 - Bounded reads: `urls.read_url`/`urls.copy_url` (http, https, file) stop at `Bounds`, a
   byte cap and a total deadline (as `cmd.run(bounds=...)` does for a command's output).
-- Typed parsing: `parse_json` and `Node`, the getters every model of outside data is built
-  from (pages, ledger lines, provenance, probe answers): a wrong shape is one
-  UntrustedDataError naming the source and the place in it (`files[3].hashes`), never a
-  KeyError. `parse_python` reads code with `ast` (deep nesting: RecursionError, MemoryError).
+- Typed parsing: `parse_json` (plain UTF-8 only) and `Node`, the getters every model of
+  outside data is built from (pages, ledger lines, provenance, probe answers): a wrong shape
+  is one UntrustedDataError naming the source and the place in it (`files[3].hashes`), never
+  a KeyError. `parse_python` reads code with `ast` (deep nesting: RecursionError, MemoryError).
+- Local files: `local.open_regular` and its bounded readers, for the files data names or
+  others wrote (an index's parts, a wheel given to verify or publish).
 - Names: `Node.name` (`name_problem`) for a name from data that becomes part of a path (no
   `/`, no `..`, no NUL), `inside` for a joined path that must stay in its root.
 - URLs: `server_url` (`Node.url`) for every URL a server gives (a redirect's Location, a
@@ -18,6 +20,7 @@ logic only bounded, parsed into typed models, and with every name in it checked.
 from __future__ import annotations
 
 import ast
+import codecs
 import json
 import re
 from collections.abc import Callable
@@ -204,12 +207,41 @@ def _controlled(value: Any, source: str) -> UntrustedDataError | None:
     return None
 
 
+_BOMS = ((codecs.BOM_UTF8, "UTF-8"), (codecs.BOM_UTF32_LE, "UTF-32"),
+         (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
+         (codecs.BOM_UTF16_BE, "UTF-16"))
+
+
+def _plain_utf8(data: bytes | str, source: str) -> str:
+    """`data` as text when it is plain UTF-8: no byte order mark, no NUL byte (UTF-16 or
+    UTF-32 without a mark), every byte decoded; else one UntrustedDataError saying which.
+    (json.loads takes bytes in any of those and a UTF-8 BOM too; other readers do not.)"""
+    if isinstance(data, str):
+        text = data
+    else:
+        bom = next((name for mark, name in _BOMS if data.startswith(mark)), None)
+        if bom is not None:
+            raise UntrustedDataError(source, f"not plain UTF-8 (byte 1: a {bom} byte order "
+                                             "mark)")
+        if (nul := data.find(b"\0")) != -1:
+            raise UntrustedDataError(source, f"not UTF-8 (byte {nul + 1} is NUL: UTF-16 or "
+                                             "UTF-32?)")
+        try:
+            text = data.decode()
+        except UnicodeDecodeError as exc:
+            raise UntrustedDataError(source, f"not UTF-8 (byte {exc.start + 1})") from None
+    if text.startswith("\ufeff"):
+        raise UntrustedDataError(source, "not plain UTF-8 (character 1: a byte order mark)")
+    return text
+
+
 def parse_json(data: bytes | str, source: str) -> Node:
-    """The JSON document `data` from `source` as a Node; not JSON, JSON that readers take
-    differently (a key twice, NaN) or a string holding a terminal's control character: one
-    UntrustedDataError."""
+    """The JSON document `data` from `source` as a Node; not plain UTF-8 (`_plain_utf8`), not
+    JSON, JSON that readers take differently (a key twice, NaN) or a string holding a
+    terminal's control character: one UntrustedDataError."""
+    text = _plain_utf8(data, source)
     try:
-        value: Any = json.loads(data, object_pairs_hook=_unique, parse_constant=_no_constant)
+        value: Any = json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant)
     except _Ambiguous as exc:
         raise UntrustedDataError(source, str(exc)) from None
     except RecursionError:
