@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from packaging.version import Version
 
 from tests.conftest import REPO
@@ -118,3 +120,43 @@ def test_builds_of_other_keys_never_share_a_source_tree_or_a_lock() -> None:
     slugs = {plan(archs).slug() for archs in ("12.0", "9.0;12.0", "12.0+PTX", "10.0")}
     assert len(slugs) == 4  # the work dir and its lock are named after the key
     assert plan("12.0").slug() == f"causal-conv1d-1.7.0-{plan('12.0').key[:12]}"
+
+
+PURE = load_recipe(REPO / "recipes" / "fla-core.yaml")
+TOOLCHAINS = st.builds(
+    lambda name, torch, cuda, python, platform, backend, other: Toolchain(**{
+        **{f: getattr(TOOLCHAIN, f) for f in TOOLCHAIN.__slots__},
+        "name": name, "torch_version": Version(torch), "torch_cuda": Version(cuda),
+        "python_version": python, "platform": platform, "pins": (*backend, *other)}),
+    st.sampled_from(["cu130-torch2.14", "cu130-torch2.11", "mine"]),
+    st.sampled_from(["2.11.0", "2.14.1"]), st.sampled_from(["12.8", "13.0"]),
+    st.sampled_from(["3.11", "3.12", "3.14"]), st.sampled_from(["x86_64", "aarch64"]),
+    st.lists(st.sampled_from(["setuptools==81.0.0", "setuptools==84.2.1", "wheel==0.48.0"]),
+             unique=True),
+    st.lists(st.sampled_from(["filelock==4.1.0", "filelock==4.3.2", "networkx==3.7",
+                              "cuda-bindings==13.5.0; python_version == '3.11'"]), unique=True))
+
+
+def pure_plan(toolchain: Toolchain) -> BuildPlan:
+    return BuildPlan(recipe=PURE, release=PURE.latest, archs=ArchSet(()), toolchain=toolchain)
+
+
+@given(TOOLCHAINS, TOOLCHAINS)
+def test_two_builds_of_a_pure_wheel_share_its_name_only_where_they_share_its_key(
+        first: Toolchain, second: Toolchain) -> None:
+    """A pure wheel (py3-none-any) is named after the toolchain that built it: a key of its
+    own per channel (the setuptools and the provenance that are in its bytes), and one key
+    whatever Python or CPU of that profile ran the build. So an output directory or an index
+    holding one channel's never meets another's under its name (it was exit 11, 'built from
+    different inputs', for the second profile of a nightly)."""
+    a, b = pure_plan(first), pure_plan(second)
+    same_name = a.local_label() == b.local_label()
+    backend = {(t.name, t.torch_version, t.torch_cuda,
+                tuple(p for p in t.pins if p.startswith(("setuptools", "wheel"))))
+               for t in (first, second)}
+    assert (a.key == b.key) == (len(backend) == 1)
+    if a.key == b.key:
+        assert same_name
+    torch = first.torch_version
+    assert torch is not None
+    assert a.local_label() == f"cu.{first.torch_cuda}.torch.{torch.major}.{torch.minor}.pure"

@@ -144,7 +144,7 @@ def test_doctor_without_gpu_or_arch_asks_for_one(tmp_path: Path) -> None:
         ("x-1.0+cu.13.0.torch.2.14.sm.90.ptx.90-cp311-cp311-linux_x86_64.whl", "12.0", False),
         ("x-1.0+cu.13.0.torch.2.14.sm.90a-cp311-cp311-linux_x86_64.whl", "9.0", False),
         ("x-1.0+cu.13.0.torch.2.14.sm.90a-cp311-cp311-linux_x86_64.whl", "9.0a", True),
-        ("fla_core-0.6.0+pure-py3-none-any.whl", "12.0", True),
+        ("fla_core-0.6.0+cu.13.0.torch.2.14.pure-py3-none-any.whl", "12.0", True),
         ("x-1.0-cp311-cp311-linux_x86_64.whl", "12.0", True),  # not ours: cannot tell
     ],
 )

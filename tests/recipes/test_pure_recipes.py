@@ -1,5 +1,6 @@
 """Pure-Python recipes (fla-core, flash-linear-attention): built offline from the pinned sdist,
-labelled +pure, no torch pin added, refused if they contain compiled code."""
+labelled after their toolchain (+cu.13.0.torch.2.14.pure), no torch pin added, refused if they
+contain compiled code."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ def test_fla_core_builds_as_a_pure_wheel(tmp_path: Path, toolchain: Toolchain) -
                         "--work-dir", str(tmp_path / "work"), cwd=REPO, check=True)
     data = json.loads(result.stdout)
     wheel = Path(data["wheel"])
-    assert wheel.name == "fla_core-0.6.0+pure-py3-none-any.whl"
+    assert wheel.name == "fla_core-0.6.0+cu.13.0.torch.2.14.pure-py3-none-any.whl"
     assert data["provenance"]["device_code"] == []
     with zipfile.ZipFile(wheel) as zf:
-        metadata = zf.read("fla_core-0.6.0+pure.dist-info/METADATA").decode()
+        metadata = zf.read("fla_core-0.6.0+cu.13.0.torch.2.14.pure.dist-info/METADATA").decode()
         assert any(name.startswith("fla/ops/gated_delta_rule/") for name in zf.namelist())
     assert "Requires-Dist: einops\n" in metadata
     assert "Requires-Dist: torch==2.14.*" not in metadata  # pure wheels get no torch pin

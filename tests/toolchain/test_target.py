@@ -120,7 +120,7 @@ def test_a_cpu_only_torch_has_no_channel() -> None:
     ("x-1.0+cu.13.0.torch.2.11.sm.120-cp312-cp312-manylinux_2_34_x86_64.whl", True),
     ("x-1.0+cu.13.0.torch.2.11.sm.120-cp312-cp312-manylinux_2_39_x86_64.whl", False),
     ("x-1.0+cu.13.0.torch.2.11.sm.120-cp311-cp311-linux_x86_64.whl", False),
-    ("x-1.0+pure-py3-none-any.whl", True),
+    ("x-1.0+cu.13.0.torch.2.11.pure-py3-none-any.whl", True),
     ("x-1.0-cp312-cp312-manylinux2014_x86_64.whl", True),
 ])
 def test_the_target_accepts_what_its_pip_would(filename: str, accepted: bool) -> None:

@@ -234,5 +234,5 @@ def test_an_interrupted_nightly_says_which_cells_finished_and_which_not(
         f"build keeps the objects it finished in work, and the same command resumes from them; "
         f"not started: {cells[2]}; no report was written to report")
     assert [p.name for p in (project / "out").iterdir()] == [
-        "pure_a-0.1.0+pure-py3-none-any.whl"]
+        "pure_a-0.1.0+cu.13.0.torch.2.14.pure-py3-none-any.whl"]
     assert not (project / "report").exists()

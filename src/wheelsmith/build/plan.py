@@ -14,6 +14,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from wheelsmith import locations
@@ -25,6 +27,8 @@ from wheelsmith.recipes.model import Recipe, Release, canonical
 from wheelsmith.toolchain.env import Toolchain
 
 log = logging.getLogger(__name__)
+
+PURE_BACKEND = frozenset({"setuptools", "wheel"})  # what builds a pure wheel (no isolation)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,9 +46,23 @@ class BuildPlan:
             "archs": str(self.archs),
             "python": self.toolchain.python_version,
         }
+        if self.recipe.kind == "pure":
+            del inputs["python"]
+            inputs["toolchain"] = self._pure_toolchain()
         if self.extra_env:
             inputs["extra_env"] = dict(self.extra_env)
         return inputs
+
+    def _pure_toolchain(self) -> dict[str, Any]:
+        """What a pure wheel's key takes from its toolchain: the profile and its build
+        backend. The Python and CPU that ran the build are in neither its name (py3-none-any)
+        nor what it runs, and the profile's other pins (some differ by Python) build nothing
+        of it: one name, one key, whichever Python of the profile built it."""
+        identity = self.toolchain.identity()
+        backend = [pin for pin in identity["pins"]
+                   if canonicalize_name(Requirement(pin).name) in PURE_BACKEND]
+        return {**{k: identity[k] for k in ("name", "torch", "torch_cuda", "nvcc")},
+                "pins": backend}
 
     @property
     def key(self) -> str:
@@ -55,14 +73,14 @@ class BuildPlan:
         """`cu.13.0.torch.2.14.sm.120`: numeric dotted segments, so versions sort right;
         `cu.13.0.sm.120` from a CUDA-only toolchain (a package that links no torch).
 
-        Pure-Python wheels get `pure`: no toolchain in them, but a name of their own, so they
-        never share a filename (with other bytes) with the upstream wheel on PyPI."""
-        if self.recipe.kind == "pure":
-            return "pure"
+        Pure-Python wheels end in `pure` instead of an arch set (`cu.13.0.torch.2.14.pure`):
+        a name of their own, never PyPI's wheel's, and one per toolchain, because what
+        builds them (its setuptools, the provenance naming it) is in their bytes: two
+        channels' builds never share a filename with other bytes."""
         cuda, torch = self.toolchain.torch_cuda, self.toolchain.torch_version
         toolchain = f"cu.{cuda.major}.{cuda.minor}" + (
             f".torch.{torch.major}.{torch.minor}" if torch is not None else "")
-        return f"{toolchain}.{self.archs.label()}"
+        return f"{toolchain}.{'pure' if self.recipe.kind == 'pure' else self.archs.label()}"
 
     def torch_requirement(self) -> str | None:
         """`torch==2.14.*` for extensions (their ABI is that torch's); None for pure wheels

@@ -32,7 +32,8 @@ RECIPE_SCHEMA: dict[str, Any] = {
                  "description": "extension (default): a torch CUDA extension, verified per "
                  "arch; cuda: CUDA code that links no torch (llama-cpp-python), built with the "
                  "CUDA-only profile: labelled +cu.13.0.sm..., no torch pin; pure: a pure-Python "
-                 "wheel with no device code, labelled +pure"},
+                 "wheel with no device code, labelled +cu.13.0.torch.2.14.pure (one per "
+                 "toolchain)"},
         "summary": {"type": "string", "description": "one line shown by `wheelsmith recipes`"},
         "homepage": {"type": "string"},
         "arch": {
