@@ -156,3 +156,24 @@ def test_a_cxx20_name_clash_is_named_with_its_file_and_line_and_the_recipe_stays
                            "to the standard library"), hint
     assert hint.endswith("fix them, then `wheelsmith build lerp-clash --recipes mine --check`")
     assert (tmp_path / "mine" / "recipes" / "lerp-clash.yaml").is_file()
+
+
+@pytest.mark.slow  # a toolchain venv made from nothing: minutes and 5.5 GB
+def test_a_machine_without_the_toolchain_makes_it_and_the_check_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check is what makes a recipe right the first time, so it never depends on what
+    this machine happens to hold: with an empty cache `recipe new` makes the default toolchain,
+    says so, and checks (it once skipped the check, and a package that builds 12.0a itself got
+    a recipe for 12.0 that its first build refused)."""
+    setup = "import glob\n" + (FIXTURES / "tiny-ext" / "setup.py").read_text().replace(
+        'name="tiny-ext"', 'name="PROJECT"').replace(
+        '"csrc/add_kernel.cu"', '*glob.glob("csrc/kernels/*.cu")')
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL",
+                       serve(tmp_path, make_tree(tmp_path, "fresh-check", setup)))
+    monkeypatch.setenv("WHEELSMITH_CACHE", str(tmp_path / "empty-cache"))
+    made = wheelsmith("recipe", "new", "fresh-check==0.1.0", "--recipes", "mine", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert "check: the cu130-torch2.14 toolchain is made first (once on this machine, a few " \
+           "minutes)" in made.stderr
+    assert "check: build.ninja targets _C: SASS sm_120, compiled add.o and " in made.stdout
+    assert made.stdout.splitlines()[-1] == "next: wheelsmith build fresh-check --recipes mine"

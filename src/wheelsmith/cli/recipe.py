@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from packaging.utils import canonicalize_name
 
+from wheelsmith.cli import console
 from wheelsmith.cli._common import display, emit_json, json_option, main, writable
 from wheelsmith.errors import UsageError, WheelsmithError
 from wheelsmith.recipes import repos
@@ -36,9 +37,10 @@ def _destination(given: Path | None) -> Path:
               help=f"The recipe repository to write into (DIR/recipes/NAME.yaml); default: the "
                    f"first directory of ${repos.ENV}.")
 @click.option("--configure/--no-configure", "configure", default=True, show_default=True,
-              help="Check the new recipe when the default toolchain is already created here: "
-                   "`build --check` (setup.py up to build.ninja, then one host and one CUDA "
-                   "object of each extension compiled); a failure exits with its error.")
+              help="Check the new recipe: `build --check` (setup.py or CMake up to "
+                   "build.ninja, then one host and one CUDA object of each extension "
+                   "compiled) with the default toolchain of its kind, made first where this "
+                   "machine lacks it; a failure exits with its error.")
 @json_option
 def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) -> None:
     """Write a recipe for NAME from its sdist on the index: pinned by the index's sha256, with
@@ -61,8 +63,7 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
         found = render.Findings(chosen, sdist.read_metadata(tree), setup, kept + made,
                                 base=base, carried=carried, cmake=side)
         files = render.write(found, destination)
-        checked = check.sample_check(chosen, destination, cuda_only=found.kind == "cuda") \
-            if configure else None
+        checked = _checked(chosen, destination, found.kind) if configure else None
         if checked is not None:  # its findings go into the recipe too
             found = dataclasses.replace(found, checked=checked)
             render.rewrite(found, destination)
@@ -88,6 +89,11 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
         raise check_failed(failed, next_step, files)
     if not as_json:
         click.echo(f"next: {next_step}{' --check' if checked is None else ''}")
+
+
+def _checked(chosen: sdist.Sdist, destination: Path, kind: str) -> check.Checked:
+    with console.TerminalReporter() as reporter:
+        return check.sample_check(chosen, destination, reporter, cuda_only=kind == "cuda")
 
 
 def check_failed(error: WheelsmithError, next_step: str, files: list[Path]) -> WheelsmithError:

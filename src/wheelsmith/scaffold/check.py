@@ -1,8 +1,10 @@
 """The new recipe's check: `build --check` of it (setup.py up to its build.ninja, the pre-build
 check, then the cheapest host and CUDA object of each extension compiled for real:
-build/sample.py); run only when it is cheap (the default toolchain is already created here).
-What it reads back goes into the recipe: an extension whose build.ninja has only C++ rules (a
-CUDAExtension of .cpp files that setup.py globs at run time) is host_only. A check that fails
+build/sample.py), with the default toolchain of the recipe's kind, made first where this
+machine lacks it: a recipe written unchecked misses what only a configured build shows (a
+package that builds the arch-specific variant of the arch it is given). What it reads back
+goes into the recipe: an extension whose build.ninja has only C++ rules (a CUDAExtension of
+.cpp files that setup.py globs at run time) is host_only. A check that fails
 keeps its error, which `recipe new` raises once it has said what it wrote.
 
 Which C++ standard the toolchain's torch needs is read from its headers where its venv is made
@@ -26,7 +28,7 @@ from wheelsmith import locations
 from wheelsmith.arch import ArchSet
 from wheelsmith.build import orchestrate
 from wheelsmith.build.compile import arch_specific, configured_name
-from wheelsmith.build.request import BuildRequest, BuildResult
+from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
 from wheelsmith.build.sample import sampled_text
 from wheelsmith.errors import VerifyError, WheelsmithError
 from wheelsmith.recipes import repos
@@ -70,36 +72,38 @@ def torch_needs_cxx20(profile: Profile | None = None) -> bool:
     return profile.torch.release[:2] >= CXX20_TORCH.release
 
 
-def sample_check(sdist: Sdist, repo: Path, *, cuda_only: bool = False) -> Checked | None:
-    """Its outcome; None when it was not run. Its work directory (in the cache) stays after a
-    failure, for the log and the patched source the error names. `cuda_only`: the recipe is of
-    kind cuda (its toolchain is the default CUDA-only profile)."""
+def sample_check(sdist: Sdist, repo: Path, report: Reporter, *, cuda_only: bool = False
+                 ) -> Checked:
+    """Its outcome, its build's stages told to `report`. Its work directory (in the cache)
+    stays after a failure, for the log and the patched source the error names. `cuda_only`:
+    the recipe is of kind cuda (its toolchain is the default CUDA-only profile)."""
     profile = select.profile_named(
         default_cuda_only_name(locations.profile_dirs()) if cuda_only else None)
     if _venv(profile) is None:
-        log.info("the check is skipped: the %s toolchain is not created here", profile.name)
-        return None
+        report.stage("check", f"the {profile.name} toolchain is made first (once on this "
+                     "machine, a few minutes)")
     repos.use_option([repo])
     work = locations.cache_dir() / "recipe-check" / f"{sdist.project}-{sdist.version}"
     try:
-        return _passed(_build(sdist, work, None), work)
+        return _passed(_build(sdist, work, None, report), work)
     except VerifyError as exc:  # the package turns 12.0 into 12.0a itself: check that
         specific = _arch_specific(work, sdist)
         if specific is None:
             return Checked(f"check: {exc.message}", error=exc)
         try:
-            return _passed(_build(sdist, work, specific), work, str(specific))
+            return _passed(_build(sdist, work, specific, report), work, str(specific))
         except WheelsmithError as again:
             return Checked(f"check: {again.message}", error=again)
     except WheelsmithError as exc:
         return Checked(f"check: {exc.message}", error=exc)
 
 
-def _build(sdist: Sdist, work: Path, archs: ArchSet | None) -> BuildResult:
+def _build(sdist: Sdist, work: Path, archs: ArchSet | None, report: Reporter
+           ) -> BuildResult:
     shutil.rmtree(work, ignore_errors=True)
     return orchestrate.build(BuildRequest(recipe=sdist.project, version=sdist.version,
                                           check=True, archs=archs, work_dir=work / "build",
-                                          out_dir=work / "out"))
+                                          out_dir=work / "out"), report)
 
 
 def _passed(result: BuildResult, work: Path, archs: str | None = None) -> Checked:
