@@ -12,11 +12,13 @@ from wheelsmith.wheelfile import record_hash
 
 def make_wheel(directory: Path, name: str = "demo", version: str = "1.0.0", *,
                files: dict[str, bytes] | None = None, requires: tuple[str, ...] = (),
-               tags: str = "cp311-cp311-linux_x86_64") -> Path:
+               tags: str = "cp311-cp311-linux_x86_64", headers: tuple[str, ...] = ()) -> Path:
+    """A valid wheel; `headers`: more METADATA lines (`Requires-Python: >=3.10`)."""
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
     metadata = "\n".join(["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
-                          *(f"Requires-Dist: {r}" for r in requires), "", "A description.", ""])
+                          *(f"Requires-Dist: {r}" for r in requires), *headers, "",
+                          "A description.", ""])
     contents = dict(files or {f"{dist}/__init__.py": b"x = 1\n"})
     contents[f"{info}/METADATA"] = metadata.encode()
     contents[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\n"

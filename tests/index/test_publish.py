@@ -10,10 +10,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import wheelsmith
+from tests.hostile import returned_or_raised
 from tests.wheels import make_wheel
-from wheelsmith.errors import FileConflictError, PublishError, UsageError
+from wheelsmith import wheelfile
+from wheelsmith.errors import FileConflictError, PublishError, UsageError, WheelsmithError
 from wheelsmith.index import ledger
 from wheelsmith.index import publish as publish_module
 from wheelsmith.index import store as index
@@ -226,7 +230,7 @@ def test_interrupted_publish_is_finished_by_the_next_writer(wheels: Path, root: 
     second = make_wheel(wheels, "demo-ext", "1.1.0")
     candidate = publish_module.inspect(second, CHANNEL)
     publish_module._store(root, candidate)  # a publisher killed right after its commit point:
-    ledger.append(root, ledger.publish_entry(candidate.record))  # ledger written, pages not
+    ledger.append(root, ledger.publish_entry(candidate.record), second.name)  # pages not yet
     page = root / CHANNEL / "simple" / "demo-ext" / "index.json"
     assert second.name not in page.read_text()
     report = index.check(root)
@@ -256,3 +260,44 @@ def test_filtered_ledger_read_sees_exactly_one_projects_lines(wheels: Path, root
     assert only.channels == {CHANNEL: {"alpha": full.channels[CHANNEL]["alpha"]}}
     assert only.channels[CHANNEL]["alpha"].yanked == {
         "alpha-1.1.0-cp311-cp311-linux_x86_64.whl": "broken"}
+
+
+SPECIFIERS = st.lists(st.sampled_from([">=3.8", "<4", "!=3.9.*", "~=3.10", "==3.11.*"]),
+                      min_size=1, max_size=20_000).map(",".join)
+CHANNELS = st.one_of(st.sampled_from(sorted(wheelfile.INDEX_ROOT_NAMES)),
+                     st.from_regex(r"[a-z0-9][a-z0-9._-]{0,140}", fullmatch=True),
+                     st.text(max_size=20))
+REASONS = st.one_of(st.text(max_size=40), st.just("x" * 70_000),
+                    st.binary(max_size=20).map(lambda b: b.decode("utf-8", "surrogateescape")))
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(requires_python=SPECIFIERS, channel=CHANNELS, reason=REASONS)
+def test_whatever_publish_and_yank_take_the_index_still_reads(
+        tmp_path_factory: pytest.TempPathFactory, requires_python: str, channel: str,
+        reason: str) -> None:
+    """A wheel's Requires-Python of any length, a channel of any name (the index's own file
+    names too), a yank's reason of any text: publish and yank write only ledger lines that
+    every reader takes, or refuse before writing. It was: a 120 KB Requires-Python published
+    and then every command stopped at its line; a channel named index.html or ledger.jsonl
+    committed and its pages could never be written; an ESC or a byte that is not UTF-8 in a
+    reason written, then a traceback in every later command."""
+    base = tmp_path_factory.mktemp("index")
+    root, wheels = base / "index", base / "wheels"
+    wheels.mkdir()
+    first = publish(make_wheel(wheels, "demo-ext", "1.0.0"), root, channel=CHANNEL)
+    wheel = make_wheel(wheels, "demo-ext", "1.1.0",
+                       headers=(f"Requires-Python: {requires_python}",))
+    for step in (lambda: publish(wheel, root, channel=channel),
+                 lambda: yank(root, first.filename, reason)):
+        before = (root / "ledger.jsonl").read_bytes()
+        outcome = returned_or_raised(step, WheelsmithError)
+        if isinstance(outcome, WheelsmithError):
+            assert outcome.exit_code in (4, 12, 21), outcome
+            assert (root / "ledger.jsonl").read_bytes() == before, outcome  # nothing written
+        state = ledger.read(root)  # every reader takes what was written
+        assert index.check(root).problems == []
+        index.rebuild(root)
+        assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == sorted(
+            {*state.channels, "files", "index.html", "ledger.jsonl"})

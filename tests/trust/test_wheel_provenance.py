@@ -18,7 +18,7 @@ from tests.hostile import assert_orderly, returned_or_raised, run_bounded, senti
 from tests.wheels import make_wheel
 from wheelsmith.errors import UntrustedDataError
 from wheelsmith.untrusted import name_problem
-from wheelsmith.wheelfile import CHANNEL_RE, ENV_NAME_RE, read_provenance
+from wheelsmith.wheelfile import ENV_NAME_RE, channel_problem, read_provenance
 
 RECORD: dict[str, Any] = {  # what a build records, in short
     "schema": 1, "key": "ab" * 32,
@@ -130,7 +130,7 @@ def test_any_record_is_a_typed_provenance_with_plain_names_or_one_error_naming_t
     assert read is not None
     for name in (read.recipe, read.toolchain):
         assert name is None or name_problem(name) is None
-    assert read.channel is None or CHANNEL_RE.fullmatch(read.channel)
+    assert read.channel is None or channel_problem(read.channel) is None
     assert all(ENV_NAME_RE.fullmatch(k) and isinstance(v, str)
                for k, v in read.extra_env.items())
     assert all(isinstance(glob, str) for glob in read.host_only)

@@ -39,7 +39,7 @@ from wheelsmith.untrusted import (
     name_problem,
     parse_json,
 )
-from wheelsmith.wheelfile import CHANNEL_RE
+from wheelsmith.wheelfile import channel_name
 
 LEDGER = "ledger.jsonl"
 MAX_LINE = 64 << 10  # bytes in one line: publish writes a few hundred (a file name: <= 255)
@@ -123,11 +123,17 @@ def parse_line(raw: bytes, where: str) -> FileRecord | Yank:
         raise _drift(where, exc.problem) from None
 
 
-def check_entry(entry: dict[str, Any], source: str) -> None:
-    """The line `entry` as the ledger's readers will check it, before it is written: what they
-    would refuse is one UntrustedDataError naming `source` (a wheel), and nothing is written."""
-    _entry(parse_json(json.dumps(entry, sort_keys=True, separators=(",", ":")).encode(),
-                      source))
+def check_entry(entry: dict[str, Any], source: str) -> bytes:
+    """The line `entry` makes, read back as the ledger's readers read it (its length, then
+    every field) before it is written: what they would refuse is one UntrustedDataError naming
+    `source` (a wheel, an option), and nothing is written. Every writer writes through here
+    (`append`): a line no reader takes would stop every later command at it."""
+    line = json.dumps(entry, sort_keys=True, separators=(",", ":")).encode()
+    if len(line) > MAX_LINE:
+        raise UntrustedDataError(source, f"its ledger line would be {len(line)} bytes, longer "
+                                         f"than the {describe_size(MAX_LINE)} a line may hold")
+    _entry(parse_json(line, source))
+    return line + b"\n"
 
 
 def _entry(node: Node) -> FileRecord | Yank:
@@ -152,7 +158,7 @@ def _entry(node: Node) -> FileRecord | Yank:
     if size > MAX_SIZE:
         raise node["size"].fail(f"{size} is not the size of a file")
     return FileRecord(
-        channel=node["channel"].text(CHANNEL_RE, "a channel name"), project=project,
+        channel=node["channel"].parsed(channel_name, "a channel name"), project=project,
         filename=filename, sha256=node["sha256"].text(SHA256_RE, "a sha256"), size=size,
         upload_time=node["upload_time"].parsed(_upload_time, "a UTC time as publish writes "
                                                "it (YYYY-MM-DDTHH:MM:SS.ffffffZ)"),
@@ -313,9 +319,10 @@ def touched_since(root: Path, offset: int) -> list[tuple[str, str]]:
     return list(touched)
 
 
-def append(root: Path, entry: dict[str, Any]) -> None:
-    """Append one line durably, with one write(2). Caller holds the publish lock."""
-    line = (json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n").encode()
+def append(root: Path, entry: dict[str, Any], source: str) -> None:
+    """Append one line durably, with one write(2), once `check_entry` takes it (`source`
+    names what it comes from). Caller holds the publish lock."""
+    line = check_entry(entry, source)
     with local.open_regular(at(root), "append", follow=False) as handle:
         os.write(handle.fileno(), line)
         os.fsync(handle.fileno())

@@ -23,17 +23,25 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
 from wheelsmith import locations, wheelfile
-from wheelsmith.errors import FileConflictError, PublishError, WheelsmithError, machine_error
+from wheelsmith.errors import (
+    FileConflictError,
+    PublishError,
+    UntrustedDataError,
+    UsageError,
+    WheelsmithError,
+    machine_error,
+)
 from wheelsmith.files import sha256_bytes, store_no_clobber
 from wheelsmith.index import ledger
 from wheelsmith.index import store as index
 from wheelsmith.index.ledger import FileRecord, IndexState
-from wheelsmith.untrusted import local
-from wheelsmith.wheelfile import CHANNEL_RE, read_provenance
+from wheelsmith.untrusted import clip, local
+from wheelsmith.wheelfile import read_provenance
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +76,13 @@ def inspect(wheel: Path, channel: str | None) -> Candidate:
     metadata = wheelfile.read_metadata(wheel)
     headers = wheelfile.headers(metadata)  # checked: UTF-8, Requires-Python a specifier
     provenance = read_provenance(wheel)
-    chosen = channel or (provenance.channel if provenance else None)
-    if not chosen:
+    chosen = channel if channel is not None else provenance.channel if provenance else None
+    if chosen is None:
         raise PublishError(f"{wheel.name} has no wheelsmith provenance, so its channel is "
                            "unknown", hint="pass --channel, e.g. --channel cu130-torch2.14")
-    if not CHANNEL_RE.fullmatch(chosen):
-        raise PublishError(f"channel '{chosen}' is not a valid name",
-                           hint="use lowercase letters, digits, '.', '_' and '-'")
+    if (problem := wheelfile.channel_problem(chosen)) is not None:
+        raise PublishError(f"channel '{clip(chosen)}' is not a valid name: {problem}",
+                           hint="name the channel after its toolchain, e.g. cu130-torch2.14")
     name = wheelfile.WheelName.parse(wheel.name)
     record = FileRecord(
         channel=chosen, project=ledger.normalize(name.name), filename=wheel.name,
@@ -102,7 +110,7 @@ def publish(wheel: Path, root: Path, *, channel: str | None = None) -> Published
             local.check_place(root, place)
         index.page_places(root, record.channel, record.project, lists=new_project)
         _store(root, candidate)
-        ledger.append(root, ledger.publish_entry(record))  # the commit point
+        ledger.append(root, ledger.publish_entry(record), wheel.name)  # the commit point
         with _committed(f"{record.filename} is published (its ledger line is written)"):
             state.add(record)
             index.write_pages(root, state, record.channel, record.project, lists=new_project)
@@ -177,6 +185,18 @@ def _copy(wheel: Path, tmp: Path) -> None:
         shutil.copyfileobj(source, sink)
 
 
+def _check_reason(entry: dict[str, Any]) -> None:
+    """A yank's reason is shown by pip and uv and read back from the ledger: text its readers
+    take (no control character, no half of a UTF-16 pair from a byte that is not UTF-8, a
+    line within the ledger's bound), or a usage error before anything is written."""
+    try:
+        ledger.check_entry(entry, "--reason")
+    except UntrustedDataError as exc:
+        raise UsageError(f"--reason: {exc.problem.removeprefix('reason: ')}",
+                         hint="give the reason as plain text, one line of at most a few "
+                              "hundred characters; nothing was written") from None
+
+
 def yank(root: Path, filename: str, reason: str | None) -> FileRecord:
     """Mark a file yanked (reason given) or not yanked (None) in every channel listing it."""
     with index.locked(root, filename=filename) as found:
@@ -187,9 +207,11 @@ def yank(root: Path, filename: str, reason: str | None) -> FileRecord:
         state = ledger.read(root, project=record.project)
         channels = [(c, record.project) for c, projects in state.channels.items()
                     if record.project in projects and filename in projects[record.project].files]
+        entry = ledger.yank_entry(record, reason)
+        _check_reason(entry)
         for channel, project in channels:  # every place first: a refusal leaves nothing
             index.page_places(root, channel, project, lists=False)
-        ledger.append(root, ledger.yank_entry(record, reason))  # the commit point
+        ledger.append(root, entry, "--reason")  # the commit point
         with _committed(f"{filename} is {'yanked' if reason is not None else 'unyanked'} "
                         "(its ledger line is written)"):
             state = ledger.read(root, project=record.project)

@@ -204,8 +204,14 @@ def _controlled(value: Any, source: str) -> UntrustedDataError | None:
         elif isinstance(item, str) and (char := control_in(item)) is not None:
             return Node(item, source, path).fail(f"holds the control character {char}, which "
                                                  "a terminal would obey rather than show")
+        elif isinstance(item, str) and (lone := SURROGATE.search(item)) is not None:
+            return Node(item, source, path).fail(
+                f"holds {lone[0].encode('unicode_escape').decode()}, half of a UTF-16 pair, "
+                "which is no character (JSON's \\u escapes allow it; text cannot hold it)")
     return None
 
+
+SURROGATE = re.compile("[\ud800-\udfff]")  # a lone half of a UTF-16 pair (from a \\u escape)
 
 _BOMS = ((codecs.BOM_UTF8, "UTF-8"), (codecs.BOM_UTF32_LE, "UTF-32"),
          (codecs.BOM_UTF32_BE, "UTF-32"), (codecs.BOM_UTF16_LE, "UTF-16"),
