@@ -242,7 +242,9 @@ def _check_record(zf: zipfile.ZipFile, record_name: str) -> list[str]:
     except csv.Error as exc:
         return [f"{record_name} is not a CSV table ({clip(str(exc))})"]
     problems = []
-    for member in zf.namelist():
+    names = zf.namelist()
+    members = set(names)  # looked up once per RECORD row: a wheel may hold 250,000 members
+    for member in names:
         if member.endswith("/") or member == record_name:
             continue
         row = rows.get(member)
@@ -251,7 +253,7 @@ def _check_record(zf: zipfile.ZipFile, record_name: str) -> list[str]:
         elif len(row) < 2 or row[1] != _member_hash(zf, member):
             problems.append(f"RECORD hash of {member} does not match its content")
     problems += [f"RECORD lists {clip(m, 200)}, which is not in the wheel"
-                 for m in rows if m not in zf.namelist() and m != record_name]
+                 for m in rows if m not in members and m != record_name]
     return problems
 
 
