@@ -7,6 +7,8 @@ without the limit, and when it is not shorter than the limit."""
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -14,9 +16,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.hostile import Outcome, assert_orderly, run_bounded
+from tests.hostile import Outcome, assert_orderly, returned_or_raised, run_bounded
+from tests.wheels import make_wheel
+from wheelsmith import numbers
+from wheelsmith.build import resume
 from wheelsmith.cli import main
 from wheelsmith.cli._common import Number
+from wheelsmith.errors import UsageError
+from wheelsmith.index import remote
 
 
 def numeric_options(command: click.Command, path: tuple[str, ...] = ()
@@ -44,10 +51,10 @@ def test_every_numeric_option_refuses_what_its_use_cannot_take() -> None:
 
 
 TYPES = sorted({id(p.type): p.type for _, p in OPTIONS if isinstance(p.type, Number)}.values(),
-               key=lambda kind: (kind.minimum, kind.maximum, kind.integer))
+               key=lambda kind: (kind.bounds.minimum, kind.bounds.maximum, kind.bounds.integer))
 
 
-@pytest.mark.parametrize("kind", TYPES, ids=[f"{k.name}-{k.minimum:g}-{k.maximum:g}"
+@pytest.mark.parametrize("kind", TYPES, ids=[f"{k.name}-{k.bounds.minimum:g}-{k.bounds.maximum:g}"
                                              for k in TYPES])
 @given(value=st.one_of(st.floats().map(repr), st.floats().map(str), st.text(max_size=12),
                        st.integers(-(10**20), 10**20).map(str),
@@ -60,8 +67,8 @@ def test_a_value_is_a_finite_number_in_range_or_one_refusal_naming_it(kind: Numb
         assert value in number.message, number.message
         return
     assert math.isfinite(number)
-    assert kind.minimum <= number <= kind.maximum
-    assert isinstance(number, int) == kind.integer
+    assert kind.bounds.minimum <= number <= kind.bounds.maximum
+    assert isinstance(number, int) == kind.bounds.integer
 
 
 def _converted(kind: Number, value: str) -> float | click.BadParameter:
@@ -83,7 +90,7 @@ def last_line(outcome: Outcome) -> str:
     return outcome.stderr.splitlines()[-1]
 
 
-CASES = [(path, param.opts[0], param.type.integer)
+CASES = [(path, param.opts[0], param.type.bounds.integer)
          for path, param in OPTIONS if isinstance(param.type, Number)]
 
 
@@ -138,3 +145,42 @@ def test_the_real_cli_refuses_a_drain_without_its_limit_or_as_long_as_it(
         2, f"Error: {drain} 60 is not shorter than {limit} 60: the drain is the last part of "
            "the limit (0 cuts at the limit)")
     assert list(tmp_path.iterdir()) == []  # nightly: refused before any cell, no report
+
+
+# --- numbers in the environment: the same bounds, the variable named ------------------------
+
+ENV_NUMBERS = [(remote.TIMEOUT_ENV, remote.TIMEOUT_BOUNDS, remote.timeout),
+               (resume.KEEP_DAYS_ENV, resume.KEEP_DAYS_BOUNDS,
+                lambda: numbers.from_env(resume.KEEP_DAYS_ENV, resume.KEEP_DAYS,
+                                         resume.KEEP_DAYS_BOUNDS))]
+
+
+@pytest.mark.parametrize(("name", "bounds", "read"), ENV_NUMBERS,
+                         ids=[name for name, _, _ in ENV_NUMBERS])
+@given(value=st.one_of(st.floats().map(repr), st.text(  # what an environment can hold
+    st.characters(exclude_categories=("Cs",), exclude_characters="\0"), max_size=12),
+    st.sampled_from(["nan", "inf", "-1", "1e300", "abc", "٣", "0", "7"])))
+def test_a_number_from_the_environment_is_in_range_or_one_usage_error_naming_it(
+        name: str, bounds: numbers.Bounds, read: Callable[[], float], value: str) -> None:
+    """$WHEELSMITH_KEEP_PARTIAL_DAYS=abc was a traceback in every build, =nan or -1 removed
+    every unfinished build; $WHEELSMITH_UPLOAD_TIMEOUT=nan was taken as 60 without a word."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(name, value)
+        got = returned_or_raised(read, UsageError)
+    if isinstance(got, UsageError):
+        assert got.message.startswith(f"${name}: "), got.message
+        assert got.exit_code == 4
+    else:
+        assert value.strip() == "" or bounds.minimum <= got <= bounds.maximum
+
+
+def test_publish_to_with_a_timeout_that_is_no_number_says_so_before_it_connects(
+        tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, "demo-ext", "1.0.0", tags="py3-none-any")
+    outcome = run_bounded("publish", "--to", "http://127.0.0.1:9/{channel}/", "--channel", "c",
+                          str(wheel), cwd=tmp_path, seconds=60,
+                          env={**os.environ, remote.TIMEOUT_ENV: "nan"})
+    assert_orderly(outcome, seconds=30)
+    assert outcome.returncode == 4, outcome.describe()
+    assert outcome.stderr.splitlines()[0] == (
+        "error: $WHEELSMITH_UPLOAD_TIMEOUT: 'nan' is not a finite number of seconds")

@@ -24,11 +24,11 @@ from __future__ import annotations
 import glob
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
 
+from wheelsmith import numbers
 from wheelsmith.build import ninjafile, reproducible
 from wheelsmith.files import atomic_write_text, exclusive_lock
 
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 MARKER = "wheelsmith-prepared.json"  # written into <work>/src once fetched and patched
 KEEP_DAYS_ENV = "WHEELSMITH_KEEP_PARTIAL_DAYS"
 KEEP_DAYS = 14.0
+KEEP_DAYS_BOUNDS = numbers.Bounds(0, 3650, unit="days", most="10 years")  # 0: keep none
 TIMINGS_FILE = "earlier-object-seconds.json"  # an earlier run's seconds per object
 
 
@@ -152,7 +153,7 @@ def forget(work: Path) -> None:
 def prune(work_dir: Path, keep: str, *, now: float | None = None) -> list[Path]:
     """Remove the kept trees of other keys in `work_dir` untouched for longer than the limit
     (their lock must be free); returns what was removed."""
-    limit = float(os.environ.get(KEEP_DAYS_ENV, KEEP_DAYS)) * 86400
+    limit = numbers.from_env(KEEP_DAYS_ENV, KEEP_DAYS, KEEP_DAYS_BOUNDS) * 86400
     removed = []
     for marker in sorted(work_dir.glob(f"*/src/{MARKER}")):
         work = marker.parent.parent

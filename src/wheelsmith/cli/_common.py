@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import re
 import signal
@@ -21,7 +20,7 @@ from typing import Any, TypeVar
 
 import click
 
-from wheelsmith import __version__, locations
+from wheelsmith import __version__, locations, numbers
 from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.build.buildenv import ENV_NAME, protection
 from wheelsmith.cli import console
@@ -105,32 +104,21 @@ def flow_story(progress: console.Progress, *, out: Path, work: Path,
 
 
 class Number(click.ParamType[float, Any]):
-    """A number that its option's use can take: finite and within [minimum, maximum]. nan,
-    inf, 1e300, a fraction where a count belongs, a value out of range: refused in one line
-    naming the option (click's usage error, exit 2), before the command does anything."""
+    """A number that its option's use can take (numbers.Bounds: finite and within [minimum,
+    maximum]): anything else is refused in one line naming the option (click's usage error,
+    exit 2), before the command does anything."""
 
     def __init__(self, *, minimum: float, maximum: float, integer: bool = False,
                  unit: str = "", most: str = "") -> None:
-        self.minimum, self.maximum, self.integer = minimum, maximum, integer
-        self.unit, self.most = unit, most  # "seconds"; how the maximum reads ("30 days")
+        self.bounds = numbers.Bounds(minimum, maximum, integer, unit, most)
         self.name = "integer" if integer else "number"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
                 ) -> float:
-        text = str(value).strip()
-        of = f" of {self.unit}" if self.unit else ""
         try:
-            number = int(text) if self.integer else float(text)
-        except ValueError:
-            self.fail(f"'{value}' is not {'a whole number' if self.integer else 'a number'}"
-                      f"{of}", param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"'{value}' is not a finite number{of}", param, ctx)
-        if not self.minimum <= number <= self.maximum:
-            most = f" ({self.most})" if self.most else ""
-            self.fail(f"{value} is not from {self.minimum:.0f} to {self.maximum:.0f}"
-                      f"{' ' + self.unit if self.unit else ''}{most}", param, ctx)
-        return number
+            return self.bounds.parse(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 SECONDS_MAX = 30 * 24 * 3600.0

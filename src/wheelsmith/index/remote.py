@@ -16,13 +16,13 @@ from __future__ import annotations
 import base64
 import html
 import math
-import os
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
+from wheelsmith import numbers
 from wheelsmith.errors import PublishError, UntrustedDataError
 from wheelsmith.untrusted import Bounds, Node, name_problem, parse_json, web
 from wheelsmith.untrusted.addresses import redact, server_url
@@ -30,6 +30,7 @@ from wheelsmith.untrusted.text import clip
 
 TIMEOUT_ENV = "WHEELSMITH_UPLOAD_TIMEOUT"
 TIMEOUT_S = 60.0  # one network read; one whole exchange gets five times that
+TIMEOUT_BOUNDS = numbers.Bounds(1, 3600, unit="seconds", most="an hour")
 WHOLE = 5  # the whole exchange's deadline, in network reads
 UPLOAD_RATE = 64 << 10  # bytes a second an upload is given time to send at, at least
 PAGE_LIMIT = 64 << 20  # a project page (PyPI's largest JSON pages are a few MB)
@@ -41,11 +42,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 def timeout() -> float:
     """Seconds one network read may take: $WHEELSMITH_UPLOAD_TIMEOUT, else 60."""
-    try:
-        value = float(os.environ.get(TIMEOUT_ENV) or TIMEOUT_S)
-    except ValueError:
-        return TIMEOUT_S
-    return value if 0 < value < float("inf") else TIMEOUT_S
+    return numbers.from_env(TIMEOUT_ENV, TIMEOUT_S, TIMEOUT_BOUNDS)
 
 
 @dataclass(frozen=True, slots=True)
