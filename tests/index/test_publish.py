@@ -301,3 +301,26 @@ def test_whatever_publish_and_yank_take_the_index_still_reads(
         index.rebuild(root)
         assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == sorted(
             {*state.channels, "files", "index.html", "ledger.jsonl"})
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mark=st.one_of(st.binary(max_size=40), st.integers(-(10**30), 10**30).map(
+    lambda n: str(n).encode()), st.sampled_from([b"-5", "\u0663".encode(), b"1_0", b" 7\n"])))
+def test_whatever_the_watermark_holds_every_index_command_runs(
+        tmp_path_factory: pytest.TempPathFactory, mark: bytes) -> None:
+    """The pages' watermark (.pages-at) is the ledger's size in digits, or it is read as none
+    and every page is written again: `-5` was an OSError traceback from every command."""
+    base = tmp_path_factory.mktemp("index")
+    root, wheels = base / "index", base / "wheels"
+    wheels.mkdir()
+    first = publish(make_wheel(wheels, "demo-ext", "1.0.0"), root, channel=CHANNEL)
+    (root / index.WATERMARK).write_bytes(mark)
+    assert index.check(root).problems == []
+    (root / index.WATERMARK).write_bytes(mark)
+    publish(make_wheel(wheels, "demo-ext", "1.1.0"), root, channel=CHANNEL)
+    (root / index.WATERMARK).write_bytes(mark)
+    yank(root, first.filename, "broken")
+    page = json.loads((root / CHANNEL / "simple" / "demo-ext" / "index.json").read_text())
+    assert [(f["filename"], f.get("yanked", False)) for f in page["files"]] == [
+        (first.filename, "broken"), ("demo_ext-1.1.0-cp311-cp311-linux_x86_64.whl", False)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,12 +62,14 @@ def pages_done(root: Path) -> None:
 
 
 def _watermark(root: Path) -> int:
-    """The watermark; 0 (regenerate every page) when it cannot be read as one."""
+    """The watermark: the ledger's size in ASCII digits, as pages_done writes it; 0
+    (regenerate every page) when it is anything else (`-5`, `٣`, `1_0`, 32 bytes of text)."""
     try:
         with local.open_regular(inside(root, WATERMARK), follow=False) as handle:
-            return int(handle.read(32))  # a ledger's size: a few digits
-    except (OSError, ValueError):
+            text = handle.read(32).strip()  # a ledger's size: a few digits
+    except OSError:
         return 0
+    return int(text) if re.fullmatch(rb"[0-9]{1,20}", text) else 0
 
 
 def recover(root: Path) -> list[str]:
