@@ -55,6 +55,11 @@ BAD_LINES = {  # a line appended as line 2, and what is said of it
                                 f"sha256: '{'../' * 19}..…' is not a sha256"),
     "not UTF-8": (b"{\xff}", "not UTF-8 (byte 2)"),
     "UTF-16": (b"\xff\xfe{\x00}\x00", "not plain UTF-8 (byte 1: a UTF-16 byte order mark)"),
+    # a file name has one content in the whole index: `check` verified only the later line's
+    "a published name again with other bytes": (
+        {"channel": "cu130-torch2.13", "sha256": "ab" * 32},
+        "publishes {filename} again with sha256 " + "ab" * 32 + "; an earlier line gave it "
+        "{sha256} (a file name has one content in the whole index)"),
 }
 
 
@@ -81,7 +86,8 @@ def test_a_malformed_ledger_line_is_named_with_exit_14_and_nothing_is_done(
         outcome = run_bounded(*args, cwd=tmp_path, seconds=60)
     assert_orderly(outcome, seconds=30)
     assert outcome.returncode == 14
-    assert outcome.stderr.splitlines() == [f"error: {root}/ledger.jsonl:2: {said}", HINT]
+    assert outcome.stderr.splitlines() == [
+        f"error: {root}/ledger.jsonl:2: {said.format(**record)}", HINT]
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
 
 

@@ -211,7 +211,7 @@ def read(root: Path, *, project: str | None = None, filename: str | None = None
             return state
         for number, line in _lines(handle, path):
             if not needles or any(needle in line for needle in needles):
-                _apply(state, parse_line(line, f"{path}:{number}"))
+                _apply(state, parse_line(line, f"{path}:{number}"), f"{path}:{number}")
     return state
 
 
@@ -253,8 +253,13 @@ def _needle(key: str, value: str | None) -> bytes | None:
         json.dumps({key: value}, separators=(",", ":"))[1:-1].encode()
 
 
-def _apply(state: IndexState, entry: FileRecord | Yank) -> None:
+def _apply(state: IndexState, entry: FileRecord | Yank, where: str) -> None:
     if isinstance(entry, FileRecord):
+        earlier = state.by_filename.get(entry.filename)
+        if earlier is not None and earlier.sha256 != entry.sha256:  # publish refuses it
+            raise _drift(where, f"publishes {entry.filename} again with sha256 "
+                                f"{entry.sha256}; an earlier line gave it {earlier.sha256} "
+                                "(a file name has one content in the whole index)")
         state.add(entry)
         return
     record = state.by_filename.get(entry.filename)
