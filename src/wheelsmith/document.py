@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from wheelsmith.errors import Problem, RecipeError
+from wheelsmith.errors import NotRegularFileError, Problem, RecipeError
+from wheelsmith.untrusted import local
 
 KeyPath = tuple[str | int, ...]
 
@@ -87,8 +88,10 @@ def load(path: Path, display: str | None = None) -> Document:
     value its tag cannot be read as."""
     name = display or str(path)
     try:
-        with path.open("rb") as stream:
-            data = stream.read(MAX_BYTES + 1)
+        data = local.read_at_most(path, MAX_BYTES)  # a FIFO or a device: refused, never read
+    except NotRegularFileError as exc:
+        raise RecipeError([Problem(name, 1, 1, f"cannot read: {exc.reason}",
+                                   "a recipe, profile or matrix is a regular file")]) from exc
     except OSError as exc:
         raise RecipeError([Problem(name, 1, 1, f"cannot read: {exc.strerror}")]) from exc
     if len(data) > MAX_BYTES:

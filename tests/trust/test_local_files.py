@@ -423,3 +423,52 @@ def test_a_provenance_with_a_byte_order_mark_or_in_utf_16_is_refused(
     assert outcome.stderr.splitlines()[0] == (
         f"error: the provenance of {wheel.name}: {_encoding_problem(data)}")
     assert not (tmp_path / "i").exists()
+
+
+def _to_zero(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+NAMED_KINDS = {"a FIFO (named pipe)": _fifo, "a character device": _to_zero}
+
+
+def _support_dir(tmp_path: Path, place: Path) -> list[str]:
+    return ["support-table", str(place.parent)]
+
+
+def _support_readme(tmp_path: Path, place: Path) -> list[str]:
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    shutil.copy(REPORT, reports / "nightly.json")
+    return ["support-table", str(reports), "--readme", str(place)]
+
+
+USER_FILES: dict[str, tuple[str, Callable[[Path, Path], list[str]]]] = {
+    # the file the user names, or one in a directory they name; the command that reads it
+    "a recipe in a repository": ("repo/recipes/x.yaml",
+                                 lambda t, _p: ["check-recipes", "--recipes", str(t / "repo")]),
+    "a matrix": ("matrix.yaml", lambda _t, p: ["matrix", "--matrix", str(p)]),
+    "a report among the reports": ("reports/a.json", _support_dir),
+    "the README whose table is rewritten": ("README.md", _support_readme),
+}
+REPORT = Path(__file__).parents[2] / "docs" / "evidence" / "reports" / \
+    "2026-12-04-2-core-support-nightly.json"
+
+
+@pytest.mark.parametrize("kind", sorted(NAMED_KINDS))
+@pytest.mark.parametrize("case", sorted(USER_FILES))
+def test_a_file_the_user_names_that_is_no_regular_file_is_refused_and_never_read(
+        tmp_path: Path, case: str, kind: str) -> None:
+    """A FIFO (it hung check-recipes, matrix and support-table) or a link to /dev/zero (a
+    MemoryError in support-table): one error naming the file, within the run's bound and its
+    2 GiB address space."""
+    relative, command = USER_FILES[case]
+    place = tmp_path / relative
+    place.parent.mkdir(parents=True, exist_ok=True)
+    NAMED_KINDS[kind](place)
+    outcome = run_bounded(*command(tmp_path, place), cwd=tmp_path, seconds=60)
+    assert_orderly(outcome, seconds=30)
+    assert outcome.returncode in (3, 22), outcome.describe()  # a YAML problem; the machine's
+    shown = "a FIFO (named pipe)" if kind == "a FIFO (named pipe)" else "a character device"
+    assert f"it is {shown}, not a regular file" in outcome.stderr, outcome.describe()
+    assert str(place.name) in outcome.stderr

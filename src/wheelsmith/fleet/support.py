@@ -35,7 +35,7 @@ from wheelsmith.files import atomic_write_text
 from wheelsmith.recipes import knownbad
 from wheelsmith.recipes.knownbad import Rule
 from wheelsmith.toolchain.profile import Profile, load_profiles
-from wheelsmith.untrusted import Node, describe_size, parse_json
+from wheelsmith.untrusted import Node, describe_size, local, parse_json
 
 SCHEMAS = (1, 2)  # nightly.json's versions this reads (1 names no machine)
 MAX_BYTES = 16 << 20
@@ -116,10 +116,13 @@ def _outcome(cell: Node) -> Outcome:
 
 
 def read(path: Path) -> Report:
-    if path.stat().st_size > MAX_BYTES:
+    """A report, read as a regular file within MAX_BYTES (a FIFO, a device or a link to
+    /dev/zero among the reports: refused, never read)."""
+    data = local.read_at_most(path, MAX_BYTES)
+    if len(data) > MAX_BYTES:
         raise UsageError(f"{path}: a report larger than {describe_size(MAX_BYTES)}",
                          hint="a nightly.json of a whole matrix is a few hundred KiB")
-    return parse(parse_json(path.read_bytes(), str(path)))
+    return parse(parse_json(data, str(path)))
 
 
 def report_files(paths: Iterable[Path]) -> list[Path]:
@@ -129,7 +132,7 @@ def report_files(paths: Iterable[Path]) -> list[Path]:
         if path.is_dir():
             found += ([path / "nightly.json"] if (path / "nightly.json").is_file()
                       else sorted(path.glob("*.json")))
-        elif path.is_file():
+        elif path.exists():  # a FIFO too: read() names what it is
             found.append(path)
         else:
             raise UsageError(f"{path}: no such report",
@@ -259,7 +262,15 @@ def rewrite(text: str, table: str, *, source: str) -> str:
 
 def rewrite_file(path: Path, table: str) -> bool:
     """Rewrite the table in `path` in place; False when it already holds this table."""
-    before = path.read_text(encoding="utf-8")
+    data = local.read_at_most(path, MAX_BYTES)
+    if len(data) > MAX_BYTES:
+        raise UsageError(f"{path}: larger than {describe_size(MAX_BYTES)}",
+                         hint="name the README whose table is rewritten")
+    try:
+        before = data.decode()
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 (byte {exc.start + 1})",
+                         hint="name the README whose table is rewritten") from None
     after = rewrite(before, table, source=str(path))
     if after != before:
         atomic_write_text(path, after)

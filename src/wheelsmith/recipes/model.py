@@ -278,6 +278,10 @@ def _patches(doc: Document, recipe: Path, package: str, version: str, *,
         refs.append(PatchRef(path=patch, sha256=entry["sha256"],
                              description=entry.get("description", "")))
         shown = _in_project(recipe, patch)
+        if patch.exists() and not patch.is_file():
+            doc.at_value((*where, "file"), f"{shown} is not a regular file",
+                         "a patch is a regular file in the recipe's repository")
+            continue
         if not patch.is_file():
             doc.at_value((*where, "file"), f"patch file not found: {shown}",
                          f"patches for {package} {version} live in "

@@ -107,6 +107,13 @@ def same_bytes(path: Path, data: bytes, *, follow: bool = True) -> bool | None:
         return None
 
 
+def read_at_most(path: Path, max_bytes: int, *, follow: bool = True) -> bytes:
+    """The regular file at `path`, whole when it holds at most `max_bytes` (else its first
+    `max_bytes + 1`: the caller says it is too large). A missing file: FileNotFoundError."""
+    with open_regular(path, follow=follow) as handle:
+        return handle.read(max_bytes + 1)
+
+
 def sha256_of(path: Path, *, follow: bool = True) -> str:
     """The sha256 of the regular file at `path`, read in pieces. A missing file:
     FileNotFoundError."""
