@@ -32,16 +32,20 @@ NOT_AN_INDEX_HINT = ("hint: give the URL `wheelsmith serve` listens on, e.g. --i
     ["install", "tiny-ext", "--python", "/env/bin/python"],
     ["doctor", "--arch", "12.0"],
 ])
-@pytest.mark.parametrize("value", ["not-a-url", "", "http://", "ftp://127.0.0.1/index",
-                                   "file://index", "http://127.0.0.1:80x"])
+@pytest.mark.parametrize(("value", "said"), [
+    *[(value, "is not an http://, https:// or file:// URL, nor an existing directory")
+      for value in ("not-a-url", "", "ftp://127.0.0.1/index", "file://index")],
+    ("http://", "is not a valid URL (it names no host)"),  # read as a server's URL is
+    ("http://127.0.0.1:80x", "is not a valid URL (its port '80x' is not a number from 1 to "
+                             "65535)")])
 def test_an_index_that_is_no_url_is_refused_by_name_before_anything_runs(
-        command: list[str], value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        command: list[str], value: str, said: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, [*command, "--index", value])
     assert result.exit_code == 4, result.output
-    assert result.stderr.splitlines() == [
-        f"error: --index: '{value}' is not an http://, https:// or file:// URL, nor an "
-        "existing directory", NOT_AN_INDEX_HINT]
+    assert result.stderr.splitlines() == [f"error: --index: '{value}' {said}",
+                                          NOT_AN_INDEX_HINT]
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 

@@ -84,11 +84,11 @@ def _answering(raw: bytes) -> HostileServer:
 SAID = {  # an answer, and what install says of it
     "a redirect to a local file": (
         "HTTP/1.1 302 Found\r\nLocation: file:///etc/passwd\r\n\r\n",
-        "its redirect (HTTP 302): 'file:///etc/passwd' is not an http or https URL",
+        "its redirect (HTTP 302): 'file:///etc/passwd' is not an http:// or https:// URL",
         REDIRECT_HINT),
     "a redirect to ftp": (
         "HTTP/1.1 301 Moved\r\nLocation: ftp://127.0.0.1/x\r\n\r\n",
-        "its redirect (HTTP 301): 'ftp://127.0.0.1/x' is not an http or https URL",
+        "its redirect (HTTP 301): 'ftp://127.0.0.1/x' is not an http:// or https:// URL",
         REDIRECT_HINT),
     "a redirect without a Location": (
         "HTTP/1.1 302 Found\r\nContent-Length: 0\r\n\r\n",

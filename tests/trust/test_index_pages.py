@@ -213,7 +213,7 @@ def test_any_bytes_for_a_page_give_a_page_or_one_error_naming_it(data: bytes) ->
     ({"filename": "../../x/X.whl", "url": "X.whl", "hashes": {}},
      "files[0].filename: '../../x/X.whl' is not a plain file name (it holds a path separator)"),
     ({"filename": "x.tar.gz", "url": "file:///etc/passwd", "hashes": {}},
-     "files[0].url: 'file:///etc/passwd' is not an http or https URL"),
+     "files[0].url: 'file:///etc/passwd' is not an http:// or https:// URL"),
     ({"filename": "x.tar.gz", "url": "x.tar.gz"}, "files[0]: 'hashes' is missing"),
 ], ids=["a name that leaves its directory", "a link to a local file", "no hashes"])
 def test_an_entry_of_a_hostile_page_is_refused_naming_its_place(

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import click
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.hostile import Outcome, assert_orderly, returned_or_raised, run_bounded
+from tests.hostile import BAD_URLS, Outcome, assert_orderly, returned_or_raised, run_bounded
 from tests.wheels import make_wheel
 from wheelsmith import numbers
 from wheelsmith.build import resume
@@ -24,6 +25,7 @@ from wheelsmith.cli import main
 from wheelsmith.cli._common import Number
 from wheelsmith.errors import UsageError
 from wheelsmith.index import remote
+from wheelsmith.untrusted.text import clip
 
 
 def numeric_options(command: click.Command, path: tuple[str, ...] = ()
@@ -184,3 +186,35 @@ def test_publish_to_with_a_timeout_that_is_no_number_says_so_before_it_connects(
     assert outcome.returncode == 4, outcome.describe()
     assert outcome.stderr.splitlines()[0] == (
         "error: $WHEELSMITH_UPLOAD_TIMEOUT: 'nan' is not a finite number of seconds")
+
+
+# --- URLs on the command line: read as a server's are, refused as the user's ----------------
+
+URL_OPTIONS = {  # a command with a URL option; URL stands where the generated value goes
+    "install --index": ("install", "causal-conv1d", "--arch", "12.0", "--index", "URL"),
+    "doctor --index": ("doctor", "--arch", "12.0", "--index", "URL"),
+    "publish --to": ("publish", "--to", "URL{channel}/", "x.whl"),
+    "publish --simple": ("publish", "--to", "http://127.0.0.1:9/{channel}/", "--simple",
+                         "URL{channel}/", "x.whl"),
+    "index export --base-url": ("index", "export", "site", "--base-url", "URL"),
+    "nightly --published": ("nightly", "--published", "URL{channel}/"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(URL_OPTIONS))
+@settings(max_examples=8, deadline=None)
+@given(bad=BAD_URLS)
+def test_a_url_option_no_connection_can_take_is_one_usage_error_naming_it(
+        case: str, bad: tuple[str, str]) -> None:
+    """An unclosed [IPv6 host was a ValueError traceback from install, doctor, publish --to
+    and index export; a port over 65535 was taken by export into every page it wrote."""
+    url, why = bad
+    args = [arg.replace("URL", url) for arg in URL_OPTIONS[case]]
+    with tempfile.TemporaryDirectory() as scratch:
+        outcome = run(*args, cwd=Path(scratch))
+        assert list(Path(scratch).iterdir()) == []  # nothing ran
+    option = case.rsplit(maxsplit=1)[-1]
+    given_value = next(arg for arg in args if url in arg)
+    assert outcome.returncode == 4, outcome.describe()
+    assert outcome.stderr.splitlines()[0] == (
+        f"error: {option}: '{clip(given_value, 200)}' is not a valid URL ({why})")

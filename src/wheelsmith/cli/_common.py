@@ -27,6 +27,7 @@ from wheelsmith.cli import console
 from wheelsmith.errors import UsageError, WheelsmithError, machine_error
 from wheelsmith.recipes import repos
 from wheelsmith.toolchain.target import refuse_free_threaded
+from wheelsmith.untrusted.addresses import given_url
 
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
@@ -192,23 +193,18 @@ INDEX_URL_HINT = ("give the URL `wheelsmith serve` listens on, e.g. --index "
 def parse_index_url(value: str) -> str:
     """An `--index` value as a URL: http://HOST..., https://HOST... or file:///PATH; an
     existing directory becomes its file:// URL. Anything else is an error naming the value."""
-    parts = urllib.parse.urlsplit(value)
-    if parts.scheme in ("http", "https") and parts.hostname and _port_ok(parts):
-        return value
+    if value.lower().startswith(("http://", "https://")):
+        return given_url(value, "--index", hint=INDEX_URL_HINT)
+    try:
+        parts = urllib.parse.urlsplit(value)
+    except ValueError:  # an unclosed [IPv6 host of another scheme
+        parts = urllib.parse.urlsplit("")
     if parts.scheme == "file" and parts.netloc in ("", "localhost") and parts.path.startswith("/"):
         return value
     if not parts.scheme and value and Path(value).is_dir():
         return Path(value).resolve().as_uri()
     raise UsageError(f"--index: '{value}' is not an http://, https:// or file:// URL, nor an "
                      "existing directory", hint=INDEX_URL_HINT)
-
-
-def _port_ok(parts: urllib.parse.SplitResult) -> bool:
-    try:
-        parts.port  # noqa: B018 - reading it checks it
-    except ValueError:
-        return False
-    return True
 
 
 def _index_url(_: click.Context, __: click.Parameter, value: str) -> str:

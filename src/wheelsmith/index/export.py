@@ -27,6 +27,7 @@ from wheelsmith.files import atomic_write_bytes, exclusive_lock, store_no_clobbe
 from wheelsmith.index import ledger, pages
 from wheelsmith.index.ledger import FileRecord
 from wheelsmith.untrusted import inside, local
+from wheelsmith.untrusted.addresses import given_url
 
 LOCK = ".export.lock"
 TMP = ".tmp"  # every temp file of an export: one place to clear, left out of uploads
@@ -65,11 +66,9 @@ class Layout:
 def check_base_url(base_url: str | None) -> None:
     if base_url is None:
         return
-    parts = urllib.parse.urlsplit(base_url.replace(FILENAME, "f"))
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"--base-url: '{base_url}' is not an http:// or https:// URL",
-                         hint="where the files will be served, e.g. --base-url "
-                              "https://bucket.example/wheels")
+    given_url(base_url, "--base-url", placeholder=FILENAME,
+              hint="where the files will be served, e.g. --base-url "
+                   "https://bucket.example/wheels")
     if "{" in base_url.replace(FILENAME, "") or "}" in base_url.replace(FILENAME, ""):
         raise UsageError(f"--base-url: '{base_url}' has a placeholder other than {FILENAME}")
 

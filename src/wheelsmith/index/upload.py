@@ -34,6 +34,7 @@ from wheelsmith.index import remote
 from wheelsmith.index.publish import Candidate, inspect
 from wheelsmith.index.remote import Auth, RemoteFile
 from wheelsmith.untrusted import local
+from wheelsmith.untrusted.addresses import given_url
 from wheelsmith.wheelfile import WheelName
 
 log = logging.getLogger(__name__)
@@ -103,10 +104,9 @@ def server_for(to: str, simple: str | None, channel: str) -> Server:
 
 def check_url(option: str, url: str) -> None:
     """An http(s) URL template with no credentials in it and no placeholder but {channel}."""
+    given_url(url, option, placeholder=CHANNEL,
+              hint="e.g. --to http://HOST:3141/USER/{channel}/ (devpi)")
     parts = urllib.parse.urlsplit(url.replace(CHANNEL, "c"))
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{option}: '{url}' is not an http:// or https:// URL",
-                         hint="e.g. --to http://HOST:3141/USER/{channel}/ (devpi)")
     if parts.username or parts.password:
         raise UsageError(f"{option}: '{parts.hostname}' is given with credentials in the URL, "
                          "where every process on the machine can read them",

@@ -1,6 +1,7 @@
 """URLs from outside: `server_url` reads every URL a server gives (a redirect's Location, a
-link's href, a page's `url`) into a valid http(s) URL or one located error; `redact` is how
-every message shows a URL."""
+link's href, a page's `url`) into a valid http(s) URL or one located error; `given_url` holds a
+URL the user gives (an option, a variable) to the same reading; `redact` is how every message
+shows a URL."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import ipaddress
 import re
 import urllib.parse
 
-from wheelsmith.errors import UntrustedDataError
+from wheelsmith.errors import UntrustedDataError, UsageError
 from wheelsmith.untrusted.text import clip, control_in
 
 WEB = ("http", "https")
@@ -47,6 +48,21 @@ def server_url(value: str, base: str, *, source: str, where: str | None,
     raise UntrustedDataError(source, problem, hint=hint or URL_HINT)
 
 
+def given_url(value: str, option: str, *, hint: str, placeholder: str = "",
+              schemes: tuple[str, ...] = WEB) -> str:
+    """`value`, a URL the user gave with `option` (a `placeholder` in it, such as
+    `{channel}`, read as a plain word), when `server_url` would take it: else one usage error
+    naming the option and the value (an unclosed [IPv6 host, a port over 65535, no host),
+    before anything is sent there. `value` is returned as given."""
+    sample = value.replace(placeholder, "x") if placeholder else value
+    try:
+        server_url(sample, "", source=option, where=None, schemes=schemes)
+    except UntrustedDataError as exc:
+        raise UsageError(f"{option}: '{clip(redact(value), 200)}' {exc.problem}",
+                         hint=hint) from None
+    return value
+
+
 def _problem(text: str, parts: urllib.parse.SplitResult,
              schemes: tuple[str, ...]) -> str | None:
     """What makes `parts` (of `text`) no URL of `schemes` to connect to; None: nothing."""
@@ -54,8 +70,9 @@ def _problem(text: str, parts: urllib.parse.SplitResult,
     if char is not None:
         return f"is not a valid URL (it holds the control character {char})"
     if parts.scheme not in schemes:
-        return f"is not an {', '.join(schemes[:-1])} or {schemes[-1]} URL" \
-            if len(schemes) > 1 else f"is not an {schemes[0]} URL"
+        shown = [f"{scheme}://" for scheme in schemes]
+        return f"is not an {', '.join(shown[:-1])} or {shown[-1]} URL" \
+            if len(shown) > 1 else f"is not a {shown[0]} URL"
     if parts.scheme == "file":
         return None if parts.netloc in ("", "localhost") else \
             "is not a valid URL (a file URL names no other host)"
