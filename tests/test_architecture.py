@@ -16,7 +16,8 @@ PACKAGE = REPO / "src" / "wheelsmith"
 FOUNDATION = {"wheelsmith", "wheelsmith.__init__", "wheelsmith.arch", "wheelsmith.cmd",
               "wheelsmith.procs", "wheelsmith.errors", "wheelsmith.files",
               "wheelsmith.document", "wheelsmith.wheelfile", "wheelsmith.inventory",
-              "wheelsmith.locations", "wheelsmith.locks", "wheelsmith.untrusted",
+              "wheelsmith.locations", "wheelsmith.locks", "wheelsmith.numbers",
+              "wheelsmith.untrusted",
               "wheelsmith.untrusted.urls", "wheelsmith.untrusted.web",
               "wheelsmith.untrusted.addresses", "wheelsmith.untrusted.text",
               "wheelsmith.untrusted.local"}

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tests.conftest import wheelsmith
 from tests.hostile import returned_or_raised
 from tests.wheels import make_wheel
-from wheelsmith import wheelfile
+from wheelsmith import untrusted
 from wheelsmith.errors import FileConflictError, PublishError, UsageError, WheelsmithError
 from wheelsmith.index import ledger
 from wheelsmith.index import publish as publish_module
@@ -264,7 +264,7 @@ def test_filtered_ledger_read_sees_exactly_one_projects_lines(wheels: Path, root
 
 SPECIFIERS = st.lists(st.sampled_from([">=3.8", "<4", "!=3.9.*", "~=3.10", "==3.11.*"]),
                       min_size=1, max_size=20_000).map(",".join)
-CHANNELS = st.one_of(st.sampled_from(sorted(wheelfile.INDEX_ROOT_NAMES)),
+CHANNELS = st.one_of(st.sampled_from(sorted(untrusted.INDEX_ROOT_NAMES)),
                      st.from_regex(r"[a-z0-9][a-z0-9._-]{0,140}", fullmatch=True),
                      st.text(max_size=20))
 REASONS = st.one_of(st.text(max_size=40), st.just("x" * 70_000),

@@ -32,6 +32,7 @@ from wheelsmith.errors import IndexDriftError, UntrustedDataError
 from wheelsmith.untrusted import (
     CHUNK,
     Node,
+    channel_name,
     clip,
     describe_size,
     inside,
@@ -39,7 +40,6 @@ from wheelsmith.untrusted import (
     name_problem,
     parse_json,
 )
-from wheelsmith.wheelfile import channel_name
 
 LEDGER = "ledger.jsonl"
 MAX_LINE = 64 << 10  # bytes in one line: publish writes a few hundred (a file name: <= 255)

@@ -40,7 +40,7 @@ from wheelsmith.files import sha256_bytes, store_no_clobber
 from wheelsmith.index import ledger
 from wheelsmith.index import store as index
 from wheelsmith.index.ledger import FileRecord, IndexState
-from wheelsmith.untrusted import clip, local
+from wheelsmith.untrusted import channel_problem, clip, local
 from wheelsmith.wheelfile import read_provenance
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def inspect(wheel: Path, channel: str | None) -> Candidate:
     if chosen is None:
         raise PublishError(f"{wheel.name} has no wheelsmith provenance, so its channel is "
                            "unknown", hint="pass --channel, e.g. --channel cu130-torch2.14")
-    if (problem := wheelfile.channel_problem(chosen)) is not None:
+    if (problem := channel_problem(chosen)) is not None:
         raise PublishError(f"channel '{clip(chosen)}' is not a valid name: {problem}",
                            hint="name the channel after its toolchain, e.g. cu130-torch2.14")
     name = wheelfile.WheelName.parse(wheel.name)

@@ -43,6 +43,32 @@ PLAIN_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # shown as it is in 
 MAX_DEPTH = 200  # of a syntax tree: setup.py files nest a few dozen levels at most
 
 
+CHANNEL_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")  # an index channel: cu130-torch2.14
+# What an index holds at its root beside its channels' directories (index/store.py, pages.py,
+# ledger.py, export.py; dot names are no channel's): a channel of such a name would write its
+# pages into the index's own files (tests/index/test_publish.py keeps this list whole).
+INDEX_ROOT_NAMES = frozenset({"index.html", "index.json", "ledger.jsonl", "files"})
+
+
+def channel_problem(name: str) -> str | None:
+    """Why `name` cannot be a channel (a directory at the index's root, a part of its URLs),
+    or None: lowercase letters, digits, '.', '_' and '-', at most 100, not one of the names
+    the index keeps for its own files."""
+    if not (name.isascii() and CHANNEL_RE.fullmatch(name)):
+        return ("a channel is 1-100 lowercase letters, digits, '.', '_' and '-', starting "
+                "with a letter or digit")
+    if name in INDEX_ROOT_NAMES:
+        return f"'{name}' is a name the index keeps for its own files"
+    return None
+
+
+def channel_name(text: str) -> str:
+    """`text` when it is a channel's name (`channel_problem`), else ValueError."""
+    problem = channel_problem(text)
+    if problem is not None:
+        raise ValueError(problem)
+    return text
+
 def name_problem(name: str) -> str | None:
     """Why `name` is not a plain file name (one path component, nothing that moves or hides
     it), or None when it is one."""
