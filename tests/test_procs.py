@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.leftovers import left_after, marked, new_env
 from wheelsmith import cmd, files, locks, procs
@@ -181,3 +183,45 @@ def test_an_interrupt_delivered_to_another_thread_waits_until_the_command_is_kno
     finally:
         signal.signal(signal.SIGTERM, previous)
         done.set()
+
+
+
+RAISES = {  # how the package's code fails: raising, or in Python's own code it calls
+    "RuntimeError": "raise RuntimeError(message)",
+    "ModuleNotFoundError": "import no_such_module_wheelsmith_test",
+    "subprocess.CalledProcessError": "subprocess.run(['false', message], check=True)",
+}
+
+
+@given(package=st.from_regex(r"[a-z][a-z_]{0,10}", fullmatch=True), depth=st.integers(0, 3),
+       message=st.text(st.characters(codec="utf-8", exclude_categories=["Cc", "Zl", "Zp"]),
+                       max_size=40),
+       noise=st.text(max_size=60), kind=st.sampled_from(sorted(RAISES)), stream=st.booleans())
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_python_that_fails_is_named_by_its_exception_and_the_code_that_raised_it(
+        tmp_path_factory: pytest.TempPathFactory, package: str, depth: int, message: str,
+        noise: str, kind: str, stream: bool) -> None:
+    """A real traceback through a package's code, Python's own (json's decoder, subprocess)
+    and a setup.py run as setuptools runs it (`<string>`), after any output: the failing
+    command's message ends in the last exception and the innermost line of code that is not
+    Python's own, read from its whole stderr or from the tail of its output where only that is
+    kept (the traceback's head cut off). A setup.py that stopped before compiling, a wheel
+    whose import failed in the smoke test, said only 'failed with exit code 1'."""
+    site = tmp_path_factory.mktemp("pkgs") / "site-packages"
+    (site / package).mkdir(parents=True)
+    (site / package / "__init__.py").write_text(
+        "import json, subprocess\n"
+        "def fail(n, message):\n"
+        "    if n:\n"
+        "        return json.loads('{}', object_hook=lambda _: fail(n - 1, message))\n"
+        f"    {RAISES[kind]}\n")
+    setup = f"import {package}\n{package}.fail({depth}, {message!r})\n"
+    script = f"print({noise!r})\nexec(compile({setup!r}, '<string>', 'exec'))\n"
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    last = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, check=False).stderr.splitlines()[-1]
+    with pytest.raises(CommandError) as failed:
+        cmd.run([sys.executable, "-c", script], env=env, stream=stream, what="the build")
+    assert failed.value.message == (
+        f"the build failed with exit code 1: {package}/__init__.py:5: {' '.join(last.split())}")

@@ -33,6 +33,7 @@ from typing import IO
 from wheelsmith import procs
 from wheelsmith.errors import CommandError, WheelsmithError
 from wheelsmith.untrusted import Bounds, too_big, too_slow
+from wheelsmith.untrusted.text import python_error
 
 log = logging.getLogger(__name__)
 output_log = logging.getLogger("wheelsmith.output")
@@ -159,6 +160,7 @@ def run(
     stream: bool = True,
     hint: str | None = None,
     bounds: Bounds | None = None,
+    python_errors: bool = True,
 ) -> Completed:
     """Run a command, streaming its merged output; raise `error` unless its exit code is ok.
 
@@ -169,6 +171,9 @@ def run(
     silent past its `quiet_seconds`, the command's tree is stopped and UntrustedDataError
     names it (`what`), with `hint`; and what it starts ends when it ends (a child that keeps
     its pipes open would hold the read to its deadline, a daemon would outlive wheelsmith).
+    A Python that fails with a traceback at the end of its output: the message names its
+    exception and where it was raised (`python_error`), unless `python_errors` is False (the
+    build, whose compiler's error comes first).
     """
     args = _resolve(argv, env)
     line = f"+ {render(args)}"
@@ -188,8 +193,9 @@ def run(
     if returncode not in ok_returncodes:
         _note_drained(returncode)
         subject = what or render(args)
+        raised = python_error(stderr or "\n".join(tail)) if python_errors else None
         raise error(
-            f"{subject} failed with exit code {returncode}",
+            f"{subject} failed with exit code {returncode}" + (f": {raised}" if raised else ""),
             tail=tail,
             returncode=returncode,
             log_file=log_path,
@@ -386,3 +392,4 @@ def _read_pipes(fds: tuple[int, int], bounds: Bounds, subject: tuple[str, str | 
             if total > bounds.max_bytes:
                 raise too_big(subject[0], bounds, verb="printed", hint=subject[1])
     return bytes(parts[fds[0]]), bytes(parts[fds[1]])
+

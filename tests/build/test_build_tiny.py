@@ -244,6 +244,36 @@ def test_compile_error_shows_tail_log_and_keeps_source(project: Path,
             ) in error_lines(result.stderr)
 
 
+def test_a_setup_py_that_raises_before_compiling_is_named_by_its_exception_and_line(
+        project: Path, toolchain: Toolchain) -> None:
+    """vllm's setup.py imports setuptools_rust, marlin-kernels' reads a file its sdist lacks:
+    each said only 'failed with exit code 1'."""
+    add_variant(project, "raising-ext", ("from setuptools import setup\n",
+                                         "from setuptools import setup\n"
+                                         "import no_such_build_dependency\n"))
+    result = wheelsmith("build", "raising-ext", "--arch", "12.0", cwd=project)
+    assert result.returncode == 9
+    assert error_lines(result.stderr)[0] == (
+        "error: the build of raising-ext 0.1.0 failed with exit code 1: setup.py:4: "
+        "ModuleNotFoundError: No module named 'no_such_build_dependency'")
+
+
+def test_a_wheel_that_does_not_import_is_named_by_its_exception_and_line(
+        project: Path, toolchain: Toolchain) -> None:
+    """warp-rnnt's __init__ imports pkg_resources, which the toolchain's setuptools no longer
+    has (nor a user's): its smoke test said only 'failed with exit code 1'."""
+    source = add_variant(project, "unimportable-ext")
+    init = source / "tiny_ext" / "__init__.py"
+    init.write_text(init.read_text().replace("import torch\n",
+                                             "import torch\nimport pkg_resources\n"))
+    result = wheelsmith("build", "unimportable-ext", "--arch", "12.0", cwd=project)
+    assert result.returncode == 10, result.stderr
+    said = error_lines(result.stderr)[0]
+    assert said.startswith("error: the smoke test of unimportable_ext-0.1.0-"), said
+    assert said.endswith(" failed with exit code 1: tiny_ext/__init__.py:4: "
+                         "ModuleNotFoundError: No module named 'pkg_resources'"), said
+
+
 def test_setup_py_cannot_reach_the_network(project: Path, toolchain: Toolchain) -> None:
     url = simple.index_url() + "/"  # the index this machine's pip uses
     try:

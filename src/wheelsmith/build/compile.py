@@ -33,6 +33,7 @@ from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
 from wheelsmith.build.verify import IGNORES_ARCH_HINT, sample_objects
 from wheelsmith.errors import CompileError, SourceError, VerifyError, WheelsmithError
 from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.untrusted.text import clip, python_error
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,8 @@ def compile_wheel(
                 cmd.run([*prefix, *argv], cwd=Path(cwd) if cwd else source,
                         env={**env, **(extra_environ or {})}, log_file=log_file,
                         log_path=log_path, error=CompileError, what=f"the build of {what}",
-                        on_line=progress_parser(on_progress, on_plan, on_resume))
+                        on_line=progress_parser(on_progress, on_plan, on_resume),
+                        python_errors=False)  # the compiler's error first, below
 
             build_backend(source, toolchain.python, dist, run_hook, what=what, log_path=log_path)
     except CompileError as exc:
@@ -162,6 +164,8 @@ def compile_wheel(
         compiler_said = first_error(text)
         if compiler_said is not None:
             exc.message += f"; the compiler's first error: {in_tree(compiler_said, source, view)}"
+        elif (raised := python_error(text)) is not None:  # setup.py stopped before compiling
+            exc.message += f": {clip(in_tree(raised, source, view), 300)}"
         first = first_errors(text)
         if first:
             exc.tail = [*first, "...", *exc.tail[-TAIL_AFTER_ERRORS:]]

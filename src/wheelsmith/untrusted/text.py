@@ -1,4 +1,5 @@
-"""Text from outside as a message shows it: escaped where a terminal would obey it, clipped."""
+"""Text from outside as a message shows it: escaped where a terminal would obey it, clipped;
+the exception a failed Python's output ends with."""
 
 from __future__ import annotations
 
@@ -31,3 +32,31 @@ def clip(text: str, limit: int = 60) -> str:
     """`text` shown in a message: at most `limit` characters, control characters escaped."""
     shown = text.encode("unicode_escape").decode("ascii")
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+# a traceback, or its end where the head was cut off (the tail of a command's output)
+_TRACEBACK_RE = re.compile(r"(?:^Traceback \(most recent call last\):[ \t]*\n|\A)"
+                           r"(?P<frames>(?:[ \t]+.*\n)+)(?P<error>[A-Za-z_][\w.]*(?::.*)?)$",
+                           re.MULTILINE)
+_FRAME_RE = re.compile(r'^[ \t]+File "(?P<file>[^"\n]+)", line (?P<line>\d+)', re.MULTILINE)
+_SITE_RE = re.compile(r".*/(?:site-packages|dist-packages|site)/")
+_STDLIB_RE = re.compile(r"/lib/python3\.\d+/(?!(?:site|dist)-packages/)")  # Python's own
+
+
+def python_error(output: str) -> str | None:
+    """The exception of the last Python traceback in `output` as `FILE:LINE: Type: message`:
+    FILE the innermost frame of code that is not Python's own (`<string>`, what setuptools
+    runs setup.py as, is `setup.py`; an installed module's path from its package on); None
+    when `output` holds no whole traceback."""
+    found = [m for m in _TRACEBACK_RE.finditer(output) if _FRAME_RE.search(m["frames"])]
+    if not found:
+        return None
+    last = found[-1]
+    frames = [(m["file"], m["line"]) for m in _FRAME_RE.finditer(last["frames"])
+              if not (m["file"].startswith("<frozen ") or _STDLIB_RE.search(m["file"]))]
+    error = " ".join(last["error"].split())
+    if not frames:
+        return error
+    file, line = frames[-1]
+    shown = "setup.py" if file == "<string>" else _SITE_RE.sub("", file)
+    return f"{shown}:{line}: {error}"
