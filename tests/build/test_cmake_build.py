@@ -75,10 +75,9 @@ def test_a_package_that_ignores_the_arch_list_is_stopped_before_compiling(
     result = wheelsmith("build", "tiny-cmake-fixed", "--arch", "12.0", cwd=project)
     assert result.returncode == 10, result.stderr[-3000:]
     error = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
-    assert error.startswith("error: pre-build check: /")  # the path the build sees
-    assert error.endswith("/source/build/cmake/build.ninja compiles SASS sm_90 "
-                          "and PTX -, but SASS sm_120 and PTX - were requested; stopping before "
-                          "compiling")
+    assert error == ("error: pre-build check: build/cmake/build.ninja compiles SASS sm_90 "
+                     "and PTX -, but SASS sm_120 and PTX - were requested; stopping before "
+                     "compiling")  # the path in the source tree, relative to it
     assert not (project / "wheelhouse").exists() or not list((project / "wheelhouse").iterdir())
 
 

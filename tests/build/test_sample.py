@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wheelsmith.build.compile import in_tree
-from wheelsmith.build.diagnose import first_error
+from wheelsmith.build.diagnose import first_error, in_tree
 from wheelsmith.build.ninjafile import Unit
 from wheelsmith.build.sample import choose, weight
 

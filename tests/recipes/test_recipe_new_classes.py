@@ -6,9 +6,13 @@ tests/recipes/test_recipe_new_check.py."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import types
+from importlib import metadata
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given
@@ -122,6 +126,41 @@ def test_pkg_resources_is_replaced_by_importlib_metadata_and_packaging(tmp_path:
     assert ran.stdout.startswith("ok ")
 
 
+@given(module=st.sampled_from(["demo/__init__.py", "demo/version.py", "demo/sub/ops.py"]),
+       form=st.sampled_from([
+           "from pkg_resources import get_distribution\n"
+           "__version__ = get_distribution('packaging').version\n",
+           "import pkg_resources\n__version__ = pkg_resources.get_distribution('packaging')"
+           ".version\n",
+           "from pkg_resources import get_distribution as gd, parse_version\n"
+           "__version__ = str(parse_version(gd('packaging').version))\n"]))
+def test_a_package_module_that_imports_pkg_resources_is_patched_to_import_without_it(
+        tmp_path_factory: pytest.TempPathFactory, module: str, form: str) -> None:
+    """warp-rnnt's __init__ imports pkg_resources: its wheel does not import where
+    setuptools 81 or later is installed (its smoke test failed). The patch over the package's
+    own modules makes it import with pkg_resources gone; tests/ keep theirs."""
+    tmp_path = tmp_path_factory.mktemp("run-time")
+    tree = tree_with(tmp_path, CUDA_EXT, "k.cu")
+    for name, text in ((module, form), ("tests/test_demo.py", "import pkg_resources\n")):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text(text)
+    found = findings(tree)
+    assert (
+        "the package's modules import pkg_resources: wrote "
+        "0001-no-pkg-resources-at-run-time.patch: importlib.metadata and packaging in place of "
+        "pkg_resources in the package's own modules, which would not import where setuptools "
+        "81 or later is installed") in lines(tree)
+    applied(tree, found, tmp_path)
+    patched = tmp_path / "patched"
+    assert (patched / "tests/test_demo.py").read_text() == "import pkg_resources\n"
+    ran = subprocess.run([sys.executable, "-c", "import sys; sys.modules['pkg_resources'] = "
+                          f"None; ns = {{}}; exec(open({str(patched / module)!r}).read(), ns); "
+                          "print(ns['__version__'])"], capture_output=True, text=True,
+                         check=False)
+    assert ran.returncode == 0, ran.stderr  # it never imports pkg_resources
+    assert ran.stdout.strip() == metadata.version("packaging")
+
+
 def test_a_pkg_resources_name_nothing_stands_in_for_is_named_for_a_hand_written_patch(
         tmp_path: Path) -> None:
     tree = tree_with(tmp_path, "import os\nimport pkg_resources\n"
@@ -135,23 +174,73 @@ def test_a_pkg_resources_name_nothing_stands_in_for_is_named_for_a_hand_written_
 
 # --- a stop where no GPU is visible -----------------------------------------------------------
 
-@pytest.mark.parametrize(("stop", "patched_stop"), [
-    ("if not torch.cuda.is_available():\n    raise RuntimeError('needs a GPU')\n",
-     "if not (torch.cuda.is_available() or os.environ.get(\"FORCE_CUDA\") == \"1\"):\n"),
-    ("assert torch.cuda.is_available(), 'needs a GPU'\n",
-     "assert (torch.cuda.is_available() or os.environ.get(\"FORCE_CUDA\") == \"1\"), "
-     "'needs a GPU'\n"),
-], ids=["raise", "assert"])
-def test_a_stop_without_a_gpu_honours_force_cuda(tmp_path: Path, stop: str,
-                                                 patched_stop: str) -> None:
-    tree = tree_with(tmp_path, "import os\nimport torch\n" + stop + CUDA_EXT, "k.cu")
+# where no GPU is visible, setup.py stops (a raise, an assert, an else that raises) or builds
+# no CUDA (CUDAExtension only when torch.cuda.is_available()): DCNv4's shape among them
+GPU_SHAPES = [
+    "if not {gpu}:\n    raise RuntimeError('needs a GPU')\nbuilt = 'cuda'\n",
+    "assert {gpu}, 'needs a GPU'\nbuilt = 'cuda'\n",
+    "if {gpu}{also}:\n    built = 'cuda'\nelse:\n    raise NotImplementedError('no CUDA')\n",
+    "built = 'cuda' if {gpu}{also} else 'cpu'\n",
+    "if {gpu}{also}:\n    built = 'cuda'\nelse:\n    built = 'cpu'\n",
+    "built = 'cpu'\nif {gpu}{also}:\n    built = 'cuda'\n",
+    "def kind():\n    return 'cuda' if {gpu}{also} else 'cpu'\nbuilt = kind()\n",
+]
+GPU_CALLS = st.sampled_from([("import torch\n", "torch.cuda.is_available()"),
+                             ("from torch import cuda\n", "cuda.is_available()")])
+ALSO = st.sampled_from(["", " and CUDA_HOME is not None", " and os.name == 'posix'"])
+
+
+def built_without_a_gpu(setup_text: str, env: dict[str, str]) -> str:
+    """What setup.py's lines choose on a build machine, where torch sees no GPU (as the CPU
+    torch of this machine does): `built`, or the exception's name."""
+    torch = types.ModuleType("torch")
+    torch.cuda = types.ModuleType("torch.cuda")  # type: ignore[attr-defined]
+    torch.cuda.is_available = lambda: False  # type: ignore[attr-defined]
+    namespace: dict[str, object] = {}
+    with mock.patch.dict(sys.modules, {"torch": torch}), mock.patch.dict(os.environ, env):
+        try:
+            exec(compile(setup_text, "setup.py", "exec"), namespace)
+        except Exception as exc:
+            return type(exc).__name__
+    return str(namespace["built"])
+
+
+@given(shape=st.sampled_from(GPU_SHAPES), call=GPU_CALLS, also=ALSO)
+def test_a_build_that_needs_a_visible_gpu_honours_force_cuda(
+        tmp_path_factory: pytest.TempPathFactory, shape: str, call: tuple[str, str],
+        also: str) -> None:
+    """The written patch makes FORCE_CUDA=1 (set in the recipe's build.env) stand in for the
+    GPU, and changes nothing without it."""
+    imports, gpu = call
+    setup = ("import os\n" + imports + "CUDA_HOME = '/usr/local/cuda'\n" +
+             shape.format(gpu=gpu, also=also) + "if __name__ == 'setup':  # not run here\n" +
+             "".join(f"    {line}\n" for line in CUDA_EXT.splitlines()))
+    tree = tree_with(tmp_path_factory.mktemp("gpu"), setup, "k.cu")
     found = findings(tree)
+    line = next(n for n, text in enumerate(setup.splitlines(), 1) if gpu in text)
     assert lines(tree)[0] == (
-        'setup.py:3: a stop without a GPU: build.env FORCE_CUDA: "1": wrote '
+        f'setup.py:{line}: CUDA only with a GPU visible: build.env FORCE_CUDA: "1": wrote '
         "0001-honour-force-cuda.patch: FORCE_CUDA=1 stands in for the GPU build machines lack "
-        "(setup.py stops unless torch.cuda.is_available())")
+        "(setup.py builds CUDA only where torch.cuda.is_available())")
     assert 'build:\n  env:\n    FORCE_CUDA: "1"\n' in recipe_body(found)
-    assert patched_stop in applied(tree, found, tmp_path)
+    patched = applied(tree, found, tmp_path_factory.mktemp("patched"))
+    assert built_without_a_gpu(patched, {"FORCE_CUDA": "1"}) == "cuda"
+    assert built_without_a_gpu(patched, {"FORCE_CUDA": "0"}) == built_without_a_gpu(setup, {})
+    assert built_without_a_gpu(setup, {"FORCE_CUDA": "1"}) != "cuda"  # the patch was needed
+
+
+@pytest.mark.parametrize("setup", [
+    "if torch.cuda.is_available() or os.getenv('FORCE_CUDA', '0') == '1':\n    built = 1\n",
+    "kinds = ['cuda'] if torch.cuda.is_available() else ['cpu']\n"
+    "if os.getenv('FORCE_CUDA', '0') == '1':\n    kinds = ['cuda']\n",
+    "if os.getenv('USE_ROCM'):\n    if not torch.cuda.is_available():\n        raise "
+    "RuntimeError('ROCm needs a GPU')\n",
+    "if torch.backends.mps.is_available() or os.getenv('FORCE_MPS') == '1':\n    pass\n",
+], ids=["joined-with-its-variable", "a-switch-of-its-own", "another-vendor", "not-cuda"])
+def test_a_gpu_test_that_a_variable_already_overrides_needs_no_patch(
+        tmp_path: Path, setup: str) -> None:
+    tree = tree_with(tmp_path, "import os\nimport torch\n" + setup + CUDA_EXT, "k.cu")
+    assert not any("honour-force-cuda" in w.file for w in findings(tree).written)
 
 
 # --- setup_requires, findings in their context, what setup.py globs ---------------------------
@@ -171,20 +260,75 @@ def test_an_import_of_psutil_inside_try_except_needs_no_patch(tmp_path: Path) ->
     assert lines(bare)[-1].startswith("setup.py:1: patch needed: no-psutil-at-build-time: ")
 
 
-@pytest.mark.parametrize("branch", [
-    "if IS_ROCM:\n    {download}\n",
-    "if not IS_ROCM:\n    pass\nelse:\n    {download}\n",
-    "if BUILD_CPU_ONLY:\n    {download}\n",
-], ids=["rocm", "not-rocm-else", "cpu-only"])
-def test_a_download_in_a_branch_for_another_vendor_or_no_gpu_needs_no_patch(
-        tmp_path: Path, branch: str) -> None:
-    download = "urllib.request.urlretrieve('https://example.invalid/ck.tar.gz', 'ck.tar.gz')"
-    head = "import urllib.request\nIS_ROCM = BUILD_CPU_ONLY = False\n"
-    assert lines(tree_with(tmp_path, head + branch.format(download=download) + CUDA_EXT,
-                           "k.cu"))[-1] == "patches: none of the standard ones is needed"
-    cuda_path = tree_with(tmp_path / "cuda", head + download + "\n" + CUDA_EXT, "k.cu")
-    assert lines(cuda_path)[-1].startswith(
-        "setup.py:3: patch needed: never-download-prebuilt-wheel: ")
+VENDORS = st.sampled_from(["rocm", "hip", "xpu", "npu", "mlu", "musa", "mps", "hpu", "xla"])
+# how setup.py asks whether it builds for `v`: a name, a call, an attribute, a variable read
+ASKED = st.sampled_from(["IS_{V}", "_is_{v}()", "torch.is_{v}_available()", "torch.version.{v}",
+                         "os.getenv('FORCE_{V}', '0') == '1'", "os.environ.get('USE_{V}')"])
+# where the branch for it is: its body, or the else of its negation (also after `and`)
+BRANCHES = st.sampled_from([
+    "if {asked}:\n{body}", "if not {asked}:\n    pass\nelse:\n{body}",
+    "if x == 1:\n    pass\nelif {asked}:\n{body}",
+    "if SKIP_CUDA_BUILD is False and {asked}:\n{body}",
+    "if BUILD_CPU_ONLY:\n{body}"])
+
+
+@given(vendor=VENDORS, asked=ASKED, branch=BRANCHES)
+def test_what_another_vendors_branch_downloads_or_globs_needs_no_patch_and_is_not_missing(
+        tmp_path_factory: pytest.TempPathFactory, vendor: str, asked: str, branch: str) -> None:
+    """mmcv's MLU branch downloads mlu-ops and globs its sources; the CUDA build never goes
+    there, so neither is a finding; the same lines outside such a branch are."""
+    download = "urllib.request.urlretrieve('https://example.invalid/ops.zip', 'ops.zip')"
+    glob_them = f"sources += glob.glob('./{vendor}-ops/kernels/**/*.cpp', recursive=True)"
+    body = f"    {download}\n    {glob_them}\n"
+    head = ("import glob\nimport os\nimport urllib.request\nimport torch\n"
+            "from torch.utils.cpp_extension import CUDAExtension\nsources = ['k.cu']\n"
+            "x = 0\nSKIP_CUDA_BUILD = BUILD_CPU_ONLY = False\n")
+    tail = "e = CUDAExtension('demo._C', sources)\n"
+    test = asked.format(v=vendor, V=vendor.upper())
+    theirs = tree_with(tmp_path_factory.mktemp("v"), head + branch.format(
+        asked=test, body=body) + tail, "k.cu")
+    assert lines(theirs)[-2:] == ["sources: the sdist holds all 1 the extensions compile",
+                                  "patches: none of the standard ones is needed"]
+    ours = tree_with(tmp_path_factory.mktemp("c"), head + body.replace("    ", "") + tail,
+                     "k.cu")
+    assert findings(ours).setup.missing == (f"./{vendor}-ops/kernels/**/*.cpp",)
+    assert lines(ours)[-1].startswith("setup.py:9: patch needed: never-download-prebuilt-wheel")
+
+
+@given(vendor=VENDORS)
+def test_a_branch_that_cuda_enters_too_is_the_cuda_builds(
+        tmp_path_factory: pytest.TempPathFactory, vendor: str) -> None:
+    """mmcv's and vllm's `is_rocm_pytorch or torch.cuda.is_available() or FORCE_CUDA`: the CUDA
+    extension it makes is read."""
+    tree = tree_with(tmp_path_factory.mktemp("or"), (
+        f"import os\nimport torch\nIS_{vendor.upper()} = False\n"
+        f"if IS_{vendor.upper()} or torch.cuda.is_available() or "
+        "os.getenv('FORCE_CUDA', '0') == '1':\n"
+        "    from torch.utils.cpp_extension import CUDAExtension\n"
+        "    e = CUDAExtension('demo._C', ['k.cu'])\n"), "k.cu")
+    assert [e.name for e in findings(tree).setup.extensions] == ["demo._C"]
+
+
+SWITCH = st.tuples(st.sampled_from(["", "TLA_", "MY_PKG_"]),
+                   st.permutations(["BUILD", "LEGACY", "CUDA"]).map("_".join))
+
+
+@given(name=SWITCH, compare=st.sampled_from(['!= "1"', '== "1"', '== "0"', '!= "0"', "",
+                                             '== "TRUE"']),
+       off=st.sampled_from(["", "SKIP_", "NO_", "ONLY_", "DISABLE_"]))
+def test_a_variable_that_switches_the_cuda_build_on_is_set_to_its_on_value(
+        tmp_path: Path, name: tuple[str, str], compare: str, off: str) -> None:
+    """torch-linear-assignment builds its CUDA extension only with TLA_BUILD_LEGACY_CUDA=1:
+    a variable whose words say it builds or forces CUDA is set to the value that turns it on
+    (never an off word); one that skips, drops or disables something is left alone."""
+    variable = f"{name[0]}{off}{name[1]}"
+    test = f'os.environ.get("{variable}") {compare}'.strip()
+    tree = tree_with(tmp_path / "sw", f"import os\nif {test}:\n    pass\n" + CUDA_EXT, "k.cu")
+    env = {v: value for v, value, _ in findings(tree).setup.env}
+    if off:
+        assert variable not in env
+    else:
+        assert env[variable] == ("TRUE" if "TRUE" in compare else "1")
 
 
 def test_the_sources_setup_py_globs_are_counted_as_the_files_they_match(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import glob
 import logging
 import re
 import shutil
@@ -25,7 +24,14 @@ from wheelsmith import cmd, errors, locations
 from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.build import buildenv, prebuild, resume, sample
 from wheelsmith.build.compilesetup import CompileSetup, farm_done, read_guard_report
-from wheelsmith.build.diagnose import SOURCES_MISSING, diagnose, disk_full, explain, first_error
+from wheelsmith.build.diagnose import (
+    SOURCES_MISSING,
+    diagnose,
+    disk_full,
+    explain,
+    first_error,
+    in_tree,
+)
 from wheelsmith.build.pathview import PathView
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.prebuild import PLAN_LINE, RESUME_LINE
@@ -246,7 +252,8 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
         try:
             sample_failed(exc, what, source, log_path)
             # a CMake build stops itself after its generate step (prebuild.CONFIGURED)
-            records = prebuild_outcome(setup.guard, log_path, exc, plan.archs)
+            records = prebuild_outcome(setup.guard, log_path, exc, plan.archs,
+                                       tree=lambda text: in_tree(text, source, setup.view))
         except BaseException:
             if request.configure_only:
                 drop_stand_ins(source / "build")
@@ -288,40 +295,6 @@ def sample_failed(exc: CompileError, what: str, source: Path, log_path: Path) ->
     failed = in_tree(line.removeprefix(sample.FAILED_LINE), source, None)
     raise CompileError(f"the sample compile of {what} failed: {failed}", hint=exc.hint,
                        tail=exc.tail, log_file=log_path) from exc
-
-
-_UPWARD_RE = re.compile(r"(?<![\w/.])((?:\.\./)+[^\s:()]+)")  # ../../csrc/k.cuh
-_PLACE_RE = re.compile(r"([^/\s:][^\s:]*):(?:\d+:)*\s*error: ")  # a relative file:line: error:
-
-
-def in_tree(text: str, source: Path, view: PathView | None) -> str:
-    """`text` with the source tree's paths relative to it: the compiler's absolute ones
-    (through a view too), and those a compile cache made relative to a build directory."""
-    for root in filter(None, (view and view.fixed_source, source)):
-        text = text.replace(f"{root}/", "")
-    tree = source.resolve()
-
-    def from_build_dir(match: re.Match[str]) -> str:
-        for base in sorted(tree.glob("build/*/")):
-            path = (base / match[1]).resolve()
-            if path.is_relative_to(tree) and path.exists():
-                return str(path.relative_to(tree))
-        return match[0]
-
-    return in_subproject(_UPWARD_RE.sub(from_build_dir, text), tree)
-
-
-def in_subproject(text: str, tree: Path) -> str:
-    """A place relative to a directory below the tree, as CMake names the files of a project
-    whose CMakeLists.txt is not at the top (natten's csrc/), named from the tree's top: the
-    shallowest file of the tree that ends in it (build directories aside)."""
-    match = _PLACE_RE.match(text)
-    if not match or (tree / match[1]).exists():
-        return text
-    found = sorted((p for p in tree.glob(f"*/**/{glob.escape(match[1])}")
-                    if p.is_file() and "build" not in p.relative_to(tree).parts),
-                   key=lambda p: (len(p.parts), str(p)))
-    return f"{found[0].relative_to(tree)}{text[match.end(1):]}" if found else text
 
 
 def configured_result(records: tuple[dict[str, Any], ...], log_path: Path,
@@ -370,14 +343,15 @@ def arch_specific(records: tuple[dict[str, Any], ...], archs: ArchSet) -> ArchSe
         not records[-1].get("ptx") else None
 
 
-def prebuild_outcome(guard: buildenv.Guard | None, log_path: Path,
-                     exc: CompileError, archs: ArchSet) -> tuple[dict[str, Any], ...]:
+def prebuild_outcome(guard: buildenv.Guard | None, log_path: Path, exc: CompileError,
+                     archs: ArchSet, tree: Callable[[str], str]) -> tuple[dict[str, Any], ...]:
     """A build the pre-build check stopped: a mismatch becomes a VerifyError; a
-    configure-only stop is a result; anything else re-raises the compile error."""
+    configure-only stop is a result; anything else re-raises the compile error. `tree`
+    makes the source tree's paths in the check's line relative to it."""
     text = log_path.read_text(errors="replace")
     missing = next((line for line in text.splitlines() if prebuild.SOURCE_CHECK in line), None)
     if missing is not None:
-        raise SourceError(missing.strip().removeprefix("wheelsmith "),
+        raise SourceError(tree(missing.strip().removeprefix("wheelsmith ")),
                           hint=SOURCES_MISSING.remedy, log_file=log_path) from exc
     mismatch = next((line for line in text.splitlines()
                      if "wheelsmith pre-build check:" in line), None)
@@ -386,7 +360,7 @@ def prebuild_outcome(guard: buildenv.Guard | None, log_path: Path,
         hint = (f"the package builds the arch-specific variant of each requested arch itself "
                 f"(it turns {archs} into {specific}): build it for {specific} (--arch "
                 f"'{specific}', or the recipe's arch.default)" if specific else IGNORES_ARCH_HINT)
-        raise VerifyError(mismatch.strip().removeprefix("wheelsmith "), hint=hint,
+        raise VerifyError(tree(mismatch.strip().removeprefix("wheelsmith ")), hint=hint,
                           log_file=log_path) from exc
     configured = read_guard_report(guard)
     if guard is not None and guard.configure_only and "wheelsmith configure-only:" in text:

@@ -1,11 +1,17 @@
-"""Known failure signatures in build logs, each with what it means and what to do."""
+"""Known failure signatures in build logs, each with what it means and what to do; and the
+source tree's paths in what the compiler said, relative to the tree."""
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the pre-build check imports this module where only the stdlib is
+    from wheelsmith.build.pathview import PathView
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,3 +182,37 @@ def explain(found: list[Signature]) -> str | None:
     if not found:
         return None
     return "\n".join(f"{s.meaning}; {s.remedy}" for s in found)
+
+
+_UPWARD_RE = re.compile(r"(?<![\w/.])((?:\.\./)+[^\s:()]+)")  # ../../csrc/k.cuh
+_PLACE_RE = re.compile(r"([^/\s:][^\s:]*):(?:\d+:)*\s*error: ")  # a relative file:line: error:
+
+
+def in_tree(text: str, source: Path, view: PathView | None) -> str:
+    """`text` with the source tree's paths relative to it: the compiler's absolute ones
+    (through a view too), and those a compile cache made relative to a build directory."""
+    for root in filter(None, (view and view.fixed_source, source, source.resolve())):
+        text = text.replace(f"{root}/", "")
+    tree = source.resolve()
+
+    def from_build_dir(match: re.Match[str]) -> str:
+        for base in sorted(tree.glob("build/*/")):
+            path = (base / match[1]).resolve()
+            if path.is_relative_to(tree) and path.exists():
+                return str(path.relative_to(tree))
+        return match[0]
+
+    return in_subproject(_UPWARD_RE.sub(from_build_dir, text), tree)
+
+
+def in_subproject(text: str, tree: Path) -> str:
+    """A place relative to a directory below the tree, as CMake names the files of a project
+    whose CMakeLists.txt is not at the top (natten's csrc/), named from the tree's top: the
+    shallowest file of the tree that ends in it (build directories aside)."""
+    match = _PLACE_RE.match(text)
+    if not match or (tree / match[1]).exists():
+        return text
+    found = sorted((p for p in tree.glob(f"*/**/{glob.escape(match[1])}")
+                    if p.is_file() and "build" not in p.relative_to(tree).parts),
+                   key=lambda p: (len(p.parts), str(p)))
+    return f"{found[0].relative_to(tree)}{text[match.end(1):]}" if found else text

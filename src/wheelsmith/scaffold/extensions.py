@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,7 +61,7 @@ def assignments(module: ast.Module) -> dict[str, ast.expr]:
         if known is None:
             found[target.id] = value
         elif isinstance(known, ast.List | ast.Tuple | ast.BinOp) and isinstance(
-                value, ast.List | ast.Tuple | ast.BinOp | ast.Name):
+                value, ast.List | ast.Tuple | ast.BinOp | ast.Name | ast.Call):  # += glob.glob(...)
             found[target.id] = ast.BinOp(left=known, op=ast.Add(), right=value)
     return found
 
@@ -149,30 +150,54 @@ def _literal(node: ast.expr | None) -> bool:
         for e in node.elts)
 
 
-# names that say a branch builds for another vendor: IS_ROCM, IS_HIP_EXTENSION,
-# torch.version.hip, USE_XPU, ...; or for no GPU: BUILD_CPU_ONLY, FORCE_ONLY_CPU (not WITH_CPU,
-# which the CUDA build takes too)
-VENDOR_TOKENS = {"rocm", "hip", "xpu", "mps", "npu", "musa", "sycl"}
+# words that say a branch builds for another vendor (IS_ROCM, IS_HIP_EXTENSION,
+# torch.version.hip, USE_XPU, torch.is_mlu_available, FORCE_NPU, ...) or for no GPU
+# (BUILD_CPU_ONLY, FORCE_ONLY_CPU; not WITH_CPU, which the CUDA build takes too); a test that
+# names CUDA as well is the CUDA build's (`is_rocm_pytorch or torch.cuda.is_available()`)
+VENDOR_TOKENS = {"rocm", "hip", "xpu", "mps", "npu", "musa", "sycl", "mlu", "hpu", "xla",
+                 "tpu", "dcu", "gcu", "ipu", "ascend", "cann", "habana", "neuron", "metal",
+                 "vulkan", "opencl", "dipu", "maca"}
 CPU_ONLY = {"cpu", "only"}
+WORD_SPLIT_RE = re.compile(r"[^a-z0-9]+")
 
 
-def _vendor_name(node: ast.Name | ast.Attribute) -> bool:
-    tokens = set(dotted(node).rpartition(".")[2].lower().split("_"))
-    return bool(VENDOR_TOKENS & tokens) or tokens >= CPU_ONLY
+def _words(node: ast.AST) -> set[str]:
+    """The words a name, an attribute or a string constant of a test says (an environment
+    variable's name is a string: os.getenv('FORCE_NPU'))."""
+    if isinstance(node, ast.Name | ast.Attribute):
+        return set(WORD_SPLIT_RE.split(dotted(node).lower()))
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 64:
+        return set(WORD_SPLIT_RE.split(node.value.lower()))
+    return set()
+
+
+def _vendor_word(node: ast.AST) -> bool:
+    words = _words(node)
+    return bool(VENDOR_TOKENS & words) or words >= CPU_ONLY
+
+
+def _cuda_alternative(test: ast.expr) -> bool:
+    """`is_rocm_pytorch or torch.cuda.is_available() or FORCE_CUDA`: the vendor is one way
+    into a branch that CUDA (an operand of the `or` that names it) is another."""
+    return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and any(
+        "cuda" in _words(n) for value in test.values for n in ast.walk(value)
+        if not isinstance(value, ast.UnaryOp))
 
 
 def vendor_branches(module: ast.Module) -> set[int]:
     """The nodes of the branches that are not the CUDA build's: the body of `if IS_ROCM:`
-    (`IS_HIP_EXTENSION`, `torch.version.hip`, `CPU_ONLY`, `USE_XPU`), the else of
-    `if not IS_ROCM:`."""
+    (`IS_HIP_EXTENSION`, `torch.version.hip`, `CPU_ONLY`, `USE_XPU`, `os.getenv('FORCE_NPU')`),
+    the else of `if not IS_ROCM:`; not a test that names CUDA too."""
     inside: set[int] = set()
     for node in ast.walk(module):
         if not isinstance(node, ast.If):
             continue
-        asked = [n for n in ast.walk(node.test)
-                 if isinstance(n, ast.Name | ast.Attribute) and _vendor_name(n)]
-        negated = {id(n.operand) for n in ast.walk(node.test)
-                   if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)}
+        tested = list(ast.walk(node.test))
+        if _cuda_alternative(node.test):
+            continue
+        asked = [n for n in tested if _vendor_word(n)]
+        negated = {id(inner) for n in tested if isinstance(n, ast.UnaryOp)
+                   and isinstance(n.op, ast.Not) for inner in ast.walk(n.operand)}
         if asked and all(id(n) not in negated for n in asked):
             branch = node.body
         elif asked and all(id(n) in negated for n in asked):
@@ -243,8 +268,15 @@ def compiled_files(tree: Path, extensions: tuple[Extension, ...]) -> int:
 def missing_parts(tree: Path, module: ast.Module, names: dict[str, ast.expr],
                   extensions: tuple[Extension, ...]) -> tuple[str, ...]:
     """The sources the extensions compile and the include directories they name (a git
-    submodule such as cutlass) that the sdist does not hold."""
-    missing = [s for e in extensions for s in e.sources if not _holds(tree, s)]
+    submodule such as cutlass) that the sdist does not hold; not those only another vendor's
+    branch names (mmcv's MLU and NPU sources)."""
+    elsewhere = vendor_branches(module)
+    theirs = {n.value for n in ast.walk(module) if isinstance(n, ast.Constant)
+              and isinstance(n.value, str) and id(n) in elsewhere} - {
+        n.value for n in ast.walk(module) if isinstance(n, ast.Constant)
+        and isinstance(n.value, str) and id(n) not in elsewhere}
+    missing = [s for e in extensions for s in e.sources
+               if s not in theirs and not _holds(tree, s)]
     for node in ast.walk(module):
         if isinstance(node, ast.keyword) and node.arg == "include_dirs":
             for directory in strings(node.value, names):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith import locations
+from wheelsmith.errors import UntrustedDataError
 from wheelsmith.scaffold.extensions import vendor_branches
 from wheelsmith.scaffold.setup_py import (
     ARCH_FLAG_RE,
@@ -64,8 +65,8 @@ PKG_RESOURCES_PATCH = StandardPatch("no-pkg-resources",
                                     "setuptools no longer has, and uses more of it than "
                                     "importlib.metadata and packaging stand in for here")
 GPU_PATCH = StandardPatch("honour-force-cuda",
-                          "setup.py stops unless torch.cuda.is_available(), and build machines "
-                          "have no GPU")
+                          "setup.py builds CUDA only where torch.cuda.is_available(), and build "
+                          "machines have no GPU")
 CXX20 = "cxx20-for-newer-torch-headers"
 FORCE_CUDA = "FORCE_CUDA"  # the variable the honour-force-cuda patch reads
 
@@ -95,7 +96,10 @@ def written(tree: Path, setup: Setup, *, cxx20: bool, after: tuple[Written, ...]
                       if (tree / "setup.py").is_file() else ())]
     cmake = cmake_cxx20(tree, len(made) + 1) if cxx20 and cmake_torch and not any(
         f"-{CXX20}." in w.file for w in after) else None
-    return tuple(made[len(after):]) + ((cmake,) if cmake else ())
+    made += [cmake] if cmake else []
+    run_time = runtime_pkg_resources(tree, len(made) + 1) if not any(
+        f"-{RUNTIME_PKG_RESOURCES}." in w.file for w in after) else None
+    return tuple(made[len(after):]) + ((run_time,) if run_time else ())
 
 
 def _setup_py_patches(tree: Path, setup: Setup, *, cxx20: bool, after: tuple[Written, ...]
@@ -116,7 +120,7 @@ def _setup_py_patches(tree: Path, setup: Setup, *, cxx20: bool, after: tuple[Wri
                                         "pkg_resources, which the toolchain's setuptools no "
                                         "longer has", _no_pkg_resources),
              (GPU_PATCH.stem, f"{FORCE_CUDA}=1 stands in for the GPU build machines lack "
-                              "(setup.py stops unless torch.cuda.is_available())",
+                              "(setup.py builds CUDA only where torch.cuda.is_available())",
               _honour_force_cuda)]
     for stem, description, edit in edits:
         if any(f"-{stem}." in w.file for w in after):
@@ -272,7 +276,8 @@ def _honour_force_cuda(text: str, setup: Setup) -> str | None:
     if setup.needs_gpu_line is None:
         return None
     force = f'{_os(text)}.environ.get("{FORCE_CUDA}") == "1"'
-    calls = [c for c in gpu_required(parse_python(text, "setup.py")) if _one_line(c)]
+    calls = [c for c in gpu_required(parse_python(text, "setup.py"),
+                                     switched=setup.own_cuda_way) if _one_line(c)]
     return _in_place(text, [(c, f"({_source(text, c)} or {force})") for c in calls]) \
         if calls else None
 
@@ -288,12 +293,14 @@ PKG_RESOURCES = {
 
 
 def _no_pkg_resources(text: str, setup: Setup) -> str | None:
-    """Each `import pkg_resources` (a line of its own) becomes a namespace of the names
-    setup.py uses from it, `from pkg_resources import a, b` an assignment of each; None when
-    it uses a name nothing here stands in for."""
-    if setup.pkg_resources_line is None:
-        return None
-    module = parse_python(text, "setup.py")
+    return None if setup.pkg_resources_line is None else without_pkg_resources(text, "setup.py")
+
+
+def without_pkg_resources(text: str, name: str) -> str | None:
+    """Each `import pkg_resources` (a line of its own) becomes a namespace of the names the
+    file uses from it, `from pkg_resources import a, b` an assignment of each; None when it
+    uses a name nothing here stands in for."""
+    module = parse_python(text, name)
     lines = _lines(text)
     for _, node in reversed(pkg_resources_imports(module)):
         row = lines[node.lineno - 1]
@@ -331,6 +338,44 @@ def _bindings(module: ast.Module, node: ast.Import | ast.ImportFrom) -> list[str
 CMAKE_STD_RE = re.compile(r"(\bset\s*\(\s*\w*(?:STD|STANDARD)\w*\s+\"?"
                           r"|\b(?:CXX|CUDA)_STANDARD\s+\"?)(?:11|14|17)\b")
 OWN_DIRS_NOT = {"third_party", "3rdparty", "external", "extern", "deps", "test", "tests"}
+
+
+RUNTIME_PKG_RESOURCES = "no-pkg-resources-at-run-time"
+PY_MAX_BYTES = 1 << 20  # of one module read (an sdist is untrusted)
+
+
+def _own_python(tree: Path) -> list[Path]:
+    """The package's own modules: not setup.py, its tests, examples or vendored code."""
+    return sorted(p for p in tree.rglob("*.py") if p.is_file() and p.name != "setup.py"
+                  and not (OWN_DIRS_NOT | {"examples", "docs", "benchmarks", "build"})
+                  & {part.lower() for part in p.relative_to(tree).parts[:-1]}
+                  and p.stat().st_size <= PY_MAX_BYTES)
+
+
+def runtime_pkg_resources(tree: Path, number: int) -> Written | None:
+    """One patch over the package's own modules that import pkg_resources (warp-rnnt's
+    `from pkg_resources import get_distribution` in its __init__): setuptools 81 and later
+    have none, so the wheel would not import where a current setuptools is installed (the
+    smoke test's environment among them). None when no module imports it; a module that
+    uses a name nothing stands in for is left as it is (its smoke test says so)."""
+    diff: list[str] = []
+    for file in _own_python(tree):
+        text = file.read_text(errors="replace")
+        if "pkg_resources" not in text:
+            continue
+        relative = file.relative_to(tree)
+        try:
+            changed = without_pkg_resources(text, str(relative))
+        except UntrustedDataError:  # not Python this interpreter reads (a Python 2 file)
+            continue
+        if changed is not None and changed != text:
+            diff += difflib.unified_diff(text.splitlines(keepends=True),
+                                         changed.splitlines(keepends=True),
+                                         f"a/{relative}", f"b/{relative}")
+    return Written(f"{number:04d}-{RUNTIME_PKG_RESOURCES}.patch", "importlib.metadata and "
+                   "packaging in place of pkg_resources in the package's own modules, which "
+                   "would not import where setuptools 81 or later is installed",
+                   "".join(diff)) if diff else None
 
 
 def cmake_cxx20(tree: Path, number: int) -> Written | None:

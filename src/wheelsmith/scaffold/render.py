@@ -18,7 +18,14 @@ from wheelsmith.files import atomic_write_text
 from wheelsmith.inventory import is_shared_object
 from wheelsmith.scaffold.cmake import CMakeSide, arch_lines, cmake_lines
 from wheelsmith.scaffold.extensions import Extension, module_of
-from wheelsmith.scaffold.patches import CXX20, FORCE_CUDA, GPU_PATCH, Written, needed
+from wheelsmith.scaffold.patches import (
+    CXX20,
+    FORCE_CUDA,
+    GPU_PATCH,
+    RUNTIME_PKG_RESOURCES,
+    Written,
+    needed,
+)
 from wheelsmith.scaffold.rebase import Base, Carried
 from wheelsmith.scaffold.sdist import Metadata, Sdist
 from wheelsmith.scaffold.setup_py import Setup
@@ -156,21 +163,21 @@ def _build_lines(found: Findings) -> list[str]:
 
 
 def _written_at(file: str, setup: Setup) -> tuple[str, int | None]:
-    """What a written patch changes, and the setup.py line that needed it."""
-    if "ninja" in file:
-        return "use_ninja=False", setup.no_ninja_line
-    if "setup-requires" in file:
-        return "setup_requires", setup.setup_requires[1] if setup.setup_requires else None
-    if CXX20 in file:
-        return ("an older C++ standard than torch's headers need" if setup.old_std_line else
-                "its CMake files ask for an older C++ standard than torch's headers need",
-                setup.old_std_line)
-    if "pkg-resources" in file:
-        return "import pkg_resources", setup.pkg_resources_line
-    if GPU_PATCH.stem in file:
-        return (f'a stop without a GPU: build.env {FORCE_CUDA}: "1"',
-                setup.needs_gpu_line)
-    return "hard-coded -gencode list", setup.gencode_line
+    """What a written patch changes, and the setup.py line that needed it: the first kind
+    whose stem the file name holds (the run-time pkg_resources one before setup.py's)."""
+    kinds: list[tuple[str, str, int | None]] = [
+        ("use-ninja", "use_ninja=False", setup.no_ninja_line),
+        ("setup-requires", "setup_requires",
+         setup.setup_requires[1] if setup.setup_requires else None),
+        (CXX20, "an older C++ standard than torch's headers need" if setup.old_std_line else
+         "its CMake files ask for an older C++ standard than torch's headers need",
+         setup.old_std_line),
+        (RUNTIME_PKG_RESOURCES, "the package's modules import pkg_resources", None),
+        ("pkg-resources", "import pkg_resources", setup.pkg_resources_line),
+        (GPU_PATCH.stem, f'CUDA only with a GPU visible: build.env {FORCE_CUDA}: "1"',
+         setup.needs_gpu_line)]
+    return next(((what, line) for stem, what, line in kinds if stem in file),
+                ("hard-coded -gencode list", setup.gencode_line))
 
 
 def _extension_lines(found: Findings) -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeGuard
 
@@ -37,6 +37,13 @@ ARCH_FLAG_RE = re.compile(r"^-arch[= ](?:compute|sm)_(\d+[af]?)$")  # nvcc -arch
 # variables that make setup.py build its CUDA extensions where no GPU is visible
 FORCE_RE = re.compile(r"(^|_)FORCE_BUILD$|(^|_)FORCE_CUDA(_EXT|_EXTENSIONS?)?$|^WITH_CUDA$"
                       r"|^BUILD_CUDA_EXT$")
+# a switch that turns the CUDA build on by its name's words: TLA_BUILD_LEGACY_CUDA, USE_GPU,
+# ENABLE_CUDA_KERNELS; not one that turns it off or names a place or a version
+SWITCH_WORDS = {"BUILD", "FORCE", "WITH", "ENABLE", "USE", "COMPILE"}
+CUDA_WORDS = {"CUDA", "GPU", "KERNELS", "EXT", "EXTENSION", "EXTENSIONS"}
+NOT_A_SWITCH = {"SKIP", "DISABLE", "NO", "WITHOUT", "ONLY", "ARCH", "ARCHS", "HOME", "PATH",
+                "DIR", "ROOT", "VERSION", "LIST"}  # FORCE_ONLY_CUDA drops the CPU extensions
+OFF_WORDS = {"0", "false", "off", "no", "n", ""}  # a comparison with one of them is the off side
 ARCH_KNOB_RE = re.compile(r"^[A-Z][A-Z0-9_]*_CUDA_ARCHS?$|^[A-Z][A-Z0-9_]*_ARCH_LIST$")
 DOWNLOADS = ("urlretrieve", "urlopen", "requests.get", "urllib.request.urlretrieve")
 # what every wheelsmith toolchain holds: setup_requires of these needs no download
@@ -68,6 +75,13 @@ class Setup:
     needs_gpu_line: int | None = None  # a raise unless torch.cuda.is_available()
     build_dir_var: tuple[str, int] | None = None  # where it takes its CMake build directory
 
+    @property
+    def own_cuda_way(self) -> bool:
+        """setup.py reads a CUDA switch of its own (FORCE_CUDA, WITH_CUDA, ...) or its own arch
+        knob (natten asks for a GPU only to choose the arch NATTEN_CUDA_ARCH gives)."""
+        return self.arch_knob is not None or any(
+            "CUDA" in variable.upper() for variable, _, _ in self.env)
+
 
 def read_setup(tree: Path) -> Setup:
     """Read `tree`/setup.py (without running it); nothing to read for a build that runs CMake
@@ -91,9 +105,9 @@ def read_setup(tree: Path) -> Setup:
     knob = next(((v, line) for v, (line, _) in reads.items()
                  if ARCH_KNOB_RE.match(v) and v != "TORCH_CUDA_ARCH_LIST"), None)
     elsewhere = vendor_branches(module)  # not the CUDA build's
-    return Setup(
-        env=tuple((v, value or _default_value(v), line) for v, (line, value) in reads.items()
-                  if FORCE_RE.search(v)),
+    found = Setup(
+        env=tuple((v, _on_value(v, value), line) for v, (line, value) in reads.items()
+                  if cuda_switch(v)),
         gencode=tuple(sorted({cc for cc, _ in gencode}, key=_cc_key)),
         gencode_line=min((line for _, line in gencode), default=None),
         arch_list_line=reads_arch_list(module),
@@ -113,10 +127,11 @@ def read_setup(tree: Path) -> Setup:
         old_std_line=next((line for text, line, node in _constants(module)
                            if OLD_STD_RE.search(text) and id(node) not in elsewhere), None),
         pkg_resources_line=next((line for line, _ in pkg_resources_imports(module)), None),
-        needs_gpu_line=next((call.lineno for call in gpu_required(module)), None),
         build_dir_var=next(((v, line) for v, (line, _) in reads.items()
                             if BUILD_DIR_RE.search(v)), None),
     )
+    needs_gpu = gpu_required(module, switched=found.own_cuda_way)
+    return replace(found, needs_gpu_line=needs_gpu[0].lineno if needs_gpu else None)
 
 
 def reads_arch_list(module: ast.Module) -> int | None:
@@ -129,8 +144,20 @@ def reads_arch_list(module: ast.Module) -> int | None:
                 and n.value == "TORCH_CUDA_ARCH_LIST" and id(n) not in written), default=None)
 
 
-def _default_value(variable: str) -> str:
-    """The Dao-AILab packages compare with the literal TRUE; the others read 1."""
+def cuda_switch(variable: str) -> bool:
+    """Whether a variable setup.py reads turns its CUDA build on where no GPU is visible: a
+    known name (FORCE_CUDA, <PKG>_FORCE_BUILD, WITH_CUDA) or one whose words say so."""
+    words = set(variable.upper().split("_"))
+    return bool(FORCE_RE.search(variable)) or (
+        bool(words & SWITCH_WORDS) and bool(words & CUDA_WORDS) and not words & NOT_A_SWITCH)
+
+
+def _on_value(variable: str, compared: str | None) -> str:
+    """The value that turns the switch on: the string setup.py compares it with, unless that
+    is an off word (`os.getenv("USE_CUDA", "1") == "0"`); else what the Dao-AILab packages
+    compare with (TRUE) or 1."""
+    if compared is not None and compared.strip().lower() not in OFF_WORDS:
+        return compared
     return "TRUE" if variable.endswith("FORCE_BUILD") else "1"
 
 
@@ -167,7 +194,8 @@ def _env_reads(module: ast.Module) -> dict[str, tuple[int, str | None]]:
         if isinstance(node, ast.expr) and name is not None and name not in reads:
             reads[name] = (node.lineno, None)
     for node in ast.walk(module):
-        if not isinstance(node, ast.Compare) or not isinstance(node.ops[0], ast.Eq | ast.In):
+        if not isinstance(node, ast.Compare) or not isinstance(
+                node.ops[0], ast.Eq | ast.In | ast.NotEq | ast.NotIn):  # `!= "1"`: off unless 1
             continue
         operands = [node.left, *node.comparators]
         named = [n for n in map(_env_name, operands) if n is not None]
@@ -245,18 +273,52 @@ def pkg_resources_imports(module: ast.Module) -> list[tuple[int, ast.Import | as
     return sorted(found, key=lambda item: item[0])
 
 
-def gpu_required(module: ast.Module) -> list[ast.Call]:
-    """The `torch.cuda.is_available()` calls a build without a GPU stops at: `if not
-    torch.cuda.is_available(): raise ...` and `assert torch.cuda.is_available()`."""
+def gpu_required(module: ast.Module, *, switched: bool = False) -> list[ast.Call]:
+    """The `torch.cuda.is_available()` calls that decide, where no GPU is visible, that setup.py
+    stops or builds no CUDA: `if not torch.cuda.is_available(): raise ...`, `assert
+    torch.cuda.is_available()`, `if torch.cuda.is_available() ...: ... else: raise`; and, unless
+    setup.py reads a CUDA switch of its own (`switched`: PyG's FORCE_CUDA), every other call
+    outside another vendor's branch not already joined with a variable (`is_available() or
+    os.getenv("FORCE_CUDA") == "1"`): DCNv4's CUDAExtension only with a GPU."""
     found: list[ast.Call] = []
+    elsewhere = vendor_branches(module)
+    joined = {id(value) for node in ast.walk(module)
+              if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or)
+              and any(map(_reads_env, node.values)) for value in node.values}
     for node in ast.walk(module):
         if isinstance(node, ast.If) and node.body and isinstance(node.body[0], ast.Raise):
             negated = [n.operand for n in ast.walk(node.test)
                        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)]
             found += [n for n in negated if _is_available(n)]
-        elif isinstance(node, ast.Assert):
+        elif isinstance(node, ast.Assert) or (isinstance(node, ast.If) and node.orelse
+                                              and isinstance(node.orelse[-1], ast.Raise)):
             found += [n for n in ast.walk(node.test) if _is_available(n)]
-    return sorted(found, key=lambda call: (call.lineno, call.col_offset))
+    if not switched:
+        found += [n for node in ast.walk(module) if isinstance(node, ast.If | ast.IfExp)
+                  and _builds_cuda(node.body) for n in ast.walk(node.test)
+                  if _is_available(n) and id(n) not in joined]
+    unique = {id(call): call for call in found if id(call) not in elsewhere}
+    return sorted(unique.values(), key=lambda call: (call.lineno, call.col_offset))
+
+
+def _builds_cuda(body: ast.AST | list[ast.stmt]) -> bool:
+    """A branch that makes the CUDA build: it names CUDAExtension, a .cu file, nvcc or cuda
+    (PyG's extension suffix)."""
+    for node in (n for part in (body if isinstance(body, list) else [body])
+                 for n in ast.walk(part)):
+        if isinstance(node, ast.Name | ast.Attribute) and \
+                dotted(node).endswith("CUDAExtension"):
+            return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                node.value.endswith(".cu") or node.value.lower() in ("cuda", "nvcc")):
+            return True
+    return False
+
+
+def _reads_env(node: ast.expr) -> bool:
+    """`os.getenv("X")`, or a comparison of one."""
+    operands = [node.left, *node.comparators] if isinstance(node, ast.Compare) else [node]
+    return any(_env_name(o) is not None for o in operands)
 
 
 def _is_available(node: ast.AST) -> TypeGuard[ast.Call]:
