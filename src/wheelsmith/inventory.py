@@ -56,11 +56,17 @@ def is_shared_object(name: str) -> bool:
 
 
 def read_device_code(so: Path, cuobjdump: Path, name: str | None = None) -> DeviceCode:
-    """List the cubins and PTX in `so` (deduplicated: linked objects repeat per arch)."""
-    result = cmd.run([cuobjdump, "--list-elf", "--list-ptx", so], stream=False,
-                     ok_returncodes=(0, NO_DEVICE_CODE), what="cuobjdump")
+    """List the cubins and PTX in `so` (deduplicated: linked objects repeat per arch). A file
+    cuobjdump cannot read (not an ELF shared object, a broken fatbin) is a VerifyError naming
+    it as `name` (the wheel's member, not the temporary copy), with what cuobjdump said."""
+    shown = name or str(so)
+    try:
+        result = cmd.run([cuobjdump, "--list-elf", "--list-ptx", so], stream=False,
+                         ok_returncodes=(0, NO_DEVICE_CODE), what="cuobjdump")
+    except CommandError as exc:
+        raise _unreadable(shown, so, exc.tail or [exc.message]) from exc
     if result.returncode == NO_DEVICE_CODE and "does not contain device code" not in result.stderr:
-        raise CommandError(f"cuobjdump could not read {so}: {result.stderr.strip()}")
+        raise _unreadable(shown, so, result.stderr.splitlines())
     sass: set[str] = set()
     ptx: set[str] = set()
     for line in result.stdout.splitlines():
@@ -68,6 +74,16 @@ def read_device_code(so: Path, cuobjdump: Path, name: str | None = None) -> Devi
         if match:
             (sass if match[1] == "ELF" else ptx).add(match[2])
     return DeviceCode(name or str(so), frozenset(sass), frozenset(ptx))
+
+
+def _unreadable(shown: str, so: Path, said: list[str]) -> VerifyError:
+    """`shown` is not a shared object cuobjdump reads: its first line of complaint, with the
+    file named as the user knows it."""
+    first = next((line.strip() for line in said if line.strip()), "no output")
+    return VerifyError(f"{shown}: cuobjdump cannot read it as a shared object: "
+                       f"{clip(first.replace(str(so), shown), 200)}",
+                       hint="a .so in a wheel must be an ELF shared object; this one is not, or "
+                            "its device code is damaged: rebuild the wheel", findings=[])
 
 
 def wheel_inventory(wheel: Path, cuobjdump: Path) -> list[DeviceCode]:

@@ -157,11 +157,19 @@ def rates(outcomes: list[Outcome]) -> tuple[str, str]:
             f"{tried} built to the end here)")
 
 
+def shown(reason: str) -> str:
+    """A reason as the page shows it: no machine's home directory, no table-breaking bar."""
+    return reason.replace(str(Path.home()), "$HOME").replace("|", "/")
+
+
 def render(outcomes: list[Outcome], when: str) -> str:
     configures, builds = rates(outcomes)
-    rows = [f"| `{o.spec}` | {'✅' if o.check == CONFIGURED else '❌ ' + o.check} | "
-            f"{'✅' if o.build == VERIFIED else '—' if o.build == NOT_BUILT else '❌ ' + o.build} "
-            f"| {o.seconds} s |" for o in outcomes]
+    def built(o: Outcome) -> str:
+        return "✅" if o.build == VERIFIED else "—" if o.build == NOT_BUILT else \
+            "❌ " + shown(o.build)
+
+    rows = [f"| `{o.spec}` | {'✅' if o.check == CONFIGURED else '❌ ' + shown(o.check)} | "
+            f"{built(o)} | {o.seconds} s |" for o in outcomes]
     return "\n".join([
         "# `recipe new`, right the first time",
         "",

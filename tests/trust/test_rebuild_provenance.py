@@ -294,3 +294,49 @@ def test_plain_verify_shows_the_environment_a_provenance_sets(tmp_path: Path,
         "(torch writes PYTORCH_NVCC into build.ninja, where a shell runs it)"]
     data = json.loads(run_bounded("verify", str(wheel), "--json", cwd=tmp_path).stdout)
     assert data["wheels"][0]["environment"] == record["extra_env"]
+
+
+ARCH_TEXT = st.one_of(HOSTILE.filter(lambda v: isinstance(v, str) and v != ""),
+                      st.text(alphabet="0123456789.;,+a ", min_size=1, max_size=40),
+                      st.integers(20, 4000).map(lambda n: "9" * n + ".0"))
+
+
+@CLI_EXAMPLES
+@given(archs=ARCH_TEXT)
+def test_plain_verify_names_a_provenance_arch_list_it_cannot_read_as_the_wheels_field(
+        tmp_path_factory: pytest.TempPathFactory, archs: str) -> None:
+    """With no --arch, verify checks the archs the provenance records: one that is no arch
+    list is the wheel's fault (exit 10, the field named), never a usage error about --arch."""
+    try:
+        ArchSet.parse([archs])
+    except Exception:
+        pass
+    else:
+        assume(False)  # a list it reads: verified against it
+    root = tmp_path_factory.mktemp("archs")
+    wheel = wheel_with(root, provenance(archs_requested=archs))
+    outcome = run_bounded("verify", str(wheel), cwd=root)
+    assert_orderly(outcome)
+    assert outcome.returncode in (10, 21), outcome.describe()  # 21: a shape it refuses
+    error = next(line for line in outcome.stderr.splitlines() if line.startswith("error: "))
+    assert error.startswith((f"error: {wheel.name}: its provenance's archs_requested is ",
+                             f"error: the provenance of {wheel.name}: ")), error
+    assert "--arch" not in outcome.stderr
+    assert len(error) < 400
+
+
+@given(data=st.binary(max_size=64).filter(lambda b: not b.startswith(b"\x7fELF")))
+@settings(max_examples=max(3, settings().max_examples // 16))
+def test_verify_of_a_shared_object_that_is_no_elf_names_the_member(
+        tmp_path_factory: pytest.TempPathFactory, toolchain: Toolchain, data: bytes) -> None:
+    """cuobjdump's complaint about a temporary copy was exit 8 naming /tmp/tmpXXXX/0.so: the
+    wheel's member is named, as a wheel that fails verification (exit 10)."""
+    root = tmp_path_factory.mktemp("not-elf")
+    member = "causal_conv1d/_C.cpython-311-x86_64-linux-gnu.so"
+    wheel = wheel_with(root, provenance(), files={member: data})
+    outcome = run_bounded("verify", str(wheel), cwd=root, seconds=120)
+    assert_orderly(outcome, seconds=120)
+    assert outcome.returncode == 10, outcome.describe()
+    error = next(line for line in outcome.stderr.splitlines() if line.startswith("error: "))
+    assert error.startswith(f"error: {member}: cuobjdump cannot read it as a shared object: ")
+    assert "/tmp" not in outcome.stderr

@@ -40,8 +40,8 @@ from wheelsmith.build.verify import require_valid
 from wheelsmith.errors import VerifyError
 from wheelsmith.files import sha256_file
 from wheelsmith.toolchain.profile import SYSTEM, profile_files
-from wheelsmith.untrusted import local
-from wheelsmith.wheelfile import read_provenance
+from wheelsmith.untrusted import clip, local
+from wheelsmith.wheelfile import Provenance, read_provenance
 
 KNOBS = ("*_FORCE_BUILD", "*_SKIP_CUDA_BUILD", "*_FORCE_CXX11_ABI")  # a plain word each
 FLAG_KNOBS = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS")  # read by nvcc itself, word by word
@@ -177,11 +177,7 @@ def plan_rebuild(wheel: Path, *, accepted: Mapping[str, str], work_dir: Path,
                           hint="only a wheel wheelsmith built can be rebuilt from itself")
     label = wheel.name
     entries = judge_env(provenance.extra_env, accepted)
-    archs = _plain(label, "archs_requested", provenance.archs, _ARCHS, "an arch list")
-    try:
-        parsed = ArchSet.parse([archs]) if archs else None
-    except ArchParseError as exc:
-        raise _bad(label, "archs_requested", archs, f"an arch list ({exc.message})") from None
+    parsed = recorded_archs(label, provenance)
     request = BuildRequest(
         recipe=_plain(label, "recipe.package", provenance.recipe, _NAME, "a package name"),
         version=_version(label, provenance.version), archs=parsed,
@@ -194,6 +190,17 @@ def plan_rebuild(wheel: Path, *, accepted: Mapping[str, str], work_dir: Path,
         split_compile=reproducible_split())
     key = _plain(label, "key", provenance.key, _KEY, "a content key")
     return Rebuild(wheel, request, key, tuple(entries))
+
+
+def recorded_archs(label: str, provenance: Provenance) -> ArchSet | None:
+    """The archs a wheel's provenance records (None for a pure wheel's ""); a VerifyError
+    naming the field when they are not an arch list (never blamed on --arch)."""
+    archs = _plain(label, "archs_requested", provenance.archs, _ARCHS, "an arch list")
+    try:
+        return ArchSet.parse([archs]) if archs else None
+    except ArchParseError as exc:
+        raise _bad(label, "archs_requested", archs,
+                   f"an arch list ({clip(exc.message, 80)})") from None
 
 
 def _plain(label: str, path: str, value: str | None, pattern: re.Pattern[str],

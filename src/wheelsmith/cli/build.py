@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from wheelsmith.arch import ArchSet
 from wheelsmith.build import compilesetup, finish
-from wheelsmith.build.rebuild import EnvEntry, judge_env, plan_rebuild
+from wheelsmith.build.rebuild import EnvEntry, judge_env, plan_rebuild, recorded_archs
 from wheelsmith.build.rebuild import rebuild as rebuild_wheel
 from wheelsmith.build.request import BuildRequest, BuildResult, from_json
 from wheelsmith.cli import console
@@ -257,7 +257,7 @@ def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[st
 def _verify_request(wheel: Path, recorded: Provenance | None, archs: tuple[str, ...],
                     host_only: tuple[str, ...]) -> tuple[ArchSet, tuple[str, ...]]:
     """--arch and --host-only, else what the wheel's provenance records."""
-    requested = parse_archs(archs) or (parse_archs((recorded.archs,))
+    requested = parse_archs(archs) or (recorded_archs(wheel.name, recorded)
                                        if recorded and recorded.archs else None)
     if requested is None:
         raise click.UsageError(f"--arch is required: {wheel.name} has no wheelsmith provenance "
