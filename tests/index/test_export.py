@@ -14,12 +14,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.index.test_publish_faults import assert_reader_view_consistent, make_batch
 from tests.wheels import make_wheel
-from wheelsmith.index import pages
+from wheelsmith.index import ledger, pages
 from wheelsmith.index.export import export
 from wheelsmith.index.publish import publish, yank
 
@@ -145,3 +146,57 @@ def test_an_export_killed_at_random_moments_never_lists_a_missing_file(tmp_path:
         p.name for p in index.rglob("*.whl"))
     assert not (dest / ".tmp").exists()
     assert pages.API_VERSION in (dest / CHANNEL / "simple" / "many" / "index.json").read_text()
+
+
+def exported_once(root: Path) -> tuple[Path, Path]:
+    """An index with one wheel, exported once into root/site: (index, site)."""
+    index, dest, wheels = root / "index", root / "site", root / "wheels"
+    wheels.mkdir()
+    publish(make_wheel(wheels, "alpha", "1.0.0", tags="py3-none-any"), index, channel=CHANNEL)
+    assert wheelsmith("index", "export", str(dest), "--index", str(index)).returncode == 0
+    return index, dest
+
+
+@given(which=st.sampled_from(["", ".metadata"]), offset=st.floats(0, 1),
+       byte=st.integers(0, 255))
+def test_a_file_in_dir_with_other_bytes_of_the_same_size_is_refused_and_kept(
+        tmp_path_factory: pytest.TempPathFactory, which: str, offset: float, byte: int) -> None:
+    """docs/cli.md: a file in DIR that differs from the ledger is exit 14 (its size alone
+    said nothing: one changed byte passed as ok)."""
+    index, dest = exported_once(tmp_path_factory.mktemp("tampered"))
+    target = next(p for p in (dest / "files").rglob("*.whl")).with_name(
+        next((dest / "files").rglob("*.whl")).name + which)
+    data = bytearray(target.read_bytes())
+    at = min(int(offset * len(data)), len(data) - 1)
+    if data[at] == byte:
+        byte = (byte + 1) % 256
+    data[at] = byte
+    target.write_bytes(bytes(data))
+    again = wheelsmith("index", "export", str(dest), "--index", str(index))
+    assert again.returncode == 14, again.stderr
+    assert again.stderr.startswith(f"error: {target} is not the file the ledger of {index} "
+                                   "names (sha256 ")
+    assert target.read_bytes() == bytes(data)  # nothing is overwritten
+
+
+@given(part=st.sampled_from([".export.lock", ".tmp", "files", "files/{xx}",
+                             f"{CHANNEL}", f"{CHANNEL}/simple", "index.html"]))
+def test_nothing_is_written_through_a_link_out_of_dir(
+        tmp_path_factory: pytest.TempPathFactory, part: str) -> None:
+    """A link in DIR (its lock, .tmp, files/, a channel's directory, a page) that leads
+    outside it is refused by name (exit 14); nothing is written outside."""
+    root = tmp_path_factory.mktemp("links")
+    index, wheels, dest = root / "index", root / "wheels", root / "site"
+    wheels.mkdir()
+    wheel = make_wheel(wheels, "alpha", "1.0.0", tags="py3-none-any")
+    publish(wheel, index, channel=CHANNEL)
+    record = next(iter(ledger.read(index).by_filename.values()))
+    relative = part.replace("{xx}", record.path.split("/")[1])  # files/<sha256[:2]>
+    outside = root / "outside"
+    outside.mkdir()
+    (dest / relative).parent.mkdir(parents=True, exist_ok=True)
+    (dest / relative).symlink_to(outside / "there", target_is_directory=True)
+    done = wheelsmith("index", "export", str(dest), "--index", str(index))
+    assert done.returncode == 14, done.stderr
+    assert f"leads outside {dest} through a link: not exported" in done.stderr
+    assert list(outside.iterdir()) == []

@@ -8,8 +8,10 @@ elsewhere (`--base-url`: a bucket, a CDN, release assets).
         links are URL/files/...; a URL with {filename}: URL with the name, the files flat in
         DIR/files/<filename>, as release assets are)
 
-Incremental: a file already in DIR (its size the ledger's) is not copied again, and a page
-whose bytes are unchanged is not rewritten. Files first, then project pages, then channel
+Incremental: a file already in DIR (its sha256 the ledger's: any other bytes there are
+refused, exit 14) is not copied again, and a page whose bytes are unchanged is not rewritten.
+Nothing is written through a link: DIR's own paths (the lock, files/, a channel's directory)
+must stay inside it. Files first, then project pages, then channel
 lists, the root last, each page replaced atomically: a page never lists a file before it is in
 place. The source index is only read (its ledger is append-only; a torn last line is skipped).
 """
@@ -22,7 +24,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelsmith.errors import IndexDriftError, UsageError
+from wheelsmith.errors import FileSystemError, IndexDriftError, UntrustedDataError, UsageError
 from wheelsmith.files import atomic_write_bytes, exclusive_lock, store_no_clobber
 from wheelsmith.index import ledger, pages
 from wheelsmith.index.ledger import FileRecord
@@ -83,9 +85,12 @@ def export(source: Path, dest: Path, base_url: str | None = None) -> Exported:
         raise UsageError(f"{dest} is the index itself", hint="export into another directory")
     dest.mkdir(parents=True, exist_ok=True)
     layout = Layout(base_url)
-    with exclusive_lock(dest / LOCK):
-        shutil.rmtree(dest / TMP, ignore_errors=True)  # what a killed export left
-        (dest / TMP).mkdir()
+    with exclusive_lock(_within(dest, LOCK), follow=False):
+        tmp = _within(dest, TMP)
+        if tmp.is_symlink():
+            tmp.unlink()
+        shutil.rmtree(tmp, ignore_errors=True)  # what a killed export left
+        tmp.mkdir()
         state = ledger.read(source)
         records = list(state.by_filename.values())
         written = sum(_place(source, dest, layout.path(r), r) for r in records)
@@ -98,17 +103,16 @@ def export(source: Path, dest: Path, base_url: str | None = None) -> Exported:
 def _place(source: Path, dest: Path, relative: str, record: FileRecord) -> int:
     """Copy one file and its .metadata into `dest` unless there; 1 when it was copied."""
     copied = 0
-    for suffix, size in (("", record.size), (".metadata", None)):
-        target = dest / f"{relative}{suffix}"
-        if target.is_file() and (size is None or target.stat().st_size == size):
-            continue
-        if target.exists():
+    for suffix, expected in (("", record.sha256), (".metadata", record.metadata_sha256)):
+        target = _within(dest, f"{relative}{suffix}")
+        if target.exists() or target.is_symlink():
+            if (found := _sha256(target)) == expected:
+                continue
             raise IndexDriftError(f"{target} is not the file the ledger of {source} names "
-                                  f"(size {target.stat().st_size}, the ledger says {size})",
-                                  hint=f"remove it and export again: files never change, so "
-                                       f"{dest} was altered")
+                                  f"(sha256 {found or 'unreadable'}, the ledger says "
+                                  f"{expected})", hint=f"remove it and export again: files "
+                                                       f"never change, so {dest} was altered")
         origin = inside(source, f"{record.path}{suffix}")  # never through a link out of it
-        expected = record.sha256 if not suffix else record.metadata_sha256
         if _sha256(origin) != expected:
             raise IndexDriftError(f"{origin} is missing or differs from the ledger: not "
                                   "exported", hint=f"run `wheelsmith index check --index "
@@ -119,11 +123,23 @@ def _place(source: Path, dest: Path, relative: str, record: FileRecord) -> int:
 
 
 def _sha256(origin: Path) -> str | None:
-    """The sha256 of a regular file of the index (untrusted.local); None when it is missing."""
+    """The sha256 of a regular file (untrusted.local, never through a link); None when it is
+    missing or not a regular file."""
     try:
         return local.sha256_of(origin, follow=False)
-    except FileNotFoundError:
+    except (FileNotFoundError, FileSystemError):
         return None
+
+
+def _within(dest: Path, relative: str | Path) -> Path:
+    """`dest / relative`, refused when a link in DIR leads it outside DIR (exit 14)."""
+    try:
+        return inside(dest, relative)
+    except UntrustedDataError:
+        raise IndexDriftError(f"{dest / relative} leads outside {dest} through a link: not "
+                              "exported", hint=f"export writes only inside {dest}: remove "
+                                               "the link, or export into a directory of its "
+                                               "own") from None
 
 
 def _copy(origin: Path, tmp: Path) -> None:
@@ -132,7 +148,7 @@ def _copy(origin: Path, tmp: Path) -> None:
 
 
 def _write_page(dest: Path, relative: Path, data: bytes) -> bool:
-    target = dest / relative
+    target = _within(dest, relative)
     if local.same_bytes(target, data):  # never read past the page's size
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
