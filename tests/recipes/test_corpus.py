@@ -42,33 +42,36 @@ CORPUS = {
     "grouped_gemm==0.3.0": CONFIGURED,
     "torchsort==0.1.10": CONFIGURED,
     "gsplat==1.5.3": CONFIGURED,
-    "megablocks==0.10.0": CONFIGURED,
+    "megablocks==0.10.0": "the sample compile of megablocks 0.10.0 failed",
     "exllamav2==0.0.4": CONFIGURED,
     "pytorch-fast-transformers==0.4.0": CONFIGURED,
-    "torch-points-kernels==0.7.0": CONFIGURED,
+    "torch-points-kernels==0.7.0": "the sample compile of torch-points-kernels 0.7.0 failed",
     "chamferdist==1.0.3": CONFIGURED,
     "spatial-correlation-sampler==0.5.0": CONFIGURED,
     "torch-harmonics==0.8.1": CONFIGURED,
-    "auto-gptq==0.7.1": "the sdist lacks what its extensions compile",
-    "fast-hadamard-transform==1.1.0": "the sdist lacks what its extensions compile",
+    "auto-gptq==0.7.1": "the sample compile of auto-gptq 0.7.1 failed",
+    "fast-hadamard-transform==1.1.0": "source check: ",
     "deepspeed==0.19.8": "JIT",
     # issue 33: sdists not used before, CMake builds among them
     "natten==0.21.7": CONFIGURED,
     "llama-cpp-python==0.3.36": CONFIGURED,
-    "bitsandbytes==0.42.0": CONFIGURED,
+    "bitsandbytes==0.42.0": "JIT",
     "xformers==0.0.35": CONFIGURED,
-    "vllm==0.34.0": CONFIGURED,
-    "DCNv4==1.0.0.post2": CONFIGURED,
+    "vllm==0.34.0": "the build of vllm 0.34.0 failed with exit code 1: setup.py:21: "
+                    "ModuleNotFoundError",
+    "DCNv4==1.0.0.post2": "the sdist lacks what its extensions compile",
     "nerfacc==0.5.3": CONFIGURED,
     "mmcv==2.2.0": CONFIGURED,
-    "flashinfer-python==0.7.4": CONFIGURED,
-    "transformer-engine-torch==2.20.2": CONFIGURED,
+    "flashinfer-python==0.7.4": "the sdist has no setup.py",
+    "transformer-engine-torch==2.20.2": "the sample compile of transformer-engine-torch "
+                                        "2.20.2 failed",
     "warp-rnnt==0.7.0": CONFIGURED,
-    "torch-kdtree==1.0": CONFIGURED,
+    "torch-kdtree==1.0": "pre-build check: ",
     "hqq==0.2.8.post1": CONFIGURED,
     "torch-linear-assignment==0.1.0": CONFIGURED,
     "pytorch-block-sparse==0.1.2": CONFIGURED,
-    "marlin-kernels==0.3.7": CONFIGURED,
+    "marlin-kernels==0.3.7": "the build of marlin-kernels 0.3.7 failed with exit code 1: "
+                             "setup.py:23: FileNotFoundError",
 }
 # built to the end here (they fit on 2 cores): NAME==VERSION -> VERIFIED, or the start of the
 # one line that says why not; the others are configured and their sample compiled only
@@ -76,7 +79,7 @@ BUILT = {
     "torchsort==0.1.10": VERIFIED,
     "chamferdist==1.0.3": VERIFIED,
     "warp-rnnt==0.7.0": VERIFIED,
-    "torch-linear-assignment==0.1.0": VERIFIED,
+    "torch-linear-assignment==0.1.0": "the smoke test of torch_linear_assignment-0.1.0",
 }
 
 
