@@ -193,9 +193,10 @@ ALSO = st.sampled_from(["", " and CUDA_HOME is not None", " and os.name == 'posi
 def built_without_a_gpu(setup_text: str, env: dict[str, str]) -> str:
     """What setup.py's lines choose on a build machine, where torch sees no GPU (as the CPU
     torch of this machine does): `built`, or the exception's name."""
+    cuda = types.ModuleType("torch.cuda")
+    cuda.is_available = lambda: False  # type: ignore[attr-defined]
     torch = types.ModuleType("torch")
-    torch.cuda = types.ModuleType("torch.cuda")  # type: ignore[attr-defined]
-    torch.cuda.is_available = lambda: False  # type: ignore[attr-defined]
+    torch.cuda = cuda  # type: ignore[attr-defined]
     namespace: dict[str, object] = {}
     with mock.patch.dict(sys.modules, {"torch": torch}), mock.patch.dict(os.environ, env):
         try:
