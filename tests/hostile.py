@@ -244,6 +244,8 @@ NOT_HTTP_MODES: Mapping[str, Callable[[str], Reply]] = {
                                          b"\r\n\r\n"),
     "200 headers": garbage(b"HTTP/1.1 200 OK\r\n" + b"X: a\r\n" * 200 + b"\r\n"),
     "no status line": garbage(b"no status line, no headers"),
+    "a chunk size that is no number": garbage(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked"
+                                              b"\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"),
     "drips its head": drips_its_head(0.5),
     "endless 100 Continue": endless_continue,
 }
@@ -263,12 +265,13 @@ NOT_HTTP_SAID: Mapping[str, tuple[str, str]] = {  # the error after `URL: `, and
         "its redirect (HTTP 302): 'http://[::1/x/' is not a valid URL (its host in brackets "
         "is not an IPv6 address)", REDIRECT_HINT),
     "a header line over 64 KiB": (
-        "did not answer with valid HTTP (LineTooLong: got more than 65536 bytes when reading "
-        "header line)", NOT_HTTP_HINT),
-    "200 headers": ("did not answer with valid HTTP (HTTPException: got more than 100 headers)",
-                    NOT_HTTP_HINT),
-    "no status line": ("did not answer with valid HTTP (BadStatusLine: no status line, no headers)",
-                       NOT_HTTP_HINT),
+        "did not answer with valid HTTP (a header line longer than 64 KiB)", NOT_HTTP_HINT),
+    "200 headers": ("did not answer with valid HTTP (got more than 100 headers)", NOT_HTTP_HINT),
+    "no status line": ("did not answer with valid HTTP (its status line 'no status line, no "
+                       "headers' is not HTTP/1.x)", NOT_HTTP_HINT),
+    "a chunk size that is no number": (
+        "did not answer with valid HTTP (its body ended after 0 bytes, short of what it "
+        "announced, or its chunked encoding is malformed)", NOT_HTTP_HINT),
     "drips its head": ("did not finish answering within {seconds} s", SLOW_HINT),
     "endless 100 Continue": ("did not finish answering within {seconds} s", SLOW_HINT),
 }

@@ -84,7 +84,7 @@ def send(url: str, *, auth: Auth | None, method: str = "GET",
     UntrustedDataError naming the URL; nothing answering there, a SourceError."""
     seconds = WHOLE * timeout() + math.ceil(sending / UPLOAD_RATE)
     request = web.Request(url, method, tuple((headers or {}).items()), body,
-                          auth.header() if auth is not None else None)
+                          auth.header() if auth is not None else None, decode=True)
     answer = web.exchange(request, Bounds(limit, seconds), follow=web.Follow.SAME_ORIGIN,
                           idle=timeout())
     return Answer(answer.url, answer.status, answer.body, answer.content_type)

@@ -38,21 +38,22 @@ def read_url(url: str, bounds: Bounds, *, accept: str | None = None) -> Answer:
     """The whole of `url` (http, https or file), within `bounds`. Not found (HTTP 404, no
     such file): UntrustedDataError with status 404; nothing answers: SourceError."""
     data = bytearray()
-    media_type = copy_url(url, data.extend, bounds, accept=accept)
+    media_type = copy_url(url, data.extend, bounds, accept=accept, decode=True)
     return Answer(url, media_type, bytes(data))
 
 
 def copy_url(url: str, sink: Callable[[bytes], object], bounds: Bounds, *,
-             accept: str | None = None) -> str:
-    """Hand `url`'s body to `sink` chunk by chunk, within `bounds`; its media type."""
+             accept: str | None = None, decode: bool = False) -> str:
+    """Hand `url`'s body to `sink` chunk by chunk, within `bounds`; its media type. With
+    `decode`, a body a server sent compressed is inflated (web.Request.decode)."""
     scheme = _SCHEME.match(url)
     if scheme is not None and scheme[1].lower() == "file":
         _copy_file(url, sink, bounds)
         return ""
     if scheme is None or scheme[1].lower() not in WEB:
         raise UntrustedDataError(redact(url), "is not an http://, https:// or file:// URL")
-    answer = web.exchange(web.Request(url, headers=(("Accept", accept),) if accept else ()),
-                          bounds, sink=sink)
+    answer = web.exchange(web.Request(url, headers=(("Accept", accept),) if accept else (),
+                                      decode=decode), bounds, sink=sink)
     if not 200 <= answer.status < 300:
         raise _answered(redact(url), answer)
     return answer.media_type

@@ -8,6 +8,12 @@
   over 64 KiB, more than 100 headers, a body cut short, a connection broken off) is one
   UntrustedDataError naming the URL; nothing answering there (refused, no such host, no
   route, a proxy that refuses) is a SourceError. Every message shows the URL as `redact` does.
+- A body sent compressed (Content-Encoding gzip, x-gzip or deflate, up to three of them) is
+  inflated when the request asks for it (`Request.decode`: a page), within the byte cap; any
+  other coding is one error naming it. wheelsmith asks for none (`Accept-Encoding:
+  identity`), and a download keeps the bytes as sent, as pip does: their sha256 decides.
+- Interim answers (1xx but 101) are skipped, not only `100 Continue`; the deadline ends an
+  endless stream of them.
 - Redirects are followed as `Follow` says, each Location read by `server_url` (a redirect to
   anything but a valid http(s) URL is refused naming it); a POST is never redirected.
 - Credentials (`Request.authorization`, or a URL's `user:password@`) go only to the URL they
@@ -23,12 +29,14 @@ import contextlib
 import enum
 import functools
 import http.client
+import re
 import socket
 import ssl
 import threading
 import time
 import urllib.parse
 import urllib.request
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -43,6 +51,10 @@ ERROR_BODY = 64 << 10  # what is kept of an answer that is not 2xx: a message sh
 FOLLOWED = ("GET", "HEAD")
 NOT_HTTP_HINT = "check that the URL names an HTTP server, and the server"
 DOWN_HINT = "check the URL and that the server is up"
+INFLATE = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+MAX_CODINGS = 3
+CODING_HINT = ("wheelsmith asks for an uncompressed answer (Accept-Encoding: identity): check "
+               "the server's configuration")
 REDIRECT_HINT = ("a server may send a reader only to another valid http(s) URL; nothing was "
                  "read there: check the URL and the server")
 
@@ -62,6 +74,7 @@ class Request:
     headers: tuple[tuple[str, str], ...] = ()
     body: Iterable[bytes] | None = None  # with a Content-Length header among `headers`
     authorization: str | None = field(default=None, repr=False)  # to `url` only
+    decode: bool = False  # a 2xx body sent compressed is inflated (a page), else kept as sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +127,8 @@ class _Exchange:
             conn, target, extra = self._connect(url)
             try:
                 with self._mapped():
-                    headers = {**dict(self.request.headers), **extra}
+                    headers = {"Accept-Encoding": "identity", **dict(self.request.headers),
+                               **extra}
                     if authorization:
                         headers["Authorization"] = authorization
                     _send(conn, self.request.method, target, body, headers)
@@ -165,9 +179,8 @@ class _Exchange:
         if isinstance(exc, OSError) and not isinstance(exc, http.client.HTTPException):
             return UntrustedDataError(self.shown, f"broke off the connection ({clip(str(exc))})",
                                       hint=NOT_HTTP_HINT)
-        return UntrustedDataError(
-            self.shown, f"did not answer with valid HTTP ({type(exc).__name__}: "
-                        f"{clip(str(exc))})", hint=NOT_HTTP_HINT)
+        return UntrustedDataError(self.shown, f"did not answer with valid HTTP "
+                                              f"({_malformed(exc)})", hint=NOT_HTTP_HINT)
 
     def _next(self, url: str, response: http.client.HTTPResponse,
               seen: set[str]) -> str | None:
@@ -191,11 +204,30 @@ class _Exchange:
         sink = self.sink if ok and self.sink is not None else kept.extend
         if ok and response.length is not None and response.length > self.bounds.max_bytes:
             raise too_big(self.shown, self.bounds)
+        inflated = []
+        if ok and self.request.decode:
+            for coding in self._codings(response.getheader("Content-Encoding")):
+                sink = _Inflate(sink, coding, self.bounds, self.shown)
+                inflated.append(sink)
         self._pump(response, sink, self.bounds.max_bytes if ok else ERROR_BODY, cut=not ok)
+        for inflate in reversed(inflated):
+            inflate.finish()
         return Answer(url, response.status, response.reason,
                       response.getheader("Content-Type") or "",
                       response.headers.get_content_type(), response.getheader("Location"),
                       bytes(kept))
+
+    def _codings(self, header: str | None) -> list[str]:
+        """The codings a body was sent in, in the order they were applied (RFC 9110 8.4)."""
+        codings = [c.strip().lower() for c in (header or "").split(",")]
+        codings = [c for c in codings if c and c != "identity"]
+        unknown = [c for c in codings if c not in INFLATE]
+        if unknown or len(codings) > MAX_CODINGS:
+            what = (f"in the coding {clip(unknown[0])!r}, which wheelsmith does not read"
+                    if unknown else f"in {len(codings)} codings, more than {MAX_CODINGS}")
+            raise UntrustedDataError(self.shown, f"sent its answer compressed {what} "
+                                                 "(Content-Encoding)", hint=CODING_HINT)
+        return codings
 
     def _pump(self, response: http.client.HTTPResponse, sink: Callable[[bytes], object],
               limit: int, *, cut: bool) -> None:
@@ -218,6 +250,76 @@ class _Exchange:
             raise UntrustedDataError(self.shown, f"ended its answer {response.length} bytes "
                                                  "short of its Content-Length",
                                      hint=NOT_HTTP_HINT)
+
+
+def _malformed(exc: Exception) -> str:
+    """What was wrong with an answer http.client could not read, in words (never a class
+    name: the reader knows HTTP, not Python)."""
+    if isinstance(exc, http.client.IncompleteRead):
+        return (f"its body ended after {len(exc.partial)} bytes, short of what it announced, "
+                "or its chunked encoding is malformed")
+    if isinstance(exc, http.client.LineTooLong):
+        what = re.search(r"reading (.+)$", str(exc))  # "got more than 65536 bytes when reading X"
+        return f"a {what[1] if what else 'line'} longer than 64 KiB"
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "it closed the connection without answering"
+    if isinstance(exc, http.client.BadStatusLine):
+        line = str(exc.args[0]).strip() if exc.args else ""
+        return f"its status line {clip(line)!r} is not HTTP/1.x" if line else \
+            "it sent no status line"
+    if isinstance(exc, http.client.UnknownProtocol):
+        return f"it speaks {clip(str(exc.args[0]) if exc.args else '?')}, not HTTP/1.x"
+    detail = str(exc)
+    return clip(detail) if detail else "a malformed answer"
+
+
+class _Inflate:
+    """A 2xx body sent in `coding`, inflated into `sink`: at most the bounds' byte cap comes
+    out (a small body that inflates without end is too big, not a machine's memory)."""
+
+    def __init__(self, sink: Callable[[bytes], object], coding: str, bounds: Bounds,
+                 shown: str) -> None:
+        self._sink, self._coding, self._bounds, self._shown = sink, coding, bounds, shown
+        self._left = bounds.max_bytes
+        self._inflater = zlib.decompressobj(INFLATE[coding])
+
+    def __call__(self, data: bytes) -> None:
+        while data:
+            try:
+                out = self._inflater.decompress(data, self._left + 1)
+            except zlib.error as exc:
+                raise self._bad(str(exc)) from None
+            self._left -= len(out)
+            if self._left < 0:
+                raise too_big(self._shown, self._bounds, verb="inflates to")
+            if out:
+                self._sink(out)
+            data = self._inflater.unconsumed_tail
+            if self._inflater.eof and self._inflater.unused_data:
+                if self._coding == "deflate":
+                    raise self._bad("data after the end of its deflate stream")
+                data = self._inflater.unused_data  # another gzip member follows (RFC 1952)
+                self._inflater = zlib.decompressobj(INFLATE[self._coding])
+
+    def finish(self) -> None:
+        if not self._inflater.eof:
+            raise self._bad("it ends inside the compressed stream")
+
+    def _bad(self, why: str) -> UntrustedDataError:
+        return UntrustedDataError(self._shown, f"sent a body that is not valid {self._coding} "
+                                               f"(Content-Encoding): {clip(why)}",
+                                  hint=NOT_HTTP_HINT)
+
+
+class _Response(http.client.HTTPResponse):
+    """http.client skips the interim answer `100 Continue` only; every 1xx but 101 (a
+    protocol switch, never asked for) is interim (RFC 9110 15.2): `103 Early Hints` too."""
+
+    def _read_status(self) -> tuple[str, int, str]:
+        version, status, reason = super()._read_status()  # type: ignore[misc]
+        if 100 < status < 200 and status != 101:
+            return version, http.client.CONTINUE, reason  # begin() skips its head
+        return version, status, reason
 
 
 class _FromSink(Exception):
@@ -299,9 +401,10 @@ def _connection(parts: urllib.parse.SplitResult, timeout: float
 
 
 def _open(host: str, port: int, timeout: float, *, tls: bool) -> http.client.HTTPConnection:
-    if tls:
-        return http.client.HTTPSConnection(host, port, timeout=timeout, context=_tls())
-    return http.client.HTTPConnection(host, port, timeout=timeout)
+    conn = (http.client.HTTPSConnection(host, port, timeout=timeout, context=_tls()) if tls
+            else http.client.HTTPConnection(host, port, timeout=timeout))
+    conn.response_class = _Response
+    return conn
 
 
 def _proxy(scheme: str, host: str) -> urllib.parse.SplitResult | None:
