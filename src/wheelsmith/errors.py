@@ -258,7 +258,7 @@ REFUSALS: dict[int, tuple[str, str]] = {
 
 
 # What stands where a regular file belongs, by its file type bits (stat.S_IFMT)
-KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO (named pipe)",
+KINDS = {stat.S_IFREG: "a file", stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO (named pipe)",
          stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
          stat.S_IFBLK: "a block device", stat.S_IFLNK: "a symbolic link"}
 
@@ -290,6 +290,11 @@ def machine_error(error: OSError, cache: Path, *, given: tuple[str, Path] | None
         return full
     reason, todo = REFUSALS[error.errno]
     paths = [str(p) for p in (error.filename, error.filename2) if p is not None]
+    blocker = _not_a_directory(Path(paths[0])) if error.errno == errno.ENOTDIR and paths \
+        else None
+    if blocker is not None:  # name what stands in the way, not a path that cannot exist
+        path, kind = blocker
+        paths, reason, todo = [str(path)], *_in_the_way(kind)
     where = " -> ".join(paths)
     if given is not None:
         option, value = given
@@ -298,6 +303,34 @@ def machine_error(error: OSError, cache: Path, *, given: tuple[str, Path] | None
     if paths and _inside(Path(paths[0]), cache):
         todo += "; it is wheelsmith's cache: set WHEELSMITH_CACHE to a writable directory"
     return FileSystemError(f"{where}: {reason}" if where else reason, hint=todo)
+
+
+def in_the_way(path: Path) -> FileSystemError | None:
+    """The error for `path` or one of its ancestors being there and no directory (a file, a
+    FIFO, a device); None where each is a directory or missing."""
+    blocker = _not_a_directory(path)
+    if blocker is None:
+        return None
+    reason, todo = _in_the_way(blocker[1])
+    return FileSystemError(f"{blocker[0]}: {reason}", hint=todo)
+
+
+def _in_the_way(kind: int) -> tuple[str, str]:
+    return f"it is {KINDS.get(kind, 'a file')}, not a directory", \
+        f"move it out of the way {ELSEWHERE}"
+
+
+def _not_a_directory(path: Path) -> tuple[Path, int] | None:
+    """The first of `path`'s ancestors (or itself) that is there and no directory: what an
+    ENOTDIR about `path` means, and its file type bits."""
+    for candidate in reversed([path, *path.parents]):
+        try:
+            mode = candidate.stat().st_mode
+        except OSError:
+            return None
+        if not stat.S_ISDIR(mode):
+            return candidate, stat.S_IFMT(mode)
+    return None
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import SMALL_FS, add_variant, wheelsmith_on_small_fs
 from tests.hostile import Outcome, assert_orderly, run_bounded
@@ -22,7 +25,12 @@ from wheelsmith import locations
 from wheelsmith.build import diagnose, pathview
 from wheelsmith.errors import DiskFullError, FileSystemError, machine_error
 
-OTHER = "move that file out of the way or use another directory"
+OTHER = "move it out of the way or use another directory"
+IN_THE_WAY_KINDS: dict[str, tuple[Callable[[Path], object], str]] = {  # what stands in the way
+    "file": (lambda path: path.write_text("a file\n"), "a file"),
+    "FIFO": (os.mkfifo, "a FIFO (named pipe)"),
+    "link to a device": (lambda path: path.symlink_to("/dev/null"), "a character device"),
+}
 READ_ONLY = "use a directory on a writable file system"
 CACHE = "; it is wheelsmith's cache: set WHEELSMITH_CACHE to a writable directory"
 
@@ -61,22 +69,28 @@ IN_THE_WAY: list[tuple[tuple[str, ...], str, str]] = [
     (("publish", "x.whl"), "--index", ""),
     (("yank", "x.whl", "--reason", "bad"), "--index", "/i"),
     (("index", "rebuild"), "--index", ""),
+    (("index", "check"), "--index", "/i"),
+    (("serve", "--port", "0"), "--index", ""),
+    (("index", "export", "out"), "--index", ""),
     (("recipe", "new", "causal-conv1d"), "--recipes", "/mine"),
 ]
 
 
+@pytest.mark.parametrize("kind", ["file", "FIFO"])
 @pytest.mark.parametrize(("command", "option", "below"), IN_THE_WAY,
                          ids=[f"{' '.join(c[:2])} {o}" for c, o, _ in IN_THE_WAY])
-def test_a_file_where_a_directory_belongs_is_refused_before_any_work(
-        tmp_path: Path, command: tuple[str, ...], option: str, below: str) -> None:
-    (tmp_path / "in-the-way").write_text("a file\n")
+def test_what_is_no_directory_where_one_belongs_is_named_before_any_work(
+        tmp_path: Path, command: tuple[str, ...], option: str, below: str, kind: str) -> None:
+    """Named as what it is, at its own path: never a path below it that cannot exist."""
+    make, said = IN_THE_WAY_KINDS[kind]
+    make(tmp_path / "in-the-way")
     (tmp_path / "x.whl").write_text("never read: the directories are checked first\n")
     value = str(tmp_path / "in-the-way") + below
     before = listing(tmp_path)
     outcome = run(*command, option, value, cwd=tmp_path)
     culprit = f" ({tmp_path / 'in-the-way'})" if below else ""
     assert (outcome.returncode, error_lines(outcome)) == (FileSystemError.exit_code, [
-        f"error: {option} {value}: a file is where a directory belongs{culprit}",
+        f"error: {option} {value}: it is {said}, not a directory{culprit}",
         f"hint: {OTHER}"])
     assert listing(tmp_path) == before
 
@@ -96,7 +110,7 @@ def test_a_cache_that_is_a_file_is_refused_before_any_work(tmp_path: Path,
     before = listing(tmp_path)
     outcome = run(*command, cwd=tmp_path, env={"WHEELSMITH_CACHE": str(cache)})
     assert (outcome.returncode, error_lines(outcome)) == (FileSystemError.exit_code, [
-        f"error: wheelsmith's cache {cache}: a file is where a directory belongs",
+        f"error: wheelsmith's cache {cache}: it is a file, not a directory",
         f"hint: {OTHER}{CACHE}"])
     assert listing(tmp_path) == before
 
@@ -181,11 +195,6 @@ def test_publishing_to_a_full_disk_is_exit_19_naming_the_file_and_keeps_nothing(
 
 # --- the mapping itself, from real refusals ----------------------------------------------------
 
-def _not_a_directory(root: Path) -> None:
-    (root / "f").write_text("")
-    (root / "f" / "x").mkdir()
-
-
 def _a_directory(root: Path) -> None:
     (root / "d").mkdir()
     (root / "d").write_text("")
@@ -206,8 +215,6 @@ def _too_long(root: Path) -> None:
 
 
 REFUSED: dict[str, tuple[Callable[[Path], None], int, str, str]] = {
-    "file in the way": (_not_a_directory, errno.ENOTDIR, "a file is where a directory belongs",
-                        OTHER),
     "directory in the way": (_a_directory, errno.EISDIR, "it is a directory, not a file",
                              "move it out of the way or use another directory"),
     "exists": (_exists, errno.EEXIST, "it exists already (a file where a directory belongs?)",
@@ -233,6 +240,27 @@ def test_each_refusal_of_the_machine_is_one_line_naming_the_path(tmp_path: Path,
     assert isinstance(error, FileSystemError)
     assert (error.message, error.hint, error.exit_code) == (
         f"{raised.value.filename}: {reason}", todo + (CACHE if in_cache else ""), 22)
+
+
+@pytest.mark.parametrize("kind", sorted(IN_THE_WAY_KINDS))
+@given(depth=st.integers(0, 6), at=st.integers(0, 6), deeper=st.integers(0, 3))
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=20)
+def test_a_path_below_what_is_no_directory_names_what_stands_in_the_way(
+        tmp_path: Path, kind: str, depth: int, at: int, deeper: int) -> None:
+    """Whatever the path and however deep below it the refused operation was, the error names
+    the first of its parts that is there and no directory, and what that is."""
+    make, said = IN_THE_WAY_KINDS[kind]
+    root = Path(tempfile.mkdtemp(dir=tmp_path))
+    parents = [f"d{i}" for i in range(min(at, depth))]
+    (root.joinpath(*parents)).mkdir(parents=True, exist_ok=True)
+    blocker = root.joinpath(*parents, "in-the-way")
+    make(blocker)
+    below = blocker.joinpath(*[f"x{i}" for i in range(deeper + 1)])
+    with pytest.raises(OSError) as raised:  # noqa: PT011 - which one is the point
+        below.mkdir(parents=True)
+    error = machine_error(raised.value, tmp_path / "elsewhere")
+    assert isinstance(error, FileSystemError)
+    assert (error.message, error.hint) == (f"{blocker}: it is {said}, not a directory", OTHER)
 
 
 def test_a_refusal_that_names_no_path_is_its_reason() -> None:

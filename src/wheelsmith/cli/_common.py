@@ -14,7 +14,7 @@ import os
 import re
 import signal
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -63,22 +63,50 @@ def writable(*places: tuple[str, Path], cache: bool = True) -> None:
     this user can write, or one that can be made; with `cache`, wheelsmith's cache too. The
     first that is not is a FileSystemError naming the option, the path and what to do."""
     root = locations.cache_dir()
-    for option, path in [*places, *([("wheelsmith's cache", root)] if cache else [])]:
-        refused = _unwritable(path.absolute())
+    _first_refusal([*places, *([("wheelsmith's cache", root)] if cache else [])], _unwritable)
+
+
+def directories(*places: tuple[str, Path]) -> None:
+    """Before a command reads them: each place that is there must be a directory (a file,
+    a FIFO or a device is named as what it is, with its option); a missing one is the
+    command's to judge."""
+    _first_refusal(places, _in_the_way)
+
+
+def _first_refusal(places: Iterable[tuple[str, Path]],
+                   why: Callable[[Path], OSError | None]) -> None:
+    root = locations.cache_dir()
+    for option, path in places:
+        refused = why(path.absolute())
         if refused is not None:
             error = machine_error(refused, root, given=(option, path))
             assert error is not None
             raise error
 
 
+def _existing(path: Path) -> Path:
+    """`path`, or the nearest of its ancestors that is there."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _in_the_way(path: Path) -> OSError | None:
+    """The OSError making `path` a directory would raise when it, or a directory it needs,
+    is there and no directory; None when it is not."""
+    existing = _existing(path)
+    if existing.is_dir():
+        return None
+    return OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+
+
 def _unwritable(path: Path) -> OSError | None:
     """Why `path` cannot be (made into) a directory this user writes, as the OSError writing
     there would raise; None when it can."""
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():  # the path, or a directory it needs, is a file
-        return OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+    refused = _in_the_way(path)
+    if refused is not None:
+        return refused
+    existing = _existing(path)
     if os.access(existing, os.W_OK | os.X_OK):
         return None
     code = errno.EROFS if os.statvfs(existing).f_flag & os.ST_RDONLY else errno.EACCES

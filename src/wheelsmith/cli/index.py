@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 
 from wheelsmith.cli import console
-from wheelsmith.cli._common import emit_json, index_option, json_option, main, writable
+from wheelsmith.cli._common import (
+    directories,
+    emit_json,
+    index_option,
+    json_option,
+    main,
+    writable,
+)
 from wheelsmith.errors import IndexDriftError
 from wheelsmith.index import export, ledger, publish, upload
 from wheelsmith.index import store as index
@@ -95,6 +102,7 @@ def index_group() -> None:
 @json_option
 def index_check(index_dir: Path, as_json: bool) -> None:
     """Re-verify every file against the ledger and every page against the ledger."""
+    directories(("--index", index_dir))
     report = index.check(index_dir)
     if as_json:
         emit_json({"ok": not report.problems, "files": report.files,
@@ -131,6 +139,7 @@ def index_rebuild(index_dir: Path) -> None:
 def index_export(dest: Path, index_dir: Path, base_url: str | None, as_json: bool) -> None:
     """Write the index as a static tree into DEST (PEP 503, PEP 691, PEP 658), for any
     static host; again later, only what changed is written."""
+    directories(("--index", index_dir))
     done = export.export(index_dir, dest, base_url)
     if as_json:
         emit_json({"ok": True, "files": done.files, "files_written": done.files_written,
@@ -150,7 +159,7 @@ def index_export(dest: Path, index_dir: Path, base_url: str | None, as_json: boo
                    "part of its reply, for this long.")
 def serve_command(index_dir: Path, host: str, port: int, idle_s: int) -> None:
     """Serve the index read-only over HTTP (HTML/JSON negotiation, .metadata, no PyPI)."""
-
+    directories(("--index", index_dir))
     server = listen(index_dir, host, port, idle_s=idle_s)  # nothing is created if it cannot
     console.progress().stopping = (f"stopped serving {index_dir}; serving only reads the "
                                    "index, and has no work directory")

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wheelsmith.errors import NotRegularFileError, UntrustedDataError, UsageError
+from wheelsmith.errors import NotRegularFileError, UntrustedDataError, UsageError, in_the_way
 from wheelsmith.files import atomic_write_bytes, exclusive_lock, fsync_dir, temp_file_in
 from wheelsmith.index import ledger, pages
 from wheelsmith.index.ledger import IndexState
@@ -155,6 +155,8 @@ class CheckReport:
 
 def check(root: Path) -> CheckReport:
     """Re-verify every file against the ledger and every page against what it implies."""
+    if (blocked := in_the_way(root)) is not None:
+        raise blocked
     if not root.is_dir():
         raise UsageError(f"no index at {root}: nothing to check",
                          hint="pass the directory you publish into (--index DIR)")
