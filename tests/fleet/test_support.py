@@ -4,11 +4,17 @@ between its markers and nowhere else; the committed table is the one its reports
 
 from __future__ import annotations
 
+import html
 import json
+import re
+import urllib.parse
 from pathlib import Path
 
+import markdown
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import REPO
 from wheelsmith.cli import main
@@ -215,3 +221,54 @@ def test_the_readme_table_is_the_one_its_reports_give() -> None:
     text = (REPO / "README.md").read_text()
     table = support.render_files([REPO / "docs" / "evidence" / "reports"])
     assert support.rewrite(text, table, source="README.md") == text, "run make support-table"
+
+
+ANY_TEXT = st.text(st.characters(blacklist_categories=["Cc", "Cs"]), min_size=1, max_size=40)
+LINK = st.text(st.characters(min_codepoint=33, max_codepoint=126, blacklist_characters="()<>[]"),
+               min_size=1, max_size=30).map(lambda tail: f"https://x.example/{tail}")
+ESCAPED_OR_PIPE = re.compile(r"\\.|\|")
+
+
+def cells_of(line: str) -> list[str]:
+    """A table row's cells as GFM splits them: at each `|` no backslash escapes."""
+    cells, start = [], 0
+    for token in ESCAPED_OR_PIPE.finditer(line):
+        if token[0] == "|":
+            cells.append(line[start:token.start()])
+            start = token.end()
+    return [*cells, line[start:]][1:-1]
+
+
+@given(where=ANY_TEXT, tested=ANY_TEXT, reason=ANY_TEXT, rule_reason=ANY_TEXT,
+       evidence=LINK, rule_link=LINK)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_text_or_link_in_a_report_stays_in_its_cell_and_makes_no_markup(
+        tmp_path_factory: pytest.TempPathFactory, where: str, tested: str, reason: str,
+        rule_reason: str, evidence: str, rule_link: str) -> None:
+    """A report is anyone's: whatever its texts and links hold, each row keeps its cells
+    (in GFM's reading and in the docs site's), no tag or link appears that the table did not
+    make, and each link is the one the report gave."""
+    directory = tmp_path_factory.mktemp("reports")
+    path = directory / "r.json"
+    path.write_text(json.dumps({"schema": 2, "finished": "2026-11-01", "where": where, "cells": [
+        {**cell().as_dict(), "status": "built", "reason": "", "tested": tested,
+         "evidence": evidence},
+        {**cell("other-ext").as_dict(), "status": "failed", "reason": reason}]}))
+    rules = (f"- package: tiny-ext\n  archs: ['10.3']\n  action: refuse\n"
+             f"  reason: {json.dumps(rule_reason, ensure_ascii=False)}\n"
+             f"  link: {json.dumps(rule_link, ensure_ascii=False)}\n")
+    (directory / "tiny.json").write_text(json.dumps({"schema": 2, "finished": "2026-11-01",
+                                                     "where": "box", "cells": [
+        {**cell(archs="10.3").as_dict(), "status": "built", "reason": ""}]}))
+    table = render(path, directory / "tiny.json", rules=rules)
+    lines = table.splitlines()
+    assert {len(cells_of(line)) for line in lines} == {len(cells_of(lines[0]))}, table
+    page = markdown.markdown(table, extensions=["tables"])
+    rows = re.findall(r"<tr>(.*?)</tr>", page, flags=re.S)
+    assert [row.count("<td") for row in rows[1:]] == [len(cells_of(lines[0]))] * 3, page
+    tags = set(re.findall(r"</?([a-zA-Z][a-zA-Z0-9]*)", page))
+    assert tags <= {"table", "thead", "tbody", "tr", "th", "td", "a", "code", "em", "strong"}, \
+        page
+    assert sorted(urllib.parse.unquote(html.unescape(href)) for href in
+                  re.findall(r'<a href="([^"]*)"', page)) == \
+        sorted(urllib.parse.unquote(link) for link in (evidence, rule_link)), page

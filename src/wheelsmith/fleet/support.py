@@ -19,7 +19,9 @@ the reports name: the rows and profiles of their cells.
 
 from __future__ import annotations
 
+import html
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -179,14 +181,14 @@ def _place(row: tuple[str, ...], found: tuple[Report, Outcome] | None,
     the newest outcome."""
     rule = refusing(row, profile, rules)
     if rule is not None:
-        return f"⛔ known bad: {_cell(_first_sentence(rule.reason))} ([report]({rule.link}))"
+        return f"⛔ known bad: {_cell(_first_sentence(rule.reason))} ([report]({_href(rule.link)}))"
     if found is None:
         return NOT_RUN
     report, outcome = found
     when = _cell(f"{report.date}, {report.where or 'where not recorded'}")
     if outcome.status == "failed":
         return f"❌ {_cell(one_line(outcome.reason))} ({when})"
-    when = f"[{when}]({outcome.evidence})" if outcome.evidence else when
+    when = f"[{when}]({_href(outcome.evidence)})" if outcome.evidence else when
     return f"✅ {when}" + (f"; {_cell(outcome.tested)}" if outcome.tested else "")
 
 
@@ -217,8 +219,32 @@ def _first_sentence(text: str) -> str:
     return text.split(". ", maxsplit=1)[0].rstrip(".") + "."
 
 
+_CODE = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)")  # a code span: literal, as written
+_MARKUP = re.compile(r"([\\`\[\]|])")  # outside one: what could make a link, a span, a cell
+
+
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    """`text` (a report's, so anyone's) as one table cell that renders as written: one line;
+    its code spans kept (but one with a backslash); outside them HTML's characters as
+    entities and what could open a link or a code span escaped; `|` escaped everywhere (a
+    table splits a cell at one, in a code span too)."""
+    line, parts, at = " ".join(text.split()), [], 0
+    for span in _CODE.finditer(line):
+        if "\\" in span[0]:  # a backslash before a `|` in a span would undo its escape
+            continue
+        parts += [_text(line[at:span.start()]), span[0].replace("|", "\\|")]
+        at = span.end()
+    return "".join([*parts, _text(line[at:])])
+
+
+def _text(text: str) -> str:
+    return _MARKUP.sub(r"\\\1", html.escape(text, quote=False))
+
+
+def _href(link: str) -> str:
+    """A link as a Markdown link's target: what could end it or the cell (a space, `|`,
+    brackets, parentheses, a quote) percent-encoded."""
+    return urllib.parse.quote(link, safe="/:#?=&%-._~+,;@!$*")
 
 
 def _versions(text: str) -> tuple[Version, ...]:
