@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import enum
 import hashlib
 import io
 import re
@@ -102,9 +103,19 @@ def read_metadata(wheel: Path) -> bytes:
         return read_member(zf, f"{dist_info_dir(zf.namelist())}/METADATA")
 
 
+_FOLD = re.compile(r"(?:\r\n|\r|\n)(?=[ \t])")
+
+
 def headers(data: bytes) -> Message:
-    """METADATA or WHEEL as the email-style headers they are (UTF-8; UnicodeDecodeError)."""
-    return HeaderParser().parsestr(data.decode())
+    """METADATA or WHEEL as the email-style headers they are (UTF-8; UnicodeDecodeError),
+    each value unfolded (RFC 5322 2.2.3: a line break before a space or tab is removed), so
+    that none carries a line break into a page, the ledger or a message."""
+    parsed = HeaderParser().parsestr(data.decode())
+    unfolded = Message()
+    for key, value in parsed.items():
+        unfolded[key] = _FOLD.sub("", value)
+    unfolded.set_payload(parsed.get_payload())
+    return unfolded
 
 
 # What reading a damaged or hostile zip raises besides BadZipFile: a deflate stream that does
@@ -114,21 +125,45 @@ UNREADABLE = (*ZIP_DAMAGE, OSError)
 FILENAME_RE = re.compile(r"[A-Za-z0-9._+!-]+\.whl")  # what PEP 427's parts are written with
 
 
+class Flaw(enum.Enum):
+    """What is wrong with a wheel, for what to do about it: its name, its archive, or what
+    it holds (a member, METADATA, WHEEL, RECORD)."""
+
+    NAME = ("give the file the name its build wrote: NAME-VERSION[-BUILD]-PYTHON-ABI-PLATFORM"
+            ".whl in ASCII letters, digits and . _ + ! - (PEP 427)")
+    ARCHIVE = "download or build it again: the file is cut short, damaged or no zip archive"
+    CONTENT = ""  # the caller's: what a wheel that holds the wrong things means there
+
+
 def check(wheel: Path) -> list[str]:
-    """Every reason `wheel` is not a valid, safe wheel; empty when it is fine. Names from the
-    wheel are shown escaped (`clip`): a member's name is data its builder chose."""
+    """Every reason `wheel` is not a valid, safe wheel; empty when it is fine."""
+    return examine(wheel)[1]
+
+
+def examine(wheel: Path) -> tuple[Flaw | None, list[str]]:
+    """What is wrong with `wheel` (None: nothing) and every reason it is not a valid, safe
+    wheel. Names from the wheel are shown escaped (`clip`): a member's name is data its
+    builder chose."""
     try:
         name = WheelName.parse(wheel.name)
     except InvalidWheelFilename as exc:
-        return [f"invalid wheel filename: {clip(str(exc), 200)}"]
+        return Flaw.NAME, [f"invalid wheel filename: {clip(str(exc), 200)}"]
     if not FILENAME_RE.fullmatch(wheel.name):
-        return [f"invalid wheel filename: {clip(wheel.name, 200)} holds other characters than "
-                "ASCII letters, digits and . _ + ! - (PEP 427)"]
+        return Flaw.NAME, [f"invalid wheel filename: {clip(wheel.name, 200)} holds other "
+                           "characters than ASCII letters, digits and . _ + ! - (PEP 427)"]
     try:
         with open_zip(wheel) as zf:
-            return _check_members(zf, name)
+            problems = _check_members(zf, name)
     except UNREADABLE as exc:
-        return [f"not a readable zip file: {clip(str(exc) or type(exc).__name__, 200)}"]
+        return Flaw.ARCHIVE, [f"not a readable zip file: "
+                              f"{clip(str(exc) or type(exc).__name__, 200)}"]
+    return (Flaw.CONTENT if problems else None), problems
+
+
+def what_to_do(flaw: Flaw, content: str) -> str:
+    """The hint for a wheel with `flaw`; `content`: the caller's for one that holds the
+    wrong things."""
+    return flaw.value or content
 
 
 BOMB_RATIO = 50

@@ -4,8 +4,10 @@ yanks, and `index check`/`index rebuild` against the ledger."""
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -324,3 +326,33 @@ def test_whatever_the_watermark_holds_every_index_command_runs(
     page = json.loads((root / CHANNEL / "simple" / "demo-ext" / "index.json").read_text())
     assert [(f["filename"], f.get("yanked", False)) for f in page["files"]] == [
         (first.filename, "broken"), ("demo_ext-1.1.0-cp311-cp311-linux_x86_64.whl", False)]
+
+
+FOLDS = st.lists(st.tuples(st.sampled_from(["\n", "\r\n", "\r"]), st.sampled_from([" ", "\t"]),
+                           st.text(" \t", max_size=2)), min_size=1, max_size=4)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(st.sampled_from([">=3.8", "<4", "!=3.9.*", "~=3.10"]), min_size=2,
+                      max_size=5), folds=FOLDS)
+def test_a_folded_requires_python_reaches_the_pages_as_one_line(
+        tmp_path_factory: pytest.TempPathFactory, parts: list[str],
+        folds: list[tuple[str, str, str]]) -> None:
+    """METADATA's headers may be folded over lines (RFC 5322, as email writes long ones): the
+    value is unfolded before it reaches the ledger and the pages, which carried the line
+    break inside requires-python and data-requires-python."""
+    base = tmp_path_factory.mktemp("index")
+    root, wheels = base / "index", base / "wheels"
+    wheels.mkdir()
+    text = parts[0]
+    for (brk, space, more), part in zip(folds * len(parts), parts[1:], strict=False):
+        text += f",{brk}{space}{more}{part}"
+    wheel = make_wheel(wheels, "demo-ext", "1.0.0", headers=(f"Requires-Python: {text}",))
+    publish(wheel, root, channel=CHANNEL)
+    unfolded = re.sub(r"\r\n|\r|\n", "", text)
+    page = root / CHANNEL / "simple" / "demo-ext"
+    listed = json.loads((page / "index.json").read_text())["files"][0]["requires-python"]
+    assert listed == unfolded
+    assert f'data-requires-python="{html.escape(unfolded)}"' in (page / "index.html").read_text()
+    assert json.loads((root / "ledger.jsonl").read_text())["requires_python"] == unfolded
