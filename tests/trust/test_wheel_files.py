@@ -22,7 +22,7 @@ from wheelsmith.errors import UntrustedDataError
 from wheelsmith.index import store
 from wheelsmith.index.publish import publish
 from wheelsmith.untrusted import control_in
-from wheelsmith.wheelfile import check, read_provenance, record_hash
+from wheelsmith.wheelfile import Flaw, examine, read_provenance, record_hash
 
 INFO = "demo-1.0.0.dist-info"
 NAMES = st.sampled_from([
@@ -69,9 +69,10 @@ def mostly(good: object, other: st.SearchStrategy[object]) -> st.SearchStrategy[
 MEMBERS = st.builds(Member, NAMES, st.binary(max_size=64), mostly(False, st.just(True)),
                     mostly(False, st.just(True)), mostly(zipfile.ZIP_DEFLATED, st.sampled_from(
                         [zipfile.ZIP_STORED, zipfile.ZIP_BZIP2])))
+SPECS_NAME = "demo-1.0.0-cp311-cp311-linux_x86_64.whl"
 SPECS = st.builds(
     Spec,
-    mostly("demo-1.0.0-cp311-cp311-linux_x86_64.whl", st.sampled_from([
+    mostly(SPECS_NAME, st.sampled_from([
         "d\u0435mo-1.0.0-cp311-cp311-linux_x86_64.whl", "demo-1.0.0-x.whl",
         "demo-1.0.0-cp311-cp311-linux_x86_64\x1b.whl"])),
     st.lists(MEMBERS, max_size=3).map(tuple),
@@ -134,8 +135,12 @@ def test_any_wheel_is_a_list_of_problems_and_what_passes_publish_reads_back(
         wheel = write(root, spec)
     except (OSError, ValueError):  # a name the file system or zipfile refuses to write
         return
-    problems = check(wheel)
+    flaw, problems = examine(wheel)
     assert all(control_in(problem, lines=True) is None for problem in problems), problems
+    assert (flaw is Flaw.NAME) == (spec.filename != SPECS_NAME), (flaw, problems)
+    assert (flaw is Flaw.ARCHIVE) == (flaw is not Flaw.NAME and problems[:1] != [] and
+                                      problems[0].startswith("not a readable zip file")), problems
+    assert (flaw is None) == (problems == [])
     provenance = returned_or_raised(lambda: read_provenance(wheel), UntrustedDataError)
     if problems:
         event("refused")
@@ -207,12 +212,17 @@ def test_verify_and_publish_name_what_is_wrong_with_a_wheel(tmp_path: Path, comm
     with sentinel(tmp_path / "outside"):
         outcome = run_bounded(command, str(wheel), *args, cwd=tmp_path, seconds=60)
     assert_orderly(outcome, seconds=30)
+    content = ("rebuild it; a wheel whose RECORD does not match was altered" if command ==
+               "verify" else "rebuild it; published files must be exactly what a build wrote")
+    hint = {"a name of another script": Flaw.NAME.value,
+            "a damaged deflate stream": Flaw.ARCHIVE.value}.get(case, content)
     if command == "verify":
         assert outcome.returncode == 10
         assert f"  {said}" in outcome.stderr.splitlines()
     else:
         assert outcome.returncode == 12
         assert said in outcome.stderr.splitlines()[-2]
+    assert outcome.stderr.splitlines()[-1] == f"hint: {hint}"
     assert not (tmp_path / "i" / "files").exists()
 
 
@@ -226,7 +236,7 @@ def test_a_rebuild_of_an_invalid_wheel_is_refused_before_anything_runs(tmp_path:
     assert outcome.returncode == 10
     assert outcome.stderr.splitlines()[-3:] == [
         f"error: {wheel.name} is not a valid wheel", f"  {DAMAGED}",
-        "hint: rebuild it; a wheel whose RECORD does not match was altered"]
+        f"hint: {Flaw.ARCHIVE.value}"]
     assert not (tmp_path / "w").exists()
 
 

@@ -145,10 +145,11 @@ def check(label: str, inventory: list[DeviceCode], archs: ArchSet,
 def require_valid(wheel: Path) -> None:
     """A VerifyError listing every reason `wheel` is not a valid, safe wheel (wheelfile.check),
     if there is one."""
-    broken = wheelfile.check(wheel)
-    if broken:
+    flaw, broken = wheelfile.examine(wheel)
+    if flaw is not None:
         raise VerifyError(f"{wheel.name} is not a valid wheel", findings=broken,
-                          hint="rebuild it; a wheel whose RECORD does not match was altered")
+                          hint=wheelfile.what_to_do(flaw, "rebuild it; a wheel whose RECORD "
+                                                          "does not match was altered"))
 
 
 def verify_wheel(wheel: Path, archs: ArchSet, cuobjdump: Path,

@@ -68,11 +68,12 @@ def inspect(wheel: Path, channel: str | None) -> Candidate:
     size = local.size_of(wheel)  # a FIFO or a device: FileSystemError naming it
     if size is None:
         raise PublishError(f"no such file: {wheel}")
-    problems = wheelfile.check(wheel)
-    if problems:
+    flaw, problems = wheelfile.examine(wheel)
+    if flaw is not None:
         raise PublishError(f"refusing to publish {wheel.name}: it is not a valid wheel: "
-                           + "; ".join(problems), hint="rebuild it; published files must be "
-                           "exactly what a build wrote")
+                           + "; ".join(problems), hint=wheelfile.what_to_do(
+                               flaw, "rebuild it; published files must be exactly what a "
+                                     "build wrote"))
     metadata = wheelfile.read_metadata(wheel)
     headers = wheelfile.headers(metadata)  # checked: UTF-8, Requires-Python a specifier
     provenance = read_provenance(wheel)
