@@ -24,7 +24,15 @@ from html.parser import HTMLParser
 
 from wheelsmith import numbers
 from wheelsmith.errors import PublishError, UntrustedDataError
-from wheelsmith.untrusted import Bounds, Node, name_problem, parse_json, web
+from wheelsmith.untrusted import (
+    PAGE_MAX_FILES,
+    PAGE_MAX_OBJECTS,
+    Bounds,
+    Node,
+    name_problem,
+    parse_json,
+    web,
+)
 from wheelsmith.untrusted.addresses import redact, server_url
 from wheelsmith.untrusted.text import clip
 
@@ -130,8 +138,9 @@ def check_index(simple_url: str, auth: Auth | None) -> None:
 def _json_files(answer: Answer) -> list[RemoteFile]:
     shown = redact(answer.url)
     try:
-        page = parse_json(answer.body, shown)  # depth, duplicates, NaN, control characters
-        return [_json_file(item, answer.url) for item in page["files"].items()]
+        page = parse_json(answer.body, shown, max_objects=PAGE_MAX_OBJECTS)  # and depth,
+        return [_json_file(item, answer.url)  # duplicates, NaN, control characters
+                for item in page["files"].items(PAGE_MAX_FILES)]
     except UntrustedDataError as error:
         raise UntrustedDataError(error.source, f"is not a PEP 691 page: {error.problem}",
                                  hint=_READ_HINT) from None
@@ -172,7 +181,14 @@ class _Links(HTMLParser):
             self.links[-1][1].append(data)
 
 
+_ANCHOR = re.compile(rb"<a[\s/>]", re.IGNORECASE)
+
+
 def _html_files(answer: Answer) -> list[RemoteFile]:
+    anchors = len(_ANCHOR.findall(answer.body))
+    if anchors > PAGE_MAX_FILES:  # refused before the (slow) HTML parser reads them
+        raise UntrustedDataError(redact(answer.url), f"lists {anchors:,} links, more than the "
+                                 f"{PAGE_MAX_FILES:,} wheelsmith reads", hint=_READ_HINT)
     parser = _Links()
     parser.feed(answer.body.decode("utf-8", "replace"))
     parser.close()

@@ -13,7 +13,8 @@ import logging
 import os
 import re
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Literal, overload
 
 from packaging.utils import canonicalize_name
@@ -21,7 +22,15 @@ from packaging.utils import canonicalize_name
 from wheelsmith import cmd, locations
 from wheelsmith.errors import SourceError, UntrustedDataError
 from wheelsmith.recipes.model import PypiSource
-from wheelsmith.untrusted import NOT_FOUND, Bounds, Node, parse_json
+from wheelsmith.untrusted import (
+    NOT_FOUND,
+    PAGE_MAX_FILES,
+    PAGE_MAX_OBJECTS,
+    Bounds,
+    Node,
+    parse_json,
+    too_slow,
+)
 from wheelsmith.untrusted.addresses import WEB, redact
 from wheelsmith.untrusted.urls import read_url
 
@@ -29,6 +38,7 @@ log = logging.getLogger(__name__)
 
 PAGE_TIMEOUT_S = 120.0  # the whole page; PyPI's largest JSON pages are a few MB
 PAGE_MAX_BYTES = 64 << 20
+CHECK_EVERY = 4096  # files parsed between looks at the deadline
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 PIP_INDEX_SCRIPT = locations.RESOURCES / "pip_index.py"
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
@@ -65,9 +75,29 @@ class Page:
     files: tuple[PageFile, ...]
 
     @classmethod
-    def parse(cls, url: str, node: Node) -> Page:
-        return cls(redact(url), tuple(PageFile.parse(url, item)
-                                      for item in node["files"].items()))
+    def parse(cls, url: str, node: Node, deadline: Deadline | None = None) -> Page:
+        files = []
+        for at, item in enumerate(node["files"].items(PAGE_MAX_FILES)):
+            if deadline is not None and at % CHECK_EVERY == 0:
+                deadline.check()
+            files.append(PageFile.parse(url, item))
+        return cls(redact(url), tuple(files))
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """A page's one deadline, for its read and its parse alike."""
+
+    source: str
+    seconds: float
+    at: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "at", time.monotonic() + self.seconds)
+
+    def check(self) -> None:
+        if time.monotonic() > self.at:
+            raise too_slow(self.source, self.seconds, verb="was not read and parsed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +163,7 @@ def simple_page(project: str, base: str | None = None, *, timeout: float = PAGE_
     index = package_index() if base is None else None
     page = f"{(base or index_url()).rstrip('/')}/{canonicalize_name(project)}/"
     where = f"{page}index.json" if page.startswith("file:") else page
+    deadline = Deadline(redact(page), timeout)
     try:
         answer = read_url(where, Bounds(PAGE_MAX_BYTES, timeout), accept=SIMPLE_JSON)
     except UntrustedDataError as exc:
@@ -146,7 +177,7 @@ def simple_page(project: str, base: str | None = None, *, timeout: float = PAGE_
         raise SourceError(f"the package index {index.shown} (from {index.origin}) does not "
                           f"answer: {reason}", hint=index.fix()) from exc
     try:
-        document = parse_json(answer.data, redact(page))
+        document = parse_json(answer.data, redact(page), max_objects=PAGE_MAX_OBJECTS)
     except UntrustedDataError:
         if answer.media_type != "text/html" and not answer.data.lstrip().startswith(b"<"):
             raise
@@ -154,7 +185,8 @@ def simple_page(project: str, base: str | None = None, *, timeout: float = PAGE_
                                  hint="give the URL of a PEP 691 simple index (wheelsmith "
                                       "serve's is one); an HTML answer can also be a login "
                                       "page or a proxy in the way") from None
-    return Page.parse(page, document)
+    deadline.check()
+    return Page.parse(page, document, deadline)
 
 
 def sdist_of(filename: str, project: str, version: str) -> bool:

@@ -150,8 +150,13 @@ class Node:
         found = self.get(key)
         return None if found is None else read(found)
 
-    def items(self) -> list[Node]:
-        return [self._child(i, v) for i, v in enumerate(self._as(list, "a list"))]
+    def items(self, at_most: int | None = None) -> list[Node]:
+        """A list's items; with `at_most`, a longer list is refused before any is read."""
+        value = self._as(list, "a list")
+        if at_most is not None and len(value) > at_most:
+            raise self.fail(f"lists {len(value):,} entries, more than the {at_most:,} "
+                            "wheelsmith reads")
+        return [self._child(i, v) for i, v in enumerate(value)]
 
     def entries(self) -> dict[str, Node]:
         return {k: self._child(k, v) for k, v in self._as(dict, "an object").items()}
@@ -267,10 +272,24 @@ def _plain_utf8(data: bytes | str, source: str) -> str:
     return text
 
 
-def parse_json(data: bytes | str, source: str) -> Node:
+# The most files a project page may list (PyPI's longest lists hold some tens of thousands),
+# and JSON objects around them (a file, its hashes, its metadata's hashes): a page within
+# its byte cap then costs at most a few seconds and some hundred MiB to read.
+PAGE_MAX_FILES = 200_000
+PAGE_MAX_OBJECTS = 4 * PAGE_MAX_FILES + 16
+
+
+def parse_json(data: bytes | str, source: str, *, max_objects: int | None = None) -> Node:
     """The JSON document `data` from `source` as a Node; not plain UTF-8 (`_plain_utf8`), not
     JSON, JSON that readers take differently (a key twice, NaN) or a string holding a
-    terminal's control character: one UntrustedDataError."""
+    terminal's control character: one UntrustedDataError. `max_objects`: a document that
+    could hold more objects (its count of `{`) is refused before it is parsed, so that a
+    body within the byte cap cannot cost many times its size in memory and time."""
+    if max_objects is not None:
+        braces = data.count(b"{") if isinstance(data, bytes) else data.count("{")
+        if braces > max_objects:
+            raise UntrustedDataError(source, f"holds {braces:,} JSON objects, more than the "
+                                             f"{max_objects:,} wheelsmith reads")
     text = _plain_utf8(data, source)
     try:
         value: Any = json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant)
