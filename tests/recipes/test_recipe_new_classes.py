@@ -382,3 +382,48 @@ def test_written_edits_land_on_the_lines_ast_names_whatever_comes_before(
     assert "b = BuildExtension.with_options(use_ninja=True)\n" in patched
     assert ("if not (torch.cuda.is_available() or os.environ.get(\"FORCE_CUDA\") == \"1\"):\n"
             in patched) is stop
+
+
+# --- a glob that matches nothing ----------------------------------------------------------------
+
+GLOBBED = st.lists(st.tuples(st.sampled_from(["src", "src/cpu", "csrc/ops", "kernels"]),
+                             st.sampled_from(["*.cpp", "*.cu"]), st.booleans()),
+                   min_size=1, max_size=4, unique_by=lambda g: g[:2])
+
+
+@given(globbed=GLOBBED, literal_cpp=st.booleans(), empty_dirs=st.booleans())
+def test_a_glob_that_matches_nothing_is_missing_only_where_nothing_of_its_kind_is_there(
+        tmp_path_factory: pytest.TempPathFactory, globbed: list[tuple[str, str, bool]],
+        literal_cpp: bool, empty_dirs: bool) -> None:
+    """DCNv4 globs src/*.cpp, src/cpu/*.cpp and src/cuda/*.cu, and ships no src/cpu: a glob
+    is how setup.py gathers what may be absent. Only where no host source (or no device
+    source) is there at all does a glob that matches nothing mean the sdist lacks it."""
+    files = [f"{d}/a{i}{suffix[1:]}" for i, (d, suffix, there) in enumerate(globbed) if there]
+    if literal_cpp:
+        files.append("main.cpp")
+    tree = tree_with(tmp_path_factory.mktemp("g"), (
+        "import glob\nfrom torch.utils.cpp_extension import CUDAExtension\n"
+        f"sources = {['main.cpp'] if literal_cpp else []}\n"
+        + "".join(f"sources += glob.glob('{d}/{suffix}')\n" for d, suffix, _ in globbed)
+        + "e = CUDAExtension('demo._C', sources)\n"), *files)
+    if empty_dirs:
+        for directory, _, _ in globbed:
+            (tree / directory).mkdir(parents=True, exist_ok=True)
+    host_there = literal_cpp or any(there for _, s, there in globbed if s == "*.cpp")
+    device_there = any(there for _, s, there in globbed if s == "*.cu")
+    lacking = tuple(f"{d}/{s}" for d, s, there in globbed if not there and not (
+        host_there if s == "*.cpp" else device_there))
+    assert findings(tree).setup.missing == lacking
+
+
+def test_dcnv4s_absent_cpu_directory_is_not_what_the_sdist_lacks(tmp_path: Path) -> None:
+    tree = tree_with(tmp_path, (
+        "import glob, os\nfrom torch.utils.cpp_extension import CUDAExtension\n"
+        "extensions_dir = 'src'\n"
+        "main_file = glob.glob(os.path.join(extensions_dir, '*.cpp'))\n"
+        "source_cpu = glob.glob(os.path.join(extensions_dir, 'cpu', '*.cpp'))\n"
+        "source_cuda = glob.glob(os.path.join(extensions_dir, 'cuda', '*.cu'))\n"
+        "sources = main_file + source_cpu\nsources += source_cuda\n"
+        "e = CUDAExtension('DCNv4.ext', sources)\n"), "src/vision.cpp", "src/cuda/dcnv4_cuda.cu")
+    assert findings(tree).setup.missing == ()
+    assert "sources: the sdist holds all 2 the extensions compile" in lines(tree)

@@ -249,10 +249,25 @@ def module_of(leaf: str, extensions: tuple[Extension, ...]) -> str | None:
     return None
 
 
+def _is_glob(path: str) -> bool:
+    return any(ch in path for ch in "*?[")
+
+
 def _holds(tree: Path, path: str) -> bool:
-    if any(ch in path for ch in "*?["):
+    if _is_glob(path):
         return next(tree.glob(path), None) is not None
     return (tree / path).is_file()
+
+
+def _unheld(tree: Path, sources: tuple[str, ...]) -> list[str]:
+    """What of an extension's `sources` the sdist lacks: a file it names; a glob that
+    matches nothing only where nothing else of its kind (device code, host code) is there,
+    for a glob is how setup.py gathers what may be absent (DCNv4's `src/cpu/*.cpp` next to
+    `src/*.cpp`)."""
+    held = {s: _holds(tree, s) for s in sources}
+    found_kinds = {s.endswith(CUDA_SUFFIXES) for s, there in held.items() if there}
+    return [s for s, there in held.items() if not there and (
+        not _is_glob(s) or s.endswith(CUDA_SUFFIXES) not in found_kinds)]
 
 
 def compiled_files(tree: Path, extensions: tuple[Extension, ...]) -> int:
@@ -260,7 +275,7 @@ def compiled_files(tree: Path, extensions: tuple[Extension, ...]) -> int:
     matches)."""
     found: set[Path] = set()
     for source in (s for e in extensions for s in e.sources):
-        found.update(tree.glob(source) if any(ch in source for ch in "*?[") else
+        found.update(tree.glob(source) if _is_glob(source) else
                      [tree / source] if (tree / source).is_file() else [])
     return len(found)
 
@@ -275,8 +290,7 @@ def missing_parts(tree: Path, module: ast.Module, names: dict[str, ast.expr],
               and isinstance(n.value, str) and id(n) in elsewhere} - {
         n.value for n in ast.walk(module) if isinstance(n, ast.Constant)
         and isinstance(n.value, str) and id(n) not in elsewhere}
-    missing = [s for e in extensions for s in e.sources
-               if s not in theirs and not _holds(tree, s)]
+    missing = [s for e in extensions for s in _unheld(tree, e.sources) if s not in theirs]
     for node in ast.walk(module):
         if isinstance(node, ast.keyword) and node.arg == "include_dirs":
             for directory in strings(node.value, names):
