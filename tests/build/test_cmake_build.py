@@ -6,6 +6,7 @@ stopped before compiling, and the build gives a verified wheel, resumed from its
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import zipfile
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, wheelsmith
+from wheelsmith.scaffold import patches
 from wheelsmith.toolchain.env import Toolchain
 
 pytestmark = pytest.mark.toolchain
@@ -79,6 +81,30 @@ def test_a_package_that_ignores_the_arch_list_is_stopped_before_compiling(
                      "and PTX -, but SASS sm_120 and PTX - were requested; stopping before "
                      "compiling")  # the path in the source tree, relative to it
     assert not (project / "wheelhouse").exists() or not list((project / "wheelhouse").iterdir())
+
+
+def test_a_hard_coded_cuda_architectures_patched_as_recipe_new_writes_it_builds_the_list_given(
+        project: Path, toolchain: Toolchain) -> None:
+    """torch-kdtree's shape: the target's CUDA_ARCHITECTURES hard-coded (90-real). The patch
+    `recipe new` writes (scaffold/patches.py) and the arch knob it writes for a CMake project
+    that links no torch (CUDAARCHS, CMake's form) give exactly the list asked for, through
+    the real CMake and nvcc: the pre-build check passes with sm_120 alone."""
+    source = cmake_variant(project, "tiny-cmake-kdtree", ('"${TINY_ARCHS}"', "90-real"))
+    made = patches.cmake_arch_list(source, 1, torch=False)
+    assert made is not None
+    place = project / "patches" / "tiny-cmake-kdtree" / "0.1.0"
+    place.mkdir(parents=True)
+    (place / made.file).write_text(made.text)
+    recipe = project / "recipes" / "tiny-cmake-kdtree.yaml"
+    digest = hashlib.sha256(made.text.encode()).hexdigest()
+    recipe.write_text(recipe.read_text().replace("env: TINY_CMAKE_ARCHS", "env: CUDAARCHS")
+                      + f"    patches:\n      - file: {made.file}\n        sha256: {digest}\n"
+                        f"        description: {made.description}\n")
+    result = wheelsmith("build", "tiny-cmake-kdtree", "--arch", "12.0", "--configure-only",
+                        "--json", cwd=project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [configured] = json.loads(result.stdout)["configured"]
+    assert (configured["sass"], configured["ptx"]) == (["sm_120"], [])
 
 
 def test_a_cmake_error_is_named_with_its_file_and_line(project: Path, toolchain: Toolchain) -> None:

@@ -7,6 +7,8 @@ tests/recipes/test_recipe_new_check.py."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 import types
@@ -20,7 +22,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import REPO
 from tests.recipes.test_setup_py_patterns import applied, findings, recipe_body, tree_with
-from wheelsmith.scaffold import check, render
+from wheelsmith.recipes.patch import apply_one
+from wheelsmith.scaffold import check, patches, render
 from wheelsmith.toolchain.profile import load_profile
 from wheelsmith.toolchain.venv import MARKER, venv_root
 
@@ -427,3 +430,73 @@ def test_dcnv4s_absent_cpu_directory_is_not_what_the_sdist_lacks(tmp_path: Path)
         "e = CUDAExtension('DCNv4.ext', sources)\n"), "src/vision.cpp", "src/cuda/dcnv4_cuda.cu")
     assert findings(tree).setup.missing == ()
     assert "sources: the sdist holds all 2 the extensions compile" in lines(tree)
+
+
+# --- a CMake project's hard-coded CUDA_ARCHITECTURES -------------------------------------------
+
+ARCH_VALUES = st.lists(st.sampled_from(["50-real", "50-virtual", "70", "80-real", "90a",
+                                        "native", "all-major"]), min_size=1, max_size=3)
+HARD_CODED = st.sampled_from([
+    "set_property(TARGET {t} PROPERTY CUDA_ARCHITECTURES {v})",
+    "set_property( TARGET {t} APPEND PROPERTY CUDA_ARCHITECTURES {v} )",
+    'set_target_properties({t} PROPERTIES CUDA_ARCHITECTURES "{q}")',
+    "set_target_properties({t} PROPERTIES POSITION_INDEPENDENT_CODE ON CUDA_ARCHITECTURES {one}"
+    " CUDA_SEPARABLE_COMPILATION ON)",
+    "set(CMAKE_CUDA_ARCHITECTURES {v})", "  set(CMAKE_CUDA_ARCHITECTURES \"{q}\")"])
+HONOURED = st.sampled_from([
+    "set_property(TARGET {t} PROPERTY CUDA_ARCHITECTURES ${{MY_ARCHS}})",
+    'set_target_properties({t} PROPERTIES CUDA_ARCHITECTURES "$ENV{{ARCHS}}")',
+    "set(CMAKE_CUDA_ARCHITECTURES ${{ARCHS}})"])
+
+
+@given(hard=st.lists(st.tuples(HARD_CODED, ARCH_VALUES), min_size=1, max_size=3),
+       kept=st.lists(HONOURED, max_size=2), torch=st.booleans(),
+       where=st.sampled_from(["CMakeLists.txt", "csrc/CMakeLists.txt", "cmake/cuda.cmake"]))
+def test_a_hard_coded_cmake_arch_list_takes_the_builds_and_one_that_reads_a_variable_stays(
+        tmp_path_factory: pytest.TempPathFactory, hard: list[tuple[str, list[str]]],
+        kept: list[str], torch: bool, where: str) -> None:
+    """torch-kdtree sets its targets' CUDA_ARCHITECTURES to 50-real 50-virtual: whatever
+    form a hard-coded list takes, the patch makes it the build's (OFF where torch's CMake
+    config passes TORCH_CUDA_ARCH_LIST's flags), and a list that reads a variable already
+    honours it and is left alone. Applied with wheelsmith's own patcher."""
+    lines = [form.format(t=f"t{i}", v=" ".join(values), q=";".join(values), one=values[0])
+             for i, (form, values) in enumerate(hard)]
+    lines += [form.format(t="k") for form in kept]
+    tree = tmp_path_factory.mktemp("cm") / "pkg"
+    (tree / where).parent.mkdir(parents=True, exist_ok=True)
+    (tree / where).write_text("project(p LANGUAGES CXX CUDA)\n" + "\n".join(lines) + "\n")
+    (tree / "third_party" / "cutlass").mkdir(parents=True)
+    vendored = "set(CMAKE_CUDA_ARCHITECTURES 80)\n"
+    (tree / "third_party" / "cutlass" / "CMakeLists.txt").write_text(vendored)
+    made = patches.cmake_arch_list(tree, 3, torch=torch)
+    assert made is not None
+    assert made.file == "0003-honour-cmake-cuda-architectures.patch"
+    patched = tree.parent / "patched"
+    shutil.copytree(tree, patched)
+    (tree.parent / made.file).write_text(made.text)
+    apply_one(tree.parent / made.file, patched)
+    text = (patched / where).read_text()
+    value = "OFF" if torch else "${CMAKE_CUDA_ARCHITECTURES}"
+    properties = re.findall(r"PROPERTY\s+CUDA_ARCHITECTURES\s+([^)\s]+)|PROPERTIES[^)]*?"
+                            r"CUDA_ARCHITECTURES\s+(\"[^\"]*\"|[^\s)]+)", text)
+    assert sorted({a or b for a, b in properties} - {value, '"$ENV{ARCHS}"', "${MY_ARCHS}"}) == []
+    for line in text.splitlines():
+        if re.match(r"\s*set\s*\(\s*CMAKE_CUDA_ARCHITECTURES\s+[^$]", line):
+            before = text.splitlines()[text.splitlines().index(line) - 1]
+            assert before.strip() == ("if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED "
+                                      "ENV{CUDAARCHS})")
+    assert (patched / "third_party" / "cutlass" / "CMakeLists.txt").read_text() == vendored
+    assert all(form.format(t="k") in text for form in kept)
+    assert " APPEND PROPERTY CUDA_ARCHITECTURES" not in text
+
+
+def test_a_cmake_project_that_reads_its_arch_list_gets_no_patch(tmp_path: Path) -> None:
+    tree = tmp_path / "pkg"
+    tree.mkdir()
+    (tree / "CMakeLists.txt").write_text(
+        "project(p LANGUAGES CUDA)\nset_target_properties(t PROPERTIES CUDA_ARCHITECTURES "
+        '"${TINY_ARCHS}")\n'  # llama.cpp's: a default under its test, and no arch flags
+        "if (NOT DEFINED CMAKE_CUDA_ARCHITECTURES)\n  if (GGML_NATIVE)\n"
+        '    set(CMAKE_CUDA_ARCHITECTURES "native")\n  endif()\nendif()\n'
+        "set_target_properties(mtmd PROPERTIES CUDA_ARCHITECTURES OFF)\n")
+    assert patches.cmake_arch_list(tree, 1, torch=False) is None

@@ -17,7 +17,7 @@ from tests.conftest import wheelsmith
 from wheelsmith.recipes import fetch, repos
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.recipes.patch import apply_all
-from wheelsmith.scaffold.cmake import read_cmake
+from wheelsmith.scaffold.cmake import cmake_lines, read_cmake
 from wheelsmith.toolchain.env import Toolchain
 
 NATTEN = "8417236b74db079b2d23899ec8f77514fb2dc73d4bbd6b346a45b6967fc05ffb"
@@ -142,6 +142,44 @@ def test_a_setup_py_that_runs_no_cmake_is_not_read_as_one(tmp_path: Path) -> Non
     assert (side.how, side.passes_args, side.switches) == ("setup.py:3 runs cmake", False, ())
 
 
+DOWNLOADS = st.sampled_from(["FetchContent_Declare", "ExternalProject_Add",
+                             "fetchcontent_declare", "EXTERNALPROJECT_ADD"])
+ORIGINS = st.sampled_from([("URL", "https://example.invalid/eigen-3.4.0.tar.bz2"),
+                           ("GIT_REPOSITORY", "https://example.invalid/fmt.git"),
+                           ("URL", '"https://example.invalid/a b.zip"')])
+
+
+@given(calls=st.lists(st.tuples(DOWNLOADS, ORIGINS, st.booleans()), min_size=1, max_size=3),
+       dirname=st.sampled_from(["", "csrc/", "cmake/"]))
+def test_a_dependency_cmake_downloads_is_a_patch_needed_naming_its_line(
+        tmp_path_factory: pytest.TempPathFactory, calls: list[tuple[str, tuple[str, str], bool]],
+        dirname: str) -> None:
+    """torch-kdtree's ExternalProject_Add(eigen URL ...): build machines are offline, so
+    each download CMake would make is named with its file:line; a FetchContent whose source
+    is already there (SOURCE_DIR alone) is not one."""
+    tree = tmp_path_factory.mktemp("dl")
+    (tree / "setup.py").write_text('import subprocess\nsubprocess.check_call(["cmake", "."])\n')
+    text, expected = "project(p LANGUAGES CXX CUDA)\n", []
+    name = "deps.cmake" if dirname == "cmake/" else "CMakeLists.txt"
+    for i, (call, (key, origin), split) in enumerate(calls):
+        sep = "\n  " if split else " "
+        expected.append((f"{dirname}{name}:{text.count(chr(10)) + 1}", f"{call}(dep{i})",
+                         origin.strip('"')))
+        text += f"{call}( dep{i}{sep}{key} {origin}{sep}SOURCE_DIR x)\n"
+    text += "FetchContent_Declare(local SOURCE_DIR ${CMAKE_SOURCE_DIR}/third/local)\n"
+    (tree / dirname / name).parent.mkdir(parents=True, exist_ok=True)
+    (tree / dirname / name).write_text(text)
+    if dirname:
+        (tree / "CMakeLists.txt").write_text("project(top LANGUAGES CXX)\n")
+    side = read_cmake(tree)
+    assert side is not None
+    assert [(at, call, origin.split()[0]) for at, call, origin in side.downloads] == [
+        (at, call, origin.split()[0]) for at, call, origin in expected]
+    lines = cmake_lines(side)
+    assert [line.split(": patch needed: ")[0] for line in lines if "patch needed" in line] == [
+        at for at, _, _ in expected]
+
+
 # --- for real: the check compiles the sample; llama-cpp-python in the CUDA-only channel -------
 
 
@@ -206,3 +244,29 @@ def test_llama_cpp_python_builds_a_verified_wheel_with_no_torch_pin(
     assert [c["sass"] for c in data["provenance"]["device_code"] if c["sass"]] == [["sm_120a"]]
     verified = wheelsmith("verify", str(wheel), cwd=tmp_path)
     assert verified.returncode == 0, verified.stderr
+
+
+@given(guard=st.sampled_from([("", True), ("OPT_ON", True), ("OPT_OFF", False),
+                              ("NEVER_DECLARED", False), ("SET_ON", True), ("X_CUDA", True)]),
+       sibling=st.booleans())
+def test_a_download_the_cuda_build_never_reaches_is_no_finding(
+        tmp_path_factory: pytest.TempPathFactory, guard: tuple[str, bool], sibling: bool) -> None:
+    """llama.cpp fetches CCCL only `if (GGML_CUDA_CUB_3DOT2)`, which nothing turns on, and
+    ZenDNN in the ggml-zendnn backend beside ggml-cuda: neither is reached by its CUDA build.
+    Under an option on by default, one set ON, or the CUDA switch wheelsmith turns on, it is."""
+    name, reached = guard
+    tree = tmp_path_factory.mktemp("g")
+    (tree / "setup.py").write_text('import subprocess\nsubprocess.check_call(["cmake", "."])\n')
+    (tree / "CMakeLists.txt").write_text(
+        'option(OPT_ON "a" ON)\noption(OPT_OFF "b" OFF)\noption(X_CUDA "c" OFF)\n'
+        "set(SET_ON ON)\nadd_subdirectory(src/k)\n")
+    (tree / "src" / "k").mkdir(parents=True)
+    (tree / "src" / "k" / "CMakeLists.txt").write_text("enable_language(CUDA)\n")
+    fetch = "FetchContent_Declare(dep URL https://example.invalid/dep.zip)\n"
+    body = f"if ({name})\n  {fetch}endif()\n" if name else fetch
+    where = tree / "src" / ("other" if sibling else "k") / "deps.cmake"
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.write_text(body)
+    side = read_cmake(tree)
+    assert side is not None
+    assert bool(side.downloads) == (reached and not sibling), side.downloads

@@ -59,7 +59,8 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
         kept = rebase.renumbered(carried)
         made = patches.written(tree, setup_py.read_setup(tree) if kept else setup,
                                cxx20=check.torch_needs_cxx20(), after=kept,
-                               cmake_torch=bool(side and side.cuda_at and side.links_torch))
+                               cmake_torch=bool(side and side.cuda_at and side.links_torch),
+                               cmake_cuda=bool(side and side.cuda_at))
         found = render.Findings(chosen, sdist.read_metadata(tree), setup, kept + made,
                                 base=base, carried=carried, cmake=side)
         files = render.write(found, destination)

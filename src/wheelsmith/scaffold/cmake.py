@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith.build import cmakebuild
+from wheelsmith.untrusted.text import clip
 
 # where a CMake project compiles CUDA: its languages, or enabled later (else the first .cu source
 # it names: vllm's CUDA comes from torch's CMake config, which enables the language for it)
@@ -29,6 +31,11 @@ CU_SOURCE_RE = re.compile(r"^[^#\n]*?[\w/.${}*-]+\.cu\b", re.MULTILINE)  # a .cu
 OTHER_VENDOR_RE = re.compile(r"rocm|hip", re.IGNORECASE)  # a .cu a HIP build compiles
 TORCH_RE = re.compile(r"find_package\s*\(\s*Torch\b|^\s*(?:import torch|from torch[ .])",
                       re.MULTILINE)
+# a dependency CMake downloads while it configures or builds: FetchContent_Declare(NAME ... URL
+# or GIT_REPOSITORY ...), ExternalProject_Add(NAME ...) likewise (torch-kdtree's eigen)
+DOWNLOAD_RE = re.compile(r"\b(FetchContent_Declare|ExternalProject_Add)\s*\(\s*([\w.+-]+)"
+                         r"[^)]*?\b(URL|GIT_REPOSITORY|SVN_REPOSITORY|HG_REPOSITORY)\s+"
+                         r"\"?([^\s\")]*)", re.IGNORECASE)
 SKIPPED = {"test", "tests", "examples", "docs", "benchmarks"}
 MAX_BYTES = 1 << 21  # of one CMake file: llama.cpp's largest is 40 KB
 
@@ -41,6 +48,7 @@ class CMakeSide:
     switches: tuple[tuple[str, str, str], ...]  # (option, value, `file:line`) to pass
     links_torch: bool
     lists: bool = True  # the sdist holds a CMakeLists.txt (marlin-kernels' has none)
+    downloads: tuple[tuple[str, str, str], ...] = ()  # (`file:line`, call(NAME), from where)
 
     def cmake_args(self) -> str:
         """The switches as CMake options (`-DGGML_CUDA=ON -DGGML_NATIVE=OFF`)."""
@@ -97,9 +105,57 @@ def read_cmake(tree: Path) -> CMakeSide | None:
         if (tree / "pyproject.toml").is_file() else ""
     links = torch or re.search(r"requires\s*=\s*\[[^\]]*[\"']torch\b", build_requires) is not None
     first = {name: (name, value, where) for name, value, where in reversed(switches)}
+    on_the_way = _on_the_way(tree, cuda_at)
+    turned_on = {name for name, value, _ in switches if value == "ON"} | {
+        m[1] for t in files.values() for m in OPTION_RE.finditer(t)
+        if m[2].upper() not in ("", "OFF", "FALSE", "0")} | {
+        m[1] for t in files.values() for m in SET_ON_RE.finditer(t)}
+    downloads = tuple((_where(tree, f, t, m.start()), f"{m[1]}({m[2]})", m[4] or m[3])
+                      for f, t in files.items() if on_the_way(f)
+                      for m in DOWNLOAD_RE.finditer(t)
+                      if _reached(enclosing_ifs(t, m.start()), turned_on))
     return CMakeSide(how, passes, cuda_at, tuple(first[n] for n in dict.fromkeys(
         n for n, _, _ in switches)) if passes else (), links,
-        any(p.name == "CMakeLists.txt" for p in files))
+        any(p.name == "CMakeLists.txt" for p in files), downloads)
+
+
+IF_RE = re.compile(r"^[ \t]*(if|endif)\s*\((.*)", re.IGNORECASE | re.MULTILINE)
+SET_ON_RE = re.compile(r"\bset\s*\(\s*(\w+)\s+(?:ON|TRUE|YES|1)\s*[)\s]", re.IGNORECASE)
+BARE_TEST_RE = re.compile(r"^\s*(\w+)\s*\)")  # `if (NAME)`: true where NAME is set on
+
+
+def enclosing_ifs(text: str, at: int) -> list[str]:
+    """The conditions of the if() blocks of a CMake file open at offset `at` (each the text
+    after `if(` on its line), outermost first."""
+    open_ifs: list[str] = []
+    for m in IF_RE.finditer(text, 0, at):
+        if m[1].lower() == "if":
+            open_ifs.append(m[2])
+        elif open_ifs:
+            open_ifs.pop()
+    return open_ifs
+
+
+def _reached(conditions: list[str], turned_on: set[str]) -> bool:
+    """Whether a build with the project's defaults and wheelsmith's switches enters every
+    one of `conditions`: `if (NAME)` of a variable nothing turns on (llama.cpp's
+    GGML_CUDA_CUB_3DOT2, under which it fetches CCCL) is not entered; other tests may be."""
+    for condition in conditions:
+        bare = BARE_TEST_RE.match(condition)
+        if bare is not None and bare[1] not in turned_on:
+            return False
+    return True
+
+
+def _on_the_way(tree: Path, cuda_at: str | None) -> Callable[[Path], bool]:
+    """Whether a CMake file is read by the CUDA build for certain: its directory holds the file
+    that compiles CUDA, or is above it, or is a `cmake` directory of modules; not a sibling
+    backend's (llama.cpp's ggml-zendnn downloads ZenDNN, off unless asked for)."""
+    cuda_dir = (tree / cuda_at.rsplit(":", 1)[0]).parent if cuda_at else tree
+
+    def reads(file: Path) -> bool:
+        return file.parent.name.lower() == "cmake" or cuda_dir.is_relative_to(file.parent)
+    return reads
 
 
 def cmake_lines(side: CMakeSide) -> list[str]:
@@ -112,6 +168,10 @@ def cmake_lines(side: CMakeSide) -> list[str]:
         why = "turns CUDA on (off by default)" if value == "ON" else \
             "optimises for the build machine (its CPU; its GPU, which it lacks)"
         lines.append(f"{at}: option {name} {why}: build.env CMAKE_ARGS -D{name}={value}")
+    lines += [f"{at}: patch needed: {call} downloads {clip(origin)} while CMake runs: build "
+              "machines are offline and a build must be the same every time; make it use a "
+              "source the recipe carries (a patch, or FETCHCONTENT_SOURCE_DIR_<NAME>)"
+              for at, call, origin in side.downloads]
     if side.cuda_at and not side.links_torch:
         lines += ["links no torch: kind: cuda (the CUDA-only channel, no torch pin)",
                   "smoke: its shared libraries are loaded (its Python side needs runtime "

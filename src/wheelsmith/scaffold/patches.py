@@ -8,14 +8,16 @@ bare_metal_version probe, prebuilt-wheel downloads, psutil at build time)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith import locations
 from wheelsmith.errors import UntrustedDataError
+from wheelsmith.scaffold.cmake import enclosing_ifs
 from wheelsmith.scaffold.extensions import vendor_branches
 from wheelsmith.scaffold.setup_py import (
     ARCH_FLAG_RE,
@@ -68,6 +70,7 @@ GPU_PATCH = StandardPatch("honour-force-cuda",
                           "setup.py builds CUDA only where torch.cuda.is_available(), and build "
                           "machines have no GPU")
 CXX20 = "cxx20-for-newer-torch-headers"
+CMAKE_ARCHS = "honour-cmake-cuda-architectures"
 FORCE_CUDA = "FORCE_CUDA"  # the variable the honour-force-cuda patch reads
 
 
@@ -86,10 +89,12 @@ def needed(setup: Setup, made: tuple[Written, ...] = ()
 
 
 def written(tree: Path, setup: Setup, *, cxx20: bool, after: tuple[Written, ...] = (),
-            cmake_torch: bool = False) -> tuple[Written, ...]:
+            cmake_torch: bool = False, cmake_cuda: bool = False) -> tuple[Written, ...]:
     """The patches `recipe new` writes: each one applies on top of the one before. `cxx20`:
     the toolchain's torch headers need C++20 (check.torch_needs_cxx20); `cmake_torch`: a CMake
-    project that compiles against them (its own CMake files get C++20 too). `after`: patches
+    project that compiles against them (its own CMake files get C++20 too); `cmake_cuda`: a
+    CMake project that compiles CUDA (a hard-coded arch list in it is made to take the
+    build's). `after`: patches
     applied to `tree` already (carried over from a shipped recipe): numbered after them, and
     none of a kind they hold."""
     made = [*after, *(_setup_py_patches(tree, setup, cxx20=cxx20, after=after)
@@ -97,6 +102,9 @@ def written(tree: Path, setup: Setup, *, cxx20: bool, after: tuple[Written, ...]
     cmake = cmake_cxx20(tree, len(made) + 1) if cxx20 and cmake_torch and not any(
         f"-{CXX20}." in w.file for w in after) else None
     made += [cmake] if cmake else []
+    archs = cmake_arch_list(tree, len(made) + 1, torch=cmake_torch) if cmake_cuda and not any(
+        f"-{CMAKE_ARCHS}." in w.file for w in after) else None
+    made += [archs] if archs else []
     run_time = runtime_pkg_resources(tree, len(made) + 1) if not any(
         f"-{RUNTIME_PKG_RESOURCES}." in w.file for w in after) else None
     return tuple(made[len(after):]) + ((run_time,) if run_time else ())
@@ -382,17 +390,64 @@ def cmake_cxx20(tree: Path, number: int) -> Written | None:
     """One patch over the package's own CMake files (not its third-party ones) asking for
     C++20 where they ask for an older standard, for a CMake build that compiles against torch
     headers that need it; None when none asks for one."""
+    return _over_own_cmake(tree, lambda text: CMAKE_STD_RE.sub(
+        r"\g<1>20", OLD_STD_RE.sub(r"\g<1>20", text)), Written(
+        f"{number:04d}-{CXX20}.patch", "C++20 in the CMake project, as the toolchain's torch "
+        "headers need (it asks for an older standard)", ""))
+
+
+# a hard-coded arch list in CMake's words: a target's CUDA_ARCHITECTURES (set_property,
+# set_target_properties) and set(CMAKE_CUDA_ARCHITECTURES ...); a value that reads a variable
+# (`${X}`, `$ENV{X}`) already honours something, OFF asks for no arch flags, a set() under
+# `if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)` is a default: each is left as it is
+TARGET_ARCHS_RE = re.compile(
+    r"(\bset_property\s*\(\s*TARGET\b[^)]*?\bPROPERTY\s+CUDA_ARCHITECTURES)(\s+)([^)$]*?)"
+    r"(\s*\))|(\bset_target_properties\s*\([^)]*?\bCUDA_ARCHITECTURES)(\s+)(\"[^\"$]*\"|"
+    r"[^\s)$\"]+)", re.IGNORECASE)
+_APPEND = re.compile(r"\bAPPEND\s+", re.IGNORECASE)  # the list is the build's, not added to
+GLOBAL_ARCHS_RE = re.compile(r"^([ \t]*)(set\s*\(\s*CMAKE_CUDA_ARCHITECTURES\s+[^)$]*\))",
+                             re.IGNORECASE | re.MULTILINE)
+
+
+def cmake_arch_list(tree: Path, number: int, *, torch: bool) -> Written | None:
+    """One patch over the package's own CMake files whose arch list is hard-coded (torch-kdtree:
+    `set_property(TARGET torch_knn PROPERTY CUDA_ARCHITECTURES 50-real 50-virtual)`): a target
+    property takes CMAKE_CUDA_ARCHITECTURES (the recipe's CUDAARCHS or CMAKE_ARGS), or, in a
+    project that links torch, OFF (CMake adds no arch flags; torch's CMake config passes
+    TORCH_CUDA_ARCH_LIST's); a project-wide set() is kept only where the build gave no list."""
+    value = "OFF" if torch else "${CMAKE_CUDA_ARCHITECTURES}"
+
+    def target(m: re.Match[str]) -> str:
+        if (m[3] if m[1] else m[7]).strip('" ').upper() == "OFF":
+            return m[0]
+        return f"{_APPEND.sub('', m[1])}{m[2]}{value}{m[4]}" if m[1] else f"{m[5]}{m[6]}{value}"
+
+    def project_wide(m: re.Match[str]) -> str:
+        if any("CMAKE_CUDA_ARCHITECTURES" in condition.upper()  # a default the build's list
+               for condition in enclosing_ifs(m.string, m.start())):  # overrides (llama.cpp)
+            return m[0]
+        return (f"{m[1]}if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{{CUDAARCHS}})"
+                f"\n{m[1]}  {m[2]}\n{m[1]}endif()")
+
+    def edit(text: str) -> str:
+        return GLOBAL_ARCHS_RE.sub(project_wide, TARGET_ARCHS_RE.sub(target, text))
+    return _over_own_cmake(tree, edit, Written(
+        f"{number:04d}-{CMAKE_ARCHS}.patch", "the CMake project's hard-coded CUDA_ARCHITECTURES "
+        "made to take the arch list the build gives", ""))
+
+
+def _over_own_cmake(tree: Path, edit: Callable[[str], str], made: Written) -> Written | None:
+    """`made` with the diff `edit` makes over the package's own CMake files (not its
+    third-party ones); None when it changes none."""
     diff: list[str] = []
     for file in sorted([*tree.rglob("CMakeLists.txt"), *tree.rglob("*.cmake")]):
         relative = file.relative_to(tree)
         if OWN_DIRS_NOT & {part.lower() for part in relative.parts[:-1]} or not file.is_file():
             continue
         text = file.read_text(errors="replace")
-        changed = CMAKE_STD_RE.sub(r"\g<1>20", OLD_STD_RE.sub(r"\g<1>20", text))
+        changed = edit(text)
         if changed != text:
             diff += difflib.unified_diff(text.splitlines(keepends=True),
                                          changed.splitlines(keepends=True),
                                          f"a/{relative}", f"b/{relative}")
-    return Written(f"{number:04d}-{CXX20}.patch", "C++20 in the CMake project, as the "
-                   "toolchain's torch headers need (it asks for an older standard)",
-                   "".join(diff)) if diff else None
+    return dataclasses.replace(made, text="".join(diff)) if diff else None

@@ -19,6 +19,7 @@ from wheelsmith.inventory import is_shared_object
 from wheelsmith.scaffold.cmake import CMakeSide, arch_lines, cmake_lines
 from wheelsmith.scaffold.extensions import Extension, module_of
 from wheelsmith.scaffold.patches import (
+    CMAKE_ARCHS,
     CXX20,
     FORCE_CUDA,
     GPU_PATCH,
@@ -173,6 +174,7 @@ def _written_at(file: str, setup: Setup) -> tuple[str, int | None]:
          "its CMake files ask for an older C++ standard than torch's headers need",
          setup.old_std_line),
         (RUNTIME_PKG_RESOURCES, "the package's modules import pkg_resources", None),
+        (CMAKE_ARCHS, "its CMake files hard-code CUDA_ARCHITECTURES", None),
         ("pkg-resources", "import pkg_resources", setup.pkg_resources_line),
         (GPU_PATCH.stem, f'CUDA only with a GPU visible: build.env {FORCE_CUDA}: "1"',
          setup.needs_gpu_line)]
