@@ -59,14 +59,14 @@ CORPUS = {
     "xformers==0.0.35": CONFIGURED,
     "vllm==0.34.0": "the build of vllm 0.34.0 failed with exit code 1: setup.py:21: "
                     "ModuleNotFoundError",
-    "DCNv4==1.0.0.post2": "the sdist lacks what its extensions compile",
+    "DCNv4==1.0.0.post2": CONFIGURED,
     "nerfacc==0.5.3": CONFIGURED,
     "mmcv==2.2.0": CONFIGURED,
     "flashinfer-python==0.7.4": "the sdist has no setup.py",
     "transformer-engine-torch==2.20.2": "the sample compile of transformer-engine-torch "
                                         "2.20.2 failed",
     "warp-rnnt==0.7.0": CONFIGURED,
-    "torch-kdtree==1.0": "pre-build check: ",
+    "torch-kdtree==1.0": "the sample compile of torch-kdtree 1.0 failed",  # eigen's download
     "hqq==0.2.8.post1": CONFIGURED,
     "torch-linear-assignment==0.1.0": CONFIGURED,
     "pytorch-block-sparse==0.1.2": CONFIGURED,

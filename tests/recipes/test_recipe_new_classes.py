@@ -6,6 +6,7 @@ tests/recipes/test_recipe_new_check.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from tests.conftest import REPO
 from tests.recipes.test_setup_py_patterns import applied, findings, recipe_body, tree_with
 from wheelsmith.recipes.patch import apply_one
-from wheelsmith.scaffold import check, patches, render
+from wheelsmith.scaffold import buildsystem, check, patches, render
 from wheelsmith.toolchain.profile import load_profile
 from wheelsmith.toolchain.venv import MARKER, venv_root
 
@@ -500,3 +501,66 @@ def test_a_cmake_project_that_reads_its_arch_list_gets_no_patch(tmp_path: Path) 
         '    set(CMAKE_CUDA_ARCHITECTURES "native")\n  endif()\nendif()\n'
         "set_target_properties(mtmd PROPERTIES CUDA_ARCHITECTURES OFF)\n")
     assert patches.cmake_arch_list(tree, 1, torch=False) is None
+
+
+# --- a build requirement the toolchain lacks ---------------------------------------------------
+
+HELD = ["setuptools", "wheel", "torch", "ninja", "packaging", "cmake", "jinja2"]
+LACKED = ["setuptools-rust", "setuptools_scm", "Cython", "pybind11", "build"]
+SPELLINGS = st.sampled_from(["{n}", "{n}>=1.0", "{n}[extra]>=2", "{n} ; python_version >= {q}3{q}",
+                             "{n}; python_version < {q}3{q}"])
+
+
+@given(listed=st.lists(st.tuples(st.sampled_from(HELD + LACKED), SPELLINGS,
+                                 st.sampled_from(["none", "import", "from", "caught"])),
+                       min_size=1, max_size=6, unique_by=lambda x: x[0]),
+       quote=st.sampled_from(['"', "'"]), multiline=st.booleans())
+def test_a_build_requirement_the_toolchain_lacks_is_named_where_setup_py_imports_it(
+        tmp_path_factory: pytest.TempPathFactory, listed: list[tuple[str, str, str]],
+        quote: str, multiline: bool) -> None:
+    """vllm lists setuptools-rust and setuptools-scm in build-system.requires and imports
+    both at setup.py's top: the build fails there, as wheelsmith builds with the toolchain's
+    packages. Named with setup.py's line where it imports one the toolchain lacks, outside a
+    try that catches the ImportError; a requirement it never imports (natten's `build`) or
+    whose marker excludes this Python is no finding."""
+    tree = tmp_path_factory.mktemp("req") / "pkg"
+    tree.mkdir()
+    sep = ",\n    " if multiline else ", "
+    inner = "'" if quote == '"' else '"'  # a marker's quotes inside the TOML string's
+    items = sep.join(f"{quote}{form.format(n=name, q=inner)}{quote}" for name, form, _ in listed)
+    (tree / "pyproject.toml").write_text(f'[project]\nname = "x"\n\n[build-system]\n'
+                                         f"requires = [{items}]\n"
+                                         'build-backend = "setuptools.build_meta"\n')
+    lines, expected = ["import os"], []
+    for name, form, how in listed:
+        module = name.replace("-", "_").lower()
+        if how == "import":
+            lines.append(f"import {module}")
+        elif how == "from":
+            lines.append(f"from {module}.sub import thing")
+        elif how == "caught":
+            lines += ["try:", f"    import {module}", "except ImportError:", "    pass"]
+        if how in ("import", "from") and name in LACKED and "<" not in form:
+            expected.append((module, name, len(lines)))
+    (tree / "setup.py").write_text("\n".join(lines) + "\n")
+    profile = load_profile(REPO / "toolchains" / "cu130-torch2.14.yaml")
+    assert buildsystem.unheld_imports(tree, profile) == tuple(expected)
+
+
+def test_vllms_missing_build_requirements_are_patch_needed_lines(tmp_path: Path) -> None:
+    tree = tree_with(tmp_path, "import torch\nfrom setuptools_rust.build import build_rust\n"
+                               "from setuptools_scm import get_version\n")
+    (tree / "pyproject.toml").write_text(
+        '[build-system]\nrequires = [\n  "setuptools-scm>=8.0",\n  "setuptools-rust>=1.9.0",\n'
+        '  "torch == 2.14.0",\n]\n')
+    profile = load_profile(REPO / "toolchains" / "cu130-torch2.14.yaml")
+    found = dataclasses.replace(findings(tree), unheld=buildsystem.unheld_imports(tree, profile),
+                                toolchain=profile.name)
+    said = [line for line in render.report_lines(found) if "build requirement" in line]
+    assert said == [
+        f"setup.py:{line}: patch needed: it imports {module}, a build requirement "
+        f"({requirement}) the toolchain cu130-torch2.14 does not hold: wheelsmith builds with "
+        "the toolchain's packages only, never an environment it downloads; patch setup.py to "
+        "build without it, else wheelsmith cannot build this package"
+        for module, requirement, line in [("setuptools_rust", "setuptools-rust", 2),
+                                          ("setuptools_scm", "setuptools-scm", 3)]]

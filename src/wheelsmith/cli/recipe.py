@@ -13,7 +13,8 @@ from wheelsmith.cli import console
 from wheelsmith.cli._common import display, emit_json, json_option, main, writable
 from wheelsmith.errors import UsageError, WheelsmithError
 from wheelsmith.recipes import repos
-from wheelsmith.scaffold import check, cmake, patches, rebase, render, sdist, setup_py
+from wheelsmith.scaffold import buildsystem, check, cmake, patches, rebase, render, sdist, setup_py
+from wheelsmith.toolchain import select
 
 
 @main.group("recipe")
@@ -61,8 +62,11 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
                                cxx20=check.torch_needs_cxx20(), after=kept,
                                cmake_torch=bool(side and side.cuda_at and side.links_torch),
                                cmake_cuda=bool(side and side.cuda_at))
+        profile = select.profile_named(None)
         found = render.Findings(chosen, sdist.read_metadata(tree), setup, kept + made,
-                                base=base, carried=carried, cmake=side)
+                                base=base, carried=carried, cmake=side,
+                                unheld=buildsystem.unheld_imports(tree, profile),
+                                toolchain=profile.name)
         files = render.write(found, destination)
         checked = _checked(chosen, destination, found.kind) if configure else None
         if checked is not None:  # its findings go into the recipe too

@@ -49,6 +49,10 @@ class Findings:
     base: Base | None = None  # the shipped recipe a newer version starts from (rebase.py)
     carried: tuple[Carried, ...] = ()  # its patches, carried over or not
     cmake: CMakeSide | None = None  # its build runs CMake (scaffold/cmake.py)
+    # what setup.py imports of its build requirements the toolchain lacks (buildsystem.py):
+    # (module, requirement, line), and the toolchain's name
+    unheld: tuple[tuple[str, str, int], ...] = ()
+    toolchain: str = ""
 
     @property
     def cmake_cuda(self) -> bool:
@@ -259,7 +263,12 @@ def report_lines(found: Findings) -> list[str]:
         example = patch.example()
         lines.append(f"{_at(line)}patch needed: {patch.stem}: {patch.reason}" + (
             f" (start from {example})" if example else ""))
-    if not needed(found.setup, found.written) and not found.written:
+    lines += [f"setup.py:{line}: patch needed: it imports {module}, a build requirement "
+              f"({requirement}) the toolchain {found.toolchain} does not hold: wheelsmith "
+              "builds with the toolchain's packages only, never an environment it downloads; "
+              "patch setup.py to build without it, else wheelsmith cannot build this package"
+              for module, requirement, line in found.unheld]
+    if not needed(found.setup, found.written) and not found.written and not found.unheld:
         lines.append("patches: none of the standard ones is needed")
     return lines + _checked_lines(found)
 

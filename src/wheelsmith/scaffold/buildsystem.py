@@ -1,0 +1,86 @@
+"""What an sdist's pyproject.toml asks its build environment to hold ([build-system] requires,
+PEP 518) that the toolchain does not: wheelsmith builds with the toolchain's packages, never an
+isolated environment it downloads, so a build that imports one of them fails
+(vllm 0.34.0: `setup.py:21: ModuleNotFoundError: No module named 'setuptools_rust'`)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from wheelsmith.build import cmakebuild
+from wheelsmith.errors import UntrustedDataError
+from wheelsmith.scaffold.setup_py import caught_imports
+from wheelsmith.toolchain.profile import Profile
+from wheelsmith.untrusted import parse_python
+
+MAX_BYTES = 1 << 20  # of pyproject.toml read (an sdist is untrusted)
+# read as cmakebuild reads its build-backend (no TOML parser before Python 3.11): the table's
+# text up to the next table, its requires array, the strings in it
+_SECTION_RE = re.compile(r"^\[build-system\][ \t]*$(.*?)(?=^\[|\Z)", re.MULTILINE | re.DOTALL)
+_REQUIRES_RE = re.compile(r"^requires\s*=\s*\[((?:\"[^\"\n]*\"|'[^'\n]*'|[^\]\"'])*)\]",
+                          re.MULTILINE)
+_STRING_RE = re.compile(r'"([^"\n]*)"|\'([^\'\n]*)\'')
+
+
+def requires(tree: Path) -> tuple[str, ...]:
+    """The names pyproject.toml's [build-system] requires lists whose markers hold here
+    (none when it has no such table)."""
+    path = tree / "pyproject.toml"
+    if not path.is_file() or path.stat().st_size > MAX_BYTES:
+        return ()
+    section = _SECTION_RE.search(path.read_text(errors="replace"))
+    listed = _REQUIRES_RE.search(section[1]) if section else None
+    names = []
+    for quoted in _STRING_RE.finditer(listed[1] if listed else ""):
+        try:
+            requirement = Requirement(quoted[1] or quoted[2])
+        except InvalidRequirement:
+            continue
+        if requirement.marker is None or requirement.marker.evaluate():
+            names.append(requirement.name)
+    return tuple(dict.fromkeys(names))
+
+
+def lacking(tree: Path, profile: Profile) -> tuple[str, ...]:
+    """The build requirements `profile`'s toolchain does not hold, as pyproject.toml names
+    them."""
+    held = {canonicalize_name(Requirement(pin.split(";")[0].replace("===", "==")).name)
+            for pin in (*profile.requirements, *profile.tools)}
+    return tuple(name for name in requires(tree) if canonicalize_name(name) not in held)
+
+
+def unheld_imports(tree: Path, profile: Profile) -> tuple[tuple[str, str, int], ...]:
+    """What setup.py imports, outside a `try:` that catches its ImportError, of the build
+    requirements the toolchain lacks: (module, requirement, line). A requirement setup.py
+    never imports (natten's `build`, a frontend) or that wheelsmith provides itself (the
+    scikit-build backends of a CMake build) is no finding."""
+    wanted = {canonicalize_name(name): name for name in lacking(tree, profile)
+              if name.replace("-", "_").lower() not in cmakebuild.BACKENDS}
+    setup = tree / "setup.py"
+    if not wanted or not setup.is_file() or setup.stat().st_size > MAX_BYTES:
+        return ()
+    try:
+        module = parse_python(setup.read_text(errors="replace"), "setup.py")
+    except UntrustedDataError:
+        return ()
+    caught = caught_imports(module)
+    found = []
+    for node in ast.walk(module):
+        if isinstance(node, ast.Import) and id(node) not in caught:
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and id(node) not in caught and node.module \
+                and not node.level:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            requirement = wanted.get(canonicalize_name(top))
+            if requirement is not None:
+                found.append((top, requirement, node.lineno))
+    return tuple(sorted(dict.fromkeys(found), key=lambda f: f[2]))
