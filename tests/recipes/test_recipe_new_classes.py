@@ -20,6 +20,8 @@ from unittest import mock
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 from tests.conftest import REPO
 from tests.recipes.test_setup_py_patterns import applied, findings, recipe_body, tree_with
@@ -564,3 +566,28 @@ def test_vllms_missing_build_requirements_are_patch_needed_lines(tmp_path: Path)
         "build without it, else wheelsmith cannot build this package"
         for module, requirement, line in [("setuptools_rust", "setuptools-rust", 2),
                                           ("setuptools_scm", "setuptools-scm", 3)]]
+
+
+OPERATORS = st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "~="])
+
+
+@given(name=st.sampled_from(["setuptools", "torch", "ninja", "Wheel"]),
+       clauses=st.lists(st.tuples(OPERATORS, st.sampled_from(["1", "2.7", "2.14.0", "2.14.1",
+                                                             "77.0.3", "81", "84.2.1", "90"])),
+                        max_size=2))
+def test_a_build_requirement_that_excludes_the_toolchains_version_is_named(
+        tmp_path_factory: pytest.TempPathFactory, name: str,
+        clauses: list[tuple[str, str]]) -> None:
+    """vllm asks for setuptools<81 and torch == 2.14.0 where the toolchain holds 84.2.1 and
+    2.14.1: each requirement whose specifier excludes what the toolchain holds is named with
+    that version; one that admits it, or names no version, is not."""
+    tree = tmp_path_factory.mktemp("ex") / "pkg"
+    tree.mkdir()
+    written = name + ",".join(f"{op}{version}" for op, version in clauses
+                              if not (op == "~=" and "." not in version))
+    (tree / "pyproject.toml").write_text(f'[build-system]\nrequires = ["{written}"]\n')
+    profile = load_profile(REPO / "toolchains" / "cu130-torch2.14.yaml")
+    version = buildsystem.held(profile)[name.lower()]
+    admits = SpecifierSet(written[len(name):]).contains(version, prereleases=True)
+    assert buildsystem.excluded(tree, profile) == (
+        () if admits else ((str(Requirement(written)), version),))

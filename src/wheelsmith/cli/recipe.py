@@ -66,6 +66,7 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
         found = render.Findings(chosen, sdist.read_metadata(tree), setup, kept + made,
                                 base=base, carried=carried, cmake=side,
                                 unheld=buildsystem.unheld_imports(tree, profile),
+                                excluded=buildsystem.excluded(tree, profile),
                                 toolchain=profile.name)
         files = render.write(found, destination)
         checked = _checked(chosen, destination, found.kind) if configure else None

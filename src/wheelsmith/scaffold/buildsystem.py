@@ -30,28 +30,56 @@ _STRING_RE = re.compile(r'"([^"\n]*)"|\'([^\'\n]*)\'')
 def requires(tree: Path) -> tuple[str, ...]:
     """The names pyproject.toml's [build-system] requires lists whose markers hold here
     (none when it has no such table)."""
+    return tuple(dict.fromkeys(r.name for r in requirements(tree)))
+
+
+def requirements(tree: Path) -> tuple[Requirement, ...]:
+    """pyproject.toml's [build-system] requires whose markers hold here (a string that is no
+    requirement is left out: the build's frontend would refuse it)."""
     path = tree / "pyproject.toml"
     if not path.is_file() or path.stat().st_size > MAX_BYTES:
         return ()
     section = _SECTION_RE.search(path.read_text(errors="replace"))
     listed = _REQUIRES_RE.search(section[1]) if section else None
-    names = []
+    found = []
     for quoted in _STRING_RE.finditer(listed[1] if listed else ""):
         try:
             requirement = Requirement(quoted[1] or quoted[2])
         except InvalidRequirement:
             continue
         if requirement.marker is None or requirement.marker.evaluate():
-            names.append(requirement.name)
-    return tuple(dict.fromkeys(names))
+            found.append(requirement)
+    return tuple(found)
+
+
+def held(profile: Profile) -> dict[str, str]:
+    """What the toolchain's pins hold here: canonical name -> version (its markers for this
+    Python)."""
+    versions: dict[str, str] = {}
+    for pin in (*profile.requirements, *profile.tools):
+        requirement = Requirement(pin.replace("===", "=="))
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue
+        version = next((s.version for s in requirement.specifier if s.operator == "=="), "")
+        versions[canonicalize_name(requirement.name)] = version
+    return versions
 
 
 def lacking(tree: Path, profile: Profile) -> tuple[str, ...]:
     """The build requirements `profile`'s toolchain does not hold, as pyproject.toml names
     them."""
-    held = {canonicalize_name(Requirement(pin.split(";")[0].replace("===", "==")).name)
-            for pin in (*profile.requirements, *profile.tools)}
-    return tuple(name for name in requires(tree) if canonicalize_name(name) not in held)
+    have = held(profile)
+    return tuple(name for name in requires(tree) if canonicalize_name(name) not in have)
+
+
+def excluded(tree: Path, profile: Profile) -> tuple[tuple[str, str], ...]:
+    """The build requirements the toolchain holds at a version they exclude (vllm's
+    `setuptools>=77.0.3,<81.0.0` beside setuptools 84, `torch == 2.14.0` beside 2.14.1):
+    (the requirement as written, the version held)."""
+    have = held(profile)
+    return tuple((str(r), have[canonicalize_name(r.name)]) for r in requirements(tree)
+                 if have.get(canonicalize_name(r.name)) and r.specifier
+                 and not r.specifier.contains(have[canonicalize_name(r.name)], prereleases=True))
 
 
 def unheld_imports(tree: Path, profile: Profile) -> tuple[tuple[str, str, int], ...]:

@@ -30,6 +30,7 @@ from wheelsmith.scaffold.patches import (
 from wheelsmith.scaffold.rebase import Base, Carried
 from wheelsmith.scaffold.sdist import Metadata, Sdist
 from wheelsmith.scaffold.setup_py import Setup
+from wheelsmith.untrusted.text import clip
 
 if TYPE_CHECKING:
     from wheelsmith.scaffold.check import Checked
@@ -53,6 +54,7 @@ class Findings:
     # (module, requirement, line), and the toolchain's name
     unheld: tuple[tuple[str, str, int], ...] = ()
     toolchain: str = ""
+    excluded: tuple[tuple[str, str], ...] = ()  # (requirement, the version the toolchain holds)
 
     @property
     def cmake_cuda(self) -> bool:
@@ -268,6 +270,11 @@ def report_lines(found: Findings) -> list[str]:
               "builds with the toolchain's packages only, never an environment it downloads; "
               "patch setup.py to build without it, else wheelsmith cannot build this package"
               for module, requirement, line in found.unheld]
+    lines += [f"pyproject.toml: its build requirement {clip(requirement)} excludes the "
+              f"{version} the toolchain {found.toolchain} holds: wheelsmith builds with the "
+              "toolchain's, so a build that relies on the difference fails, and a runtime pin "
+              "on it cannot be met in the channel"
+              for requirement, version in found.excluded]
     if not needed(found.setup, found.written) and not found.written and not found.unheld:
         lines.append("patches: none of the standard ones is needed")
     return lines + _checked_lines(found)
