@@ -34,7 +34,7 @@ from wheelsmith import cmd, wheelfile
 from wheelsmith.files import sha256_file
 from wheelsmith.index import ledger
 from wheelsmith.toolchain.env import Toolchain
-from wheelsmith.wheelfile import recorded_provenance
+from wheelsmith.untrusted.provenance import recorded_provenance
 
 pytestmark = pytest.mark.toolchain
 

@@ -33,7 +33,7 @@ from wheelsmith.build.container import Engine, Mounts, run_argv
 from wheelsmith.build.rebuild import differences
 from wheelsmith.files import sha256_file
 from wheelsmith.toolchain.profile import load_profile
-from wheelsmith.wheelfile import read_provenance
+from wheelsmith.untrusted.provenance import read_provenance
 
 BASE = "localhost/wheelsmith-base:bookworm"
 BASE_313 = "localhost/wheelsmith-base:trixie"  # Debian trixie's python3 is 3.13

@@ -8,7 +8,7 @@ from pathlib import Path
 from tests.wheels import make_wheel
 from wheelsmith import wheelfile
 from wheelsmith.build.stamp import stamp
-from wheelsmith.wheelfile import read_provenance
+from wheelsmith.untrusted.provenance import read_provenance
 
 
 def stamp_demo(raw: Path, out: Path) -> Path:

@@ -28,7 +28,7 @@ from tests.index.servers import CHANNEL, IndexServer, devpi, listed_sha256, pypi
 from tests.index.test_index_clients import CLEAN_ENV, INSTALLERS, installed, venv
 from tests.wheels import make_wheel
 from wheelsmith.index import upload
-from wheelsmith.wheelfile import PROVENANCE_FILE
+from wheelsmith.untrusted.provenance import PROVENANCE_FILE
 
 VERSION = "1.0.0+cu.13.0.torch.2.14.sm.120"
 NO_TOKEN = ("WHEELSMITH_UPLOAD_TOKEN", "WHEELSMITH_UPLOAD_USER", "TWINE_PASSWORD",

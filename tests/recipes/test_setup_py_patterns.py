@@ -13,6 +13,7 @@ import pytest
 from wheelsmith.build.compilesetup import ninja_switched_off
 from wheelsmith.recipes.patch import apply_one
 from wheelsmith.scaffold import patches, render, setup_py
+from wheelsmith.scaffold.findings import Findings
 from wheelsmith.scaffold.sdist import Metadata, Sdist
 
 SDIST = Sdist("demo", "1.0", "demo-1.0.tar.gz", "0" * 64)
@@ -83,20 +84,20 @@ def tree_with(tmp_path: Path, setup: str, *files: str) -> Path:
 
 
 def findings(tree: Path, packages: tuple[str, ...] = (), *, cxx20: bool = True
-             ) -> render.Findings:
+             ) -> Findings:
     """What `recipe new` finds, for a toolchain whose torch needs C++20 unless `cxx20` says
     otherwise."""
     setup = setup_py.read_setup(tree)
-    return render.Findings(SDIST, Metadata("", None, packages), setup,
+    return Findings(SDIST, Metadata("", None, packages), setup,
                            patches.written(tree, setup, cxx20=cxx20))
 
 
-def recipe_body(found: render.Findings) -> str:
+def recipe_body(found: Findings) -> str:
     """The recipe without its comment header."""
     return render.render(found).split("package: demo\n")[1]
 
 
-def applied(tree: Path, found: render.Findings, tmp_path: Path) -> str:
+def applied(tree: Path, found: Findings, tmp_path: Path) -> str:
     """setup.py after the written patches, applied by wheelsmith's exact patcher."""
     copy = tmp_path / "patched"
     shutil.copytree(tree, copy)

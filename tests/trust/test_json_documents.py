@@ -26,8 +26,8 @@ from wheelsmith.index import ledger
 from wheelsmith.index.publish import publish
 from wheelsmith.toolchain.env import ProbeAnswer
 from wheelsmith.untrusted import parse_json
+from wheelsmith.untrusted.provenance import Provenance
 from wheelsmith.untrusted.text import CONTROLS
-from wheelsmith.wheelfile import Provenance
 
 OBEYED = ["\x1b", "\x9b", "\x07", "\r", "\x00", "\x7f", "\u202e", "\u2066", "\u2028"]
 

@@ -193,7 +193,7 @@ def test_a_field_that_reaches_a_command_or_path_is_plain_data_or_refused(
     with pytest.raises((VerifyError, UntrustedDataError)) as refused:
         plan_rebuild(wheel, accepted={}, work_dir=root / "work", runner_name="host")
     message = refused.value.message
-    # wheelfile.Provenance refuses the shape (exit 21), plan_rebuild what this command takes
+    # Provenance refuses the shape (exit 21), plan_rebuild what this command takes
     assert message.startswith((f"{wheel.name}: its provenance",
                                f"the provenance of {wheel.name}: "))
     assert field in message or "toolchain profile" in message

@@ -22,7 +22,8 @@ from wheelsmith.errors import UntrustedDataError
 from wheelsmith.index import store
 from wheelsmith.index.publish import publish
 from wheelsmith.untrusted import control_in
-from wheelsmith.wheelfile import Flaw, examine, read_provenance, record_hash
+from wheelsmith.untrusted.provenance import read_provenance
+from wheelsmith.wheelfile import Flaw, examine, record_hash
 
 INFO = "demo-1.0.0.dist-info"
 NAMES = st.sampled_from([

@@ -33,7 +33,8 @@ from wheelsmith.toolchain.foreign import emulated_python
 from wheelsmith.toolchain.platform import pip_platforms
 from wheelsmith.toolchain.tools import auditwheel_for, cuobjdump_for
 from wheelsmith.toolchain.venv import STUBS
-from wheelsmith.wheelfile import WheelName, read_provenance
+from wheelsmith.untrusted.provenance import read_provenance
+from wheelsmith.wheelfile import WheelName
 
 log = logging.getLogger(__name__)
 

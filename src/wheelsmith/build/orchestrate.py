@@ -39,7 +39,7 @@ from wheelsmith.toolchain.platform import parse_platform
 from wheelsmith.toolchain.preflight import preflight
 from wheelsmith.toolchain.select import resolve_toolchain
 from wheelsmith.toolchain.target import interpreter_for
-from wheelsmith.wheelfile import recorded_provenance
+from wheelsmith.untrusted.provenance import recorded_provenance
 
 
 def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None = None

@@ -41,7 +41,7 @@ from wheelsmith.errors import VerifyError
 from wheelsmith.files import sha256_file
 from wheelsmith.toolchain.profile import SYSTEM, profile_files
 from wheelsmith.untrusted import clip, local
-from wheelsmith.wheelfile import Provenance, read_provenance
+from wheelsmith.untrusted.provenance import Provenance, read_provenance
 
 KNOBS = ("*_FORCE_BUILD", "*_SKIP_CUDA_BUILD", "*_FORCE_CXX11_ABI")  # a plain word each
 FLAG_KNOBS = ("NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS")  # read by nvcc itself, word by word

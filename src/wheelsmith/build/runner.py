@@ -32,7 +32,7 @@ from wheelsmith.recipes import repos
 from wheelsmith.toolchain import select, tools
 from wheelsmith.toolchain.platform import host_machine, parse_platform
 from wheelsmith.toolchain.profile import SYSTEM
-from wheelsmith.wheelfile import recorded_provenance
+from wheelsmith.untrusted.provenance import recorded_provenance
 
 REQUEST_FILE = "request.json"  # the inner build's request, in its work directory
 

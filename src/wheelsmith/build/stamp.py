@@ -18,7 +18,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
 from wheelsmith import wheelfile
-from wheelsmith.wheelfile import PROVENANCE_FILE, WheelName
+from wheelsmith.untrusted.provenance import PROVENANCE_FILE
+from wheelsmith.wheelfile import WheelName
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from wheelsmith.recipes.model import load_recipe
 from wheelsmith.recipes.schema import schema_json
 from wheelsmith.toolchain import target
 from wheelsmith.toolchain.target import Target
-from wheelsmith.wheelfile import Provenance, read_provenance
+from wheelsmith.untrusted.provenance import Provenance, read_provenance
 
 
 @main.command()

@@ -13,7 +13,17 @@ from wheelsmith.cli import console
 from wheelsmith.cli._common import display, emit_json, json_option, main, writable
 from wheelsmith.errors import UsageError, WheelsmithError
 from wheelsmith.recipes import repos
-from wheelsmith.scaffold import buildsystem, check, cmake, patches, rebase, render, sdist, setup_py
+from wheelsmith.scaffold import (
+    buildsystem,
+    check,
+    cmake,
+    findings,
+    patches,
+    rebase,
+    render,
+    sdist,
+    setup_py,
+)
 from wheelsmith.toolchain import select
 
 
@@ -63,7 +73,7 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
                                cmake_torch=bool(side and side.cuda_at and side.links_torch),
                                cmake_cuda=bool(side and side.cuda_at))
         profile = select.profile_named(None)
-        found = render.Findings(chosen, sdist.read_metadata(tree), setup, kept + made,
+        found = findings.Findings(chosen, sdist.read_metadata(tree), setup, kept + made,
                                 base=base, carried=carried, cmake=side,
                                 unheld=buildsystem.unheld_imports(tree, profile),
                                 excluded=buildsystem.excluded(tree, profile),

@@ -29,7 +29,7 @@ from wheelsmith.deliver import deliver
 from wheelsmith.errors import MissingToolkitError, OutOfTimeError, UsageError, WheelsmithError
 from wheelsmith.fleet.matrix import Cell
 from wheelsmith.index import ledger, remote
-from wheelsmith.wheelfile import read_provenance
+from wheelsmith.untrusted.provenance import read_provenance
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from wheelsmith.index import ledger
 from wheelsmith.index import store as index
 from wheelsmith.index.ledger import FileRecord, IndexState
 from wheelsmith.untrusted import channel_problem, clip, local
-from wheelsmith.wheelfile import read_provenance
+from wheelsmith.untrusted.provenance import read_provenance
 
 log = logging.getLogger(__name__)
 

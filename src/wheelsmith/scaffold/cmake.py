@@ -4,10 +4,12 @@ pyproject.toml's build-backend, or a setup.py that calls `cmake`), where its CMa
 enables CUDA, the switches a build machine needs (a CUDA option that is off by default, such as
 llama.cpp's GGML_CUDA; an option that optimises for the machine it builds on, GGML_NATIVE, made
 off: the build machine has no GPU and is not the user's CPU), and whether it links torch (a
-CUDA package that does not is built in a CUDA-only channel)."""
+CUDA package that does not is built in a CUDA-only channel); and the diffs that make its own
+CMake files ask for C++20 and take the build's arch list where they hard-code them."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Callable
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith.build import cmakebuild
+from wheelsmith.scaffold.setup_py import OLD_STD_RE
 from wheelsmith.untrusted.text import clip
 
 # where a CMake project compiles CUDA: its languages, or enabled later (else the first .cu source
@@ -189,3 +192,71 @@ def arch_lines(side: CMakeSide, knob: tuple[str, int] | None, checked: str | Non
                 "  format: torch", default]
     return ["arch:", f"  env: {'CMAKE_ARGS' if side.passes_args else 'CUDAARCHS'}",
             "  format: cmake", default]
+
+
+# a C++ standard before 20 in CMake's words: set(CMAKE_CXX_STANDARD 17), set(CXX_STD "17" ...),
+# CXX_STANDARD 17 / CUDA_STANDARD 17 target properties
+CMAKE_STD_RE = re.compile(r"(\bset\s*\(\s*\w*(?:STD|STANDARD)\w*\s+\"?"
+                          r"|\b(?:CXX|CUDA)_STANDARD\s+\"?)(?:11|14|17)\b")
+OWN_DIRS_NOT = {"third_party", "3rdparty", "external", "extern", "deps", "test", "tests"}
+
+def cxx20_diff(tree: Path) -> str:
+    """The diff over the package's own CMake files asking for C++20 where they ask for an
+    older standard, for a CMake build that compiles against torch headers that need it."""
+    return own_cmake_diff(tree, lambda text: CMAKE_STD_RE.sub(
+        r"\g<1>20", OLD_STD_RE.sub(r"\g<1>20", text)))
+
+
+# a hard-coded arch list in CMake's words: a target's CUDA_ARCHITECTURES (set_property,
+# set_target_properties) and set(CMAKE_CUDA_ARCHITECTURES ...); a value that reads a variable
+# (`${X}`, `$ENV{X}`) already honours something, OFF asks for no arch flags, a set() under
+# `if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)` is a default: each is left as it is
+TARGET_ARCHS_RE = re.compile(
+    r"(\bset_property\s*\(\s*TARGET\b[^)]*?\bPROPERTY\s+CUDA_ARCHITECTURES)(\s+)([^)$]*?)"
+    r"(\s*\))|(\bset_target_properties\s*\([^)]*?\bCUDA_ARCHITECTURES)(\s+)(\"[^\"$]*\"|"
+    r"[^\s)$\"]+)", re.IGNORECASE)
+_APPEND = re.compile(r"\bAPPEND\s+", re.IGNORECASE)  # the list is the build's, not added to
+GLOBAL_ARCHS_RE = re.compile(r"^([ \t]*)(set\s*\(\s*CMAKE_CUDA_ARCHITECTURES\s+[^)$]*\))",
+                             re.IGNORECASE | re.MULTILINE)
+
+
+def arch_list_diff(tree: Path, *, torch: bool) -> str:
+    """The diff over the package's own CMake files whose arch list is hard-coded (torch-kdtree:
+    `set_property(TARGET torch_knn PROPERTY CUDA_ARCHITECTURES 50-real 50-virtual)`): a target
+    property takes CMAKE_CUDA_ARCHITECTURES (the recipe's CUDAARCHS or CMAKE_ARGS), or, in a
+    project that links torch, OFF (CMake adds no arch flags; torch's CMake config passes
+    TORCH_CUDA_ARCH_LIST's); a project-wide set() is kept only where the build gave no list."""
+    value = "OFF" if torch else "${CMAKE_CUDA_ARCHITECTURES}"
+
+    def target(m: re.Match[str]) -> str:
+        if (m[3] if m[1] else m[7]).strip('" ').upper() == "OFF":
+            return m[0]
+        return f"{_APPEND.sub('', m[1])}{m[2]}{value}{m[4]}" if m[1] else f"{m[5]}{m[6]}{value}"
+
+    def project_wide(m: re.Match[str]) -> str:
+        if any("CMAKE_CUDA_ARCHITECTURES" in condition.upper()  # a default the build's list
+               for condition in enclosing_ifs(m.string, m.start())):  # overrides (llama.cpp)
+            return m[0]
+        return (f"{m[1]}if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{{CUDAARCHS}})"
+                f"\n{m[1]}  {m[2]}\n{m[1]}endif()")
+
+    def edit(text: str) -> str:
+        return GLOBAL_ARCHS_RE.sub(project_wide, TARGET_ARCHS_RE.sub(target, text))
+    return own_cmake_diff(tree, edit)
+
+
+def own_cmake_diff(tree: Path, edit: Callable[[str], str]) -> str:
+    """The unified diff `edit` makes over the package's own CMake files (not its third-party
+    ones); "" when it changes none."""
+    diff: list[str] = []
+    for file in sorted([*tree.rglob("CMakeLists.txt"), *tree.rglob("*.cmake")]):
+        relative = file.relative_to(tree)
+        if OWN_DIRS_NOT & {part.lower() for part in relative.parts[:-1]} or not file.is_file():
+            continue
+        text = file.read_text(errors="replace")
+        changed = edit(text)
+        if changed != text:
+            diff += difflib.unified_diff(text.splitlines(keepends=True),
+                                         changed.splitlines(keepends=True),
+                                         f"a/{relative}", f"b/{relative}")
+    return "".join(diff)

@@ -3,21 +3,19 @@ exactly: a hard-coded -gencode list kept only without TORCH_CUDA_ARCH_LIST, `use
 -> True, `setup_requires` dropped, `-std=c++17` -> c++20 where the toolchain's torch needs it,
 pkg_resources replaced by importlib.metadata and packaging, a raise without a GPU made to
 honour FORCE_CUDA) and the ones it names with a shipped patch to start from (the
-bare_metal_version probe, prebuilt-wheel downloads, psutil at build time)."""
+bare_metal_version probe, prebuilt-wheel downloads, psutil at build time). The edits over
+the package's CMake files are cmake.py's, those over its own modules source_edits.py's."""
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import difflib
 import re
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith import locations
-from wheelsmith.errors import UntrustedDataError
-from wheelsmith.scaffold.cmake import enclosing_ifs
+from wheelsmith.scaffold import cmake, source_edits
 from wheelsmith.scaffold.extensions import vendor_branches
 from wheelsmith.scaffold.setup_py import (
     ARCH_FLAG_RE,
@@ -25,7 +23,13 @@ from wheelsmith.scaffold.setup_py import (
     OLD_STD_RE,
     Setup,
     gpu_required,
-    pkg_resources_imports,
+)
+from wheelsmith.scaffold.source_edits import (
+    in_place,
+    lines_of,
+    one_line,
+    source_of,
+    without_pkg_resources,
 )
 from wheelsmith.untrusted import parse_python
 
@@ -191,7 +195,7 @@ def _honour_arch_list(text: str, setup: Setup) -> str | None:
     items = {line: cols for line, cols in _in_lists(module).items() if line not in guarded}
     if any(line not in guarded and line not in items for line in placed):
         return None
-    lines = _lines(text)
+    lines = lines_of(text)
     for line in guarded:
         row = lines[line - 1]
         indent = len(row) - len(row.lstrip())
@@ -206,7 +210,7 @@ def _honour_arch_list(text: str, setup: Setup) -> str | None:
 def _use_ninja(text: str, setup: Setup) -> str | None:
     if setup.no_ninja_line is None:
         return None
-    lines = _lines(text)
+    lines = lines_of(text)
     index = setup.no_ninja_line - 1
     lines[index] = re.sub(r"use_ninja\s*=\s*False", "use_ninja=True", lines[index])
     return "".join(lines)
@@ -219,7 +223,7 @@ def _no_setup_requires(text: str, setup: Setup) -> str | None:
         return None
     keyword = next(n for n in ast.walk(parse_python(text, "setup.py"))
                    if isinstance(n, ast.keyword) and n.arg == "setup_requires")
-    lines = _lines(text)
+    lines = lines_of(text)
     first, last = keyword.lineno - 1, (keyword.value.end_lineno or keyword.lineno) - 1
     if lines[first].lstrip().startswith("setup_requires") and lines[last].rstrip().endswith(","):
         return "".join(lines[:first] + lines[last + 1:])
@@ -237,41 +241,16 @@ def _no_setup_requires(text: str, setup: Setup) -> str | None:
     return "".join(lines)
 
 
-def _lines(text: str) -> list[str]:
-    """`text`'s lines as ast numbers them (str.splitlines also splits at a form feed)."""
-    return re.findall(r"[^\n]*\n|[^\n]+$", text)
-
-
-def _in_place(text: str, edits: Sequence[tuple[ast.expr, str]]) -> str:
-    """`text` with each one-line node's source replaced by its new text (ast's columns are
-    UTF-8 bytes)."""
-    lines = _lines(text)
-    for node, new in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):
-        row = lines[node.lineno - 1].encode()
-        lines[node.lineno - 1] = (row[:node.col_offset].decode() + new +
-                                  row[node.end_col_offset or 0:].decode())
-    return "".join(lines)
-
-
-def _source(text: str, node: ast.expr) -> str:
-    row = _lines(text)[node.lineno - 1].encode()
-    return row[node.col_offset:node.end_col_offset].decode()
-
-
-def _one_line(node: ast.AST) -> bool:
-    return getattr(node, "lineno", 0) == getattr(node, "end_lineno", -1)
-
-
 def _cxx20(text: str, setup: Setup) -> str | None:
     """Each `-std=c++17` (c++14, gnu++17, ...) of the CUDA build becomes c++20."""
     if setup.old_std_line is None:
         return None
     module = parse_python(text, "setup.py")
     elsewhere = vendor_branches(module)
-    edits = [(n, OLD_STD_RE.sub(r"\g<1>20", _source(text, n))) for n in ast.walk(module)
-             if isinstance(n, ast.Constant) and isinstance(n.value, str) and _one_line(n)
+    edits = [(n, OLD_STD_RE.sub(r"\g<1>20", source_of(text, n))) for n in ast.walk(module)
+             if isinstance(n, ast.Constant) and isinstance(n.value, str) and one_line(n)
              and OLD_STD_RE.search(n.value) and id(n) not in elsewhere]
-    return _in_place(text, edits) if edits else None
+    return in_place(text, edits) if edits else None
 
 
 def _os(text: str) -> str:
@@ -285,169 +264,41 @@ def _honour_force_cuda(text: str, setup: Setup) -> str | None:
         return None
     force = f'{_os(text)}.environ.get("{FORCE_CUDA}") == "1"'
     calls = [c for c in gpu_required(parse_python(text, "setup.py"),
-                                     switched=setup.own_cuda_way) if _one_line(c)]
-    return _in_place(text, [(c, f"({_source(text, c)} or {force})") for c in calls]) \
+                                     switched=setup.own_cuda_way) if one_line(c)]
+    return in_place(text, [(c, f"({source_of(text, c)} or {force})") for c in calls]) \
         if calls else None
-
-
-# what stands in for each name of pkg_resources setup.py files use
-PKG_RESOURCES = {
-    "parse_version": '__import__("packaging.version").version.parse',
-    "packaging": '__import__("packaging.version")',
-    "DistributionNotFound": '__import__("importlib.metadata").metadata.PackageNotFoundError',
-    "get_distribution": 'lambda name: __import__("types").SimpleNamespace(version=__import__('
-                        '"importlib.metadata").metadata.version(name))',
-}
 
 
 def _no_pkg_resources(text: str, setup: Setup) -> str | None:
     return None if setup.pkg_resources_line is None else without_pkg_resources(text, "setup.py")
 
 
-def without_pkg_resources(text: str, name: str) -> str | None:
-    """Each `import pkg_resources` (a line of its own) becomes a namespace of the names the
-    file uses from it, `from pkg_resources import a, b` an assignment of each; None when it
-    uses a name nothing here stands in for."""
-    module = parse_python(text, name)
-    lines = _lines(text)
-    for _, node in reversed(pkg_resources_imports(module)):
-        row = lines[node.lineno - 1]
-        if not _one_line(node) or row.strip() != ast.get_source_segment(text, node):
-            return None
-        bound = _bindings(module, node)
-        if bound is None:
-            return None
-        indent = row[:len(row) - len(row.lstrip())]
-        lines[node.lineno - 1] = f"{indent}{'; '.join(bound)}\n"
-    return "".join(lines)
-
-
-def _bindings(module: ast.Module, node: ast.Import | ast.ImportFrom) -> list[str] | None:
-    """The assignments that replace one pkg_resources import, or None."""
-    if isinstance(node, ast.ImportFrom):
-        names = [(a.asname or a.name, a.name) for a in node.names]
-        if not all(name in PKG_RESOURCES for _, name in names):
-            return None
-        return [f"{bound} = {PKG_RESOURCES[name]}" for bound, name in names]
-    alias = next(a for a in node.names if a.name == "pkg_resources")
-    if len(node.names) != 1:
-        return None
-    bound = alias.asname or "pkg_resources"
-    used = sorted({n.attr for n in ast.walk(module) if isinstance(n, ast.Attribute)
-                   and isinstance(n.value, ast.Name) and n.value.id == bound})
-    if not all(name in PKG_RESOURCES for name in used):
-        return None
-    members = ", ".join(f"{name}={PKG_RESOURCES[name]}" for name in used)
-    return [f'{bound} = __import__("types").SimpleNamespace({members})']
-
-
-# a C++ standard before 20 in CMake's words: set(CMAKE_CXX_STANDARD 17), set(CXX_STD "17" ...),
-# CXX_STANDARD 17 / CUDA_STANDARD 17 target properties
-CMAKE_STD_RE = re.compile(r"(\bset\s*\(\s*\w*(?:STD|STANDARD)\w*\s+\"?"
-                          r"|\b(?:CXX|CUDA)_STANDARD\s+\"?)(?:11|14|17)\b")
-OWN_DIRS_NOT = {"third_party", "3rdparty", "external", "extern", "deps", "test", "tests"}
-
-
 RUNTIME_PKG_RESOURCES = "no-pkg-resources-at-run-time"
-PY_MAX_BYTES = 1 << 20  # of one module read (an sdist is untrusted)
-
-
-def _own_python(tree: Path) -> list[Path]:
-    """The package's own modules: not setup.py, its tests, examples or vendored code."""
-    return sorted(p for p in tree.rglob("*.py") if p.is_file() and p.name != "setup.py"
-                  and not (OWN_DIRS_NOT | {"examples", "docs", "benchmarks", "build"})
-                  & {part.lower() for part in p.relative_to(tree).parts[:-1]}
-                  and p.stat().st_size <= PY_MAX_BYTES)
 
 
 def runtime_pkg_resources(tree: Path, number: int) -> Written | None:
-    """One patch over the package's own modules that import pkg_resources (warp-rnnt's
-    `from pkg_resources import get_distribution` in its __init__): setuptools 81 and later
-    have none, so the wheel would not import where a current setuptools is installed (the
-    smoke test's environment among them). None when no module imports it; a module that
-    uses a name nothing stands in for is left as it is (its smoke test says so)."""
-    diff: list[str] = []
-    for file in _own_python(tree):
-        text = file.read_text(errors="replace")
-        if "pkg_resources" not in text:
-            continue
-        relative = file.relative_to(tree)
-        try:
-            changed = without_pkg_resources(text, str(relative))
-        except UntrustedDataError:  # not Python this interpreter reads (a Python 2 file)
-            continue
-        if changed is not None and changed != text:
-            diff += difflib.unified_diff(text.splitlines(keepends=True),
-                                         changed.splitlines(keepends=True),
-                                         f"a/{relative}", f"b/{relative}")
+    """One patch over the package's own modules that import pkg_resources
+    (`source_edits.runtime_pkg_resources_diff`); None when none needs one."""
+    diff = source_edits.runtime_pkg_resources_diff(tree)
     return Written(f"{number:04d}-{RUNTIME_PKG_RESOURCES}.patch", "importlib.metadata and "
                    "packaging in place of pkg_resources in the package's own modules, which "
                    "would not import where setuptools 81 or later is installed",
-                   "".join(diff)) if diff else None
+                   diff) if diff else None
 
 
 def cmake_cxx20(tree: Path, number: int) -> Written | None:
-    """One patch over the package's own CMake files (not its third-party ones) asking for
-    C++20 where they ask for an older standard, for a CMake build that compiles against torch
-    headers that need it; None when none asks for one."""
-    return _over_own_cmake(tree, lambda text: CMAKE_STD_RE.sub(
-        r"\g<1>20", OLD_STD_RE.sub(r"\g<1>20", text)), Written(
-        f"{number:04d}-{CXX20}.patch", "C++20 in the CMake project, as the toolchain's torch "
-        "headers need (it asks for an older standard)", ""))
-
-
-# a hard-coded arch list in CMake's words: a target's CUDA_ARCHITECTURES (set_property,
-# set_target_properties) and set(CMAKE_CUDA_ARCHITECTURES ...); a value that reads a variable
-# (`${X}`, `$ENV{X}`) already honours something, OFF asks for no arch flags, a set() under
-# `if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)` is a default: each is left as it is
-TARGET_ARCHS_RE = re.compile(
-    r"(\bset_property\s*\(\s*TARGET\b[^)]*?\bPROPERTY\s+CUDA_ARCHITECTURES)(\s+)([^)$]*?)"
-    r"(\s*\))|(\bset_target_properties\s*\([^)]*?\bCUDA_ARCHITECTURES)(\s+)(\"[^\"$]*\"|"
-    r"[^\s)$\"]+)", re.IGNORECASE)
-_APPEND = re.compile(r"\bAPPEND\s+", re.IGNORECASE)  # the list is the build's, not added to
-GLOBAL_ARCHS_RE = re.compile(r"^([ \t]*)(set\s*\(\s*CMAKE_CUDA_ARCHITECTURES\s+[^)$]*\))",
-                             re.IGNORECASE | re.MULTILINE)
+    """One patch over the package's own CMake files asking for C++20 where they ask for an
+    older standard (`cmake.cxx20_diff`); None when none asks for one."""
+    diff = cmake.cxx20_diff(tree)
+    return Written(f"{number:04d}-{CXX20}.patch", "C++20 in the CMake project, as the "
+                   "toolchain's torch headers need (it asks for an older standard)",
+                   diff) if diff else None
 
 
 def cmake_arch_list(tree: Path, number: int, *, torch: bool) -> Written | None:
-    """One patch over the package's own CMake files whose arch list is hard-coded (torch-kdtree:
-    `set_property(TARGET torch_knn PROPERTY CUDA_ARCHITECTURES 50-real 50-virtual)`): a target
-    property takes CMAKE_CUDA_ARCHITECTURES (the recipe's CUDAARCHS or CMAKE_ARGS), or, in a
-    project that links torch, OFF (CMake adds no arch flags; torch's CMake config passes
-    TORCH_CUDA_ARCH_LIST's); a project-wide set() is kept only where the build gave no list."""
-    value = "OFF" if torch else "${CMAKE_CUDA_ARCHITECTURES}"
-
-    def target(m: re.Match[str]) -> str:
-        if (m[3] if m[1] else m[7]).strip('" ').upper() == "OFF":
-            return m[0]
-        return f"{_APPEND.sub('', m[1])}{m[2]}{value}{m[4]}" if m[1] else f"{m[5]}{m[6]}{value}"
-
-    def project_wide(m: re.Match[str]) -> str:
-        if any("CMAKE_CUDA_ARCHITECTURES" in condition.upper()  # a default the build's list
-               for condition in enclosing_ifs(m.string, m.start())):  # overrides (llama.cpp)
-            return m[0]
-        return (f"{m[1]}if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{{CUDAARCHS}})"
-                f"\n{m[1]}  {m[2]}\n{m[1]}endif()")
-
-    def edit(text: str) -> str:
-        return GLOBAL_ARCHS_RE.sub(project_wide, TARGET_ARCHS_RE.sub(target, text))
-    return _over_own_cmake(tree, edit, Written(
-        f"{number:04d}-{CMAKE_ARCHS}.patch", "the CMake project's hard-coded CUDA_ARCHITECTURES "
-        "made to take the arch list the build gives", ""))
-
-
-def _over_own_cmake(tree: Path, edit: Callable[[str], str], made: Written) -> Written | None:
-    """`made` with the diff `edit` makes over the package's own CMake files (not its
-    third-party ones); None when it changes none."""
-    diff: list[str] = []
-    for file in sorted([*tree.rglob("CMakeLists.txt"), *tree.rglob("*.cmake")]):
-        relative = file.relative_to(tree)
-        if OWN_DIRS_NOT & {part.lower() for part in relative.parts[:-1]} or not file.is_file():
-            continue
-        text = file.read_text(errors="replace")
-        changed = edit(text)
-        if changed != text:
-            diff += difflib.unified_diff(text.splitlines(keepends=True),
-                                         changed.splitlines(keepends=True),
-                                         f"a/{relative}", f"b/{relative}")
-    return dataclasses.replace(made, text="".join(diff)) if diff else None
+    """One patch over the package's own CMake files whose arch list is hard-coded
+    (`cmake.arch_list_diff`); None when none is."""
+    diff = cmake.arch_list_diff(tree, torch=torch)
+    return Written(f"{number:04d}-{CMAKE_ARCHS}.patch", "the CMake project's hard-coded "
+                   "CUDA_ARCHITECTURES made to take the arch list the build gives",
+                   diff) if diff else None

@@ -3,124 +3,33 @@ itself, and writing it with the patches `recipe new` made into the user's reposi
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import logging
 import urllib.parse
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 
 from wheelsmith.errors import UsageError
 from wheelsmith.files import atomic_write_text
 from wheelsmith.inventory import is_shared_object
-from wheelsmith.scaffold.cmake import CMakeSide, arch_lines, cmake_lines
-from wheelsmith.scaffold.extensions import Extension, module_of
+from wheelsmith.scaffold.cmake import arch_lines, cmake_lines
+from wheelsmith.scaffold.extensions import Extension
+from wheelsmith.scaffold.findings import Findings
 from wheelsmith.scaffold.patches import (
     CMAKE_ARCHS,
     CXX20,
     FORCE_CUDA,
     GPU_PATCH,
     RUNTIME_PKG_RESOURCES,
-    Written,
     needed,
 )
-from wheelsmith.scaffold.rebase import Base, Carried
-from wheelsmith.scaffold.sdist import Metadata, Sdist
+from wheelsmith.scaffold.rebase import Base
+from wheelsmith.scaffold.sdist import Sdist
 from wheelsmith.scaffold.setup_py import Setup
 from wheelsmith.untrusted.text import clip
 
-if TYPE_CHECKING:
-    from wheelsmith.scaffold.check import Checked
-
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Findings:
-    """All `recipe new` read from the sdist, and the patches it made."""
-
-    sdist: Sdist
-    metadata: Metadata
-    setup: Setup
-    written: tuple[Written, ...]
-    checked: Checked | None = None  # the check, once it ran
-    base: Base | None = None  # the shipped recipe a newer version starts from (rebase.py)
-    carried: tuple[Carried, ...] = ()  # its patches, carried over or not
-    cmake: CMakeSide | None = None  # its build runs CMake (scaffold/cmake.py)
-    # what setup.py imports of its build requirements the toolchain lacks (buildsystem.py):
-    # (module, requirement, line), and the toolchain's name
-    unheld: tuple[tuple[str, str, int], ...] = ()
-    toolchain: str = ""
-    excluded: tuple[tuple[str, str], ...] = ()  # (requirement, the version the toolchain holds)
-
-    @property
-    def cmake_cuda(self) -> bool:
-        """Its build runs CMake, which compiles CUDA: an extension of no sources is CMake's."""
-        return self.cmake is not None and self.cmake.cuda_at is not None
-
-    @property
-    def kind(self) -> str:
-        """pure, cuda (CUDA code that links no torch: a CUDA-only channel), or extension."""
-        if self.pure:
-            return "pure"
-        return "cuda" if self.cmake_cuda and self.cmake and not self.cmake.links_torch \
-            else "extension"
-
-    @property
-    def made(self) -> tuple[Written, ...]:
-        """The patches `recipe new` made itself (not carried over from the base)."""
-        kept = sum(c.written is not None for c in self.carried)
-        return self.written[kept:]
-
-    @property
-    def env(self) -> tuple[tuple[str, str, int], ...]:
-        """setup.py's build variables, and FORCE_CUDA=1 where a written patch reads it."""
-        own = self.setup.env
-        forced = any(GPU_PATCH.stem in w.file for w in self.written) and FORCE_CUDA not in {
-            var for var, _, _ in own}
-        return (*own, (FORCE_CUDA, "1", self.setup.needs_gpu_line or 0)) if forced else own
-
-    @property
-    def pure(self) -> bool:
-        """Never while setup.py declares an extension or the sdist holds a .cu file."""
-        return not self.setup.extensions and not self.setup.cuda_files
-
-    @property
-    def host_only(self) -> tuple[str, ...]:
-        globs = self._read_host_only() + tuple(g for _, g in self.configured_host() if g)
-        return tuple(dict.fromkeys(globs))
-
-    def _read_host_only(self) -> tuple[str, ...]:
-        return tuple(Extension.glob(e.host_variant) if e.host_variant else Extension.glob(e.name)
-                     for e in self.setup.extensions if e.host_variant or not (
-                         e.cuda or (self.cmake_cuda and not e.sources)))
-
-    def configured_host(self) -> tuple[tuple[str, str | None], ...]:
-        """The extensions the check found C++ only that setup.py's reading did
-        not, each with its host_only glob (None: no extension name says where it lies)."""
-        found: list[tuple[str, str | None]] = []
-        for leaf in self.checked.host_modules if self.checked else ():
-            if is_shared_object(leaf):  # a library a CMake project links from no CUDA object
-                found.append((leaf, f"*/{leaf}*"))
-                continue
-            module = module_of(leaf, self.setup.extensions)
-            path = module.replace(".", "/") + ".so" if module else None
-            if path is None or not any(fnmatch.fnmatch(path, g) for g in self._read_host_only()):
-                found.append((leaf, Extension.glob(module) if module else None))
-        return tuple(found)
-
-    @property
-    def imports(self) -> tuple[str, ...]:
-        """What the smoke test imports; none for a package that links no torch (its shared
-        libraries are loaded instead: its Python side needs runtime dependencies such as
-        numpy, which the toolchain does not hold)."""
-        if self.kind == "cuda":
-            return ()
-        names = [e.name for e in self.setup.extensions if "*" not in e.name]
-        return tuple(dict.fromkeys([*self.metadata.packages, *names]))
 
 
 def dotted_cc(cc: str) -> str:

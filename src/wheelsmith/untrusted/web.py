@@ -24,15 +24,10 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import enum
-import functools
 import http.client
 import re
-import socket
-import ssl
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -43,6 +38,13 @@ from dataclasses import dataclass, field
 from wheelsmith.errors import SourceError, UntrustedDataError, WheelsmithError
 from wheelsmith.untrusted import CHUNK, SLOW_HINT, Bounds, too_big, too_slow
 from wheelsmith.untrusted.addresses import redact, server_url
+from wheelsmith.untrusted.connections import (
+    Watchdog,
+    basic_auth,
+    connection,
+    origin,
+    without_credentials,
+)
 from wheelsmith.untrusted.text import clip
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -115,13 +117,13 @@ class _Exchange:
     follow: Follow
     idle: float
     sink: Callable[[bytes], object] | None
-    watchdog: _Watchdog = field(init=False)
+    watchdog: Watchdog = field(init=False)
 
     def __post_init__(self) -> None:
-        self.watchdog = _Watchdog(self.bounds.seconds)
+        self.watchdog = Watchdog(self.bounds.seconds)
 
     def run(self, url: str) -> Answer:
-        body, authorization = self.request.body, self.request.authorization or _basic(url)
+        body, authorization = self.request.body, self.request.authorization or basic_auth(url)
         seen: set[str] = set()
         while True:
             conn, target, extra = self._connect(url)
@@ -143,7 +145,7 @@ class _Exchange:
 
     def _connect(self, url: str) -> tuple[http.client.HTTPConnection, str, dict[str, str]]:
         parts = urllib.parse.urlsplit(url)
-        conn, target, extra = _connection(parts, self.idle)
+        conn, target, extra = connection(parts, self.idle)
         conn._create_connection = self.watchdog.connect  # type: ignore[attr-defined]
         try:
             conn.connect()
@@ -189,10 +191,10 @@ class _Exchange:
         if response.status not in REDIRECTS or location is None or \
                 self.follow is Follow.NEVER or self.request.method not in FOLLOWED:
             return None
-        target = _without_credentials(server_url(
+        target = without_credentials(server_url(
             location, url, source=self.shown, where=f"its redirect (HTTP {response.status})",
             hint=REDIRECT_HINT))
-        if self.follow is Follow.SAME_ORIGIN and _origin(target) != _origin(url):
+        if self.follow is Follow.SAME_ORIGIN and origin(target) != origin(url):
             return None
         if target in seen or target == url or len(seen) >= MAX_REDIRECTS:
             return None  # a loop: the redirect is the answer
@@ -311,17 +313,6 @@ class _Inflate:
                                   hint=NOT_HTTP_HINT)
 
 
-class _Response(http.client.HTTPResponse):
-    """http.client skips the interim answer `100 Continue` only; every 1xx but 101 (a
-    protocol switch, never asked for) is interim (RFC 9110 15.2): `103 Early Hints` too."""
-
-    def _read_status(self) -> tuple[str, int, str]:
-        version, status, reason = super()._read_status()  # type: ignore[misc]
-        if 100 < status < 200 and status != 101:
-            return version, http.client.CONTINUE, reason  # begin() skips its head
-        return version, status, reason
-
-
 class _FromSink(Exception):
     """What the sink raised, carried past the mapping of the connection's errors."""
 
@@ -346,105 +337,3 @@ def _send(conn: http.client.HTTPConnection, method: str, target: str,
     except (BrokenPipeError, ConnectionResetError):
         if body is None:
             raise
-
-
-def _basic(url: str) -> str | None:
-    """Basic authentication from the `user:password@` of `url`, if it has one."""
-    userinfo, at, _ = urllib.parse.urlsplit(url).netloc.rpartition("@")
-    if not at:
-        return None
-    user, _, password = userinfo.partition(":")
-    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
-    return "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-
-
-def _without_credentials(url: str) -> str:
-    """A URL a server redirected to: credentials in it are never sent."""
-    parts = urllib.parse.urlsplit(url)
-    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-
-
-def _origin(url: str) -> tuple[str, str | None, int]:
-    parts = urllib.parse.urlsplit(url)
-    return parts.scheme, parts.hostname, parts.port or _default_port(parts.scheme)
-
-
-def _default_port(scheme: str) -> int:
-    return 443 if scheme == "https" else 80
-
-
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    return ssl.create_default_context()
-
-
-def _connection(parts: urllib.parse.SplitResult, timeout: float
-                ) -> tuple[http.client.HTTPConnection, str, dict[str, str]]:
-    """A connection for `parts` (through the environment's proxy, if it has one for it), the
-    request target to send on it and the headers that proxy needs."""
-    host, port = parts.hostname or "", parts.port or _default_port(parts.scheme)
-    target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
-    tls = parts.scheme == "https"
-    proxy = _proxy(parts.scheme, host)
-    if proxy is None:
-        return _open(host, port, timeout, tls=tls), target, {}
-    via, via_port = proxy.hostname or "", proxy.port or 80
-    auth = _basic(urllib.parse.urlunsplit(proxy))
-    extra = {"Proxy-Authorization": auth} if auth else {}
-    if tls:
-        conn = _open(via, via_port, timeout, tls=True)
-        conn.set_tunnel(host, port, headers=extra)
-        return conn, target, {}
-    absolute = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2],
-                                                      fragment=""))
-    return _open(via, via_port, timeout, tls=False), absolute, extra
-
-
-def _open(host: str, port: int, timeout: float, *, tls: bool) -> http.client.HTTPConnection:
-    conn = (http.client.HTTPSConnection(host, port, timeout=timeout, context=_tls()) if tls
-            else http.client.HTTPConnection(host, port, timeout=timeout))
-    conn.response_class = _Response
-    return conn
-
-
-def _proxy(scheme: str, host: str) -> urllib.parse.SplitResult | None:
-    """The environment's proxy for `scheme` URLs, unless `no_proxy` spares `host`."""
-    setting = urllib.request.getproxies().get(scheme)
-    if not setting or urllib.request.proxy_bypass(host):
-        return None
-    given = setting if "://" in setting else f"http://{setting}"
-    checked = server_url(given, given, source=f"the {scheme}_proxy setting {redact(given)}",
-                         where=None, hint=f"fix the {scheme}_proxy variable, or unset it")
-    return urllib.parse.urlsplit(checked)
-
-
-class _Watchdog:
-    """Shuts every socket of one exchange at its deadline: a blocked read then returns."""
-
-    def __init__(self, seconds: float) -> None:
-        self.deadline = time.monotonic() + seconds
-        self.fired = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.fired = True
-            for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-    def connect(self, address: tuple[str, int], timeout: float | None = None,
-                source_address: tuple[str, int] | None = None) -> socket.socket:
-        sock = socket.create_connection(address, timeout, source_address)
-        with self._lock:
-            self._sockets.append(sock)
-            if self.fired:
-                sock.shutdown(socket.SHUT_RDWR)
-        return sock

@@ -1,0 +1,133 @@
+"""Connections to a server that is not trusted, for `web.exchange`: through the environment's
+proxy (`http_proxy`, `https_proxy`, `no_proxy`, as urllib takes them; https through a CONNECT
+tunnel), TLS with the system's trust store, Basic credentials from a URL's `user:password@`
+that go only where they came with, every 1xx interim answer skipped, and a `Watchdog` that
+shuts a connection's sockets at the exchange's deadline."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import http.client
+import socket
+import ssl
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+from wheelsmith.untrusted.addresses import redact, server_url
+
+
+class _Response(http.client.HTTPResponse):
+    """http.client skips the interim answer `100 Continue` only; every 1xx but 101 (a
+    protocol switch, never asked for) is interim (RFC 9110 15.2): `103 Early Hints` too."""
+
+    def _read_status(self) -> tuple[str, int, str]:
+        version, status, reason = super()._read_status()  # type: ignore[misc]
+        if 100 < status < 200 and status != 101:
+            return version, http.client.CONTINUE, reason  # begin() skips its head
+        return version, status, reason
+
+
+def basic_auth(url: str) -> str | None:
+    """Basic authentication from the `user:password@` of `url`, if it has one."""
+    userinfo, at, _ = urllib.parse.urlsplit(url).netloc.rpartition("@")
+    if not at:
+        return None
+    user, _, password = userinfo.partition(":")
+    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+    return "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+
+
+def without_credentials(url: str) -> str:
+    """A URL a server redirected to: credentials in it are never sent."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def origin(url: str) -> tuple[str, str | None, int]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, parts.hostname, parts.port or _default_port(parts.scheme)
+
+
+def _default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+def connection(parts: urllib.parse.SplitResult, timeout: float
+                ) -> tuple[http.client.HTTPConnection, str, dict[str, str]]:
+    """A connection for `parts` (through the environment's proxy, if it has one for it), the
+    request target to send on it and the headers that proxy needs."""
+    host, port = parts.hostname or "", parts.port or _default_port(parts.scheme)
+    target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    tls = parts.scheme == "https"
+    proxy = _proxy(parts.scheme, host)
+    if proxy is None:
+        return _open(host, port, timeout, tls=tls), target, {}
+    via, via_port = proxy.hostname or "", proxy.port or 80
+    auth = basic_auth(urllib.parse.urlunsplit(proxy))
+    extra = {"Proxy-Authorization": auth} if auth else {}
+    if tls:
+        conn = _open(via, via_port, timeout, tls=True)
+        conn.set_tunnel(host, port, headers=extra)
+        return conn, target, {}
+    absolute = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2],
+                                                      fragment=""))
+    return _open(via, via_port, timeout, tls=False), absolute, extra
+
+
+def _open(host: str, port: int, timeout: float, *, tls: bool) -> http.client.HTTPConnection:
+    conn = (http.client.HTTPSConnection(host, port, timeout=timeout, context=_tls()) if tls
+            else http.client.HTTPConnection(host, port, timeout=timeout))
+    conn.response_class = _Response
+    return conn
+
+
+def _proxy(scheme: str, host: str) -> urllib.parse.SplitResult | None:
+    """The environment's proxy for `scheme` URLs, unless `no_proxy` spares `host`."""
+    setting = urllib.request.getproxies().get(scheme)
+    if not setting or urllib.request.proxy_bypass(host):
+        return None
+    given = setting if "://" in setting else f"http://{setting}"
+    checked = server_url(given, given, source=f"the {scheme}_proxy setting {redact(given)}",
+                         where=None, hint=f"fix the {scheme}_proxy variable, or unset it")
+    return urllib.parse.urlsplit(checked)
+
+
+class Watchdog:
+    """Shuts every socket of one exchange at its deadline: a blocked read then returns."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+        self.fired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def connect(self, address: tuple[str, int], timeout: float | None = None,
+                source_address: tuple[str, int] | None = None) -> socket.socket:
+        sock = socket.create_connection(address, timeout, source_address)
+        with self._lock:
+            self._sockets.append(sock)
+            if self.fired:
+                sock.shutdown(socket.SHUT_RDWR)
+        return sock

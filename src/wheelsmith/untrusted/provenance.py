@@ -1,0 +1,95 @@
+"""A wheelsmith wheel's provenance record (`wheelsmith.json` in its .dist-info): data whoever
+built the wheel wrote, so read bounded (`read_member`) and parsed into `Provenance`, where every
+field wheelsmith acts on is checked (docs/security.md, "Provenance is data, never commands")."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from wheelsmith.errors import UntrustedDataError
+from wheelsmith.untrusted import Node, channel_name, clip, describe_size, parse_json
+from wheelsmith.untrusted.local import MEMBER_MAX_BYTES, MemberTooLarge, open_zip, read_member
+from wheelsmith.wheelfile import UNREADABLE, dist_info_dir
+
+PROVENANCE_FILE = "wheelsmith.json"
+PROVENANCE_MAX_BYTES = MEMBER_MAX_BYTES  # a record is tens of KB
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Provenance:
+    """A wheelsmith wheel's `wheelsmith.json`: data whoever built the wheel wrote. Every field
+    wheelsmith acts on is checked here (names that reach a path or a command are plain names,
+    versions are versions); the whole record is kept in `record` for showing it."""
+
+    key: str | None  # the content key
+    recipe: str | None  # the recipe's package name
+    version: str | None  # the recipe's version
+    toolchain: str | None  # the profile's name
+    python: str | None  # the toolchain's Python, "3.12"
+    channel: str | None  # the index channel
+    archs: str | None  # the arch set requested, as `--arch` takes it
+    host_only: tuple[str, ...]  # shared objects allowed to carry no device code (globs)
+    extra_env: dict[str, str]  # --env NAME=VALUE of the build
+    record: dict[str, Any]
+
+    @classmethod
+    def parse(cls, node: Node) -> Provenance:
+        recipe, toolchain = node.get("recipe"), node.get("toolchain")
+
+        def field(part: Node | None, key: str, read: Callable[[Node], str]) -> str | None:
+            return part.optional(key, read) if part is not None else None
+
+        env = node.optional("extra_env", Node.entries) or {}
+        for name in env:
+            if not ENV_NAME_RE.fullmatch(name):
+                raise node.fail(f"extra_env: '{clip(name)}' is not a variable name")
+        return cls(
+            key=node.optional("key", Node.text),
+            recipe=field(recipe, "package", Node.name),
+            version=field(recipe, "version", _version),
+            toolchain=field(toolchain, "name", Node.name),
+            python=field(toolchain, "python", lambda n: n.text(_PYTHON_RE, "a Python version")),
+            channel=field(toolchain, "channel", lambda n: n.parsed(channel_name, "a channel name")),
+            archs=node.optional("archs_requested", Node.text),
+            host_only=tuple(n.text() for n in node.optional("host_only", Node.items) or ()),
+            extra_env={name: value.text() for name, value in env.items()},
+            record={key: value.value for key, value in node.entries().items()})
+
+
+_PYTHON_RE = re.compile(r"\d+\.\d+")
+
+
+def _version(node: Node) -> str:
+    """A version, kept as it was written (a recipe names its versions so)."""
+    node.parsed(Version, "a version")
+    return node.text()
+
+
+def read_provenance(wheel: Path) -> Provenance | None:
+    """The provenance of a wheelsmith wheel; None for any other wheel (or no readable zip).
+    A record that is not what wheelsmith writes: UntrustedDataError naming it. A wheel that
+    is not a regular file: FileSystemError naming it (`open_zip`)."""
+    source = f"the provenance of {wheel.name}"
+    try:
+        with open_zip(wheel) as zf:
+            info_dir = dist_info_dir(zf.namelist())
+            data = read_member(zf, f"{info_dir}/{PROVENANCE_FILE}")  # never a zip bomb's whole
+    except MemberTooLarge:
+        raise UntrustedDataError(source, f"is larger than {describe_size(PROVENANCE_MAX_BYTES)}"
+                                 ) from None
+    except (KeyError, ValueError, *UNREADABLE):
+        return None
+    return Provenance.parse(parse_json(data, source))
+
+
+def recorded_provenance(wheel: Path) -> dict[str, Any]:
+    """The whole provenance record of a wheelsmith wheel (checked); {} for another wheel."""
+    provenance = read_provenance(wheel)
+    return provenance.record if provenance else {}
