@@ -34,7 +34,7 @@ from packaging.version import InvalidVersion, Version
 
 from wheelsmith import files
 from wheelsmith.untrusted import clip, control_in
-from wheelsmith.untrusted.local import MemberTooLarge, open_zip, read_member
+from wheelsmith.untrusted.local import MemberTooLarge, expands_too_far, open_zip, read_member
 
 ZIP_EPOCH_FLOOR = 315532800  # 1980-01-01, the earliest time a zip entry can hold
 
@@ -164,9 +164,6 @@ def what_to_do(flaw: Flaw, content: str) -> str:
     return flaw.value or content
 
 
-BOMB_RATIO = 50
-
-
 BOMB_FLOOR = 64 << 20
 
 
@@ -183,7 +180,7 @@ def _unsafe_members(zf: zipfile.ZipFile) -> list[str]:
         problems += _member_problems(member)
     unpacked = sum(m.file_size for m in zf.infolist())
     packed = sum(m.compress_size for m in zf.infolist())
-    if unpacked > BOMB_FLOOR and unpacked > BOMB_RATIO * max(packed, 1):
+    if expands_too_far(unpacked, packed, BOMB_FLOOR):
         problems.append(f"unpacks to {unpacked} bytes from {packed}: looks like a zip bomb")
     return problems
 

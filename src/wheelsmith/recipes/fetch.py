@@ -1,9 +1,8 @@
 """Fetch a recipe's source into a fresh directory: verified before it is unpacked.
 
 Downloads land in a content-addressed cache (`downloads/<sha256>`); a file whose sha256 does
-not match the pin is deleted and never unpacked. Archives are checked member by member
-(absolute paths, `..`, links leaving the tree, device files) before extraction with the
-`data` filter. Git sources are checked out at the pinned commit; local directories are copied.
+not match the pin is deleted and never unpacked (recipes/unpack.py checks what is). Git
+sources are checked out at the pinned commit; local directories are copied.
 """
 
 from __future__ import annotations
@@ -11,27 +10,23 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import shutil
-import stat
-import tarfile
 import time
-import zipfile
 from http import HTTPStatus
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from wheelsmith import cmd
 from wheelsmith.errors import SourceError, UntrustedDataError
 from wheelsmith.files import (
     atomic_write_text,
     exclusive_lock,
-    naming,
     place_no_clobber,
     sha256_file,
     temp_file_in,
 )
 from wheelsmith.recipes.model import GitSource, LocalSource, PypiSource, Source, UrlSource
 from wheelsmith.recipes.simple import pypi_sdist
+from wheelsmith.recipes.unpack import unpack
 from wheelsmith.untrusted import Bounds
 from wheelsmith.untrusted.addresses import redact
 from wheelsmith.untrusted.urls import copy_url
@@ -179,68 +174,6 @@ def _download_once(url: str, dest: Path, bounds: Bounds) -> str:
 
         copy_url(url, take, bounds)
     return digest.hexdigest()
-
-
-# --- unpacking -------------------------------------------------------------------------------
-
-
-def unpack(archive: Path, dest: Path) -> Path:
-    """Extract a tar or zip archive into `dest` after checking every member."""
-    try:
-        if tarfile.is_tarfile(archive):
-            with tarfile.open(archive) as tar:
-                for member in tar.getmembers():
-                    _check_tar_member(archive, member)
-                with naming(dest):
-                    tar.extractall(dest, filter="data")
-        elif zipfile.is_zipfile(archive):
-            with zipfile.ZipFile(archive) as zf:
-                for info in zf.infolist():
-                    _check_zip_member(archive, info)
-                with naming(dest):
-                    zf.extractall(dest)  # noqa: S202 - every member was checked above
-        else:
-            raise SourceError(f"{archive} is neither a tar nor a zip archive")
-    except tarfile.FilterError as exc:  # a link that resolves outside through other links
-        raise _refuse(archive, exc.tarinfo.name, f"is refused: {exc}") from None
-    except (tarfile.TarError, zipfile.BadZipFile) as exc:
-        raise SourceError(f"cannot unpack {archive.name}: {exc}",
-                          hint="the archive is damaged; delete it from the download cache and "
-                               "fetch it again") from None
-    entries = list(dest.iterdir())
-    return entries[0] if len(entries) == 1 and entries[0].is_dir() else dest
-
-
-def _refuse(archive: Path, member: str, reason: str) -> SourceError:
-    return SourceError(f"refusing to unpack {archive.name}: member '{member}' {reason}",
-                       hint="the archive is malformed or hostile; nothing was extracted")
-
-
-def _escapes(path: str) -> bool:
-    pure = PurePosixPath(path)
-    return pure.is_absolute() or ".." in pure.parts
-
-
-def _check_tar_member(archive: Path, member: tarfile.TarInfo) -> None:
-    name = member.name
-    if _escapes(name):
-        raise _refuse(archive, name, "has an absolute path or '..'")
-    if member.isdev() or member.isfifo():
-        raise _refuse(archive, name, "is a device file or FIFO")
-    if member.issym():
-        target = os.path.normpath(PurePosixPath(name).parent / member.linkname)
-        if PurePosixPath(member.linkname).is_absolute() or _escapes(target):
-            raise _refuse(archive, name, f"is a link pointing outside ({member.linkname})")
-    if member.islnk() and _escapes(os.path.normpath(member.linkname)):
-        raise _refuse(archive, name, f"is a hard link pointing outside ({member.linkname})")
-
-
-def _check_zip_member(archive: Path, info: zipfile.ZipInfo) -> None:
-    name = info.filename
-    if "\\" in name or re.match(r"^[A-Za-z]:", name) or _escapes(name):
-        raise _refuse(archive, name, "has an absolute path, a drive, a backslash or '..'")
-    if stat.S_ISLNK(info.external_attr >> 16):
-        raise _refuse(archive, name, "is a symbolic link")
 
 
 # --- git -------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from wheelsmith.errors import NotRegularFileError
 from wheelsmith.untrusted import CHUNK, describe_size, inside
 
 MEMBER_MAX_BYTES = 16 << 20  # a zip member read whole: METADATA, RECORD are KBs to a few MB
+BOMB_RATIO = 50  # unpacked : packed past which an archive is a bomb (gzip makes 1000:1 of zeros)
 Mode = Literal["read", "append", "update", "lock"]
 _FLAGS: dict[Mode, tuple[int, str]] = {  # os.open flags and the file object's mode
     "read": (os.O_RDONLY, "rb"),
@@ -176,3 +177,9 @@ def read_member(zf: zipfile.ZipFile, member: str) -> bytes:
     if len(data) > MEMBER_MAX_BYTES:
         raise MemberTooLarge(f"{member} is larger than {describe_size(MEMBER_MAX_BYTES)}")
     return data
+
+
+def expands_too_far(unpacked: int, packed: int, floor: int) -> bool:
+    """An archive from outside (a wheel, an sdist) that unpacks past `floor` bytes and to more
+    than BOMB_RATIO times its packed size: a bomb, refused before anything is extracted."""
+    return unpacked > floor and unpacked > BOMB_RATIO * max(packed, 1)
