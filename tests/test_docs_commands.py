@@ -157,7 +157,7 @@ def nightly_built(session: Session, result: subprocess.CompletedProcess[str]) ->
 def recipe_written(session: Session, result: subprocess.CompletedProcess[str]) -> None:
     written = session.home / "my-recipes" / "recipes" / "torch-scatter.yaml"
     ok(f"wrote {written}")(session, result)
-    assert "pypi: torch-scatter" in written.read_text()
+    assert 'pypi: "torch-scatter"' in written.read_text()
 
 
 DOCTOR = ok(f"causal-conv1d     {LABEL}           SASS (native)",

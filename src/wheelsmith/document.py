@@ -23,6 +23,7 @@ import yaml
 
 from wheelsmith.errors import NotRegularFileError, Problem, RecipeError
 from wheelsmith.untrusted import local
+from wheelsmith.untrusted.text import CONTROLS
 
 KeyPath = tuple[str | int, ...]
 
@@ -74,6 +75,25 @@ class Document:
     def raise_if_problems(self) -> None:
         if self.problems:
             raise RecipeError(sorted(self.problems, key=lambda p: (p.file, p.line, p.column)))
+
+
+def yaml_string(text: str) -> str:
+    """`text` as a double-quoted YAML scalar that reads back as exactly `text` (a lone
+    surrogate, which no file can hold, as U+FFFD): `"` and `\\` escaped, and every character
+    outside YAML's printable set or that a terminal would obey (controls, DEL, C1, bidi, line
+    separators) as an escape, so a value from outside written into a file stays one value."""
+    return '"' + "".join(_yaml_char(c) for c in text) + '"'
+
+
+def _yaml_char(char: str) -> str:
+    code = ord(char)
+    if char in '"\\':
+        return "\\" + char
+    if 0xD800 <= code <= 0xDFFF:
+        return "\\ufffd"
+    if CONTROLS.match(char) or char in "\t\n\ufeff\ufffe\uffff":
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return char
 
 
 MAX_BYTES = 256 << 10  # a YAML file wheelsmith reads: recipes, profiles, matrix, rules, locks

@@ -17,9 +17,10 @@ import pytest
 
 from tests.conftest import Served, wheelsmith
 from wheelsmith.errors import SourceError
-from wheelsmith.recipes.fetch import cached_path, fetch, unpack
+from wheelsmith.recipes.fetch import cached_path, fetch
 from wheelsmith.recipes.model import GitSource, LocalSource, PypiSource, UrlSource
 from wheelsmith.recipes.simple import PackageIndex, package_index, sdist_of
+from wheelsmith.recipes.unpack import unpack
 
 
 def make_sdist(path: Path, files: dict[str, str], top: str = "demo-1.0.0") -> str:

@@ -125,7 +125,7 @@ def test_force_cuda_a_cpp_twin_and_no_ninja_give_env_host_only_and_the_ninja_pat
     assert body.split("versions:")[0] == (
         'arch:\n  env: TORCH_CUDA_ARCH_LIST\n  format: torch\n  default: ["12.0"]\n'
         'build:\n  env:\n    FORCE_CUDA: "1"\n  host_only: ["demo/_*_cpu*.so"]\n'
-        "smoke:\n  import: [demo]\n")
+        'smoke:\n  import: ["demo"]\n')
     assert "      - file: 0001-use-ninja.patch\n" in body
     patched = applied(tree, found, tmp_path)
     assert "BuildExtension.with_options(no_python_abi_suffix=True, use_ninja=True)" in patched
@@ -289,7 +289,7 @@ def test_a_package_s_own_arch_variable_becomes_the_recipe_s_arch_knob(tmp_path: 
     assert found.written == ()
     assert recipe_body(found).split("versions:")[0] == (
         'arch:\n  env: DEMO_CUDA_ARCHS\n  format: numbers\n  default: ["9.0a"]\n'
-        '  supported: ["8.0", "9.0a"]\nsmoke:\n  import: [demo_cuda]\n')
+        '  supported: ["8.0", "9.0a"]\nsmoke:\n  import: ["demo_cuda"]\n')
 
 
 def test_an_extension_class_chosen_in_a_branch_counts_as_cuda(tmp_path: Path) -> None:

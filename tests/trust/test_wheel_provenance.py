@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from tests.hostile import assert_orderly, returned_or_raised, run_bounded, sentinel
 from tests.wheels import make_wheel
 from wheelsmith.errors import UntrustedDataError
-from wheelsmith.untrusted import channel_problem, name_problem
-from wheelsmith.untrusted.provenance import ENV_NAME_RE, read_provenance
+from wheelsmith.untrusted import ENV_NAME_RE, channel_problem, name_problem
+from wheelsmith.untrusted.provenance import read_provenance
 
 RECORD: dict[str, Any] = {  # what a build records, in short
     "schema": 1, "key": "ab" * 32,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -236,7 +235,6 @@ _RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (PASS_THROUGH, "wheelsmith passes it from its own environment", "set it for wheelsmith"),
 )
 ENV_DOC = "docs/cli.md, 'The build's environment'"
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)  # a variable's name, as a shell has it
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,14 +33,14 @@ from packaging.version import InvalidVersion, Version
 from wheelsmith import locations
 from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.build import parallel, reproducible, runner
-from wheelsmith.build.buildenv import ENV_DOC, ENV_NAME, protection
+from wheelsmith.build.buildenv import ENV_DOC, protection
 from wheelsmith.build.compilesetup import split_setting
 from wheelsmith.build.request import BuildRequest, Reporter
 from wheelsmith.build.verify import require_valid
 from wheelsmith.errors import VerifyError
 from wheelsmith.files import sha256_file
 from wheelsmith.toolchain.profile import SYSTEM, profile_files
-from wheelsmith.untrusted import clip, local
+from wheelsmith.untrusted import ENV_NAME_RE, clip, local
 from wheelsmith.untrusted.provenance import Provenance, read_provenance
 
 KNOBS = ("*_FORCE_BUILD", "*_SKIP_CUDA_BUILD", "*_FORCE_CXX11_ABI")  # a plain word each
@@ -73,7 +73,7 @@ class EnvEntry:
     def shown(self) -> str:
         """NAME="value", every character that is not plain ASCII escaped (a terminal shows
         what it is, and does not obey it)."""
-        name = self.name if ENV_NAME.fullmatch(self.name) else json.dumps(self.name)
+        name = self.name if ENV_NAME_RE.fullmatch(self.name) else json.dumps(self.name)
         return f"{name}={json.dumps(self.value)}"
 
     def describe(self) -> str:
@@ -90,7 +90,7 @@ def judge_env(extra_env: Mapping[str, str], accepted: Mapping[str, str]) -> list
 
 
 def _judge(name: str, value: str, accepted: Mapping[str, str]) -> EnvEntry:
-    if not ENV_NAME.fullmatch(name):
+    if not ENV_NAME_RE.fullmatch(name):
         return EnvEntry(name, value, "it is not a variable's name")
     protected = protection(name)
     if protected is not None:

@@ -22,11 +22,12 @@ import click
 
 from wheelsmith import __version__, locations, numbers
 from wheelsmith.arch import ArchParseError, ArchSet
-from wheelsmith.build.buildenv import ENV_NAME, protection
+from wheelsmith.build.buildenv import protection
 from wheelsmith.cli import console
 from wheelsmith.errors import UsageError, WheelsmithError, machine_error
 from wheelsmith.recipes import repos
 from wheelsmith.toolchain.target import refuse_free_threaded
+from wheelsmith.untrusted import ENV_NAME_RE
 from wheelsmith.untrusted.addresses import given_url
 
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -182,7 +183,7 @@ def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     pairs = []
     for value in values:
         key, sep, text = value.partition("=")
-        if not sep or not ENV_NAME.fullmatch(key):
+        if not sep or not ENV_NAME_RE.fullmatch(key):
             raise UsageError(f"--env: {json.dumps(value)} is not KEY=VALUE",
                              hint="e.g. --env NVCC_APPEND_FLAGS=--split-compile=0")
         protected = protection(key)

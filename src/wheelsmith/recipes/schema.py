@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from wheelsmith.untrusted import ENV_NAME_RE
+
 SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$",
           "x-message": "must be 64 lowercase hex digits (a sha256)"}
 
@@ -14,7 +16,7 @@ SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$",
 ENV_MAP = {
     "type": "object",
     "description": "environment variables set for the package's own build",
-    "patternProperties": {"^[A-Za-z_][A-Za-z0-9_]*$": {"type": "string"}},
+    "patternProperties": {f"^{ENV_NAME_RE.pattern}$": {"type": "string"}},
     "additionalProperties": False,
 }
 
@@ -66,7 +68,7 @@ RECIPE_SCHEMA: dict[str, Any] = {
                                       "compile job; bounds MAX_JOBS"},
                 "host_only": {"type": "array", "items": {"type": "string"},
                               "description": "globs of .so files that carry no device code"},
-                "build_dir_env": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+                "build_dir_env": {"type": "string", "pattern": f"^{ENV_NAME_RE.pattern}$",
                                   "description": "the variable the package reads its CMake "
                                   "build directory from (e.g. NATTEN_BUILD_DIR); wheelsmith "
                                   "sets it to build/cmake in the source tree"},

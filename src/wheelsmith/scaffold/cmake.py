@@ -200,6 +200,7 @@ CMAKE_STD_RE = re.compile(r"(\bset\s*\(\s*\w*(?:STD|STANDARD)\w*\s+\"?"
                           r"|\b(?:CXX|CUDA)_STANDARD\s+\"?)(?:11|14|17)\b")
 OWN_DIRS_NOT = {"third_party", "3rdparty", "external", "extern", "deps", "test", "tests"}
 
+
 def cxx20_diff(tree: Path) -> str:
     """The diff over the package's own CMake files asking for C++20 where they ask for an
     older standard, for a CMake build that compiles against torch headers that need it."""

@@ -5,6 +5,7 @@ its build variables, its host-only extensions and what its smoke test imports.""
 from __future__ import annotations
 
 import fnmatch
+import keyword
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -99,7 +100,20 @@ class Findings:
         """What the smoke test imports; none for a package that links no torch (its shared
         libraries are loaded instead: its Python side needs runtime dependencies such as
         numpy, which the toolchain does not hold)."""
+        return tuple(n for n in self._import_names() if _module_name(n))
+
+    @property
+    def not_modules(self) -> tuple[str, ...]:
+        """What the sdist names as its modules that no import statement could name."""
+        return tuple(n for n in self._import_names() if not _module_name(n))
+
+    def _import_names(self) -> tuple[str, ...]:
         if self.kind == "cuda":
             return ()
         names = [e.name for e in self.setup.extensions if "*" not in e.name]
         return tuple(dict.fromkeys([*self.metadata.packages, *names]))
+
+
+def _module_name(name: str) -> bool:
+    """A dotted name of identifiers that are not keywords: `import` takes it as it is."""
+    return all(part.isidentifier() and not keyword.iskeyword(part) for part in name.split("."))

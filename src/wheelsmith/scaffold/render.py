@@ -10,6 +10,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from wheelsmith.document import yaml_string
 from wheelsmith.errors import UsageError
 from wheelsmith.files import atomic_write_text
 from wheelsmith.inventory import is_shared_object
@@ -27,7 +28,7 @@ from wheelsmith.scaffold.patches import (
 from wheelsmith.scaffold.rebase import Base
 from wheelsmith.scaffold.sdist import Sdist
 from wheelsmith.scaffold.setup_py import Setup
-from wheelsmith.untrusted.text import clip
+from wheelsmith.untrusted.text import clip, one_line
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ def _base_lines(found: Findings) -> list[str]:
 
 def report_lines(found: Findings) -> list[str]:
     """The findings, one a line, each with the setup.py line it comes from, then what the
-    configure-only check found."""
+    configure-only check found; what came from the sdist shown as one line, never obeyed."""
     lines = [f"sdist: {found.sdist.filename} sha256 {found.sdist.sha256}", *_base_lines(found),
              *_build_lines(found), *_extension_lines(found), *_source_lines(found)]
     for patch, line in needed(found.setup, found.written):
@@ -186,7 +187,9 @@ def report_lines(found: Findings) -> list[str]:
               for requirement, version in found.excluded]
     if not needed(found.setup, found.written) and not found.written and not found.unheld:
         lines.append("patches: none of the standard ones is needed")
-    return lines + _checked_lines(found)
+    lines += [f"smoke: {name} is not a module name: left out of smoke.import"
+              for name in found.not_modules]
+    return [one_line(line) for line in lines + _checked_lines(found)]  # from the sdist: shown
 
 
 def _arch_lines(found: Findings) -> list[str]:
@@ -215,13 +218,13 @@ def render(found: Findings) -> str:
         lines += base_recipe_lines(found.base, env, found.host_only)
     else:
         lines += _recipe_lines(found)
-    lines += ["versions:", f'  - version: "{sdist.version}"', "    source:",
-              f"      pypi: {sdist.project}", f"      sha256: {sdist.sha256}"]
+    lines += ["versions:", f"  - version: {_quoted(sdist.version)}", "    source:",
+              f"      pypi: {_quoted(sdist.project)}", f"      sha256: {_quoted(sdist.sha256)}"]
     if found.written:
         lines.append("    patches:")
     for patch in found.written:
         digest = hashlib.sha256(patch.text.encode()).hexdigest()
-        lines += [f"      - file: {patch.file}", f"        sha256: {digest}",
+        lines += [f"      - file: {patch.file}", f"        sha256: {_quoted(digest)}",
                   f"        description: {_quoted(patch.description)}"]
     return "\n".join(lines) + "\n"
 
@@ -233,7 +236,7 @@ def _recipe_lines(found: Findings) -> list[str]:
     if metadata.summary:
         lines.append(f"summary: {_quoted(metadata.summary)}")
     if metadata.homepage:
-        lines.append(f"homepage: {metadata.homepage}")
+        lines.append(f"homepage: {_quoted(metadata.homepage)}")
     lines += _arch_lines(found)
     env = [(var, value) for var, value, _ in found.env] + (
         [("CMAKE_ARGS", found.cmake.cmake_args())] if found.cmake and found.cmake.switches
@@ -249,12 +252,13 @@ def _recipe_lines(found: Findings) -> list[str]:
     if found.host_only:
         lines.append(f"  host_only: [{', '.join(_quoted(g) for g in found.host_only)}]")
     if found.imports or found.kind == "cuda":
-        lines += ["smoke:", f"  import: [{', '.join(found.imports)}]"]
+        lines += ["smoke:", f"  import: {_listed(list(found.imports))}"]
     return lines
 
 
 def _quoted(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A value written into the recipe: read back as exactly what was found, never YAML."""
+    return yaml_string(text)
 
 
 def _listed(values: list[str]) -> str:
@@ -267,7 +271,7 @@ def base_recipe_lines(base: Base, env: dict[str, str], host_only: tuple[str, ...
     recipe = base.recipe
     lines = [f"package: {recipe.name}"]
     lines += [f"summary: {_quoted(recipe.summary)}"] if recipe.summary else []
-    lines += [f"homepage: {recipe.homepage}"] if recipe.homepage else []
+    lines += [f"homepage: {_quoted(recipe.homepage)}"] if recipe.homepage else []
     policy = recipe.arch
     lines += ["arch:", f"  env: {policy.env}", f"  format: {policy.format}",
               f"  default: {_listed([str(a) for a in policy.default.archs])}"]
@@ -282,7 +286,7 @@ def base_recipe_lines(base: Base, env: dict[str, str], host_only: tuple[str, ...
         merged.items())]] if merged else []),
               f"  memory_per_job_gb: {recipe.memory_per_job_gb:g}",
               *([f"  host_only: {_listed(globs)}"] if globs else [])]
-    lines += ["smoke:", f"  import: [{', '.join(recipe.smoke_imports)}]"]
+    lines += ["smoke:", f"  import: {_listed(list(recipe.smoke_imports))}"]
     if recipe.smoke_gpu:
         lines += ["  gpu: |", *[f"    {row}".rstrip() for row in recipe.smoke_gpu.splitlines()]]
     return lines

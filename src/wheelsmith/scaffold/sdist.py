@@ -12,9 +12,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from wheelsmith import locations
-from wheelsmith.errors import UsageError
+from wheelsmith.errors import UsageError, WheelsmithError
 from wheelsmith.recipes import fetch, simple
 from wheelsmith.recipes.model import PypiSource
+from wheelsmith.untrusted import local
+from wheelsmith.untrusted.text import one_line
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,17 +100,32 @@ def unpacked(sdist: Sdist, work: Path) -> Path:
 
 
 def read_metadata(tree: Path) -> Metadata:
-    info = tree / "PKG-INFO"
-    message = email.parser.Parser().parsestr(info.read_text(errors="replace") if info.is_file()
-                                             else "")
+    """The sdist's summary, home page and top-level modules (PKG-INFO, top_level.txt, else its
+    package directories): text from the sdist, each value one line as it shows it."""
+    message = email.parser.Parser().parsestr(_text(tree / "PKG-INFO"))
     homepage = message.get("Home-page")
     for url in message.get_all("Project-URL") or []:
-        label, _, link = url.partition(",")
+        label, _, link = str(url).partition(",")
         if homepage is None and label.strip().lower() in ("homepage", "source", "repository"):
             homepage = link.strip()
     listed = next(tree.glob("*.egg-info/top_level.txt"), None)  # what setup.py installs
-    packages = sorted(line.strip() for line in listed.read_text().splitlines() if line.strip()) \
+    packages = sorted(line.strip() for line in _text(listed).splitlines() if line.strip()) \
         if listed is not None else sorted(p.parent.name for pattern in ("*/__init__.py",
                                                                       "src/*/__init__.py")
                                           for p in tree.glob(pattern))
-    return Metadata(str(message.get("Summary") or "").strip(), homepage, tuple(packages))
+    return Metadata(one_line(str(message.get("Summary") or "").strip()),
+                    one_line(str(homepage).strip()) if homepage else None, tuple(packages))
+
+
+METADATA_MAX_BYTES = 4 << 20  # PKG-INFO holds the README: tens of KB
+
+
+def _text(path: Path) -> str:
+    """A metadata file of the sdist, decoded as far as it is UTF-8; "" when there is none, it
+    is no regular file, or it is larger than METADATA_MAX_BYTES (a summary is then not
+    shown: nothing depends on it)."""
+    try:
+        data = local.read_at_most(path, METADATA_MAX_BYTES)
+    except (OSError, WheelsmithError):
+        return ""
+    return "" if len(data) > METADATA_MAX_BYTES else data.decode(errors="replace")

@@ -30,7 +30,7 @@ from wheelsmith.scaffold.extensions import (
     strings,
     vendor_branches,
 )
-from wheelsmith.untrusted import parse_python
+from wheelsmith.untrusted import ENV_NAME_RE, parse_python
 
 GENCODE_RE = re.compile(r"arch=compute_(\d+[af]?),code=sm_\d+[af]?")
 ARCH_FLAG_RE = re.compile(r"^-arch[= ](?:compute|sm)_(\d+[af]?)$")  # nvcc -arch=compute_50
@@ -171,7 +171,12 @@ def _cc_key(cc: str) -> tuple[int, str]:
 
 def _env_name(node: ast.expr) -> str | None:
     """The variable an expression reads: os.getenv("X"), os.environ.get("X"), os.environ["X"]
-    (also through .lower()/.upper()/.strip())."""
+    (also through .lower()/.upper()/.strip()); only a name a recipe can set (ENV_NAME_RE)."""
+    name = _env_read(node)
+    return name if name is not None and ENV_NAME_RE.fullmatch(name) else None
+
+
+def _env_read(node: ast.expr) -> str | None:
     while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
             node.func.attr in ("lower", "upper", "strip") and not node.args:
         node = node.func.value

@@ -40,6 +40,7 @@ CHUNK = 1 << 16
 NOT_FOUND = HTTPStatus.NOT_FOUND.value
 MAX_NAME_BYTES = 255
 PLAIN_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # shown as it is in a path
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)  # a variable's name
 MAX_DEPTH = 200  # of a syntax tree: setup.py files nest a few dozen levels at most
 
 

@@ -13,13 +13,12 @@ from typing import Any
 from packaging.version import Version
 
 from wheelsmith.errors import UntrustedDataError
-from wheelsmith.untrusted import Node, channel_name, clip, describe_size, parse_json
+from wheelsmith.untrusted import ENV_NAME_RE, Node, channel_name, clip, describe_size, parse_json
 from wheelsmith.untrusted.local import MEMBER_MAX_BYTES, MemberTooLarge, open_zip, read_member
 from wheelsmith.wheelfile import UNREADABLE, dist_info_dir
 
 PROVENANCE_FILE = "wheelsmith.json"
 PROVENANCE_MAX_BYTES = MEMBER_MAX_BYTES  # a record is tens of KB
-ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -28,6 +28,15 @@ def control_in(text: str, *, lines: bool = False) -> str | None:
     return None if found is None else found[0].encode("unicode_escape").decode("ascii")
 
 
+def one_line(text: str) -> str:
+    """`text` as one line of a report or a comment: each control character a terminal would
+    obey, a tab and a line break escaped (`\\x1b`, `\\n`); everything else as it is."""
+    return _LINE_BREAKING.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
+
+
+_LINE_BREAKING = re.compile(f"[\t\n]|{CONTROLS.pattern}")
+
+
 def clip(text: str, limit: int = 60) -> str:
     """`text` shown in a message: at most `limit` characters, control characters escaped."""
     shown = text.encode("unicode_escape").decode("ascii")
