@@ -38,6 +38,10 @@ class Main(click.Group):
     errors (a full disk, a read-only file system, a file in the way, ...) the same way."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        with console.inert_output():  # what reaches the terminal is shown, never obeyed
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except WheelsmithError as error:

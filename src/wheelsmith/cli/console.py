@@ -6,12 +6,13 @@ protocol and never prints.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ import click
 
 from wheelsmith.doctor.report import missing_dependency
 from wheelsmith.errors import WheelsmithError
+from wheelsmith.untrusted.text import inert
 
 if TYPE_CHECKING:
     from wheelsmith.doctor.report import Report
@@ -35,6 +37,46 @@ def _use_color(stream: IO[str]) -> bool:
 def _elapsed(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class InertStream:
+    """A text stream (stdout, stderr) whose writes reach the terminal inert: every control
+    character a terminal would obey is escaped (`untrusted.text.inert`). Text from outside
+    (a wheel's names, a server's answer, a compiler's output) reaches many writes; during a
+    command they all pass here (`inert_output`). This module's own styling (colour, the bar's
+    redraw) goes through `styled`."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(inert(text))
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        self._stream.writelines(inert(line) for line in lines)
+
+    def styled(self, text: str) -> int:
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def inert_output() -> Iterator[None]:
+    """sys.stdout and sys.stderr as InertStream while one command runs."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (s if isinstance(s, InertStream) else InertStream(s) for s in saved)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _styled(stream: IO[str], text: str) -> None:
+    """Text holding this module's own escape sequences, whose other parts are inert already."""
+    write = getattr(stream, "styled", None)
+    (write or stream.write)(text)
 
 
 class TerminalReporter:
@@ -78,9 +120,9 @@ class TerminalReporter:
             self._clear()
             self.stage_name, self.stage_started = name, time.monotonic()
             self.done = self.total = 0
-            label = f"\033[1m{name}\033[0m" if self.color else name
+            label = f"\033[1m{inert(name)}\033[0m" if self.color else inert(name)
             clock = _elapsed(self.stage_started - self.started)
-            self.stream.write(f"==> [{clock:>6}] {label}: {detail}\n")
+            _styled(self.stream, f"==> [{clock:>6}] {label}: {inert(detail)}\n")
             self.stream.flush()
 
     def progress(self, done: int, total: int) -> None:
@@ -100,7 +142,7 @@ class TerminalReporter:
         return f"    {self.stage_name} [{bar}] {step} {clock}"
 
     def _draw(self) -> None:
-        self.stream.write("\r\033[K" + self._bar())
+        _styled(self.stream, "\r\033[K" + inert(self._bar()))
         self.stream.flush()
 
     def _plain_line(self) -> None:
@@ -109,7 +151,7 @@ class TerminalReporter:
 
     def _clear(self) -> None:
         if self.live:
-            self.stream.write("\r\033[K")
+            _styled(self.stream, "\r\033[K")
             self.stream.flush()
 
     def _tick(self) -> None:
@@ -217,18 +259,17 @@ def setup_logging(verbosity: int) -> None:
 
 
 def render_error(error: WheelsmithError, stream: IO[str] | None = None) -> None:
+    """The error, its details and its hint, each line inert (its text may hold outside data)."""
     out = stream or sys.stderr
     color = _use_color(out)
     prefix = "\033[31;1merror\033[0m" if color else "error"
-    out.write(f"{prefix}: {error.message}\n")
-    for line in error.details():
-        out.write(f"  {line}\n")
+    lines = [f"{prefix}: {inert(error.message)}", *(f"  {inert(line)}" for line in
+                                                    error.details())]
     if error.hint:
         tip = "\033[33mhint\033[0m" if color else "hint"
-        hint_lines = error.hint.splitlines()
-        out.write(f"{tip}: {hint_lines[0]}\n")
-        for line in hint_lines[1:]:
-            out.write(f"      {line}\n")
+        first, *rest = inert(error.hint).splitlines() or [""]
+        lines += [f"{tip}: {first}", *(f"      {line}" for line in rest)]
+    _styled(out, "".join(f"{line}\n" for line in lines))
     out.flush()
 
 

@@ -16,6 +16,7 @@ from wheelsmith.errors import SourceError, WheelsmithError
 from wheelsmith.index.offers import offers, split_channel
 from wheelsmith.recipes.repos import resolve_recipe
 from wheelsmith.toolchain.target import Target
+from wheelsmith.untrusted.text import one_line
 
 log = logging.getLogger(__name__)
 INDEX_TIMEOUT_S = 5
@@ -32,11 +33,12 @@ def dependency_lines(dependencies: dict[str, str]) -> list[str]:
     for dependency, module in dependencies.items():
         dist = DISTRIBUTIONS.get(dependency)
         if dist is not None:
-            lines.append(f"pip install {dist}   # {module} imports {dependency}, which is "
-                         "not installed")
+            lines.append(f"pip install {shlex.quote(dist)}   # {one_line(module)} imports "
+                         f"{one_line(dependency)}, which is not installed")
         else:
-            lines.append(f"pip install {dependency}   # '{dependency}' is the module named by "
-                         f"{module}'s import error; its distribution may have another name")
+            lines.append(f"pip install {shlex.quote(dependency)}   # '{one_line(dependency)}' "
+                         f"is the module named by {one_line(module)}'s import error; its "
+                         "distribution may have another name")
     return lines
 
 
@@ -57,8 +59,8 @@ def fix_lines(names: list[str], base: str, arch: Arch, target: Target, python: s
     if not offered:
         return builds
     unchecked = "" if readable else "   # not checked: the index could not be read"
-    return [f"pip install --index-url {base} --no-deps --force-reinstall "
-            f"{' '.join(offered)}{unchecked}", *builds]
+    return [f"pip install --index-url {shlex.quote(base)} --no-deps --force-reinstall "
+            f"{' '.join(map(shlex.quote, offered))}{unchecked}", *builds]
 
 
 def _build_line(name: str, base: str, arch: Arch, target: Target, python: str, *,
@@ -66,11 +68,11 @@ def _build_line(name: str, base: str, arch: Arch, target: Target, python: str, *
     """`wheelsmith build` for what the channel at `base` lacks, published into that index:
     `--arch` only for an extension (build refuses it for a pure recipe)."""
     pure = _is_pure(name)
-    options = target.build_options() if target.foreign else f"--python {python}"
+    options = target.build_options() if target.foreign else f"--python {shlex.quote(python)}"
     index, where = _index_dir(base)
-    return (f"wheelsmith build {name}{'' if pure else f' --arch {arch}'} {options} --publish "
-            f"--index {index}   # {f'once {after} is in, ' if after else ''}the index has no "
-            f"{name} wheel for Python {target.version}"
+    return (f"wheelsmith build {shlex.quote(name)}{'' if pure else f' --arch {arch}'} {options} "
+            f"--publish --index {index}   # {f'once {after} is in, ' if after else ''}the index "
+            f"has no {name} wheel for Python {target.version}"
             f"{f' on {target.machine}' if target.foreign else ''}"
             f"{'' if pure else f' with {arch.sm} kernels'}{where}")
 

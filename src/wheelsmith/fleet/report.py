@@ -16,7 +16,9 @@ from typing import Any
 from wheelsmith import __version__
 from wheelsmith.files import atomic_write_text
 from wheelsmith.fleet.nightly import CellResult
+from wheelsmith.fleet.support import table_cell
 from wheelsmith.toolchain.platform import host_machine
+from wheelsmith.untrusted.text import inert
 
 SCHEMA = 2  # 2: `where`
 
@@ -58,9 +60,9 @@ def as_markdown(results: list[CellResult], *, shard: str | None, where: str) -> 
              "|---|---|---|---|---|---|---|"]
     for r in results:
         size = f"{r.size / 1e6:.1f} MB" if r.size else ""
-        reason = r.reason.replace("|", "\\|").replace("\n", " ")
         lines.append(f"| `{r.cell.id}` | {icon[r.status]} | {r.seconds:.0f} s | "
-                     f"{r.wheel or ''} | {size} | {', '.join(r.archs_found)} | {reason} |")
+                     f"{table_cell(r.wheel or '')} | {size} | {', '.join(r.archs_found)} | "
+                     f"{table_cell(r.reason)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -73,10 +75,11 @@ def as_junit(results: list[CellResult]) -> str:
     for r in results:
         case = ET.SubElement(suite, "testcase", classname=r.cell.recipe, name=r.cell.id,
                              time=f"{r.seconds:.1f}")
+        reason = inert(r.reason)  # anyone's text; XML holds no control characters
         if r.status == "failed":
-            ET.SubElement(case, "failure", message=r.reason[:500]).text = r.reason
+            ET.SubElement(case, "failure", message=reason[:500]).text = reason
         elif r.status in ("skipped", "partial"):
-            ET.SubElement(case, "skipped", message=r.reason)
+            ET.SubElement(case, "skipped", message=reason)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 

@@ -38,6 +38,7 @@ from wheelsmith.recipes import knownbad
 from wheelsmith.recipes.knownbad import Rule
 from wheelsmith.toolchain.profile import Profile, load_profiles
 from wheelsmith.untrusted import Node, describe_size, local, parse_json
+from wheelsmith.untrusted.text import inert
 
 SCHEMAS = (1, 2)  # nightly.json's versions this reads (1 names no machine)
 MAX_BYTES = 16 << 20
@@ -181,15 +182,16 @@ def _place(row: tuple[str, ...], found: tuple[Report, Outcome] | None,
     the newest outcome."""
     rule = refusing(row, profile, rules)
     if rule is not None:
-        return f"⛔ known bad: {_cell(_first_sentence(rule.reason))} ([report]({_href(rule.link)}))"
+        return (f"⛔ known bad: {table_cell(_first_sentence(rule.reason))} "
+                f"([report]({_href(rule.link)}))")
     if found is None:
         return NOT_RUN
     report, outcome = found
-    when = _cell(f"{report.date}, {report.where or 'where not recorded'}")
+    when = table_cell(f"{report.date}, {report.where or 'where not recorded'}")
     if outcome.status == "failed":
-        return f"❌ {_cell(one_line(outcome.reason))} ({when})"
+        return f"❌ {table_cell(one_line(outcome.reason))} ({when})"
     when = f"[{when}]({_href(outcome.evidence)})" if outcome.evidence else when
-    return f"✅ {when}" + (f"; {_cell(outcome.tested)}" if outcome.tested else "")
+    return f"✅ {when}" + (f"; {table_cell(outcome.tested)}" if outcome.tested else "")
 
 
 def refusing(row: tuple[str, ...], profile: Profile | None, rules: Sequence[Rule]
@@ -223,12 +225,13 @@ _CODE = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)")  # a code span: literal, as writte
 _MARKUP = re.compile(r"([\\`\[\]|])")  # outside one: what could make a link, a span, a cell
 
 
-def _cell(text: str) -> str:
-    """`text` (a report's, so anyone's) as one table cell that renders as written: one line;
+def table_cell(text: str) -> str:
+    """`text` (a report's, so anyone's) as one table cell that renders as written: one line,
+    its control characters escaped (`inert`);
     its code spans kept (but one with a backslash); outside them HTML's characters as
     entities and what could open a link or a code span escaped; `|` escaped everywhere (a
     table splits a cell at one, in a code span too)."""
-    line, parts, at = " ".join(text.split()), [], 0
+    line, parts, at = " ".join(inert(text).split()), [], 0
     for span in _CODE.finditer(line):
         if "\\" in span[0]:  # a backslash before a `|` in a span would undo its escape
             continue

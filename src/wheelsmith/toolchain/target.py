@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 from packaging.tags import Tag, compatible_tags, cpython_tags, parse_tag
@@ -98,8 +99,9 @@ class Target:
         PATH` on this machine's CPU; on another, a cross build (`--platform`), which takes its
         Python version and its channel's profile by name."""
         if not self.foreign:
-            return f"--python {self.python}"
-        return f"--platform {self.machine} --python {self.version} --toolchain {self.channel}"
+            return f"--python {quote(str(self.python))}"
+        return (f"--platform {quote(self.machine)} --python {quote(self.version)} "
+                f"--toolchain {quote(self.channel)}")
 
     def platforms(self) -> list[str]:
         """The platform tags pip accepts here, best first: manylinux down from this glibc."""

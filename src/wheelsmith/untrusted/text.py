@@ -28,10 +28,20 @@ def control_in(text: str, *, lines: bool = False) -> str | None:
     return None if found is None else found[0].encode("unicode_escape").decode("ascii")
 
 
+def inert(text: str) -> str:
+    """`text` as a terminal shows it and never obeys it: each control character (ESC, CSI,
+    a carriage return, bidi overrides, ...) escaped (`\\x1b`); line breaks and tabs kept."""
+    return CONTROLS.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return match[0].encode("unicode_escape").decode("ascii")
+
+
 def one_line(text: str) -> str:
     """`text` as one line of a report or a comment: each control character a terminal would
     obey, a tab and a line break escaped (`\\x1b`, `\\n`); everything else as it is."""
-    return _LINE_BREAKING.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
+    return _LINE_BREAKING.sub(_escaped, text)
 
 
 _LINE_BREAKING = re.compile(f"[\t\n]|{CONTROLS.pattern}")
