@@ -1,6 +1,6 @@
 """A wheelsmith wheel's provenance record (`wheelsmith.json` in its .dist-info): data whoever
 built the wheel wrote, so read bounded (`read_member`) and parsed into `Provenance`, where every
-field wheelsmith acts on is checked (docs/security.md, "Provenance is data, never commands")."""
+field wheelsmith acts on is checked (docs/security.md, "What untrusted input can never do")."""
 
 from __future__ import annotations
 
