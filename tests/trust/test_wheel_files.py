@@ -213,8 +213,10 @@ def test_verify_and_publish_name_what_is_wrong_with_a_wheel(tmp_path: Path, comm
     with sentinel(tmp_path / "outside"):
         outcome = run_bounded(command, str(wheel), *args, cwd=tmp_path, seconds=60)
     assert_orderly(outcome, seconds=30)
-    content = ("rebuild it; a wheel whose RECORD does not match was altered" if command ==
-               "verify" else "rebuild it; published files must be exactly what a build wrote")
+    content = ("rebuild it; a wheel whose members are not what a build writes (a RECORD that "
+               "does not match, an unsafe or missing member) was altered or made by hand"
+               if command == "verify"
+               else "rebuild it; published files must be exactly what a build wrote")
     hint = {"a name of another script": Flaw.NAME.value,
             "a damaged deflate stream": Flaw.ARCHIVE.value}.get(case, content)
     if command == "verify":

@@ -142,14 +142,17 @@ def check(label: str, inventory: list[DeviceCode], archs: ArchSet,
                           findings=problems, hint=hint)
 
 
+CONTENT_HINT = ("rebuild it; a wheel whose members are not what a build writes (a RECORD that "
+                "does not match, an unsafe or missing member) was altered or made by hand")
+
+
 def require_valid(wheel: Path) -> None:
     """A VerifyError listing every reason `wheel` is not a valid, safe wheel (wheelfile.check),
     if there is one."""
     flaw, broken = wheelfile.examine(wheel)
     if flaw is not None:
         raise VerifyError(f"{wheel.name} is not a valid wheel", findings=broken,
-                          hint=wheelfile.what_to_do(flaw, "rebuild it; a wheel whose RECORD "
-                                                          "does not match was altered"))
+                          hint=wheelfile.what_to_do(flaw, CONTENT_HINT))
 
 
 def verify_wheel(wheel: Path, archs: ArchSet, cuobjdump: Path,
