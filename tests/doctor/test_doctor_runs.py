@@ -7,12 +7,15 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.conftest import FIXTURES, REPO, torch_env
 from wheelsmith import locations
@@ -26,6 +29,7 @@ from wheelsmith.doctor.report import PackageReport, Report
 from wheelsmith.errors import RecipeError
 from wheelsmith.recipes.knownbad import load, load_runtime
 from wheelsmith.toolchain.target import Target
+from wheelsmith.untrusted.text import CONTROLS
 
 DEAD_INDEX = "http://127.0.0.1:9"  # nothing listens: fixes are printed, marked unchecked
 FLA_HOPPER = (
@@ -230,6 +234,9 @@ def test_model_type_and_model_directory_together_are_refused(tmp_path: Path) -> 
          "{dir}/config.json is not readable JSON: holds the key 'model_type' twice in one "
          "object (readers differ on which one counts)"),
         ('{"architectures": ["X"]}', "no-model-type", "{dir}/config.json has no model_type"),
+        ('{"model_type": "qwen3_5\\n\\nhealthy: all good"}', "no-model-type",
+         "{dir}/config.json: its model_type 'qwen3_5\\n\\nhealthy: all good' is not a model "
+         "type's name (ASCII letters, digits and _ . -)"),
         ('{"model_type": "qwen3_5"}', None, None),
     ],
 )
@@ -242,6 +249,24 @@ def test_a_checkpoint_directory_gives_its_model_type(tmp_path: Path, config: str
     assert (view.error, view.message) == (error, message and message.format(dir=tmp_path))
     assert view.model_type == (None if error else "qwen3_5")
 
+
+
+@given(st.text(max_size=30))
+def test_a_model_type_is_a_name_or_the_checkpoint_is_refused_showing_it_escaped(
+        tmp_path_factory: pytest.TempPathFactory, model_type: str) -> None:
+    """config.json is someone else's: its model_type reaches the report and transformers only
+    as a plain name."""
+    directory = tmp_path_factory.mktemp("model")
+    (directory / "config.json").write_text(json.dumps({"model_type": model_type}))
+    view = model_type_of(directory)
+    if model_type and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", model_type):
+        assert (view.model_type, view.error) == (model_type, None)
+    else:
+        assert view.model_type is None
+        assert view.error in ("no-model-type", "config-unreadable")  # parse_json: controls
+        assert view.message is not None
+        assert CONTROLS.search(view.message) is None
+        assert "\n" not in view.message  # one line: no fake line of a report
 
 # --- end to end: a real environment ----------------------------------------------------------
 

@@ -11,6 +11,7 @@ modeling module itself).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 from wheelsmith import cmd, locations
 from wheelsmith.errors import UntrustedDataError
-from wheelsmith.untrusted import Bounds, Node, parse_json
+from wheelsmith.untrusted import Bounds, Node, clip, parse_json
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,9 @@ def default_view() -> ModelView:
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a transformers config.json is a few KB
 
 
+MODEL_TYPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # transformers': "qwen3_5"
+
+
 def model_type_of(directory: Path) -> ModelView:
     """--model DIR: the `model_type` of its config.json (nothing is downloaded)."""
     config = directory / "config.json"
@@ -138,6 +142,11 @@ def model_type_of(directory: Path) -> ModelView:
     model_type = data.get("model_type") if isinstance(data, dict) else None
     if not isinstance(model_type, str) or not model_type:
         view.error, view.message = "no-model-type", f"{config} has no model_type"
+        return view
+    if not MODEL_TYPE_RE.fullmatch(model_type):  # shown in the report, and asked of transformers
+        view.error, view.message = "no-model-type", (
+            f"{config}: its model_type '{clip(model_type)}' is not a model type's name (ASCII "
+            "letters, digits and _ . -)")
         return view
     view.model_type = model_type
     return view
