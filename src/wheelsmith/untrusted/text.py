@@ -30,8 +30,10 @@ def control_in(text: str, *, lines: bool = False) -> str | None:
 
 def inert(text: str) -> str:
     """`text` as a terminal shows it and never obeys it: each control character (ESC, CSI,
-    a carriage return, bidi overrides, ...) escaped (`\\x1b`); line breaks and tabs kept."""
-    return CONTROLS.sub(_escaped, text)
+    a carriage return, bidi overrides, ...) escaped (`\\x1b`), and each lone surrogate (a
+    Python string read from outside may hold one; no stream can encode it) as `\\ud800`; line
+    breaks and tabs kept."""
+    return _UNSHOWABLE.sub(_escaped, text)
 
 
 def _escaped(match: re.Match[str]) -> str:
@@ -44,7 +46,8 @@ def one_line(text: str) -> str:
     return _LINE_BREAKING.sub(_escaped, text)
 
 
-_LINE_BREAKING = re.compile(f"[\t\n]|{CONTROLS.pattern}")
+_UNSHOWABLE = re.compile(f"{CONTROLS.pattern}|[\ud800-\udfff]")
+_LINE_BREAKING = re.compile(f"[\t\n]|{_UNSHOWABLE.pattern}")
 
 
 def clip(text: str, limit: int = 60) -> str:
