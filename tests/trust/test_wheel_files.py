@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 from tests.hostile import assert_orderly, returned_or_raised, run_bounded, sentinel
 from tests.trust.test_wheel_provenance import RECORD
 from tests.wheels import make_wheel
-from wheelsmith.errors import UntrustedDataError
+from wheelsmith.errors import SourceError, UntrustedDataError
 from wheelsmith.index import store
 from wheelsmith.index.publish import publish
+from wheelsmith.recipes.unpack import unpack
 from wheelsmith.untrusted import control_in
 from wheelsmith.untrusted.provenance import read_provenance
 from wheelsmith.wheelfile import Flaw, examine, record_hash
@@ -257,3 +258,43 @@ def test_a_wheel_of_a_hundred_thousand_members_is_checked_in_bounded_time(
     assert_orderly(outcome, seconds=60)
     assert f"{info}/RECORD" in zipfile.ZipFile(wheel).namelist()
     assert outcome.returncode == (10 if command == "verify" else 0), outcome.describe()
+
+
+def flagged_name(name: bytes) -> bytes:
+    return "demo/\u00e9".encode() + name + b".py"
+
+
+def flagged_utf8_zip(path: Path, name: bytes) -> Path:
+    """A zip whose one member's name is `name`, flagged as UTF-8 (bit 11) in its local header
+    and central directory, whatever the bytes are."""
+    placeholder = "demo/\u00e9" + "n" * len(name) + ".py"  # not ASCII: zipfile flags it
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(placeholder, b"x")
+    data = path.read_bytes()
+    assert data.count(placeholder.encode()) == 2  # the local header's and the directory's
+    path.write_bytes(data.replace(placeholder.encode(), flagged_name(name)))
+    return path
+
+
+@given(st.binary(min_size=1, max_size=12))
+def test_a_member_name_in_any_bytes_flagged_utf8_is_a_problem_or_read_never_a_crash(
+        tmp_path_factory: pytest.TempPathFactory, name: bytes) -> None:
+    """zipfile decodes a flagged name while it opens the archive: bytes that are not UTF-8
+    are damage, named, in a wheel (verify, publish) and in an sdist (unpack) alike."""
+    root = tmp_path_factory.mktemp("zip")
+    wheel = flagged_utf8_zip(root / "demo-1.0.0-py3-none-any.whl", name)
+    flaw, problems = examine(wheel)
+    sdist = root / "demo-1.0.zip"
+    sdist.write_bytes(wheel.read_bytes())
+    (root / "out").mkdir()
+    unpacked = returned_or_raised(lambda: unpack(sdist, root / "out"), SourceError)
+    try:
+        flagged_name(name).decode("utf-8")
+    except UnicodeDecodeError:
+        assert flaw is Flaw.ARCHIVE
+        assert problems[0].startswith("not a readable zip file: a member's name is not the "
+                                      "UTF-8 its flag says (")
+        assert isinstance(unpacked, SourceError)
+        assert unpacked.message.startswith("cannot unpack demo-1.0.zip: a member's name is not")
+        return
+    assert flaw is not Flaw.ARCHIVE  # a readable zip: its members are judged, not its bytes

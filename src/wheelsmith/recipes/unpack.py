@@ -23,7 +23,8 @@ from pathlib import Path, PurePosixPath
 from wheelsmith.errors import SourceError
 from wheelsmith.files import naming
 from wheelsmith.untrusted import describe_size
-from wheelsmith.untrusted.local import BOMB_RATIO, expands_too_far
+from wheelsmith.untrusted.local import BOMB_RATIO, expands_too_far, open_zip
+from wheelsmith.wheelfile import ZIP_DAMAGE
 
 UNPACK_MAX_MEMBERS = 200_000  # the largest sdist wheelsmith has met holds 20,000
 UNPACK_MAX_BYTES = 16 << 30  # ... and unpacks to 886 MiB
@@ -53,7 +54,7 @@ def _extract(archive: Path, dest: Path) -> None:
                 with naming(dest):
                     tar.extractall(dest, filter="data")
         elif zipfile.is_zipfile(archive):
-            with zipfile.ZipFile(archive) as zf:
+            with open_zip(archive) as zf:
                 _check_zip(archive, zf)
                 with naming(dest):
                     zf.extractall(dest)  # noqa: S202 - every member was checked above
@@ -61,7 +62,7 @@ def _extract(archive: Path, dest: Path) -> None:
             raise SourceError(f"{archive} is neither a tar nor a zip archive")
     except tarfile.FilterError as exc:  # a link that resolves outside through other links
         raise _refuse(archive, f"member '{exc.tarinfo.name}' is refused: {exc}") from None
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
+    except (tarfile.TarError, *ZIP_DAMAGE) as exc:
         raise SourceError(f"cannot unpack {archive.name}: {exc}",
                           hint="the archive is damaged; delete it from the download cache and "
                                "fetch it again") from None
@@ -108,6 +109,8 @@ def _escapes(path: str) -> bool:
 
 def _check_tar_member(archive: Path, member: tarfile.TarInfo) -> None:
     name = member.name
+    if not name.strip("/"):
+        raise _refuse(archive, f"member {member.offset} has no name")
     if _escapes(name):
         raise _refuse(archive, f"member '{name}' has an absolute path or '..'")
     if member.isdev() or member.isfifo():
@@ -124,6 +127,8 @@ def _check_tar_member(archive: Path, member: tarfile.TarInfo) -> None:
 
 def _check_zip_member(archive: Path, info: zipfile.ZipInfo) -> None:
     name = info.filename
+    if not name.strip("/"):  # zipfile ends a name at a NUL: "\0x" is read as ""
+        raise _refuse(archive, f"member {info.header_offset} has no name")
     if "\\" in name or re.match(r"^[A-Za-z]:", name) or _escapes(name):
         raise _refuse(archive, f"member '{name}' has an absolute path, a drive, a backslash or "
                                "'..'")

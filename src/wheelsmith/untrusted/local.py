@@ -158,9 +158,17 @@ def check_place(root: Path, relative: str | Path) -> Path:
 @contextlib.contextmanager
 def open_zip(path: Path) -> Iterator[zipfile.ZipFile]:
     """`path` open as a zip, when it is a regular file (`open_regular`: else a
-    FileSystemError naming it; a missing one: FileNotFoundError)."""
-    with open_regular(path) as handle, zipfile.ZipFile(handle) as zf:
-        yield zf
+    FileSystemError naming it; a missing one: FileNotFoundError). A directory that names a
+    member in bytes that are not the UTF-8 its flag promises: BadZipFile, as any other
+    damage (zipfile raises UnicodeDecodeError)."""
+    with open_regular(path) as handle:
+        try:
+            opened = zipfile.ZipFile(handle)
+        except UnicodeDecodeError as exc:
+            raise zipfile.BadZipFile(f"a member's name is not the UTF-8 its flag says "
+                                     f"({exc.reason} at byte {exc.start})") from None
+        with opened as zf:
+            yield zf
 
 
 class MemberTooLarge(ValueError):
