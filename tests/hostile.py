@@ -12,6 +12,7 @@ anything there was created, changed or removed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import ipaddress
 import json
@@ -97,6 +98,20 @@ HOSTILE_MODES: Mapping[str, Callable[[str], Reply]] = {
 }
 
 
+def _bind_any_port(sock: socket.socket, seconds: float = 60) -> None:
+    """Port 0 on 127.0.0.1. A soak (`make fuzz` spread over many cores) can leave every
+    ephemeral port in TIME_WAIT for a while: wait for one rather than fail the property."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            sock.bind(("127.0.0.1", 0))
+            return
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 @dataclass
 class HostileServer:
     """Answers every request with `answer(path)`; records the paths asked for. A context
@@ -111,7 +126,7 @@ class HostileServer:
     def __post_init__(self) -> None:
         self._sock = socket.socket()
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
+        _bind_any_port(self._sock)
         self._sock.listen(64)
         self._sock.settimeout(0.2)
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"

@@ -197,7 +197,7 @@ def test_a_field_that_reaches_a_command_or_path_is_plain_data_or_refused(
     assert message.startswith((f"{wheel.name}: its provenance",
                                f"the provenance of {wheel.name}: "))
     assert field in message or "toolchain profile" in message
-    assert message.isascii()
+    assert message.replace("…", "").isascii()  # what came from the wheel escaped; "…" clips it
     assert message.isprintable()
     assert not (root / "work").exists()
 
