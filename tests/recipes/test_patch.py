@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from wheelsmith.errors import PatchError
-from wheelsmith.recipes.patch import apply_one
+from wheelsmith.recipes.patch import apply_one, file_diff, read_exactly, write_exactly
 
 SETUP = """import os
 cc_flag = []
@@ -121,3 +123,78 @@ def test_hunk_at_end_of_file_without_newline(tmp_path: Path, tree: Path) -> None
              "+c\n")
     apply_one(write_patch(tmp_path, patch, "0006-eof.patch"), tree)
     assert (tree / "v.txt").read_text() == "a\nc\n"
+
+
+# --- every byte a hunk does not name is kept; the diffs recipe new writes apply back ---------
+
+# what a source file's lines hold beside text: a carriage return (CRLF files), a form feed and
+# Unicode's line breaks (which str.splitlines cuts at), a byte that is not UTF-8 (a Latin-1
+# comment), a backslash that starts a line (diff's own marker)
+LINE_TEXT = st.text(st.one_of(
+    st.sampled_from(["\r", "\x0c", "\x0b", "\x1c", "\x85", "\u2028", "\u2029", "\udcff", "\\",
+                     " ", "-", "+", "@"]),
+    st.characters(exclude_categories=["Cs"], exclude_characters="\n")), max_size=12)
+FILES = st.tuples(st.lists(LINE_TEXT, max_size=8), st.booleans())
+
+
+def text_of(lines: list[str], newline_at_end: bool) -> str:
+    return "\n".join(lines) + ("\n" if lines and newline_at_end else "")
+
+
+def edited(draw: st.DrawFn, lines: list[str]) -> list[str]:
+    out = list(lines)
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(out)))
+        kind = draw(st.sampled_from(["insert", "replace", "delete"]))
+        if kind == "insert" or not out[at:]:
+            out.insert(at, draw(LINE_TEXT))
+        elif kind == "replace":
+            out[at] = draw(LINE_TEXT)
+        else:
+            del out[at]
+    return out
+
+
+@st.composite
+def old_and_new(draw: st.DrawFn) -> tuple[str, str]:
+    lines, newline = draw(FILES)
+    return text_of(lines, newline), text_of(edited(draw, lines), draw(st.booleans()))
+
+
+@given(pair=old_and_new())
+def test_a_diff_recipe_new_writes_applies_back_to_exactly_the_new_text(
+        tmp_path_factory: pytest.TempPathFactory, pair: tuple[str, str]) -> None:
+    """One writer (file_diff) for every patch recipe new makes, in the applier's line model:
+    CRLF lines, form feeds, a missing newline at the end, bytes that are not UTF-8."""
+    old, new = pair
+    assume(old != new)
+    root = tmp_path_factory.mktemp("tree")
+    write_exactly(root / "k.cu", old)
+    patch = root.parent / f"{root.name}.patch"
+    patch.write_bytes(file_diff("k.cu", old, new).encode("utf-8", "surrogateescape"))
+    apply_one(patch, root)
+    assert read_exactly(root / "k.cu") == new
+
+
+@given(file=FILES, line=LINE_TEXT)
+def test_the_lines_no_hunk_names_keep_every_byte(tmp_path_factory: pytest.TempPathFactory,
+                                                  file: tuple[list[str], bool],
+                                                  line: str) -> None:
+    """A shipped patch changes its first line only: a form feed in a `//` comment further down
+    once became a line break, and the comment's rest code."""
+    lines, newline = file
+    root = tmp_path_factory.mktemp("tree")
+    write_exactly(root / "k.cu", text_of(["int a = 1;", *lines], newline))
+    patch = root.parent / f"{root.name}.patch"
+    assume(line != "int a = 1;")
+    patch.write_bytes(f"--- a/k.cu\n+++ b/k.cu\n@@ -1 +1 @@\n-int a = 1;\n+{line}\n".encode(
+        "utf-8", "surrogateescape"))
+    apply_one(patch, root)
+    assert read_exactly(root / "k.cu") == text_of([line, *lines], newline or not lines)
+
+
+def test_a_patch_saved_with_crlf_line_ends_applies_to_lf_sources(tmp_path: Path,
+                                                                  tree: Path) -> None:
+    apply_one(write_patch(tmp_path, HONOUR_ARCH_LIST.replace("\n", "\r\n")), tree)
+    assert (tree / "setup.py").read_text().splitlines()[2] == \
+        'if not os.environ.get("TORCH_CUDA_ARCH_LIST"):'

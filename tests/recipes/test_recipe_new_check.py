@@ -107,20 +107,36 @@ def serve(tmp_path: Path, tree: Path) -> str:
     return (tmp_path / "index").as_uri()
 
 
+# The ATen spellings torch removed, in the host file the check compiles: without the patch
+# its compile fails (`no suitable conversion function from "const
+# at::DeprecatedTypeProperties" to "c10::ScalarType"`, `AT_CHECK` undeclared)
+REMOVED_ATEN = ("#include <ATen/Dispatch.h>\n", """
+  AT_CHECK(x.dim() == 1, "1-d only");
+  AT_DISPATCH_FLOATING_TYPES(
+      x.type(), "add_one_out", [&] { TORCH_CHECK(sizeof(scalar_t) == 4, "float32 only"); });
+""")
+
+
 def test_every_mechanical_class_is_patched_and_the_check_compiles(
         tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WHEELSMITH_INDEX_URL",
-                       serve(tmp_path, make_tree(tmp_path, "every-class", EVERY_CLASS)))
+    tree = make_tree(tmp_path, "every-class", EVERY_CLASS)
+    host = (tree / "csrc" / "add.cpp").read_text()
+    include, body = REMOVED_ATEN
+    (tree / "csrc" / "add.cpp").write_text(host.replace(
+        "#include <torch/library.h>\n", f"#include <torch/library.h>\n{include}").replace(
+        '"bad shapes");\n', f'"bad shapes");{body}'))
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", serve(tmp_path, tree))
     made = wheelsmith("recipe", "new", "every-class==0.1.0", "--recipes", "mine", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     found = made.stdout.splitlines()
     written = ["0001-no-setup-requires.patch", "0002-cxx20-for-newer-torch-headers.patch",
-               "0003-no-pkg-resources.patch", "0004-honour-force-cuda.patch"]
+               "0003-no-pkg-resources.patch", "0004-honour-force-cuda.patch",
+               "0005-current-aten-api.patch"]
     assert [line.split(": wrote ")[1].split(":")[0] for line in found
             if ": wrote 000" in line] == written
     assert "sources: the sdist holds all 5 the extensions compile" in found
     assert [line for line in found if "patch needed" in line] == []  # psutil, ROCm's download
-    assert found[-7:] == [
+    assert found[-8:] == [
         "check: build.ninja targets _C: SASS sm_120, compiled add.o and add_kernel.o",
         "wrote mine/recipes/every-class.yaml",
         *[f"wrote mine/patches/every-class/0.1.0/{name}" for name in written],

@@ -14,6 +14,7 @@ from wheelsmith.cli._common import display, emit_json, json_option, main, writab
 from wheelsmith.errors import UsageError, WheelsmithError
 from wheelsmith.recipes import repos
 from wheelsmith.scaffold import (
+    aten_api,
     buildsystem,
     check,
     cmake,
@@ -77,6 +78,7 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
                                 base=base, carried=carried, cmake=side,
                                 unheld=buildsystem.unheld_imports(tree, profile),
                                 excluded=buildsystem.excluded(tree, profile),
+                                thc=aten_api.thc_includes(tree),
                                 toolchain=profile.name)
         files = render.write(found, destination)
         checked = _checked(chosen, destination, found.kind) if configure else None

@@ -4,10 +4,17 @@ A unified diff is parsed here and applied in memory; every hunk's old lines must
 at the lines the hunk names. Only when every hunk of a patch fits are the files written, so a
 patch that fails leaves the tree as it was. A hunk that changes nothing, a patch that is
 already applied and a patch without hunks are errors too: each names the patch and the hunk.
+
+A line ends at "\n" only, as diff and patch count them: a carriage return, a form feed or a
+Unicode line separator is part of its line, so the lines no hunk names keep their bytes (a
+form feed inside a `//` comment once became a line break, and the comment's rest code).
+`file_diff` writes the diffs `recipe new` makes in this same model, so they apply back
+exactly.
 """
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from dataclasses import dataclass, field
@@ -57,10 +64,63 @@ def _strip_prefix(raw: str) -> str:
     return str(clean)
 
 
+NO_NEWLINE = "\\ No newline at end of file"
+
+
+def lines_of(text: str) -> list[str]:
+    """`text`'s lines as diff counts them: cut at "\n" only, without it."""
+    lines = text.split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def ends_with_newline(text: str) -> bool:
+    return text.endswith("\n") or not text
+
+
+def read_exactly(path: Path) -> str:
+    """A text file's content, every byte kept: line ends as they are, bytes that are not UTF-8
+    as surrogates (`write_exactly` writes them back; a Latin-1 comment in a C file)."""
+    with path.open(encoding="utf-8", errors="surrogateescape", newline="") as file:
+        return file.read()
+
+
+def write_exactly(path: Path, text: str) -> None:
+    with path.open("w", encoding="utf-8", errors="surrogateescape", newline="") as file:
+        file.write(text)
+
+
+def file_diff(path: str, old: str | None, new: str | None) -> str:
+    """The unified diff that takes the file at `path` (relative to the tree) from `old` to
+    `new` (None: the file does not exist), which `apply_one` applies back to exactly `new`;
+    "" when they are the same."""
+    if old == new:
+        return ""
+    a, b = _marked(old or ""), _marked(new or "")
+    head = [f"--- {'/dev/null' if old is None else 'a/' + path}",
+            f"+++ {'/dev/null' if new is None else 'b/' + path}"]
+    body = list(difflib.unified_diff(a, b, lineterm=""))[2:]
+    out: list[str] = []
+    for line in body:
+        # a last line without its newline carries "\n" in the comparison (no line of
+        # lines_of can hold one): written as diff writes it, the line and then the marker
+        out += [line[:-1], NO_NEWLINE] if line.endswith("\n") else [line]
+    return "\n".join(head + out) + "\n"
+
+
+def _marked(text: str) -> list[str]:
+    lines = lines_of(text)
+    if lines and not ends_with_newline(text):
+        lines[-1] += "\n"
+    return lines
+
+
 def parse(text: str, name: str) -> list[FilePatch]:
-    """Parse a unified diff (plain or git style) into file patches."""
+    """Parse a unified diff (plain or git style) into file patches. A patch whose every line
+    ends in CRLF (saved by a Windows editor) is read as if they ended in LF."""
     files: list[FilePatch] = []
-    lines = text.splitlines()
+    if "\r\n" in text and text.count("\r\n") == text.count("\n"):
+        text = text.replace("\r\n", "\n")
+    lines = lines_of(text)
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -110,7 +170,7 @@ def apply_all(patches: tuple[PatchRef, ...], root: Path) -> None:
 
 def apply_one(patch: Path, root: Path) -> None:
     name = _display(patch)
-    file_patches = parse(patch.read_text(encoding="utf-8"), name)
+    file_patches = parse(read_exactly(patch), name)
     results: dict[Path, str | None] = {}
     for fp in file_patches:
         target = root / fp.path
@@ -120,7 +180,7 @@ def apply_one(patch: Path, root: Path) -> None:
             target.unlink()
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content, encoding="utf-8")
+            write_exactly(target, content)
     log.info("applied %s (%d file(s))", name, len(results))
 
 
@@ -132,9 +192,9 @@ def _apply_file(fp: FilePatch, target: Path, name: str) -> str | None:
     if not creating and not target.is_file():
         raise PatchError(f"{name}: {fp.path} does not exist in the source tree",
                          hint="the source changed; regenerate the patch against this version")
-    original = "" if creating else target.read_text(encoding="utf-8")
-    lines = original.splitlines()
-    eof_newline = original.endswith("\n") or not original
+    original = "" if creating else read_exactly(target)
+    lines = lines_of(original)
+    eof_newline = ends_with_newline(original)
     offset = 0
     for hunk in fp.hunks:
         _check_hunk(hunk, lines, offset, fp.path, name)

@@ -9,7 +9,6 @@ CMake files ask for C++20 and take the build's arch list where they hard-code th
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith.build import cmakebuild
+from wheelsmith.recipes.patch import file_diff, read_exactly
 from wheelsmith.scaffold.setup_py import OLD_STD_RE
 from wheelsmith.untrusted.text import clip
 
@@ -254,10 +254,6 @@ def own_cmake_diff(tree: Path, edit: Callable[[str], str]) -> str:
         relative = file.relative_to(tree)
         if OWN_DIRS_NOT & {part.lower() for part in relative.parts[:-1]} or not file.is_file():
             continue
-        text = file.read_text(errors="replace")
-        changed = edit(text)
-        if changed != text:
-            diff += difflib.unified_diff(text.splitlines(keepends=True),
-                                         changed.splitlines(keepends=True),
-                                         f"a/{relative}", f"b/{relative}")
+        text = read_exactly(file)
+        diff.append(file_diff(str(relative), text, edit(text)))
     return "".join(diff)

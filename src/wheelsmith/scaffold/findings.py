@@ -38,6 +38,7 @@ class Findings:
     unheld: tuple[tuple[str, str, int], ...] = ()
     toolchain: str = ""
     excluded: tuple[tuple[str, str], ...] = ()  # (requirement, the version the toolchain holds)
+    thc: tuple[tuple[str, int], ...] = ()  # where its sources include THC/THC.h (aten_api.py)
 
     @property
     def cmake_cuda(self) -> bool:

@@ -2,20 +2,22 @@
 exactly: a hard-coded -gencode list kept only without TORCH_CUDA_ARCH_LIST, `use_ninja=False`
 -> True, `setup_requires` dropped, `-std=c++17` -> c++20 where the toolchain's torch needs it,
 pkg_resources replaced by importlib.metadata and packaging, a raise without a GPU made to
-honour FORCE_CUDA) and the ones it names with a shipped patch to start from (the
-bare_metal_version probe, prebuilt-wheel downloads, psutil at build time). The edits over
-the package's CMake files are cmake.py's, those over its own modules source_edits.py's."""
+honour FORCE_CUDA; in the C++ and CUDA sources, the ATen spellings torch removed) and the ones
+it names with a shipped patch to start from (the bare_metal_version probe, prebuilt-wheel
+downloads, psutil at build time). The edits over the package's CMake files are cmake.py's,
+those over its own modules source_edits.py's, those over its C++ and CUDA sources
+aten_api.py's; every diff is recipes.patch.file_diff's."""
 
 from __future__ import annotations
 
 import ast
-import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith import locations
-from wheelsmith.scaffold import cmake, source_edits
+from wheelsmith.recipes.patch import file_diff
+from wheelsmith.scaffold import aten_api, cmake, source_edits
 from wheelsmith.scaffold.extensions import vendor_branches
 from wheelsmith.scaffold.setup_py import (
     ARCH_FLAG_RE,
@@ -55,6 +57,11 @@ class Written:
     file: str
     description: str
     text: str
+
+    @property
+    def data(self) -> bytes:
+        """The patch file's bytes (a source byte that is not UTF-8 stays the byte it was)."""
+        return self.text.encode("utf-8", "surrogateescape")
 
 
 ARCH_PATCH = StandardPatch("honour-torch-cuda-arch-list",
@@ -109,6 +116,9 @@ def written(tree: Path, setup: Setup, *, cxx20: bool, after: tuple[Written, ...]
     archs = cmake_arch_list(tree, len(made) + 1, torch=cmake_torch) if cmake_cuda and not any(
         f"-{CMAKE_ARCHS}." in w.file for w in after) else None
     made += [archs] if archs else []
+    aten = current_aten_api(tree, len(made) + 1) if not any(
+        f"-{ATEN_API}." in w.file for w in after) else None
+    made += [aten] if aten else []
     run_time = runtime_pkg_resources(tree, len(made) + 1) if not any(
         f"-{RUNTIME_PKG_RESOURCES}." in w.file for w in after) else None
     return tuple(made[len(after):]) + ((run_time,) if run_time else ())
@@ -139,11 +149,8 @@ def _setup_py_patches(tree: Path, setup: Setup, *, cxx20: bool, after: tuple[Wri
             continue
         changed = edit(text, setup)
         if changed is not None and changed != text:
-            diff = difflib.unified_diff(text.splitlines(keepends=True),
-                                        changed.splitlines(keepends=True),
-                                        "a/setup.py", "b/setup.py")
             made.append(Written(f"{len(made) + 1:04d}-{stem}.patch", description,
-                                "".join(diff)))
+                                file_diff("setup.py", text, changed)))
             text = changed
     return made[len(after):]
 
@@ -274,6 +281,18 @@ def _no_pkg_resources(text: str, setup: Setup) -> str | None:
 
 
 RUNTIME_PKG_RESOURCES = "no-pkg-resources-at-run-time"
+ATEN_API = "current-aten-api"
+
+
+def current_aten_api(tree: Path, number: int) -> Written | None:
+    """One patch over the package's own C++ and CUDA sources that use an ATen spelling every
+    toolchain's torch removed (`aten_api.diff`); None when none does."""
+    diff = aten_api.diff(tree)
+    return Written(f"{number:04d}-{ATEN_API}.patch", "the ATen spellings torch removed "
+                   "(AT_DISPATCH_* of Tensor::type(), AT_CHECK) replaced by the current ones "
+                   "(scalar_type(), TORCH_CHECK) in the package's C++ and CUDA sources",
+                   diff) if diff else None
+
 
 
 def runtime_pkg_resources(tree: Path, number: int) -> Written | None:

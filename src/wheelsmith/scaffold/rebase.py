@@ -11,7 +11,6 @@ such as the arch-list one, is then written from the new setup.py instead)."""
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,17 @@ from packaging.version import Version
 from wheelsmith import locations
 from wheelsmith.errors import PatchError, RecipeError
 from wheelsmith.recipes.model import PatchRef, Recipe, Release, load_recipe
-from wheelsmith.recipes.patch import DEV_NULL, FilePatch, Hunk, parse
+from wheelsmith.recipes.patch import (
+    DEV_NULL,
+    FilePatch,
+    Hunk,
+    ends_with_newline,
+    file_diff,
+    lines_of,
+    parse,
+    read_exactly,
+    write_exactly,
+)
 from wheelsmith.scaffold.patches import Written
 
 _NUMBER_RE = re.compile(r"^\d{4}-")
@@ -84,36 +93,35 @@ def carry(release: Release, tree: Path) -> tuple[Carried, ...]:
 
 
 def _carry_one(ref: PatchRef, tree: Path, where: str) -> Carried:
-    text = ref.path.read_text(encoding="utf-8")
+    text = read_exactly(ref.path)
     header = "" if text.startswith("--- ") or "\n--- " not in text else \
         text[:text.index("\n--- ") + 1]  # the patch's own description, kept
-    results: dict[Path, tuple[str, str]] = {}
+    results: dict[Path, tuple[str | None, str]] = {}
     moves: list[str] = []
     for file_patch in parse(text, ref.path.name):
         target = tree / file_patch.path
-        before = target.read_text(encoding="utf-8") if target.is_file() else ""
+        before = read_exactly(target) if target.is_file() else None
         if file_patch.old_path != DEV_NULL and not target.is_file():
             raise PatchError(f"{file_patch.path} is not in {where}")
-        after, moved = _place(file_patch, before, ref.path.name)
+        after, moved = _place(file_patch, before or "", ref.path.name)
         results[target] = (before, after)
         moves += moved
     for target, (_, after) in results.items():
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(after, encoding="utf-8")
+        write_exactly(target, after)
     if not moves:
         return Carried(ref, Written(ref.path.name, ref.description, text),
                        f"{ref.path.name}: applies as it is")
-    diff = "".join("".join(difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True),
-        f"a/{target.relative_to(tree)}", f"b/{target.relative_to(tree)}"))
-        for target, (before, after) in results.items())
+    diff = "".join(file_diff(str(target.relative_to(tree)), before, after)
+                   for target, (before, after) in results.items())
     return Carried(ref, Written(ref.path.name, ref.description, header + diff),
                    f"{ref.path.name}: rebased ({'; '.join(moves)})")
 
 
 def _place(file_patch: FilePatch, text: str, name: str) -> tuple[str, list[str]]:
     """`text` with every hunk applied where its old lines stand exactly, and the moves."""
-    lines = text.splitlines()
+    lines = lines_of(text)
+    ending = ends_with_newline(text)
     moves: list[str] = []
     shift = 0
     for hunk in file_patch.hunks:
@@ -124,8 +132,9 @@ def _place(file_patch: FilePatch, text: str, name: str) -> tuple[str, list[str]]
                          f"line(s)")
         lines[start:start + len(hunk.old)] = hunk.new
         shift = start - (max(hunk.old_start - 1, 0)) + len(hunk.new) - len(hunk.old)
-    ending = "\n" if text.endswith("\n") or not text else ""
-    return "\n".join(lines) + (ending if lines else ""), moves
+        if start + len(hunk.new) == len(lines):
+            ending = hunk.new_eof_newline
+    return "\n".join(lines) + ("\n" if lines and ending else ""), moves
 
 
 def _where(hunk: Hunk, lines: list[str], named: int, path: str, name: str) -> int:

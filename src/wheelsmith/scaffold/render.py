@@ -12,7 +12,7 @@ from packaging.utils import canonicalize_name
 
 from wheelsmith.document import yaml_string
 from wheelsmith.errors import UsageError
-from wheelsmith.files import atomic_write_text
+from wheelsmith.files import atomic_write_bytes, atomic_write_text
 from wheelsmith.inventory import is_shared_object
 from wheelsmith.scaffold.cmake import arch_lines, cmake_lines
 from wheelsmith.scaffold.extensions import Extension
@@ -185,7 +185,14 @@ def report_lines(found: Findings) -> list[str]:
               "toolchain's, so a build that relies on the difference fails, and a runtime pin "
               "on it cannot be met in the channel"
               for requirement, version in found.excluded]
-    if not needed(found.setup, found.written) and not found.written and not found.unheld:
+    lines += [f"{file}:{line}: patch needed: it includes THC/THC.h, which torch removed in "
+              "1.11: port what it uses by hand (THCudaCheck -> C10_CUDA_CHECK, the THCState "
+              "stream -> at::cuda::getCurrentCUDAStream() from ATen/cuda/CUDAContext.h)"
+              for file, line in found.thc[:1]]
+    lines += [f"THC/THC.h: included by {len(found.thc) - 1} more file(s) of the sdist"
+              ] if len(found.thc) > 1 else []
+    if not needed(found.setup, found.written) and not found.written and not found.unheld \
+            and not found.thc:
         lines.append("patches: none of the standard ones is needed")
     lines += [f"smoke: {name} is not a module name: left out of smoke.import"
               for name in found.not_modules]
@@ -223,7 +230,7 @@ def render(found: Findings) -> str:
     if found.written:
         lines.append("    patches:")
     for patch in found.written:
-        digest = hashlib.sha256(patch.text.encode()).hexdigest()
+        digest = hashlib.sha256(patch.data).hexdigest()
         lines += [f"      - file: {patch.file}", f"        sha256: {_quoted(digest)}",
                   f"        description: {_quoted(patch.description)}"]
     return "\n".join(lines) + "\n"
@@ -305,7 +312,7 @@ def write(found: Findings, repo: Path) -> list[Path]:
                               "first")
     for patch in found.written:
         patch_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(patch_dir / patch.file, patch.text)
+        atomic_write_bytes(patch_dir / patch.file, patch.data)
     file.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(file, render(found))
     log.info("wrote %s", file)

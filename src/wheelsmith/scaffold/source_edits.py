@@ -7,12 +7,12 @@ and in the package's own modules, whose wheel would not import beside setuptools
 from __future__ import annotations
 
 import ast
-import difflib
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from wheelsmith.errors import UntrustedDataError
+from wheelsmith.recipes.patch import file_diff, read_exactly
 from wheelsmith.scaffold.cmake import OWN_DIRS_NOT
 from wheelsmith.scaffold.setup_py import pkg_resources_imports
 from wheelsmith.untrusted import parse_python
@@ -108,7 +108,7 @@ def runtime_pkg_resources_diff(tree: Path) -> str:
     uses a name nothing stands in for is left as it is (its smoke test says so)."""
     diff: list[str] = []
     for file in _own_python(tree):
-        text = file.read_text(errors="replace")
+        text = read_exactly(file)
         if "pkg_resources" not in text:
             continue
         relative = file.relative_to(tree)
@@ -116,8 +116,6 @@ def runtime_pkg_resources_diff(tree: Path) -> str:
             changed = without_pkg_resources(text, str(relative))
         except UntrustedDataError:  # not Python this interpreter reads (a Python 2 file)
             continue
-        if changed is not None and changed != text:
-            diff += difflib.unified_diff(text.splitlines(keepends=True),
-                                         changed.splitlines(keepends=True),
-                                         f"a/{relative}", f"b/{relative}")
+        if changed is not None:
+            diff.append(file_diff(str(relative), text, changed))
     return "".join(diff)

@@ -1,0 +1,115 @@
+"""Edits to a package's own C++ and CUDA sources that `recipe new` can make exactly: the ATen
+spellings every toolchain's torch has removed, each with the one that replaced it.
+
+- `AT_DISPATCH_*(x.type(), ...)`: the dispatch macros take a ScalarType, and no longer the
+  DeprecatedTypeProperties `Tensor::type()` returns (auto-gptq 0.7.1: `no suitable conversion
+  function from "const at::DeprecatedTypeProperties" to "c10::ScalarType"`), so the first
+  argument becomes `x.scalar_type()`;
+- `AT_CHECK(...)`, removed for `TORCH_CHECK(...)`, which takes the same arguments (a tree that
+  defines AT_CHECK itself, as deepspeed's compat.h does, is left as it is).
+
+What has no exact replacement (THC, removed in torch 1.11) is named by `thc_includes`, with its
+file and line, for a hand-made patch.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from wheelsmith.recipes.patch import file_diff, lines_of, read_exactly
+from wheelsmith.scaffold.cmake import OWN_DIRS_NOT
+
+SUFFIXES = {".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx", ".inl"}
+MAX_BYTES = 1 << 20  # of one source file read (an sdist is untrusted)
+MAX_FILES = 5000  # read of one tree: a package's own sources are far fewer
+
+DISPATCH_RE = re.compile(r"\bAT_DISPATCH_[A-Z0-9_]+\s*\(")
+TYPE_CALL_RE = re.compile(r"\.\s*type\s*\(\s*\)\s*$")
+AT_CHECK_RE = re.compile(r"(?<![\w#])AT_CHECK(\s*\()")
+DEFINES_AT_CHECK_RE = re.compile(r"^\s*#\s*(?:define|undef)\s+AT_CHECK\b", re.MULTILINE)
+THC_RE = re.compile(r"\s*#\s*include\s*[<\"]THC/THC\.h[>\"]")
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def own_sources(tree: Path) -> list[Path]:
+    """The package's own C++ and CUDA files (not its third-party, test or build trees), those
+    a bounded read takes."""
+    found = []
+    for path in sorted(tree.rglob("*")):
+        relative = path.relative_to(tree)
+        if path.suffix.lower() not in SUFFIXES or path.is_symlink() or not path.is_file() \
+                or (OWN_DIRS_NOT | {"build"}) & {p.lower() for p in relative.parts[:-1]}:
+            continue
+        if path.stat().st_size <= MAX_BYTES:
+            found.append(path)
+        if len(found) >= MAX_FILES:
+            break
+    return found
+
+
+def current(text: str, *, at_check: bool = True) -> str:
+    """`text` with the removed spellings replaced (AT_CHECK only where `at_check`)."""
+    edits = [edit for match in DISPATCH_RE.finditer(text)
+             for edit in _type_arguments(text, match.end())]
+    for start, end in reversed(edits):
+        text = f"{text[:start]}.scalar_type(){text[end:]}"
+    return AT_CHECK_RE.sub(r"TORCH_CHECK\1", text) if at_check else text
+
+
+def _type_arguments(text: str, at: int) -> list[tuple[int, int]]:
+    """The spans of `.type()` ending an argument of the dispatch macro whose arguments start
+    at `at`, among those before its name (the first string literal): the scalar types of
+    AT_DISPATCH_*_AND2(t1, t2, TYPE, "name", ...) too."""
+    spans = []
+    for start, end in _arguments(text, at):
+        argument = text[start:end]
+        if argument.lstrip().startswith(('"', "u8\"", "L\"")):
+            break
+        found = TYPE_CALL_RE.search(argument)
+        if found:
+            spans.append((start + found.start(), start + found.start() + len(
+                found[0].rstrip())))
+    return spans
+
+
+def _arguments(text: str, at: int) -> list[tuple[int, int]]:
+    """The top-level argument spans of the call whose "(" ends before `at` (to its ")" or the
+    text's end; string and character literals skipped)."""
+    spans, depth, start, i = [], 0, at, at
+    while i < len(text):
+        char = text[i]
+        if char in "\"'":
+            close = text.find(char, i + 1)
+            while close != -1 and text[close - 1] == "\\" and text[close - 2] != "\\":
+                close = text.find(char, close + 1)
+            i = len(text) if close == -1 else close + 1
+            continue
+        if char in _OPEN:
+            depth += 1
+        elif char in _CLOSE:
+            if depth == 0:
+                spans.append((start, i))
+                break
+            depth -= 1
+        elif char == "," and depth == 0:
+            spans.append((start, i))
+            start = i + 1
+        i += 1
+    return spans
+
+
+def diff(tree: Path) -> str:
+    """The diff over the package's own sources that use a removed spelling; "" when none
+    does."""
+    sources = {path: read_exactly(path) for path in own_sources(tree)}
+    at_check = not any(DEFINES_AT_CHECK_RE.search(text) for text in sources.values())
+    return "".join(file_diff(str(path.relative_to(tree)), text, current(text, at_check=at_check))
+                   for path, text in sources.items())
+
+
+def thc_includes(tree: Path) -> tuple[tuple[str, int], ...]:
+    """Where the package's own sources include THC/THC.h: (file, line)."""
+    return tuple((str(path.relative_to(tree)), number) for path in own_sources(tree)
+                 for number, line in enumerate(lines_of(read_exactly(path)), start=1)
+                 if THC_RE.match(line))

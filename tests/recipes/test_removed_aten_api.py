@@ -1,0 +1,132 @@
+"""`recipe new` patches the ATen spellings every toolchain's torch removed (auto-gptq 0.7.1's
+sample compile: `no suitable conversion function from "const at::DeprecatedTypeProperties" to
+"c10::ScalarType"`): generated dispatch calls and AT_CHECKs in generated source trees, the patch
+applied by wheelsmith's exact patcher. The real compile of a patched source is in
+tests/recipes/test_recipe_new_check.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.recipes.test_setup_py_patterns import findings, tree_with
+from wheelsmith.recipes.patch import apply_one, read_exactly, write_exactly
+from wheelsmith.scaffold import aten_api, render
+
+CUDA_EXT = ("from torch.utils.cpp_extension import CUDAExtension\n"
+            "e = CUDAExtension('demo._C', ['csrc/k.cu'])\n")
+
+SPACE = st.sampled_from(["", " ", "\n    ", "\t", " \\\n  "])
+NAME = st.from_regex(r"[a-z_][a-z0-9_]{0,6}", fullmatch=True)
+
+
+@st.composite
+def expressions(draw: st.DrawFn, depth: int = 0) -> str:
+    """A tensor expression as C++ writes one: a name, a member, an index, a call whose
+    arguments hold commas inside their parentheses or braces."""
+    base = draw(st.one_of(NAME, NAME.map(lambda n: f"self->{n}"), NAME.map(lambda n: f"{n}[0]")))
+    for _ in range(draw(st.integers(0, 2 if depth < 2 else 0))):
+        inner = draw(st.lists(expressions(depth + 1), max_size=2))
+        call = draw(st.sampled_from(["contiguous", "view", "to", "select"]))
+        listed = ", ".join(inner)
+        base += f".{call}({'{' + listed + '}' if draw(st.booleans()) else listed})"
+    return base
+
+
+# the dispatch macros and the scalar types some of them take before the dispatched type
+MACROS = st.sampled_from([
+    ("AT_DISPATCH_FLOATING_TYPES", ()), ("AT_DISPATCH_FLOATING_TYPES_AND_HALF", ()),
+    ("AT_DISPATCH_ALL_TYPES", ()), ("AT_DISPATCH_INTEGRAL_TYPES", ()),
+    ("AT_DISPATCH_FLOATING_TYPES_AND", ("at::ScalarType::Half",)),
+    ("AT_DISPATCH_FLOATING_TYPES_AND2", ("at::kHalf", "at::kBFloat16")),
+    ("AT_DISPATCH_ALL_TYPES_AND3", ("at::kBool", "at::kHalf", "at::kBFloat16"))])
+
+
+@st.composite
+def dispatches(draw: st.DrawFn) -> tuple[str, str]:
+    """A dispatch call as a removed spelling (`x.type()`) or a current one, and what the patch
+    makes of it: the lambda's own `.type()` calls and commas are the body's, left as they
+    are."""
+    macro, extra = draw(MACROS)
+    tensor = draw(expressions())
+    old = draw(st.booleans())
+    spelled = draw(st.sampled_from([".type()", ".type ( )", ". type()"])) if old else \
+        draw(st.sampled_from([".scalar_type()", ".type().scalarType()"]))
+    body = f"[&] {{ run<scalar_t>({tensor}.type(), \"a,b\", ','); }}"
+    before = f"{draw(SPACE)}".join([f"{macro}(", *[f"{e}, " for e in extra],
+                                    f"{tensor}\0, \"{draw(NAME)}\", {body})"])
+    return before.replace("\0", spelled), before.replace(
+        "\0", ".scalar_type()" if old else spelled)
+
+
+@given(calls=st.lists(dispatches(), min_size=1, max_size=4), gap=st.sampled_from(
+    ["\n", ";\n", "\n// AT_DISPATCH_FLOATING_TYPES(x.type(), \"in a comment\", f)\n"]))
+def test_a_dispatch_of_tensor_type_takes_its_scalar_type_and_nothing_else_changes(
+        calls: list[tuple[str, str]], gap: str) -> None:
+    assert aten_api.current(gap.join(c[0] for c in calls)) == \
+        gap.replace("x.type()", "x.scalar_type()").join(c[1] for c in calls)
+
+
+@given(before=st.sampled_from(["", " ", "(", ";", "\n  ", "!"]),
+       neighbour=st.sampled_from(["MY_AT_CHECK(", "AT_CHECKED(", "#define AT_CHECK_X(",
+                                  "x.AT_CHECK_Y(", "TORCH_CHECK("]),
+       space=st.sampled_from(["", " ", "\n"]))
+def test_at_check_becomes_torch_check_and_names_that_only_contain_it_stay(
+        before: str, neighbour: str, space: str) -> None:
+    text = f"{before}AT_CHECK{space}(x.dim() == 2, \"2-d\"); {neighbour}1);\n"
+    assert aten_api.current(text) == \
+        f"{before}TORCH_CHECK{space}(x.dim() == 2, \"2-d\"); {neighbour}1);\n"
+
+
+def test_a_tree_that_defines_at_check_itself_keeps_it(tmp_path: Path) -> None:
+    """deepspeed's compat.h: `#define AT_CHECK TORCH_CHECK` where torch has none."""
+    tree = tree_with(tmp_path, CUDA_EXT, "csrc/k.cu")
+    (tree / "csrc" / "compat.h").write_text("#ifndef AT_CHECK\n#define AT_CHECK TORCH_CHECK\n"
+                                           "#endif\n")
+    (tree / "csrc" / "k.cu").write_text('#include "compat.h"\nAT_CHECK(ok, "ok");\n')
+    assert aten_api.diff(tree) == ""
+
+
+@given(latin1=st.booleans(), crlf=st.booleans(), newline_at_end=st.booleans())
+def test_the_patch_applies_exactly_and_leaves_third_party_sources_alone(
+        tmp_path_factory: pytest.TempPathFactory, latin1: bool, crlf: bool,
+        newline_at_end: bool) -> None:
+    """auto-gptq's shape, in files a byte-exact patch must keep: CRLF line ends, a Latin-1
+    comment, no newline at the end."""
+    end = "\r\n" if crlf else "\n"
+    kernel = end.join(["// (c) J\udce9r\udcf4me" if latin1 else "// kernels",
+                       "AT_DISPATCH_FLOATING_TYPES(", "    vec.type(), \"vecquant2\", ([&] {",
+                       "      f<scalar_t>(vec); }));",
+                       "AT_CHECK(vec.dim() == 1, \"1-d\");"]) + (end if newline_at_end else "")
+    tree = tree_with(tmp_path_factory.mktemp("t"), CUDA_EXT, "csrc/k.cu")
+    write_exactly(tree / "csrc" / "k.cu", kernel)
+    (tree / "third_party" / "cutlass").mkdir(parents=True)
+    write_exactly(tree / "third_party" / "cutlass" / "old.h", kernel)
+    found = findings(tree)
+    assert [w.file for w in found.written] == ["0001-current-aten-api.patch"]
+    copy = tree.parent / "patched"
+    shutil.copytree(tree, copy)
+    patch = tree.parent / found.written[0].file
+    patch.write_bytes(found.written[0].data)
+    apply_one(patch, copy)
+    assert read_exactly(copy / "csrc" / "k.cu") == kernel.replace(
+        "vec.type()", "vec.scalar_type()").replace("AT_CHECK(", "TORCH_CHECK(")
+    assert read_exactly(copy / "third_party" / "cutlass" / "old.h") == kernel
+    shutil.rmtree(copy)
+
+
+def test_thc_is_named_with_its_file_and_line_for_a_hand_made_patch(tmp_path: Path) -> None:
+    tree = tree_with(tmp_path, CUDA_EXT, "csrc/k.cu", "csrc/ops.cpp", "tests/t.cu")
+    for name in ("csrc/k.cu", "csrc/ops.cpp", "tests/t.cu"):
+        (tree / name).write_text("#include <torch/extension.h>\n  #  include <THC/THC.h>\n")
+    found = dataclasses.replace(findings(tree), thc=aten_api.thc_includes(tree))
+    assert render.report_lines(found)[-2:] == [
+        "csrc/k.cu:2: patch needed: it includes THC/THC.h, which torch removed in 1.11: port "
+        "what it uses by hand (THCudaCheck -> C10_CUDA_CHECK, the THCState stream -> "
+        "at::cuda::getCurrentCUDAStream() from ATen/cuda/CUDAContext.h)",
+        "THC/THC.h: included by 1 more file(s) of the sdist"]
