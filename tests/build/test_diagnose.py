@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from wheelsmith.build.diagnose import diagnose
 
@@ -30,6 +32,13 @@ LINES = {
     "farm-job-failed": "sccache: Job failed on server 127.0.0.1:10503:\nsandbox broken on this "
                        "server",
     "farm-token-refused": '["add.o"] http error status: Error 401: Fixed token mismatch',
+    # auto-gptq 0.7.1's sdist (no marlin_repack.cuh), gcc's words; transformer-engine-torch
+    # 2.20.2's nccl.h, EDG's (cudafe++)
+    "own-header-missing": "autogptq_extension/marlin/marlin_repack.cu:6:10: fatal error: "
+                          "marlin_repack.cuh: No such file or directory\n    6 | #include "
+                          '"marlin_repack.cuh"\n      |          ^~~~~~~~~~~~~~~~~~~',
+    "library-header-missing": 'csrc/extensions.h(10): catastrophic error: cannot open source '
+                              'file "nccl.h"\n  #include <nccl.h>\n           ^',
 }
 
 
@@ -45,3 +54,19 @@ def test_clean_failure_has_no_diagnosis() -> None:
 def test_a_cxx20_name_clash_is_recognised_in_gcc_s_words_too() -> None:
     log = "csrc/k.h:12:21: error: call of overloaded 'lerp(float&, float&, float)' is ambiguous"
     assert [s.name for s in diagnose(log)] == ["cxx20-name-clash"]
+
+
+@given(header=st.from_regex(r"[A-Za-z_][A-Za-z0-9_/.-]{0,16}\.(h|cuh|hpp|inl)", fullmatch=True),
+       own=st.booleans(), gcc=st.booleans(), line=st.integers(1, 99999),
+       space=st.sampled_from(["", " ", "  "]))
+def test_a_header_not_found_is_the_sdist_s_omission_or_a_library_off_the_include_path(
+        header: str, own: bool, gcc: bool, line: int, space: str) -> None:
+    """Either compiler's words, a header of the package's own ("x.cuh") or a library's
+    (<nccl.h>)."""
+    include = f"#{space}include{space}" + (f'"{header}"' if own else f"<{header}>")
+    log = (f"csrc/k.cu:{line}:10: fatal error: {header}: No such file or directory\n"
+           f"{line:5d} | {include}\n      |          ^~~~\ncompilation terminated.") if gcc \
+        else (f'csrc/k.cu({line}): catastrophic error: cannot open source file "{header}"\n'
+              f"  {include}\n           ^\n")
+    assert [s.name for s in diagnose(log)] == \
+        ["own-header-missing" if own else "library-header-missing"]

@@ -217,8 +217,10 @@ def test_the_corpus_as_users_live_it(tmp_path: Path, toolchain: Toolchain,
     from there (remove the file to start over); the page is written when all are in."""
     monkeypatch.delenv("WHEELSMITH_RECIPES", raising=False)
     outcomes = measured(tmp_path, DONE)
-    DOC.write_text(render(outcomes, time.strftime("%Y-%m-%d", time.gmtime())
-                          + ", a 2-core x86-64 machine without a GPU, this test"))
+    DOC.write_text(render(outcomes, "finished " + time.strftime("%Y-%m-%d", time.gmtime())
+                          + ", a 2-core x86-64 machine without a GPU, this test (each sdist "
+                          "measured once: a rerun measures those build/recipe-corpus.jsonl "
+                          "lacks)"))
     for found in outcomes:
         assert found.check.startswith(CORPUS[found.spec]), (found.spec, found.check)
         if found.spec in BUILT:

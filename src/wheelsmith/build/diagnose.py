@@ -32,8 +32,30 @@ SOURCES_MISSING = Signature(
     "(`wheelsmith recipe new NAME==VERSION` checks the sdist and shows that form)",
 )
 
+# a header the compiler could not open, then the #include line it printed (gcc: `  6 | #include
+# "x.cuh"`, EDG: `  #include "x.cuh"`); "..." for the package's own, <...> for a library's
+_NOT_OPENED = (r'(?:No such file or directory|cannot open source file "[^"\n]*")[ \t]*\n'
+               r'[ \t]*(?:\d+[ \t]*\|)?[ \t]*#[ \t]*include[ \t]*')
+
 SIGNATURES = (
     SOURCES_MISSING,
+    Signature(
+        "own-header-missing",
+        re.compile(_NOT_OPENED + '"'),
+        "a source includes a header of the package's own (`#include \"...\"`) that the source "
+        "tree does not hold: the sdist leaves it out (auto-gptq 0.7.1's marlin_repack.cuh), or "
+        "a build step that makes it did not run",
+        SOURCES_MISSING.remedy,
+    ),
+    Signature(
+        "library-header-missing",
+        re.compile(_NOT_OPENED + "<"),
+        "a source includes a library's header (`#include <...>`) that is not on the include "
+        "path: the compilers search the toolchain's CUDA toolkit, torch and the system's "
+        "headers, not the NCCL or cuDNN headers torch's wheels bring (site-packages/nvidia/)",
+        "patch the package to build without the library, or give the recipe its include "
+        "directory in build.env (CXXFLAGS and NVCC_PREPEND_FLAGS: `-I...`)",
+    ),
     Signature(
         "bare-metal-version",
         re.compile(r"NameError: name 'bare_metal_version' is not defined"),
