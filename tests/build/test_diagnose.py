@@ -17,6 +17,10 @@ LINES = {
     "oom-killed": "Killed\nninja: build stopped: subcommand failed.",
     "download-attempt": "error: <urlopen error [Errno -3] Temporary failure in name resolution>",
     "no-torch": "ModuleNotFoundError: No module named 'torch'",
+    # a hatchling package without build.requires; vllm 0.34.0's setup.py:21
+    "build-import-missing": "the build of tiny-pure 0.1.0 failed: Backend 'hatchling.build' "
+                            "is not available.\nModuleNotFoundError: No module named "
+                            "'setuptools_rust'",
     # chamferdist 1.0.3 and spatial-correlation-sampler 0.5.0 against torch 2.14 (issue 22)
     "cxx-standard": "torch/include/torch/csrc/api/include/torch/all.h:5:2: error: #error C++20 "
                     "or later compatible compiler is required to use PyTorch.",

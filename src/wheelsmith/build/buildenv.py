@@ -101,11 +101,13 @@ def build_env(
     launchers: Path | None = None,
     source: Path | None = None,
     cmake: bool = False,
+    requires: Path | None = None,
 ) -> dict[str, str]:
     """`launchers`: first on PATH, the pre-build check's `ninja` and the compile cache's
     `c++`. `source`: the tree being built, whose path (and the toolchain's) the compilers map
     to fixed names (reproducible.py; a path view rewrites them with the rest). `cmake`: the
-    build runs CMake (cmakebuild.py)."""
+    build runs CMake (cmakebuild.py). `requires`: the recipe's build requirements
+    (toolchain/overlay.py), importable after the toolchain's packages."""
     toolchain = plan.toolchain
     env = {k: base[k] for k in PASS_THROUGH if k in base}
     path = [str(p) for p in toolchain.bin_dirs] + [base.get("PATH", "/usr/bin:/bin")]
@@ -131,6 +133,9 @@ def build_env(
         # configured for the build
         TORCH_NO_COMPILER_WRAPPER="1",
     )
+    if requires is not None:  # a path view puts the toolchain's site-packages before it
+        env["PYTHONPATH"] = str(requires) if toolchain.site is None else \
+            os.pathsep.join([str(toolchain.site), str(requires)])
     env.update(dict.fromkeys(PROXIES, DEAD_PROXY))
     env.update(dict.fromkeys(NO_PROXY, ""))
     env.update(compile_cache or {})

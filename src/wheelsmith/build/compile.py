@@ -163,7 +163,7 @@ def compile_wheel(
     except CompileError as exc:
         text = log_path.read_text(errors="replace")
         out_of_space(text, source, view, log_path, exc)
-        exc.hint = explain(diagnose(text)) or (
+        exc.hint = explain(diagnose(f"{text}\n{exc.message}")) or (
             f"read the full log; the patched source is kept in {source}")
         if view is not None:  # the compiler's messages name the fixed paths
             exc.hint += f" (the log's {view.fixed_source} is {source})"

@@ -29,6 +29,7 @@ from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.request import BuildRequest, Reporter
 from wheelsmith.errors import CompileFarmError, SourceError, ToolchainError, UsageError
 from wheelsmith.files import atomic_write_text
+from wheelsmith.toolchain import overlay
 from wheelsmith.untrusted import parse_python
 
 log = logging.getLogger(__name__)
@@ -94,9 +95,11 @@ def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int
         for name, script in cache.launchers().items():
             write_launcher(launchers / name, script)
         compiler_env = cache.env(plan.toolchain, work)
+    requires = overlay.ensure(plan.recipe.build_requires, plan.toolchain, locations.cache_dir())
     env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ,
                              guard=guard, compile_cache=compiler_env, launchers=launchers,
-                             source=source, cmake=cmakebuild.uses_cmake(source))
+                             source=source, cmake=cmakebuild.uses_cmake(source),
+                             requires=requires)
     return CompileSetup(view.env(env) if view else env, parallelism, guard, cache, farm, note,
                         view, source)
 

@@ -93,6 +93,14 @@ SIGNATURES = (
         "does not run a separate build frontend",
     ),
     Signature(
+        "build-import-missing",
+        re.compile(r"Backend '[\w.:]+' is not available|No module named '(?!torch')[\w.]+'"),
+        "the build imports a package the toolchain does not hold (its pyproject.toml's build "
+        "backend, or a module setup.py imports)",
+        "add it, pinned, to the recipe's build.requires (NAME==VERSION, with what it needs; "
+        "`wheelsmith recipe new` pins pyproject.toml's build requirements)",
+    ),
+    Signature(
         "download-attempt",
         re.compile(r"urlopen error|Temporary failure in name resolution|Guessing wheel URL"),
         "the package's setup tried to download something (usually a prebuilt wheel), and "

@@ -34,6 +34,7 @@ from wheelsmith.recipes.fetch import fetch
 from wheelsmith.recipes.model import describe_source
 from wheelsmith.recipes.patch import apply_all
 from wheelsmith.recipes.repos import resolve_recipe
+from wheelsmith.toolchain import overlay
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.platform import parse_platform
 from wheelsmith.toolchain.preflight import preflight
@@ -65,6 +66,7 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
                                       machine=parse_platform(request.platform),
                                       compiles=recipe.kind != "pure")
         preflight(toolchain, archs, recipe.arch.min_cuda)
+    overlay.check_adds_only(recipe.build_requires, toolchain, recipe.file)
     check_known_bad(recipe, release, toolchain, archs, report)
     return BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
                      extra_env=request.env)

@@ -64,22 +64,7 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
     chosen = sdist.choose_sdist(name, version)
     base = rebase.shipped_base(name, chosen.version)
     with tempfile.TemporaryDirectory(prefix="wheelsmith-recipe-new-") as work:
-        tree = sdist.unpacked(chosen, Path(work) / "sdist")
-        setup = setup_py.read_setup(tree)  # the findings name the sdist's own lines
-        side = cmake.read_cmake(tree)
-        carried = rebase.carry(base.release, tree) if base is not None else ()
-        kept = rebase.renumbered(carried)
-        made = patches.written(tree, setup_py.read_setup(tree) if kept else setup,
-                               cxx20=check.torch_needs_cxx20(), after=kept,
-                               cmake_torch=bool(side and side.cuda_at and side.links_torch),
-                               cmake_cuda=bool(side and side.cuda_at))
-        profile = select.profile_named(None)
-        found = findings.Findings(chosen, sdist.read_metadata(tree), setup, kept + made,
-                                base=base, carried=carried, cmake=side,
-                                unheld=buildsystem.unheld_imports(tree, profile),
-                                excluded=buildsystem.excluded(tree, profile),
-                                thc=aten_api.thc_includes(tree),
-                                toolchain=profile.name)
+        found = _read(chosen, sdist.unpacked(chosen, Path(work) / "sdist"), base)
         files = render.write(found, destination)
         checked = _checked(chosen, destination, found.kind) if configure else None
         if checked is not None:  # its findings go into the recipe too
@@ -87,6 +72,7 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
             render.rewrite(found, destination)
     lines = render.report_lines(found)
     failed = checked.error if checked is not None else None
+    setup = found.setup
     if as_json and failed is None:
         emit_json({"recipe": str(files[0]), "patches": [str(f) for f in files[1:]],
                    "sdist": chosen.filename, "sha256": chosen.sha256,
@@ -95,6 +81,7 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
                    "extensions": [e.name for e in setup.extensions],
                    "host_only": list(found.host_only), "missing": list(setup.missing),
                    "patches_written": [p.file for p in found.written],
+                   "build_requires": list(found.requires.pins),
                    "patches_needed": [p.stem for p, _ in patches.needed(setup, found.written)],
                    "check": checked.line if checked else None, "findings": lines})
     elif not as_json:
@@ -109,9 +96,32 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
         click.echo(f"next: {next_step}{' --check' if checked is None else ''}")
 
 
+def _read(chosen: sdist.Sdist, tree: Path, base: rebase.Base | None) -> findings.Findings:
+    """What the unpacked sdist says, and the patches made over it (after a shipped recipe's,
+    carried over)."""
+    setup = setup_py.read_setup(tree)  # the findings name the sdist's own lines
+    side = cmake.read_cmake(tree)
+    carried = rebase.carry(base.release, tree) if base is not None else ()
+    kept = rebase.renumbered(carried)
+    made = patches.written(tree, setup_py.read_setup(tree) if kept else setup,
+                           cxx20=check.torch_needs_cxx20(), after=kept,
+                           cmake_torch=bool(side and side.cuda_at and side.links_torch),
+                           cmake_cuda=bool(side and side.cuda_at))
+    profile = select.profile_named(None)
+    return findings.Findings(chosen, sdist.read_metadata(tree), setup, kept + made,
+                             base=base, carried=carried, cmake=side,
+                             unheld=buildsystem.unheld_imports(tree, profile),
+                             excluded=buildsystem.excluded(tree, profile),
+                             thc=aten_api.thc_includes(tree),
+                             requires=buildsystem.pinned(tree, profile),
+                             has_setup_py=(tree / "setup.py").is_file(),
+                             toolchain=profile.name)
+
+
 def _checked(chosen: sdist.Sdist, destination: Path, kind: str) -> check.Checked:
     with console.TerminalReporter() as reporter:
-        return check.sample_check(chosen, destination, reporter, cuda_only=kind == "cuda")
+        return check.sample_check(chosen, destination, reporter, cuda_only=kind == "cuda",
+                                  pure=kind == "pure")
 
 
 def check_failed(error: WheelsmithError, next_step: str, files: list[Path]) -> WheelsmithError:

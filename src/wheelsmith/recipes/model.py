@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -122,6 +123,7 @@ class Recipe:
     memory_per_job_gb: float
     host_only: tuple[str, ...]
     build_dir_env: str | None  # the variable the package takes its CMake build directory from
+    build_requires: tuple[str, ...]  # pinned packages the build imports beside the toolchain's
     smoke_imports: tuple[str, ...]
     smoke_gpu: str | None
     releases: tuple[Release, ...]
@@ -184,10 +186,37 @@ def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
         memory_per_job_gb=float(build.get("memory_per_job_gb", 3.0)),
         host_only=tuple(build.get("host_only", [])),
         build_dir_env=build.get("build_dir_env"),
+        build_requires=_requires(doc, build.get("requires", [])),
         smoke_imports=tuple(smoke.get("import", [])),
         smoke_gpu=smoke.get("gpu"),
         releases=releases,
     )
+
+
+def _requires(doc: Document, values: list[str]) -> tuple[str, ...]:
+    """build.requires: each a requirement pinned to one version (`NAME==VERSION`, markers
+    allowed), no extras (they would pull what the pins do not name), no name twice."""
+    pins: dict[str, str] = {}
+    for index, value in enumerate(values):
+        path: KeyPath = ("build", "requires", index)
+        try:
+            requirement = Requirement(value)
+        except InvalidRequirement as exc:
+            doc.at_value(path, f"'build.requires[{index}]' is not a requirement: {exc}",
+                         "write NAME==VERSION")
+            continue
+        operators = [s.operator for s in requirement.specifier]
+        if requirement.url or requirement.extras or operators not in (["=="], ["==="]) or \
+                "*" in str(requirement.specifier):
+            doc.at_value(path, f"'build.requires[{index}]' is not pinned to one version: "
+                               f"'{value}'", "write NAME==VERSION (no range, extras or URL): "
+                                             "every build gets the same packages")
+            continue
+        name = canonicalize_name(requirement.name)
+        if name in pins and requirement.marker is None:
+            doc.at_value(path, f"'build.requires' names {name} twice")
+        pins[name] = value
+    return tuple(values)
 
 
 def _arch_set(doc: Document, values: list[str | None], path: KeyPath) -> ArchSet:
@@ -341,6 +370,7 @@ def canonical(recipe: Recipe, release: Release) -> dict[str, Any]:
         "arch": {"env": recipe.arch.env, "format": recipe.arch.format},
         "env": dict(recipe.env) | dict(release.env),
         **({"build_dir_env": recipe.build_dir_env} if recipe.build_dir_env else {}),
+        **({"requires": list(recipe.build_requires)} if recipe.build_requires else {}),
     }
 
 

@@ -72,6 +72,12 @@ RECIPE_SCHEMA: dict[str, Any] = {
                                   "description": "the variable the package reads its CMake "
                                   "build directory from (e.g. NATTEN_BUILD_DIR); wheelsmith "
                                   "sets it to build/cmake in the source tree"},
+                "requires": {"type": "array", "items": {"type": "string"},
+                             "description": "packages the build imports that the toolchain "
+                             "does not hold, each pinned (NAME==VERSION), with every one they "
+                             "need: installed from the index pip uses, without their "
+                             "dependencies, beside the toolchain (never replacing one of its "
+                             "packages)"},
             },
         },
         "smoke": {

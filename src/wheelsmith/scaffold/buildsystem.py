@@ -6,17 +6,22 @@ isolated environment it downloads, so a build that imports one of them fails
 from __future__ import annotations
 
 import ast
+import os
 import re
+import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from wheelsmith import cmd
 from wheelsmith.build import cmakebuild
-from wheelsmith.errors import UntrustedDataError
+from wheelsmith.errors import UntrustedDataError, WheelsmithError
 from wheelsmith.scaffold.setup_py import caught_imports
 from wheelsmith.toolchain.profile import Profile
-from wheelsmith.untrusted import parse_python
+from wheelsmith.untrusted import parse_json, parse_python
 
 MAX_BYTES = 1 << 20  # of pyproject.toml read (an sdist is untrusted)
 # read as cmakebuild reads its build-backend (no TOML parser before Python 3.11): the table's
@@ -112,3 +117,50 @@ def unheld_imports(tree: Path, profile: Profile) -> tuple[tuple[str, str, int], 
             if requirement is not None:
                 found.append((top, requirement, node.lineno))
     return tuple(sorted(dict.fromkeys(found), key=lambda f: f[2]))
+
+
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """What `recipe new` writes as build.requires: the pins (the build requirements the
+    toolchain lacks, with every package they need that it lacks too), or why there are
+    none."""
+
+    pins: tuple[str, ...] = ()
+    failed: str = ""
+
+
+NOTHING_PINNED = Pinned()
+
+
+# what installs or runs a build, never imported by one (natten lists `build`): wheelsmith is
+# the frontend
+FRONTENDS = ("build", "pip", "installer", "pyproject-hooks")
+
+
+def pinned(tree: Path, profile: Profile) -> Pinned:
+    """pyproject.toml's build requirements the toolchain lacks (not the CMake backends
+    wheelsmith provides, nor a frontend), resolved by pip against the index it uses, wheels
+    only, for this Python: each `NAME==VERSION`, the toolchain's own packages left out."""
+    wanted = [str(r) for r in requirements(tree)
+              if canonicalize_name(r.name) not in held(profile)
+              and canonicalize_name(r.name) not in FRONTENDS
+              and r.name.replace("-", "_").lower() not in cmakebuild.BACKENDS]
+    if not wanted:
+        return NOTHING_PINNED
+    with tempfile.TemporaryDirectory(prefix="wheelsmith-requires-") as work:
+        report = Path(work) / "report.json"
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        try:
+            cmd.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+                     "--only-binary", ":all:", "--no-input", "--quiet", "--report", report,
+                     "--", *wanted], what="pip's resolution of the build requirements",
+                    env=env, stream=False)
+            found = [(item["metadata"]["name"].text(), item["metadata"]["version"].text())
+                     for item in parse_json(report.read_bytes(), "pip's report")[
+                         "install"].items()]
+        except WheelsmithError as exc:
+            return Pinned(failed=f"{', '.join(wanted)}: {exc.message}")
+    have = held(profile)
+    return Pinned(pins=tuple(sorted(f"{canonicalize_name(name)}=={version}"
+                                    for name, version in found
+                                    if canonicalize_name(name) not in have)))

@@ -72,11 +72,12 @@ def torch_needs_cxx20(profile: Profile | None = None) -> bool:
     return profile.torch.release[:2] >= CXX20_TORCH.release
 
 
-def sample_check(sdist: Sdist, repo: Path, report: Reporter, *, cuda_only: bool = False
-                 ) -> Checked:
+def sample_check(sdist: Sdist, repo: Path, report: Reporter, *, cuda_only: bool = False,
+                 pure: bool = False) -> Checked:
     """Its outcome, its build's stages told to `report`. Its work directory (in the cache)
     stays after a failure, for the log and the patched source the error names. `cuda_only`:
-    the recipe is of kind cuda (its toolchain is the default CUDA-only profile)."""
+    the recipe is of kind cuda (its toolchain is the default CUDA-only profile); `pure`: of
+    kind pure, whose whole build (seconds) and smoke test are the check."""
     profile = select.profile_named(
         default_cuda_only_name(locations.profile_dirs()) if cuda_only else None)
     if _venv(profile) is None:
@@ -85,7 +86,7 @@ def sample_check(sdist: Sdist, repo: Path, report: Reporter, *, cuda_only: bool 
     repos.use_option([repo])
     work = locations.cache_dir() / "recipe-check" / f"{sdist.project}-{sdist.version}"
     try:
-        return _passed(_build(sdist, work, None, report), work)
+        return _passed(_build(sdist, work, None, report, whole=pure), work)
     except VerifyError as exc:  # the package turns 12.0 into 12.0a itself: check that
         specific = _arch_specific(work, sdist)
         if specific is None:
@@ -98,16 +99,18 @@ def sample_check(sdist: Sdist, repo: Path, report: Reporter, *, cuda_only: bool 
         return Checked(f"check: {exc.message}", error=exc)
 
 
-def _build(sdist: Sdist, work: Path, archs: ArchSet | None, report: Reporter
-           ) -> BuildResult:
+def _build(sdist: Sdist, work: Path, archs: ArchSet | None, report: Reporter, *,
+           whole: bool = False) -> BuildResult:
     shutil.rmtree(work, ignore_errors=True)
     return orchestrate.build(BuildRequest(recipe=sdist.project, version=sdist.version,
-                                          check=True, archs=archs, work_dir=work / "build",
-                                          out_dir=work / "out"), report)
+                                          check=not whole, archs=archs,
+                                          work_dir=work / "build", out_dir=work / "out"), report)
 
 
 def _passed(result: BuildResult, work: Path, archs: str | None = None) -> Checked:
     shutil.rmtree(work, ignore_errors=True)
+    if result.wheel is not None and not result.configured:  # a whole build: a pure recipe's
+        return Checked(f"check: built {result.wheel.name} and passed its smoke test")
     return Checked(f"check: {configured_line(result.configured)}", result.host_modules,
                    archs=archs)
 

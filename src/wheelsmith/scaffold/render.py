@@ -114,7 +114,9 @@ def _extension_lines(found: Findings) -> list[str]:
             lines.append(f"{_at(ext.line)}extension {ext.name} ({ext.callee}) compiles no CUDA "
                          f'sources: build.host_only "{Extension.glob(ext.name)}"')
     if found.pure:
-        lines.append("kind: pure: setup.py declares no extension and the sdist holds no .cu file")
+        lines.append("kind: pure: " + ("setup.py declares no extension" if found.has_setup_py
+                                       else "pyproject.toml's backend builds pure Python") +
+                     " and the sdist holds no .cu file")
     elif found.cmake is not None:
         lines += cmake_lines(found.cmake)
     elif not found.setup.extensions:
@@ -175,11 +177,16 @@ def report_lines(found: Findings) -> list[str]:
         example = patch.example()
         lines.append(f"{_at(line)}patch needed: {patch.stem}: {patch.reason}" + (
             f" (start from {example})" if example else ""))
+    lines += [f"build.requires: {', '.join(found.requires.pins)}: the build requirements the "
+              f"toolchain {found.toolchain} lacks, with what they need (pyproject.toml), "
+              "installed beside it for each build"] if found.requires.pins else []
+    lines += [f"build.requires: not written, pip could not pin {found.requires.failed}"
+              ] if found.requires.failed else []
     lines += [f"setup.py:{line}: patch needed: it imports {module}, a build requirement "
               f"({requirement}) the toolchain {found.toolchain} does not hold: wheelsmith "
               "builds with the toolchain's packages only, never an environment it downloads; "
               "patch setup.py to build without it, else wheelsmith cannot build this package"
-              for module, requirement, line in found.unheld]
+              for module, requirement, line in found.unheld_left]
     lines += [f"pyproject.toml: its build requirement {clip(requirement)} excludes the "
               f"{version} the toolchain {found.toolchain} holds: wheelsmith builds with the "
               "toolchain's, so a build that relies on the difference fails, and a runtime pin "
@@ -191,7 +198,7 @@ def report_lines(found: Findings) -> list[str]:
               for file, line in found.thc[:1]]
     lines += [f"THC/THC.h: included by {len(found.thc) - 1} more file(s) of the sdist"
               ] if len(found.thc) > 1 else []
-    if not needed(found.setup, found.written) and not found.written and not found.unheld \
+    if not needed(found.setup, found.written) and not found.written and not found.unheld_left \
             and not found.thc:
         lines.append("patches: none of the standard ones is needed")
     lines += [f"smoke: {name} is not a module name: left out of smoke.import"
@@ -222,7 +229,7 @@ def render(found: Findings) -> str:
              f"{sdist.filename}.", *[f"# {line}" for line in report_lines(found)]]
     if found.base is not None:
         env = {var: value for var, value, _ in found.env}
-        lines += base_recipe_lines(found.base, env, found.host_only)
+        lines += base_recipe_lines(found.base, env, found.host_only, found.requires.pins)
     else:
         lines += _recipe_lines(found)
     lines += ["versions:", f"  - version: {_quoted(sdist.version)}", "    source:",
@@ -250,7 +257,7 @@ def _recipe_lines(found: Findings) -> list[str]:
         else [])
     build_dir = found.setup.build_dir_var[0] if found.cmake and found.setup.build_dir_var \
         else None
-    if env or found.host_only or build_dir:
+    if env or found.host_only or build_dir or found.requires.pins:
         lines.append("build:")
     if env:
         lines += ["  env:", *[f"    {var}: {_quoted(value)}" for var, value in env]]
@@ -258,6 +265,8 @@ def _recipe_lines(found: Findings) -> list[str]:
         lines.append(f"  build_dir_env: {build_dir}")
     if found.host_only:
         lines.append(f"  host_only: [{', '.join(_quoted(g) for g in found.host_only)}]")
+    if found.requires.pins:
+        lines.append(f"  requires: {_listed(list(found.requires.pins))}")
     if found.imports or found.kind == "cuda":
         lines += ["smoke:", f"  import: {_listed(list(found.imports))}"]
     return lines
@@ -272,9 +281,10 @@ def _listed(values: list[str]) -> str:
     return f"[{', '.join(_quoted(v) for v in values)}]"
 
 
-def base_recipe_lines(base: Base, env: dict[str, str], host_only: tuple[str, ...]) -> list[str]:
-    """The recipe's keys above `versions:`, the base recipe's, with the build variables and
-    host_only globs the new sdist adds (the base's values win)."""
+def base_recipe_lines(base: Base, env: dict[str, str], host_only: tuple[str, ...],
+                      requires: tuple[str, ...] = ()) -> list[str]:
+    """The recipe's keys above `versions:`, the base recipe's, with the build variables,
+    host_only globs and build requirements the new sdist adds (the base's values win)."""
     recipe = base.recipe
     lines = [f"package: {recipe.name}"]
     lines += [f"summary: {_quoted(recipe.summary)}"] if recipe.summary else []
@@ -293,6 +303,8 @@ def base_recipe_lines(base: Base, env: dict[str, str], host_only: tuple[str, ...
         merged.items())]] if merged else []),
               f"  memory_per_job_gb: {recipe.memory_per_job_gb:g}",
               *([f"  host_only: {_listed(globs)}"] if globs else [])]
+    pins = {canonicalize_name(p.split("==")[0]): p for p in (*requires, *recipe.build_requires)}
+    lines += [f"  requires: {_listed(sorted(pins.values()))}"] if pins else []
     lines += ["smoke:", f"  import: {_listed(list(recipe.smoke_imports))}"]
     if recipe.smoke_gpu:
         lines += ["  gpu: |", *[f"    {row}".rstrip() for row in recipe.smoke_gpu.splitlines()]]

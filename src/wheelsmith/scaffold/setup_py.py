@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeGuard
 
-from wheelsmith.build.cmakebuild import uses_cmake
+from wheelsmith.build.cmakebuild import backend, uses_cmake
 from wheelsmith.build.compilesetup import ninja_switched_off
 from wheelsmith.errors import SourceError
 from wheelsmith.scaffold.extensions import (
@@ -83,19 +83,16 @@ class Setup:
             "CUDA" in variable.upper() for variable, _, _ in self.env)
 
 
+# the backends that build a pure-Python wheel from pyproject.toml alone (their first module)
+PURE_BACKENDS = ("hatchling", "flit_core", "setuptools", "pdm", "poetry", "uv_build")
+
+
 def read_setup(tree: Path) -> Setup:
     """Read `tree`/setup.py (without running it); nothing to read for a build that runs CMake
     without one (scikit-build-core: scaffold/cmake.py reads that side)."""
     setup = tree / "setup.py"
-    if not setup.is_file() and uses_cmake(tree):
-        return Setup((), (), None, None, None, None, None, None, None, None, (), (),
-                     cuda_files=sum(1 for p in tree.rglob("*.cu") if p.is_file()))
     if not setup.is_file():
-        held = ", ".join(sorted(p.name for p in tree.iterdir()))
-        raise SourceError(f"the sdist has no setup.py (it holds {held})",
-                          hint="wheelsmith's recipes build torch CUDA extensions from setup.py "
-                               "and CMake projects from scikit-build(-core) or a setup.py that "
-                               "runs cmake; write the recipe by hand (docs/recipes.md)")
+        return _without_setup_py(tree)
     text = setup.read_text(errors="replace")
     module = parse_python(text, f"{tree.name}/setup.py")
     names = assignments(module)
@@ -132,6 +129,27 @@ def read_setup(tree: Path) -> Setup:
     )
     needs_gpu = gpu_required(module, switched=found.own_cuda_way)
     return replace(found, needs_gpu_line=needs_gpu[0].lineno if needs_gpu else None)
+
+
+def _without_setup_py(tree: Path) -> Setup:
+    """An sdist without setup.py: a CMake build (scikit-build-core: scaffold/cmake.py reads
+    that side) or a pure one (a pure-Python backend, no .cu file); else not one wheelsmith
+    reads."""
+    if uses_cmake(tree):
+        return Setup((), (), None, None, None, None, None, None, None, None, (), (),
+                     cuda_files=sum(1 for p in tree.rglob("*.cu") if p.is_file()))
+    named = backend(tree)
+    if named is not None and named.split(".")[0] in PURE_BACKENDS and \
+            not any(p.is_file() for p in tree.rglob("*.cu")):
+        return Setup((), (), None, None, None, None, None, None, None, None, (), (), 0)
+    held = ", ".join(sorted(p.name for p in tree.iterdir()))
+    raise SourceError(f"the sdist has no setup.py (it holds {held})" + (
+        f"; it builds with {named}" if named else ""),
+                      hint="wheelsmith's recipes build torch CUDA extensions from setup.py, "
+                           "CMake projects from scikit-build(-core) or a setup.py that runs "
+                           "cmake, and pure-Python packages from "
+                           f"{', '.join(PURE_BACKENDS)}; write the recipe by hand "
+                           "(docs/recipes.md)")
 
 
 def reads_arch_list(module: ast.Module) -> int | None:

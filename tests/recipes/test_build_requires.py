@@ -1,0 +1,189 @@
+"""A recipe adds the packages its build imports that the toolchain lacks (`build.requires`):
+each pinned to one version, installed once per toolchain beside it (never replacing one of its
+packages), in the content key only when present. `recipe new` pins pyproject.toml's build
+requirements with what they need, so a package that builds with hatchling (or imports
+setuptools_rust) gets its recipe right the first time: real pip against the index the machine's
+pip uses, real builds."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.conftest import wheelsmith
+from wheelsmith.build.plan import BuildPlan
+from wheelsmith.errors import RecipeError, ToolchainError, UsageError
+from wheelsmith.recipes.model import load_recipe
+from wheelsmith.toolchain import overlay
+from wheelsmith.toolchain.env import Toolchain
+
+RECIPE = """package: tiny-pure
+kind: pure
+build:
+  requires: {requires}
+versions:
+  - version: "0.1.0"
+    source:
+      pypi: tiny-pure
+      sha256: "{sha}"
+"""
+NAME = st.from_regex(r"[A-Za-z][A-Za-z0-9._-]{0,10}[A-Za-z0-9]", fullmatch=True)
+VERSION = st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){0,2}", fullmatch=True)
+
+
+def recipe_with(tmp_path: Path, requires: list[str], sha: str = "0" * 64) -> Path:
+    file = tmp_path / "recipes" / "tiny-pure.yaml"
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(RECIPE.format(requires=json.dumps(requires), sha=sha))
+    return file
+
+
+@given(name=NAME, version=VERSION, exact=st.booleans(),
+       marker=st.sampled_from(["", '; python_version >= "3.10"']))
+def test_a_pin_to_one_version_is_taken(tmp_path_factory: pytest.TempPathFactory, name: str,
+                                       version: str, exact: bool, marker: str) -> None:
+    pin = f"{name}{'===' if exact else '=='}{version}{marker}"
+    recipe = load_recipe(recipe_with(tmp_path_factory.mktemp("r"), [pin]))
+    assert recipe.build_requires == (pin,)
+
+
+@given(name=NAME, version=VERSION, form=st.sampled_from(
+    [">={v}", "~={v}", "=={v}.*", ">={v},<99", "!={v}", "", "[extra]=={v}",
+     " @ file:///tmp/x.whl"]))
+def test_anything_but_one_version_is_refused_at_its_line(
+        tmp_path_factory: pytest.TempPathFactory, name: str, version: str, form: str) -> None:
+    """A range, a wildcard, extras or a URL would let two builds get different packages."""
+    value = name + form.format(v=version)
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(recipe_with(tmp_path_factory.mktemp("r"), ["ninja-free==1.0", value]),
+                    "recipes/tiny-pure.yaml")
+    [problem] = caught.value.problems
+    assert (problem.line, problem.message, problem.hint) == (
+        4, f"'build.requires[1]' is not pinned to one version: '{value}'",
+        "write NAME==VERSION (no range, extras or URL): every build gets the same packages")
+
+
+def test_the_content_key_holds_build_requires_only_where_a_recipe_has_them(
+        tmp_path: Path, toolchain: Toolchain) -> None:
+    """Recipes without them keep the keys their wheels were built under."""
+    with_pins = load_recipe(recipe_with(tmp_path / "a", ["hatchling==1.33.0"]))
+    without = load_recipe(recipe_with(tmp_path / "b", []))
+    plans = [BuildPlan(recipe=r, release=r.latest, archs=r.arch.default, toolchain=toolchain)
+             for r in (with_pins, without)]
+    assert plans[0].key_inputs()["recipe"]["requires"] == ["hatchling==1.33.0"]
+    assert "requires" not in plans[1].key_inputs()["recipe"]
+
+
+def test_a_package_the_toolchain_holds_is_refused(tmp_path: Path, toolchain: Toolchain) -> None:
+    """The build would import the toolchain's (first on the path): the pin would lie."""
+    held = next(pin for pin in toolchain.pins if pin.startswith("ninja=="))
+    with pytest.raises(UsageError) as caught:
+        overlay.check_adds_only((held, "hatchling==1.33.0"), toolchain, Path("r.yaml"))
+    assert (caught.value.message, caught.value.hint) == (
+        f"r.yaml: build.requires names {held}, which the toolchain {toolchain.name} holds "
+        "already", "a recipe adds packages beside the toolchain's, it never replaces one: "
+                   "remove it from build.requires")
+
+
+def test_markers_are_read_for_the_toolchain_s_python(toolchain: Toolchain) -> None:
+    pins = ('a==1; python_version == "2.7"', f'b==1; python_version == '
+            f'"{toolchain.python_version}"', "c==1")
+    assert overlay.applicable(pins, toolchain) == pins[1:]
+
+
+# --- real: recipe new, then build, of a package whose backend the toolchain lacks ---------
+
+PYPROJECT = """[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "tiny-pure"
+version = "0.1.0"
+description = "a pure package built by hatchling"
+"""
+
+
+def served_sdist(tmp_path: Path) -> str:
+    """tiny-pure 0.1.0's sdist (pyproject.toml alone, hatchling's) on a file:// PEP 691 index;
+    the index's URL."""
+    tree = tmp_path / "tiny_pure-0.1.0"
+    (tree / "tiny_pure").mkdir(parents=True)
+    (tree / "tiny_pure" / "__init__.py").write_text("ANSWER = 42\n")
+    (tree / "pyproject.toml").write_text(PYPROJECT)
+    (tree / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: tiny-pure\nVersion: 0.1.0\n")
+    sdist = tmp_path / "dist" / "tiny_pure-0.1.0.tar.gz"
+    sdist.parent.mkdir()
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(tree, arcname=tree.name)
+    page = tmp_path / "index" / "tiny-pure"
+    page.mkdir(parents=True)
+    page.joinpath("index.json").write_text(json.dumps({
+        "meta": {"api-version": "1.0"}, "name": "tiny-pure",
+        "files": [{"filename": sdist.name, "url": sdist.as_uri(),
+                   "hashes": {"sha256": hashlib.sha256(sdist.read_bytes()).hexdigest()}}]}))
+    return (tmp_path / "index").as_uri()
+
+
+@pytest.mark.toolchain
+def test_recipe_new_pins_the_backend_and_the_build_imports_it_beside_the_toolchain(
+        tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", served_sdist(tmp_path))
+    made = wheelsmith("recipe", "new", "tiny-pure==0.1.0", "--recipes", "mine", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    said = made.stdout.splitlines()
+    assert said[1] == ("kind: pure: pyproject.toml's backend builds pure Python and the sdist "
+                       "holds no .cu file")
+    recipe = load_recipe(tmp_path / "mine" / "recipes" / "tiny-pure.yaml")
+    names = [pin.split("==")[0] for pin in recipe.build_requires]
+    assert "hatchling" in names
+    assert all("==" in pin for pin in recipe.build_requires)
+    assert said[2] == (f"build.requires: {', '.join(recipe.build_requires)}: the build "
+                       f"requirements the toolchain {toolchain.name} lacks, with what they need "
+                       "(pyproject.toml), installed beside it for each build")
+    assert said[-3].startswith("check: built tiny_pure-0.1.0+cu.13.0.torch.")
+    assert said[-3].endswith("-none-any.whl and passed its smoke test")
+
+    built = wheelsmith("build", "tiny-pure", "--recipes", "mine", "--json", "--out", "out",
+                       "--work-dir", "work", cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    with zipfile.ZipFile(json.loads(built.stdout)["wheel"]) as wheel:
+        assert wheel.read("tiny_pure/__init__.py") == b"ANSWER = 42\n"
+
+    # the same recipe without them: the build cannot import its backend, and says so
+    text = (tmp_path / "mine" / "recipes" / "tiny-pure.yaml").read_text()
+    (tmp_path / "mine" / "recipes" / "tiny-pure.yaml").write_text(
+        text.replace("build:\n  requires: ", "# requires: "))
+    bare = wheelsmith("build", "tiny-pure", "--recipes", "mine", "--out", "out2",
+                      "--work-dir", "work2", cwd=tmp_path)
+    assert bare.returncode == 9, bare.stderr
+    error = [line for line in bare.stderr.splitlines() if line.startswith(("error", "hint"))]
+    assert error == [
+        "error: the build of tiny-pure 0.1.0 failed: Backend 'hatchling.build' is not "
+        "available.",
+        "hint: the build imports a package the toolchain does not hold (its pyproject.toml's "
+        "build backend, or a module setup.py imports); add it, pinned, to the recipe's "
+        "build.requires (NAME==VERSION, with what it needs; `wheelsmith recipe new` pins "
+        "pyproject.toml's build requirements)" + error[1][error[1].index(" (the log's"):]]
+
+
+@pytest.mark.toolchain
+def test_a_pin_pip_cannot_install_leaves_nothing_half_made(tmp_path: Path,
+                                                          toolchain: Toolchain) -> None:
+    pins = ("wheelsmith-no-such-project==0.0.1",)
+    with pytest.raises(ToolchainError) as caught:
+        overlay.ensure(pins, toolchain, tmp_path)
+    assert caught.value.message.startswith(
+        "could not install the build requirements wheelsmith-no-such-project==0.0.1: ")
+    assert caught.value.hint == ("each must be a wheel on the index pip uses, for Python "
+                                 f"{toolchain.python_version} on {toolchain.platform}")
+    made = overlay.directory(pins, toolchain, tmp_path)
+    assert sorted(p.name for p in made.parent.iterdir()) == [f"{made.name}.lock",
+                                                             f"{made.name}.log"]
