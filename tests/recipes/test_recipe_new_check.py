@@ -193,3 +193,28 @@ def test_a_machine_without_the_toolchain_makes_it_and_the_check_runs(
            "minutes)" in made.stderr
     assert "check: build.ninja targets _C: SASS sm_120, compiled add.o and " in made.stdout
     assert made.stdout.splitlines()[-1] == "next: wheelsmith build fresh-check --recipes mine"
+
+
+def test_a_check_that_compiles_nothing_for_the_gpu_fails_and_says_why(
+        tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package that builds CUDA only when a switch of its own says so (vllm's
+    VLLM_TARGET_DEVICE, deepspeed's ops at first use): the check once printed `no build.ninja
+    with CUDA rules`, exited 0 and left a recipe whose wheel would hold no device code."""
+    setup = (FIXTURES / "tiny-ext" / "setup.py").read_text().replace(
+        'name="tiny-ext"', 'name="PROJECT"').replace(
+        "ext_modules=[", 'ext_modules=[] if os.environ.get("TINY_TARGET") != "gpu" else [')
+    assert "TINY_TARGET" in setup
+    setup = "import os\n" + setup
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL",
+                       serve(tmp_path, make_tree(tmp_path, "no-gpu-ops", setup)))
+    made = wheelsmith("recipe", "new", "no-gpu-ops==0.1.0", "--recipes", "mine", cwd=tmp_path)
+    assert made.returncode == 9, made.stderr
+    said = [line for line in made.stderr.splitlines() if line.startswith(("error", "hint"))]
+    assert said[0] == (
+        "error: the check of the new recipe failed: the check of no-gpu-ops 0.1.0 found "
+        "nothing to compile for the GPU: its build generated no build.ninja with CUDA rules, "
+        "so its wheel would hold no device code")
+    assert said[1].startswith(
+        "hint: the package decides while it builds whether to compile CUDA: set the switch it "
+        "reads (FORCE_CUDA, <PKG>_TARGET_DEVICE, ...) in the recipe's build.env;")
+    assert (tmp_path / "mine" / "recipes" / "no-gpu-ops.yaml").is_file()

@@ -275,12 +275,21 @@ def configured(records: tuple[dict[str, Any], ...], *, plan: BuildPlan, request:
                source: Path, log_path: Path, report: Reporter) -> BuildResult:
     """A configure-only build's result: each CUDA sample's device code read first (--check),
     then nothing of the build tree kept but its build.ninja files."""
+    what = f"{plan.recipe.name} {plan.release.version}"
     try:
         if request.check:
-            records = sample_objects(records, plan, request.python,
-                                     f"{plan.recipe.name} {plan.release.version}")
+            records = sample_objects(records, plan, request.python, what)
     finally:
         drop_stand_ins(source / "build")
+    if request.check and plan.recipe.kind != "pure" and not any(
+            c.get("cuda_units", 1) for c in records):
+        raise CompileError(
+            f"the check of {what} found nothing to compile for the GPU: its build generated no "
+            "build.ninja with CUDA rules, so its wheel would hold no device code",
+            hint="the package decides while it builds whether to compile CUDA: set the switch "
+                 "it reads (FORCE_CUDA, <PKG>_TARGET_DEVICE, ...) in the recipe's build.env; "
+                 "a package whose ops compile at first use (JIT) has no CUDA wheel to build; "
+                 "its log says what it did", log_file=log_path)
     return configured_result(records, log_path, report)
 
 
