@@ -199,16 +199,21 @@ def _apply_file(fp: FilePatch, target: Path, name: str) -> str | None:
     for hunk in fp.hunks:
         _check_hunk(hunk, lines, offset, fp.path, name)
         start = max(hunk.old_start - 1, 0) + offset if hunk.old else hunk.old_start + offset
-        lines[start:start + len(hunk.old)] = hunk.new
+        eof_newline = place(lines, start, hunk, eof_newline)
         offset += len(hunk.new) - len(hunk.old)
-        if start + len(hunk.new) == len(lines):
-            eof_newline = hunk.new_eof_newline
     if fp.new_path == DEV_NULL:
         return None
     content = "\n".join(lines) + ("\n" if lines and eof_newline else "")
     if content == original:
         raise PatchError(f"{name} changes nothing in {fp.path}")
     return content
+
+
+def place(lines: list[str], start: int, hunk: Hunk, eof_newline: bool) -> bool:
+    """`hunk`'s new lines in place of its old ones at `start`; whether the file then ends
+    with a newline (the hunk's say where it reaches the end)."""
+    lines[start:start + len(hunk.old)] = hunk.new
+    return hunk.new_eof_newline if start + len(hunk.new) == len(lines) else eof_newline
 
 
 def _check_hunk(hunk: Hunk, lines: list[str], offset: int, path: str, name: str) -> None:

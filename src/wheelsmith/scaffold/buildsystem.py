@@ -6,7 +6,6 @@ isolated environment it downloads, so a build that imports one of them fails
 from __future__ import annotations
 
 import ast
-import os
 import re
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from wheelsmith.build import cmakebuild
 from wheelsmith.errors import UntrustedDataError, WheelsmithError
 from wheelsmith.scaffold.setup_py import caught_imports
 from wheelsmith.toolchain.profile import Profile
+from wheelsmith.toolchain.venv import pip_env
 from wheelsmith.untrusted import parse_json, parse_python
 
 MAX_BYTES = 1 << 20  # of pyproject.toml read (an sdist is untrusted)
@@ -149,12 +149,11 @@ def pinned(tree: Path, profile: Profile) -> Pinned:
         return NOTHING_PINNED
     with tempfile.TemporaryDirectory(prefix="wheelsmith-requires-") as work:
         report = Path(work) / "report.json"
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
         try:
             cmd.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
                      "--only-binary", ":all:", "--no-input", "--quiet", "--report", report,
                      "--", *wanted], what="pip's resolution of the build requirements",
-                    env=env, stream=False)
+                    env=pip_env(), stream=False)
             found = [(item["metadata"]["name"].text(), item["metadata"]["version"].text())
                      for item in parse_json(report.read_bytes(), "pip's report")[
                          "install"].items()]

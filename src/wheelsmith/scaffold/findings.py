@@ -9,9 +9,6 @@ import keyword
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
-
 from wheelsmith.inventory import is_shared_object
 from wheelsmith.scaffold.buildsystem import NOTHING_PINNED, Pinned
 from wheelsmith.scaffold.cmake import CMakeSide
@@ -20,6 +17,7 @@ from wheelsmith.scaffold.patches import FORCE_CUDA, GPU_PATCH, Written
 from wheelsmith.scaffold.rebase import Base, Carried
 from wheelsmith.scaffold.sdist import Metadata, Sdist
 from wheelsmith.scaffold.setup_py import Setup
+from wheelsmith.toolchain.overlay import pin_name
 
 if TYPE_CHECKING:
     from wheelsmith.scaffold.check import Checked
@@ -44,16 +42,14 @@ class Findings:
     excluded: tuple[tuple[str, str], ...] = ()  # (requirement, the version the toolchain holds)
     thc: tuple[tuple[str, int], ...] = ()  # where its sources include THC/THC.h (aten_api.py)
     requires: Pinned = NOTHING_PINNED  # build.requires: what the toolchain lacks, pinned
-
     has_setup_py: bool = True  # else pyproject.toml alone (a pure backend, or CMake's)
 
     @property
     def unheld_left(self) -> tuple[tuple[str, str, int], ...]:
         """The imports of build requirements the toolchain lacks that build.requires does not
         pin (its resolution failed)."""
-        pinned = {canonicalize_name(pin.split("==")[0]) for pin in self.requires.pins}
-        return tuple(u for u in self.unheld
-                     if canonicalize_name(Requirement(u[1]).name) not in pinned)
+        pinned = {pin_name(pin) for pin in self.requires.pins}
+        return tuple(u for u in self.unheld if pin_name(u[1]) not in pinned)
 
     @property
     def cmake_cuda(self) -> bool:

@@ -29,6 +29,7 @@ from wheelsmith.recipes.patch import (
     file_diff,
     lines_of,
     parse,
+    place,
     read_exactly,
     write_exactly,
 )
@@ -130,10 +131,8 @@ def _place(file_patch: FilePatch, text: str, name: str) -> tuple[str, list[str]]
         if start != named:
             moves.append(f"hunk #{hunk.number} on {file_patch.path} {start - named:+d} "
                          f"line(s)")
-        lines[start:start + len(hunk.old)] = hunk.new
+        ending = place(lines, start, hunk, ending)
         shift = start - (max(hunk.old_start - 1, 0)) + len(hunk.new) - len(hunk.old)
-        if start + len(hunk.new) == len(lines):
-            ending = hunk.new_eof_newline
     return "\n".join(lines) + ("\n" if lines and ending else ""), moves
 
 

@@ -28,6 +28,7 @@ from wheelsmith.scaffold.patches import (
 from wheelsmith.scaffold.rebase import Base
 from wheelsmith.scaffold.sdist import Sdist
 from wheelsmith.scaffold.setup_py import Setup
+from wheelsmith.toolchain.overlay import pin_name
 from wheelsmith.untrusted.text import clip, one_line
 
 log = logging.getLogger(__name__)
@@ -303,7 +304,7 @@ def base_recipe_lines(base: Base, env: dict[str, str], host_only: tuple[str, ...
         merged.items())]] if merged else []),
               f"  memory_per_job_gb: {recipe.memory_per_job_gb:g}",
               *([f"  host_only: {_listed(globs)}"] if globs else [])]
-    pins = {canonicalize_name(p.split("==")[0]): p for p in (*requires, *recipe.build_requires)}
+    pins = {pin_name(p): p for p in (*requires, *recipe.build_requires)}
     lines += [f"  requires: {_listed(sorted(pins.values()))}"] if pins else []
     lines += ["smoke:", f"  import: {_listed(list(recipe.smoke_imports))}"]
     if recipe.smoke_gpu:

@@ -135,13 +135,12 @@ def _without_setup_py(tree: Path) -> Setup:
     """An sdist without setup.py: a CMake build (scikit-build-core: scaffold/cmake.py reads
     that side) or a pure one (a pure-Python backend, no .cu file); else not one wheelsmith
     reads."""
-    if uses_cmake(tree):
-        return Setup((), (), None, None, None, None, None, None, None, None, (), (),
-                     cuda_files=sum(1 for p in tree.rglob("*.cu") if p.is_file()))
+    cuda_files = sum(1 for p in tree.rglob("*.cu") if p.is_file())
     named = backend(tree)
-    if named is not None and named.split(".")[0] in PURE_BACKENDS and \
-            not any(p.is_file() for p in tree.rglob("*.cu")):
-        return Setup((), (), None, None, None, None, None, None, None, None, (), (), 0)
+    pure = named is not None and named.split(".")[0] in PURE_BACKENDS and not cuda_files
+    if uses_cmake(tree) or pure:
+        return Setup((), (), None, None, None, None, None, None, None, None, (), (),
+                     cuda_files=cuda_files)
     held = ", ".join(sorted(p.name for p in tree.iterdir()))
     raise SourceError(f"the sdist has no setup.py (it holds {held})" + (
         f"; it builds with {named}" if named else ""),

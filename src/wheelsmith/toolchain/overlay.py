@@ -12,7 +12,6 @@ under a lock in a temporary directory that becomes the real one only when comple
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ from wheelsmith import cmd
 from wheelsmith.errors import ToolchainError, UsageError, WheelsmithError
 from wheelsmith.files import exclusive_lock
 from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.toolchain.venv import pip_env
 
 COMPLETE = ".wheelsmith-complete"  # written last: with it, the directory is whole
 
@@ -37,13 +37,16 @@ def applicable(pins: tuple[str, ...], toolchain: Toolchain) -> tuple[str, ...]:
                  or marker.evaluate(where))
 
 
+def pin_name(pin: str) -> str:
+    """The canonical name a pin (`NAME==VERSION`, `NAME===VERSION`, markers) installs."""
+    return canonicalize_name(Requirement(pin).name)
+
+
 def check_adds_only(pins: tuple[str, ...], toolchain: Toolchain, recipe: Path) -> None:
     """A build requirement the toolchain holds already is refused: the build would import the
     toolchain's (it comes first on the path), so the pin would say what did not happen."""
-    held = {canonicalize_name(Requirement(pin.replace("===", "==")).name)
-            for pin in toolchain.pins}
-    clash = [pin for pin in applicable(pins, toolchain)
-             if canonicalize_name(Requirement(pin).name) in held]
+    held = {pin_name(pin) for pin in toolchain.pins}
+    clash = [pin for pin in applicable(pins, toolchain) if pin_name(pin) in held]
     if clash:
         raise UsageError(f"{recipe}: build.requires names {clash[0]}, which the toolchain "
                          f"{toolchain.name} holds already",
@@ -80,14 +83,12 @@ def _install(pins: tuple[str, ...], toolchain: Toolchain, root: Path) -> None:
     requirements = staging / "requirements.txt"
     requirements.write_text("\n".join(pins) + "\n")
     target = staging / "site"
-    # the caller's PYTHONPATH (wheelsmith run from a checkout) must not reach the venv's pip
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     try:
         with log_path.open("w") as log_file:
             cmd.run([toolchain.python, "-m", "pip", "install", "--no-input", "--no-deps",
                      "--only-binary", ":all:", "--target", target, "-r", requirements],
                     what="pip install of the recipe's build requirements", log_file=log_file,
-                    log_path=log_path, env=env)
+                    log_path=log_path, env=pip_env())
         (target / COMPLETE).write_text("\n".join(pins) + "\n")
         target.rename(root)
     except WheelsmithError as exc:

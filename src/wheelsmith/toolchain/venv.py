@@ -190,6 +190,13 @@ def _clear(root: Path) -> None:
         shutil.rmtree(root)
 
 
+def pip_env() -> dict[str, str]:
+    """The environment a pip of another Python runs in: the caller's, less its PYTHONPATH
+    (wheelsmith run from a checkout, PYTHONPATH=src), which must not reach that pip (`pip
+    check` would judge the checkout's wheelsmith.egg-info as installed)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
 def install_pinned(python: Path, root: Path, pins: tuple[str, ...], profile: Profile) -> None:
     """A fresh venv at `root` with exactly `pins` (no dependency resolution, then `pip check`);
     removed again if anything fails. The log goes next to it."""
@@ -207,9 +214,7 @@ def install_pinned(python: Path, root: Path, pins: tuple[str, ...], profile: Pro
           *profile.pip_index_args(), "-r", requirements], "pip install of the pinned packages"),
         ([venv_python, "-m", "pip", "check"], "pip check (are all dependencies pinned?)"),
     ]
-    # The caller's PYTHONPATH (wheelsmith run from a checkout, PYTHONPATH=src) must not reach
-    # the venv's pip: `pip check` would judge the checkout's wheelsmith.egg-info as installed
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env = pip_env()
     try:
         with log_path.open("w") as log_file:
             for argv, what in steps:
