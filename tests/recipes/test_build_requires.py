@@ -7,8 +7,10 @@ pip uses, real builds."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 import tarfile
 import zipfile
 from pathlib import Path
@@ -108,16 +110,19 @@ build-backend = "hatchling.build"
 name = "tiny-pure"
 version = "0.1.0"
 description = "a pure package built by hatchling"
+dependencies = DEPENDENCIES
 """
 
 
-def served_sdist(tmp_path: Path) -> str:
-    """tiny-pure 0.1.0's sdist (pyproject.toml alone, hatchling's) on a file:// PEP 691 index;
-    the index's URL."""
+def served_sdist(tmp_path: Path, init: str = "ANSWER = 42\n",
+                 dependencies: tuple[str, ...] = ()) -> str:
+    """tiny-pure 0.1.0's sdist (pyproject.toml alone, hatchling's; `init` its __init__.py,
+    `dependencies` its runtime requirements) on a file:// PEP 691 index; the index's URL."""
     tree = tmp_path / "tiny_pure-0.1.0"
     (tree / "tiny_pure").mkdir(parents=True)
-    (tree / "tiny_pure" / "__init__.py").write_text("ANSWER = 42\n")
-    (tree / "pyproject.toml").write_text(PYPROJECT)
+    (tree / "tiny_pure" / "__init__.py").write_text(init)
+    (tree / "pyproject.toml").write_text(PYPROJECT.replace("DEPENDENCIES",
+                                                           json.dumps(list(dependencies))))
     (tree / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: tiny-pure\nVersion: 0.1.0\n")
     sdist = tmp_path / "dist" / "tiny_pure-0.1.0.tar.gz"
     sdist.parent.mkdir()
@@ -187,3 +192,48 @@ def test_a_pin_pip_cannot_install_leaves_nothing_half_made(tmp_path: Path,
     made = overlay.directory(pins, toolchain, tmp_path)
     assert sorted(p.name for p in made.parent.iterdir()) == [f"{made.name}.lock",
                                                              f"{made.name}.log"]
+
+
+# --- the smoke test imports a wheel with what it requires ---------------------------------
+
+@pytest.mark.toolchain
+def test_the_smoke_test_imports_a_wheel_with_what_it_requires_that_the_toolchain_lacks(
+        tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's pip installs a wheel's requirements with it, so its import may use them
+    (torch-linear-assignment 0.1.0 imports scipy): the smoke test once installed the wheel
+    alone and failed with `No module named 'scipy'` a wheel that works where it is installed.
+    A requirement the toolchain holds is met by the toolchain's (torch with any specifier)."""
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", served_sdist(
+        tmp_path, init="import six\nimport torch\nANSWER = six.PY3\n",
+        dependencies=("six>=1.16", "torch>=1", 'ninja; python_version >= "3"',
+                      'wheelsmith-no-such-project; extra == "never"')))
+    made = wheelsmith("recipe", "new", "tiny-pure==0.1.0", "--recipes", "mine", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    built = wheelsmith("build", "tiny-pure", "--recipes", "mine", "--out", "out",
+                       "--work-dir", "work", cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    [smoke] = [line.split("] ", 1)[1] for line in built.stderr.splitlines()
+               if "] smoke: " in line]
+    assert re.fullmatch(rf"smoke: import against torch {re.escape(str(toolchain.torch_version))}"
+                        r", with what it requires that the toolchain lacks: six==[0-9.]+",
+                        smoke), smoke
+
+
+@pytest.mark.toolchain
+@given(names=st.lists(st.sampled_from(["torch", "ninja", "packaging", "filelock", "sympy"]),
+                      min_size=1, max_size=4),
+       spec=st.sampled_from(["", ">=0", "<99", "!=0.0.1"]), absent=st.lists(NAME, max_size=2))
+def test_a_wheel_whose_requirements_the_toolchain_holds_needs_no_pip(
+        tmp_path_factory: pytest.TempPathFactory, toolchain: Toolchain, names: list[str],
+        spec: str, absent: list[str]) -> None:
+    """Requirements of packages the toolchain holds, and ones under an extra, ask pip
+    nothing (no index is needed): the common case costs no resolution."""
+    wheel = tmp_path_factory.mktemp("w") / "tiny_pure-0.1.0-py3-none-any.whl"
+    requires = [f"{name}{spec}" for name in names] + \
+        [f'{name}; extra == "gpu"' for name in absent]
+    metadata = "Metadata-Version: 2.1\nName: tiny-pure\nVersion: 0.1.0\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("tiny_pure-0.1.0.dist-info/METADATA", metadata)
+    no_pip = dataclasses.replace(toolchain, python=Path("/nonexistent/python"))
+    assert overlay.runtime_pins(wheel, no_pip) == ()

@@ -218,3 +218,28 @@ def test_a_check_that_compiles_nothing_for_the_gpu_fails_and_says_why(
         "hint: the package decides while it builds whether to compile CUDA: set the switch it "
         "reads (FORCE_CUDA, <PKG>_TARGET_DEVICE, ...) in the recipe's build.env;")
     assert (tmp_path / "mine" / "recipes" / "no-gpu-ops.yaml").is_file()
+
+
+def test_headers_of_the_libraries_torch_s_wheels_bring_are_on_the_include_path(
+        tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuDNN's and NCCL's headers come with torch's wheels (site-packages/nvidia/), not with
+    the CUDA toolkit: a package that includes them (transformer-engine-torch's `<nccl.h>`)
+    once failed its first compile with `nccl.h: No such file or directory`."""
+    assert [p.parent.name for p in toolchain.library_includes] == [
+        "cudnn", "cusparselt", "nccl", "nvshmem"]
+    setup = "import glob\n" + (FIXTURES / "tiny-ext" / "setup.py").read_text().replace(
+        'name="tiny-ext"', 'name="PROJECT"').replace(
+        '"csrc/add_kernel.cu"', '*glob.glob("csrc/kernels/*.cu")')
+    tree = make_tree(tmp_path, "nvidia-headers", setup)
+    kernel = tree / "csrc" / "kernels" / "add_kernel.cu"
+    kernel.write_text("#include <nccl.h>\nstatic_assert(NCCL_MAJOR >= 2, \"nccl\");\n" +
+                      kernel.read_text())
+    host = tree / "csrc" / "add.cpp"
+    host.write_text("#include <cudnn.h>\nstatic_assert(CUDNN_MAJOR >= 9, \"cudnn\");\n" +
+                    host.read_text())
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", serve(tmp_path, tree))
+    made = wheelsmith("recipe", "new", "nvidia-headers==0.1.0", "--recipes", "mine",
+                      cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert "check: build.ninja targets _C: SASS sm_120, compiled add.o and add_kernel.o" in \
+        made.stdout.splitlines()

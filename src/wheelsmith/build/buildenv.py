@@ -133,6 +133,8 @@ def build_env(
         # configured for the build
         TORCH_NO_COMPILER_WRAPPER="1",
     )
+    if toolchain.library_includes:  # gcc reads CPATH, and nvcc preprocesses with it
+        env["CPATH"] = os.pathsep.join(map(str, toolchain.library_includes))
     if requires is not None:  # a path view puts the toolchain's site-packages before it
         env["PYTHONPATH"] = str(requires) if toolchain.site is None else \
             os.pathsep.join([str(toolchain.site), str(requires)])

@@ -280,7 +280,8 @@ def toolchain_in(engine: Engine, image: str, profile: Profile) -> Toolchain:
                      torch_version=Version(info["torch"]) if info.get("torch") else None,
                      torch_cuda=Version(info.get("torch_cuda") or str(profile.cuda)),
                      nvcc_version=Version(info["nvcc"]), cuobjdump=None,
-                     pins=tuple(info["pins"]))
+                     pins=tuple(info["pins"]),
+                     library_includes=tuple(map(Path, info.get("library_includes", ()))))
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,8 +51,8 @@ SIGNATURES = (
         "library-header-missing",
         re.compile(_NOT_OPENED + "<"),
         "a source includes a library's header (`#include <...>`) that is not on the include "
-        "path: the compilers search the toolchain's CUDA toolkit, torch and the system's "
-        "headers, not the NCCL or cuDNN headers torch's wheels bring (site-packages/nvidia/)",
+        "path: the compilers search the toolchain's CUDA toolkit, torch, the libraries "
+        "torch's wheels bring (cuDNN, NCCL, cuSPARSELt, NVSHMEM) and the system's headers",
         "patch the package to build without the library, or give the recipe its include "
         "directory in build.env (CXXFLAGS and NVCC_PREPEND_FLAGS: `-I...`)",
     ),

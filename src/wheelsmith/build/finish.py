@@ -25,10 +25,10 @@ from wheelsmith.build.request import RUNNER_INFO, BuildRequest, Reporter
 from wheelsmith.build.smoke import smoke_test
 from wheelsmith.build.stamp import stamp
 from wheelsmith.build.verify import check, check_pure, verify_wheel
-from wheelsmith.errors import OutputError
+from wheelsmith.errors import OutputError, WheelsmithError
 from wheelsmith.files import place_no_clobber, scratch_dir, sha256_file
 from wheelsmith.inventory import DeviceCode, wheel_inventory
-from wheelsmith.toolchain import target
+from wheelsmith.toolchain import overlay, target
 from wheelsmith.toolchain.foreign import emulated_python
 from wheelsmith.toolchain.platform import pip_platforms
 from wheelsmith.toolchain.tools import auditwheel_for, cuobjdump_for
@@ -60,16 +60,34 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
         report.stage("smoke", f"import under qemu-user ({toolchain.platform}) against torch "
                               f"{toolchain.torch_version}")
         return Checked(inventory, smoke_emulated(plan, raw, work), platform.as_dict())
-    report.stage("smoke", f"import against torch {toolchain.torch_version}"
-                          if toolchain.torch_version else "import against the toolchain's CUDA "
-                          "runtime (no torch)")
+    pins, runtime = runtime_requirements(plan, raw)
+    report.stage("smoke", (f"import against torch {toolchain.torch_version}"
+                           if toolchain.torch_version else "import against the toolchain's CUDA "
+                           "runtime (no torch)") +
+                 (f", with what it requires that the toolchain lacks: {', '.join(pins)}"
+                  if pins else ""))
     smoke_output = smoke_in(plan, raw, [toolchain.python], [toolchain.python, "-m", "pip"],
-                            work)
+                            work, sites=(runtime,) if runtime is not None else ())
     if request.target is not None and request.target != toolchain.python:
         env = target.probe(request.target)
         report.stage("smoke", f"import in {request.target} against its torch {env.torch}")
         smoke_output += "\n" + smoke_in(plan, raw, [request.target], env.pip(), work)
     return Checked(inventory, smoke_output, platform.as_dict())
+
+
+def runtime_requirements(plan: BuildPlan, raw: Path) -> tuple[tuple[str, ...], Path | None]:
+    """The wheel's runtime requirements the toolchain lacks (pinned as pip resolves them) and
+    the directory they are installed in, for its smoke test: a user's pip installs them with
+    the wheel, so its import may use them. Where they cannot be had (no index: a container's
+    build, an offline machine) the smoke test goes on without them, saying so."""
+    try:
+        pins = overlay.runtime_pins(raw, plan.toolchain)
+        return pins, overlay.ensure(pins, plan.toolchain, locations.cache_dir(),
+                                    what=f"what {raw.name} requires")
+    except WheelsmithError as exc:
+        log.warning("the smoke test imports %s without the packages it requires that the "
+                    "toolchain lacks: %s", raw.name, exc.message)
+        return (), None
 
 
 def smoke_in(plan: BuildPlan, raw: Path, python: list[str | Path], pip: list[str | Path],

@@ -58,7 +58,9 @@ def toolchain_ensure(profile: str | None, python: Path) -> None:
         select.profile_named(profile).cuda_only
     toolchain = select.resolve_toolchain(profile, python, cuda_only=cuda_only)
     click.echo(json.dumps({**toolchain.identity(), "python_path": str(toolchain.python),
-                           "cuda_home": str(toolchain.cuda_home)}, indent=2))
+                           "cuda_home": str(toolchain.cuda_home),
+                           "library_includes": list(map(str, toolchain.library_includes))},
+                          indent=2))
 
 
 @toolchain_group.command("requirements")

@@ -8,20 +8,18 @@ from __future__ import annotations
 import ast
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from wheelsmith import cmd
 from wheelsmith.build import cmakebuild
 from wheelsmith.errors import UntrustedDataError, WheelsmithError
 from wheelsmith.scaffold.setup_py import caught_imports
+from wheelsmith.toolchain import overlay
 from wheelsmith.toolchain.profile import Profile
-from wheelsmith.toolchain.venv import pip_env
-from wheelsmith.untrusted import parse_json, parse_python
+from wheelsmith.untrusted import parse_python
 
 MAX_BYTES = 1 << 20  # of pyproject.toml read (an sdist is untrusted)
 # read as cmakebuild reads its build-backend (no TOML parser before Python 3.11): the table's
@@ -147,18 +145,11 @@ def pinned(tree: Path, profile: Profile) -> Pinned:
               and r.name.replace("-", "_").lower() not in cmakebuild.BACKENDS]
     if not wanted:
         return NOTHING_PINNED
-    with tempfile.TemporaryDirectory(prefix="wheelsmith-requires-") as work:
-        report = Path(work) / "report.json"
-        try:
-            cmd.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
-                     "--only-binary", ":all:", "--no-input", "--quiet", "--report", report,
-                     "--", *wanted], what="pip's resolution of the build requirements",
-                    env=pip_env(), stream=False)
-            found = [(item["metadata"]["name"].text(), item["metadata"]["version"].text())
-                     for item in parse_json(report.read_bytes(), "pip's report")[
-                         "install"].items()]
-        except WheelsmithError as exc:
-            return Pinned(failed=f"{', '.join(wanted)}: {exc.message}")
+    try:
+        found = overlay.resolution(sys.executable, wanted, ignore_installed=True,
+                                   what="pip's resolution of the build requirements")
+    except WheelsmithError as exc:
+        return Pinned(failed=f"{', '.join(wanted)}: {exc.message}")
     have = held(profile)
     return Pinned(pins=tuple(sorted(f"{canonicalize_name(name)}=={version}"
                                     for name, version in found

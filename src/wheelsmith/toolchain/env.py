@@ -40,6 +40,9 @@ class Toolchain:
     # the site-packages torch is imported from, when known (a profile's venv): the build sees
     # it at a path that does not name the Python (build/pathview.py)
     site: Path | None = None
+    # the include directories of the libraries torch's wheels bring beside the CUDA toolkit
+    # (cuDNN, NCCL, cuSPARSELt, NVSHMEM under site-packages/nvidia/): on the build's CPATH
+    library_includes: tuple[Path, ...] = ()
 
     @property
     def nvcc(self) -> Path:
@@ -70,6 +73,24 @@ class Toolchain:
     def cross(self) -> bool:
         """Building for another CPU than this machine's (with a target site)."""
         return self.target_site is not None
+
+
+def library_includes(site: Path, cuda_home: Path) -> tuple[Path, ...]:
+    """The `nvidia/*/include` directories of `site` that add headers to the CUDA toolkit at
+    `cuda_home`: a directory holding a name the toolkit's include directory also holds (CUDA
+    12's nvidia/cuda_runtime, nvidia/cublas ...: perhaps another release of the toolkit's own
+    headers) is left out, so nothing on CPATH can stand in for a toolkit header."""
+    toolkit = {entry.name for entry in _entries(cuda_home / "include")}
+    return tuple(include for include in sorted(site.glob("nvidia/*/include"))
+                 if include.is_dir() and include.resolve() != (cuda_home / "include").resolve()
+                 and not any(entry.name in toolkit for entry in _entries(include)))
+
+
+def _entries(directory: Path) -> list[Path]:
+    try:
+        return list(directory.iterdir())
+    except OSError:
+        return []
 
 
 PROBE_SCRIPT = locations.RESOURCES / "probe.py"

@@ -1,8 +1,9 @@
-"""A recipe's build requirements (`build.requires`): the packages its build imports that the
-toolchain does not hold (vllm's setuptools-rust, a hatchling backend), each pinned, installed
-once per toolchain venv and pin set into a directory of their own, which the build finds on
-PYTHONPATH after the toolchain's site-packages: a recipe adds packages, it never replaces one of
-the toolchain's, and the toolchain's venv stays as its profile pins it.
+"""Packages added beside a toolchain's, never in place of one: a recipe's build requirements
+(`build.requires`: what its build imports that the toolchain does not hold, vllm's
+setuptools-rust, a hatchling backend) and a wheel's runtime requirements for its smoke test
+(torch-linear-assignment imports scipy). Each set is pinned, installed once per toolchain venv
+and pin set into a directory of its own, which the build or the smoke test finds on PYTHONPATH
+beside the toolchain's site-packages; the toolchain's venv stays as its profile pins it.
 
 Installed like the toolchain (venv.install_pinned): exactly the pins, no dependency resolution
 (`recipe new` writes the whole set), wheels only, from the index the machine's pip uses; made
@@ -14,25 +15,28 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.markers import default_environment
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from wheelsmith import cmd
+from wheelsmith import cmd, wheelfile
 from wheelsmith.errors import ToolchainError, UsageError, WheelsmithError
 from wheelsmith.files import exclusive_lock
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.venv import pip_env
+from wheelsmith.untrusted import parse_json
 
 COMPLETE = ".wheelsmith-complete"  # written last: with it, the directory is whole
 
 
 def applicable(pins: tuple[str, ...], toolchain: Toolchain) -> tuple[str, ...]:
-    """The pins whose markers hold for the toolchain's Python and CPU."""
+    """The pins whose markers hold for the toolchain's Python and CPU (no extra asked for)."""
     where = {key: str(value) for key, value in default_environment().items()}
-    where.update(python_version=toolchain.python_version, platform_machine=toolchain.platform)
+    where.update(python_version=toolchain.python_version, platform_machine=toolchain.platform,
+                 extra="")
     return tuple(pin for pin in pins if (marker := Requirement(pin).marker) is None
                  or marker.evaluate(where))
 
@@ -61,9 +65,10 @@ def directory(pins: tuple[str, ...], toolchain: Toolchain, cache: Path) -> Path:
     return cache / "build-requires" / f"{toolchain.name}-py{toolchain.python_version}-{key}"
 
 
-def ensure(pins: tuple[str, ...], toolchain: Toolchain, cache: Path) -> Path | None:
-    """The directory holding the recipe's build requirements for this toolchain, installed
-    on first use; None when none applies."""
+def ensure(pins: tuple[str, ...], toolchain: Toolchain, cache: Path,
+           what: str = "the build requirements") -> Path | None:
+    """The directory holding `pins` (`what` they are) for this toolchain, installed on first
+    use; None when none applies."""
     wanted = applicable(pins, toolchain)
     if not wanted:
         return None
@@ -72,11 +77,53 @@ def ensure(pins: tuple[str, ...], toolchain: Toolchain, cache: Path) -> Path | N
         root.parent.mkdir(parents=True, exist_ok=True)
         with exclusive_lock(root.parent / f"{root.name}.lock"):
             if not (root / COMPLETE).is_file():
-                _install(wanted, toolchain, root)
+                _install(wanted, toolchain, root, what)
     return root
 
 
-def _install(pins: tuple[str, ...], toolchain: Toolchain, root: Path) -> None:
+def resolution(python: Path | str, args: Sequence[str | Path], *, ignore_installed: bool,
+               what: str) -> list[tuple[str, str]]:
+    """What pip of `python` would install for `args` (requirements or wheel files): its
+    resolution against the index it uses, wheels only, nothing installed; (name, version) each.
+    `ignore_installed`: resolve as into an empty environment, else beside what `python` holds."""
+    with tempfile.TemporaryDirectory(prefix="wheelsmith-resolve-") as work:
+        report = Path(work) / "report.json"
+        cmd.run([python, "-m", "pip", "install", "--dry-run",
+                 *(["--ignore-installed"] if ignore_installed else []),
+                 "--only-binary", ":all:", "--no-input", "--quiet", "--report", report,
+                 "--", *args], what=what, env=pip_env(), stream=False)
+        return [(item["metadata"]["name"].text(), item["metadata"]["version"].text())
+                for item in parse_json(report.read_bytes(), "pip's report")["install"].items()]
+
+
+def runtime_pins(wheel: Path, toolchain: Toolchain) -> tuple[str, ...]:
+    """The wheel's runtime requirements (Requires-Dist, markers evaluated for the toolchain)
+    that the toolchain does not hold, with what they need, each `NAME==VERSION` as pip of the
+    toolchain resolves them beside what its venv holds; none (and no pip run) when the
+    toolchain holds every one. A requirement on a package the toolchain holds is met by the
+    toolchain's, as the build was."""
+    held = {pin_name(pin) for pin in toolchain.pins}
+    name = canonicalize_name(wheelfile.headers(wheelfile.read_metadata(wheel))["Name"] or "")
+    if all(pin_name(req) in held for req in applicable(wheel_requirements(wheel), toolchain)):
+        return ()
+    found = resolution(toolchain.python, [wheel], ignore_installed=False,
+                       what=f"pip's resolution of what {wheel.name} needs to import")
+    return tuple(sorted(f"{canonicalize_name(n)}=={v}" for n, v in found
+                        if canonicalize_name(n) not in held and canonicalize_name(n) != name))
+
+
+def wheel_requirements(wheel: Path) -> tuple[str, ...]:
+    """The wheel's Requires-Dist (one that is no requirement is left out: pip refuses it)."""
+    found = []
+    for value in wheelfile.headers(wheelfile.read_metadata(wheel)).get_all("Requires-Dist", []):
+        try:
+            found.append(str(Requirement(value)))
+        except InvalidRequirement:
+            continue
+    return tuple(found)
+
+
+def _install(pins: tuple[str, ...], toolchain: Toolchain, root: Path, what: str) -> None:
     shutil.rmtree(root, ignore_errors=True)
     log_path = root.parent / f"{root.name}.log"
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
@@ -87,12 +134,12 @@ def _install(pins: tuple[str, ...], toolchain: Toolchain, root: Path) -> None:
         with log_path.open("w") as log_file:
             cmd.run([toolchain.python, "-m", "pip", "install", "--no-input", "--no-deps",
                      "--only-binary", ":all:", "--target", target, "-r", requirements],
-                    what="pip install of the recipe's build requirements", log_file=log_file,
+                    what=f"pip install of {what}", log_file=log_file,
                     log_path=log_path, env=pip_env())
         (target / COMPLETE).write_text("\n".join(pins) + "\n")
         target.rename(root)
     except WheelsmithError as exc:
-        raise ToolchainError(f"could not install the build requirements {', '.join(pins)}: "
+        raise ToolchainError(f"could not install {what} {', '.join(pins)}: "
                              f"{exc.message}", tail=exc.tail, log_file=log_path,
                              hint="each must be a wheel on the index pip uses, for "
                                   f"Python {toolchain.python_version} on "

@@ -26,6 +26,7 @@ from wheelsmith.toolchain.env import (
     Toolchain,
     find_cuobjdump,
     is_toolkit,
+    library_includes,
     nvcc_version,
     probe_python,
     system_cuda_home,
@@ -70,6 +71,7 @@ def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
         cuobjdump=find_cuobjdump(Path(info["purelib"]) / "nvidia"),
         pins=profile.pins_for(info["python"]),
         site=Path(info["purelib"]),
+        library_includes=library_includes(Path(info["purelib"]), cuda_home),
     )
 
 
