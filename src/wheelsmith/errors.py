@@ -122,6 +122,11 @@ class CompileError(WheelsmithError):
     exit_code = 9
 
 
+class NoDeviceCodeError(CompileError):
+    """A check whose build generated nothing to compile for the GPU: the package decided
+    while it built not to compile CUDA (a switch of its own, no GPU seen)."""
+
+
 class CompileFarmError(CompileError):
     """The compile farm could not be used, or lost compiles to local fallback, and it was
     required (--compile-farm-required); without that the build compiles here instead."""

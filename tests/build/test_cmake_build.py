@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -105,6 +106,39 @@ def test_a_hard_coded_cuda_architectures_patched_as_recipe_new_writes_it_builds_
     assert result.returncode == 0, result.stderr[-3000:]
     [configured] = json.loads(result.stdout)["configured"]
     assert (configured["sass"], configured["ptx"]) == (["sm_120"], [])
+
+
+def test_what_cmake_builds_while_it_configures_is_not_taken_for_the_project(
+        project: Path, toolchain: Toolchain, tmp_path: Path) -> None:
+    """FetchContent (CMake < 3.30's policy: vllm's cutlass) populates a dependency by a
+    sub-build that CMake runs with ninja while it configures: the check once took that
+    build.ninja for the project's, stopped it, and CMake's configure failed (`Build step for
+    dep failed: 87`), which `--check` then reported as nothing compiled for the GPU."""
+    dep = tmp_path / "dep"
+    (dep / "include").mkdir(parents=True)
+    (dep / "include" / "dep.h").write_text("#define DEP_ANSWER 41\n")
+    tarball = tmp_path / "dep.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(dep, arcname="dep")
+    fetch = ("include(FetchContent)\n"
+             f"FetchContent_Declare(dep URL {tarball.as_uri()})\n"
+             "FetchContent_MakeAvailable(dep)\n"
+             "add_library(")
+    source = cmake_variant(project, "tiny-cmake-fetch", ("add_library(", fetch))
+    lists = source / "csrc" / "CMakeLists.txt"
+    lists.write_text(lists.read_text() + "target_include_directories(tinycmake PRIVATE "
+                                         "${dep_SOURCE_DIR}/include)\n")
+    host = source / "csrc" / "version.cpp"  # the host sample: it compiles only if dep came
+    host.write_text('#include "dep.h"\nstatic_assert(DEP_ANSWER == 41, "dep");\n' +
+                    host.read_text())
+    result = wheelsmith("build", "tiny-cmake-fetch", "--arch", "12.0", "--check", "--json",
+                        cwd=project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [configured] = json.loads(result.stdout)["configured"]
+    assert (Path(configured["build_ninja"]).parent.name, configured["sass"]) == (
+        "cmake", ["sm_120"])
+    assert [Path(s["source"]).name for s in configured["samples"]] == [
+        "version.cpp", "add_kernel.cu"]
 
 
 def test_a_cmake_error_is_named_with_its_file_and_line(project: Path, toolchain: Toolchain) -> None:

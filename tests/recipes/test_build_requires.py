@@ -103,7 +103,7 @@ def test_markers_are_read_for_the_toolchain_s_python(toolchain: Toolchain) -> No
 # --- real: recipe new, then build, of a package whose backend the toolchain lacks ---------
 
 PYPROJECT = """[build-system]
-requires = ["hatchling"]
+requires = BUILD_REQUIRES
 build-backend = "hatchling.build"
 
 [project]
@@ -115,14 +115,16 @@ dependencies = DEPENDENCIES
 
 
 def served_sdist(tmp_path: Path, init: str = "ANSWER = 42\n",
-                 dependencies: tuple[str, ...] = ()) -> str:
+                 dependencies: tuple[str, ...] = (),
+                 build_requires: tuple[str, ...] = ("hatchling",)) -> str:
     """tiny-pure 0.1.0's sdist (pyproject.toml alone, hatchling's; `init` its __init__.py,
     `dependencies` its runtime requirements) on a file:// PEP 691 index; the index's URL."""
     tree = tmp_path / "tiny_pure-0.1.0"
     (tree / "tiny_pure").mkdir(parents=True)
     (tree / "tiny_pure" / "__init__.py").write_text(init)
-    (tree / "pyproject.toml").write_text(PYPROJECT.replace("DEPENDENCIES",
-                                                           json.dumps(list(dependencies))))
+    (tree / "pyproject.toml").write_text(PYPROJECT.replace(
+        "DEPENDENCIES", json.dumps(list(dependencies))).replace(
+        "BUILD_REQUIRES", json.dumps(list(build_requires))))
     (tree / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: tiny-pure\nVersion: 0.1.0\n")
     sdist = tmp_path / "dist" / "tiny_pure-0.1.0.tar.gz"
     sdist.parent.mkdir()
@@ -237,3 +239,19 @@ def test_a_wheel_whose_requirements_the_toolchain_holds_needs_no_pip(
         zf.writestr("tiny_pure-0.1.0.dist-info/METADATA", metadata)
     no_pip = dataclasses.replace(toolchain, python=Path("/nonexistent/python"))
     assert overlay.runtime_pins(wheel, no_pip) == ()
+
+
+@pytest.mark.toolchain
+def test_build_requirements_pip_cannot_pin_are_not_written_and_recipe_new_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recipe never gets a pin set pip did not resolve: recipe new says what it could not
+    pin and why, writes no build.requires, and its check then fails on the missing backend."""
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", served_sdist(
+        tmp_path, build_requires=("hatchling", "wheelsmith-no-such-project>=1")))
+    made = wheelsmith("recipe", "new", "tiny-pure==0.1.0", "--recipes", "mine", cwd=tmp_path)
+    [line] = [line for line in made.stdout.splitlines() if line.startswith("build.requires")]
+    assert line.startswith(
+        "build.requires: not written, pip could not pin hatchling, "
+        "wheelsmith-no-such-project>=1: pip's resolution of the build requirements failed"), line
+    assert made.returncode == 9, made.stderr
+    assert "build:" not in (tmp_path / "mine" / "recipes" / "tiny-pure.yaml").read_text()

@@ -214,9 +214,12 @@ def test_a_check_that_compiles_nothing_for_the_gpu_fails_and_says_why(
         "error: the check of the new recipe failed: the check of no-gpu-ops 0.1.0 found "
         "nothing to compile for the GPU: its build generated no build.ninja with CUDA rules, "
         "so its wheel would hold no device code")
+    line = 1 + next(i for i, text in enumerate(setup.splitlines()) if "TINY_TARGET" in text)
     assert said[1].startswith(
-        "hint: the package decides while it builds whether to compile CUDA: set the switch it "
-        "reads (FORCE_CUDA, <PKG>_TARGET_DEVICE, ...) in the recipe's build.env;")
+        f"hint: its build reads TINY_TARGET (setup.py:{line}): set the ones that turn its CUDA "
+        "build on in the recipe's build.env (a value such as 1 or cuda); the package decides "
+        "while it builds whether to compile CUDA: set the switch it reads (FORCE_CUDA, "
+        "<PKG>_TARGET_DEVICE, ...) in the recipe's build.env;"), said[1]
     assert (tmp_path / "mine" / "recipes" / "no-gpu-ops.yaml").is_file()
 
 

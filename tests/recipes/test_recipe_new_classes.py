@@ -26,7 +26,7 @@ from packaging.specifiers import SpecifierSet
 from tests.conftest import REPO
 from tests.recipes.test_setup_py_patterns import applied, findings, recipe_body, tree_with
 from wheelsmith.recipes.patch import apply_one
-from wheelsmith.scaffold import buildsystem, check, patches, render
+from wheelsmith.scaffold import buildsystem, check, env_reads, patches, render
 from wheelsmith.toolchain.profile import load_profile
 from wheelsmith.toolchain.venv import MARKER, venv_root
 
@@ -591,3 +591,41 @@ def test_a_build_requirement_that_excludes_the_toolchains_version_is_named(
     admits = SpecifierSet(written[len(name):]).contains(version, prereleases=True)
     assert buildsystem.excluded(tree, profile) == (
         () if admits else ((str(Requirement(written)), version),))
+
+
+# --- the variables a build reads, named when it compiles nothing for the GPU --------------
+
+READS = st.sampled_from([
+    'os.getenv("{v}")', 'os.environ.get("{v}", "0")', 'os.environ["{v}"]',
+    '"{v}" in os.environ', '"{v}" not in os.environ.keys()', 'environ.get("{v}").lower()',
+    'get_env_if_set("{v}", 0)', 'is_env_set("{v}")', 'helpers.env_flag("{v}")'])
+SWITCH_NAME = st.from_regex(r"[A-Z][A-Z0-9]{1,6}_(OPS|ACCELERATOR|TARGET|KERNELS)", fullmatch=True)
+
+
+@given(reads=st.lists(st.tuples(SWITCH_NAME, READS,
+                                st.sampled_from(["setup.py", "own.py", "pkg/sub/mod.py",
+                                                 "unimported.py", "pkg/tests/t.py"])),
+                      min_size=1, max_size=5, unique_by=lambda r: r[0]))
+def test_the_variables_the_build_reads_are_named_with_where_it_reads_them(
+        tmp_path_factory: pytest.TempPathFactory, reads: list[tuple[str, str, str]]) -> None:
+    """deepspeed's build compiles CUDA only with DS_ACCELERATOR=cuda (read in
+    accelerator/real_accelerator.py, a module setup.py imports, as `"X" in os.environ.keys()`)
+    and DS_BUILD_OPS=1 (read through its own get_env_if_set): each variable setup.py or a
+    module of its own it imports reads is named with its first file:line; a module it does not
+    import, tests, and what wheelsmith sets itself (MAX_JOBS) are not."""
+    tree = tmp_path_factory.mktemp("switches")
+    texts = {"setup.py": "import os\nimport own\nfrom pkg.sub import mod\n"
+                         'jobs = os.environ.get("MAX_JOBS")\n',
+             "pkg/__init__.py": "", "pkg/sub/__init__.py": "", "pkg/tests/__init__.py": ""}
+    expected = []
+    for name, form, where in reads:
+        texts.setdefault(where, "import os\n")
+        texts[where] += f"value = {form.format(v=name)}\n"
+        if where not in ("unimported.py", "pkg/tests/t.py"):
+            expected.append((name, f"{where}:{texts[where].count(chr(10))}"))
+    for where, text in texts.items():
+        (tree / where).parent.mkdir(parents=True, exist_ok=True)
+        (tree / where).write_text(text)
+    order = ["setup.py", "own.py", "pkg/sub/mod.py"]
+    expected.sort(key=lambda e: order.index(e[1].split(":")[0]))
+    assert env_reads.build_switches(tree) == tuple(expected)

@@ -150,7 +150,7 @@ ORIGINS = st.sampled_from([("URL", "https://example.invalid/eigen-3.4.0.tar.bz2"
 
 
 @given(calls=st.lists(st.tuples(DOWNLOADS, ORIGINS, st.booleans()), min_size=1, max_size=3),
-       dirname=st.sampled_from(["", "csrc/", "cmake/"]))
+       dirname=st.sampled_from(["", "csrc/", "cmake/", "cmake/external_projects/"]))
 def test_a_dependency_cmake_downloads_is_a_patch_needed_naming_its_line(
         tmp_path_factory: pytest.TempPathFactory, calls: list[tuple[str, tuple[str, str], bool]],
         dirname: str) -> None:
@@ -160,7 +160,7 @@ def test_a_dependency_cmake_downloads_is_a_patch_needed_naming_its_line(
     tree = tmp_path_factory.mktemp("dl")
     (tree / "setup.py").write_text('import subprocess\nsubprocess.check_call(["cmake", "."])\n')
     text, expected = "project(p LANGUAGES CXX CUDA)\n", []
-    name = "deps.cmake" if dirname == "cmake/" else "CMakeLists.txt"
+    name = "deps.cmake" if dirname.startswith("cmake/") else "CMakeLists.txt"
     for i, (call, (key, origin), split) in enumerate(calls):
         sep = "\n  " if split else " "
         expected.append((f"{dirname}{name}:{text.count(chr(10)) + 1}", f"{call}(dep{i})",
@@ -248,13 +248,19 @@ def test_llama_cpp_python_builds_a_verified_wheel_with_no_torch_pin(
 
 @given(guard=st.sampled_from([("", True), ("OPT_ON", True), ("OPT_OFF", False),
                               ("NEVER_DECLARED", False), ("SET_ON", True), ("X_CUDA", True)]),
-       sibling=st.booleans())
+       sibling=st.booleans(), branch=st.sampled_from(["if", "else", "elseif"]),
+       nested=st.booleans())
 def test_a_download_the_cuda_build_never_reaches_is_no_finding(
-        tmp_path_factory: pytest.TempPathFactory, guard: tuple[str, bool], sibling: bool) -> None:
+        tmp_path_factory: pytest.TempPathFactory, guard: tuple[str, bool], sibling: bool,
+        branch: str, nested: bool) -> None:
     """llama.cpp fetches CCCL only `if (GGML_CUDA_CUB_3DOT2)`, which nothing turns on, and
     ZenDNN in the ggml-zendnn backend beside ggml-cuda: neither is reached by its CUDA build.
-    Under an option on by default, one set ON, or the CUDA switch wheelsmith turns on, it is."""
+    Under an option on by default, one set ON, or the CUDA switch wheelsmith turns on, it is;
+    in the else() or elseif() of such a test (vllm's cutlass, fetched unless
+    VLLM_CUTLASS_SRC_DIR is given) it is reached where the test is not."""
     name, reached = guard
+    if name and branch != "if":
+        reached = not reached
     tree = tmp_path_factory.mktemp("g")
     (tree / "setup.py").write_text('import subprocess\nsubprocess.check_call(["cmake", "."])\n')
     (tree / "CMakeLists.txt").write_text(
@@ -263,7 +269,12 @@ def test_a_download_the_cuda_build_never_reaches_is_no_finding(
     (tree / "src" / "k").mkdir(parents=True)
     (tree / "src" / "k" / "CMakeLists.txt").write_text("enable_language(CUDA)\n")
     fetch = "FetchContent_Declare(dep URL https://example.invalid/dep.zip)\n"
-    body = f"if ({name})\n  {fetch}endif()\n" if name else fetch
+    if nested:  # an if() block before it, closed, and one around it that is entered
+        fetch = "if(OPT_OFF)\nelse()\nendif()\nif(OPT_ON)\n" + fetch + "endif()\n"
+    body = {"if": f"if ({name})\n  {fetch}endif()\n",
+            "else": f"if ({name})\n  set(A 1)\nelse()\n  {fetch}endif()\n",
+            "elseif": f"if ({name})\n  set(A 1)\nelseif(DEFINED ENV{{X}})\n  {fetch}"
+                      "else()\n  set(B 1)\nendif()\n"}[branch] if name else fetch
     where = tree / "src" / ("other" if sibling else "k") / "deps.cmake"
     where.parent.mkdir(parents=True, exist_ok=True)
     where.write_text(body)

@@ -37,7 +37,13 @@ from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.prebuild import PLAN_LINE, RESUME_LINE
 from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
 from wheelsmith.build.verify import IGNORES_ARCH_HINT, sample_objects
-from wheelsmith.errors import CompileError, SourceError, VerifyError, WheelsmithError
+from wheelsmith.errors import (
+    CompileError,
+    NoDeviceCodeError,
+    SourceError,
+    VerifyError,
+    WheelsmithError,
+)
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.untrusted.text import clip, python_error
 
@@ -283,7 +289,7 @@ def configured(records: tuple[dict[str, Any], ...], *, plan: BuildPlan, request:
         drop_stand_ins(source / "build")
     if request.check and plan.recipe.kind != "pure" and not any(
             c.get("cuda_units", 1) for c in records):
-        raise CompileError(
+        raise NoDeviceCodeError(
             f"the check of {what} found nothing to compile for the GPU: its build generated no "
             "build.ninja with CUDA rules, so its wheel would hold no device code",
             hint="the package decides while it builds whether to compile CUDA: set the switch "

@@ -150,9 +150,52 @@ def _expected(var: str) -> frozenset[str]:
 def _builds(argv: list[str], ninja_file: Path) -> bool:
     """Whether ninja is asked to build from `ninja_file`: not `--version`, not a tool (CMake
     runs `-t recompact` and `-t restat` at its generate step), not one of CMake's configure
-    checks."""
+    checks, nor anything else CMake builds while it configures (FetchContent's sub-builds:
+    vllm's cutlass, whose build.ninja the check once took for the project's and stopped)."""
     return "--version" not in argv and not any(a.startswith("-t") for a in argv) and \
-        ninja_file.is_file() and not ninjafile.try_compile(ninja_file)
+        ninja_file.is_file() and not ninjafile.try_compile(ninja_file) and \
+        not cmake_configuring()
+
+
+# what runs between a configuring cmake and the ninja it starts: `cmake --build` of a
+# sub-build, a shell, another ninja
+_SHELLS = ("sh", "bash", "dash")
+MAX_ANCESTORS = 16
+
+
+def cmake_configuring(pid: int | None = None) -> bool:
+    """Whether this ninja runs for a cmake that is configuring (`cmake -S ... -B ...`, not
+    `cmake --build`, `-E` or `-P`): the nearest ancestors that are cmake, ninja or a shell are
+    read from /proc; the first other program ends the search (python: the package's build)."""
+    pid = os.getppid() if pid is None else pid
+    for _ in range(MAX_ANCESTORS):
+        argv = _cmdline(pid)
+        name = Path(argv[0]).name if argv else ""
+        if name.startswith("cmake"):
+            if not {"--build", "-E", "-P", "--install"} & set(argv[1:]):
+                return True
+        elif not name.startswith("ninja") and name not in _SHELLS:
+            return False
+        pid = _parent(pid)
+        if pid <= 1:
+            return False
+    return False
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return [a.decode(errors="replace")
+                for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rpartition(")")[2].split()[1])
 
 
 def check(argv: list[str]) -> int | None:

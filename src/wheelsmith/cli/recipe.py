@@ -18,6 +18,7 @@ from wheelsmith.scaffold import (
     buildsystem,
     check,
     cmake,
+    env_reads,
     findings,
     patches,
     rebase,
@@ -91,7 +92,7 @@ def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) 
             click.echo(f"wrote {display(file)}")
     next_step = f"wheelsmith build {canonicalize_name(name)} --recipes {display(destination)}"
     if failed is not None:
-        raise check_failed(failed, next_step, files)
+        raise check_failed(render.explained(failed, found), next_step, files)
     if not as_json:
         click.echo(f"next: {next_step}{' --check' if checked is None else ''}")
 
@@ -115,7 +116,8 @@ def _read(chosen: sdist.Sdist, tree: Path, base: rebase.Base | None) -> findings
                              thc=aten_api.thc_includes(tree),
                              requires=buildsystem.pinned(tree, profile),
                              has_setup_py=(tree / "setup.py").is_file(),
-                             toolchain=profile.name)
+                             toolchain=profile.name,
+                             switches=env_reads.build_switches(tree))
 
 
 def _checked(chosen: sdist.Sdist, destination: Path, kind: str) -> check.Checked:

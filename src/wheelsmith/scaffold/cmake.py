@@ -122,42 +122,55 @@ def read_cmake(tree: Path) -> CMakeSide | None:
         any(p.name == "CMakeLists.txt" for p in files), downloads)
 
 
-IF_RE = re.compile(r"^[ \t]*(if|endif)\s*\((.*)", re.IGNORECASE | re.MULTILINE)
+IF_RE = re.compile(r"^[ \t]*(if|elseif|else|endif)\s*\((.*)", re.IGNORECASE | re.MULTILINE)
 SET_ON_RE = re.compile(r"\bset\s*\(\s*(\w+)\s+(?:ON|TRUE|YES|1)\s*[)\s]", re.IGNORECASE)
-BARE_TEST_RE = re.compile(r"^\s*(\w+)\s*\)")  # `if (NAME)`: true where NAME is set on
+BARE_TEST_RE = re.compile(r"^\s*(NOT\s+)?(\w+)\s*\)")  # `if (NAME)`, else(): `NOT NAME)`
 
 
 def enclosing_ifs(text: str, at: int) -> list[str]:
-    """The conditions of the if() blocks of a CMake file open at offset `at` (each the text
-    after `if(` on its line), outermost first."""
-    open_ifs: list[str] = []
+    """The conditions a CMake file's offset `at` is under, outermost first: each open if()
+    block's (the text after `if(` on its line); in an elseif() or else() branch, each earlier
+    branch's condition negated (`NOT ` before it) and the elseif's own (vllm fetches cutlass
+    in the else() of `if(VLLM_CUTLASS_SRC_DIR)`)."""
+    blocks: list[list[str]] = []
     for m in IF_RE.finditer(text, 0, at):
-        if m[1].lower() == "if":
-            open_ifs.append(m[2])
-        elif open_ifs:
-            open_ifs.pop()
-    return open_ifs
+        word = m[1].lower()
+        if word == "if":
+            blocks.append([m[2]])
+        elif not blocks:
+            continue
+        elif word == "endif":
+            blocks.pop()
+        else:
+            branch = blocks[-1]
+            branch[-1] = f"NOT {branch[-1]}"
+            if word == "elseif":
+                branch.append(m[2])
+    return [condition for branch in blocks for condition in branch]
 
 
 def _reached(conditions: list[str], turned_on: set[str]) -> bool:
     """Whether a build with the project's defaults and wheelsmith's switches enters every
     one of `conditions`: `if (NAME)` of a variable nothing turns on (llama.cpp's
-    GGML_CUDA_CUB_3DOT2, under which it fetches CCCL) is not entered; other tests may be."""
+    GGML_CUDA_CUB_3DOT2, under which it fetches CCCL) is not entered, nor the else() of one
+    something turns on; other tests may be."""
     for condition in conditions:
         bare = BARE_TEST_RE.match(condition)
-        if bare is not None and bare[1] not in turned_on:
+        if bare is not None and (bare[2] in turned_on) == bool(bare[1]):
             return False
     return True
 
 
 def _on_the_way(tree: Path, cuda_at: str | None) -> Callable[[Path], bool]:
     """Whether a CMake file is read by the CUDA build for certain: its directory holds the file
-    that compiles CUDA, or is above it, or is a `cmake` directory of modules; not a sibling
-    backend's (llama.cpp's ggml-zendnn downloads ZenDNN, off unless asked for)."""
+    that compiles CUDA, or is above it, or is in a `cmake` directory of modules (vllm's
+    cmake/external_projects/ too); not a sibling backend's (llama.cpp's ggml-zendnn downloads
+    ZenDNN, off unless asked for)."""
     cuda_dir = (tree / cuda_at.rsplit(":", 1)[0]).parent if cuda_at else tree
 
     def reads(file: Path) -> bool:
-        return file.parent.name.lower() == "cmake" or cuda_dir.is_relative_to(file.parent)
+        return "cmake" in {part.lower() for part in file.relative_to(tree).parts[:-1]} or \
+            cuda_dir.is_relative_to(file.parent)
     return reads
 
 

@@ -43,6 +43,8 @@ class Findings:
     thc: tuple[tuple[str, int], ...] = ()  # where its sources include THC/THC.h (aten_api.py)
     requires: Pinned = NOTHING_PINNED  # build.requires: what the toolchain lacks, pinned
     has_setup_py: bool = True  # else pyproject.toml alone (a pure backend, or CMake's)
+    # the variables its build reads that a recipe may set, each with its file:line
+    switches: tuple[tuple[str, str], ...] = ()
 
     @property
     def unheld_left(self) -> tuple[tuple[str, str, int], ...]:

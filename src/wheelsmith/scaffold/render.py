@@ -11,7 +11,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from wheelsmith.document import yaml_string
-from wheelsmith.errors import UsageError
+from wheelsmith.errors import NoDeviceCodeError, UsageError, WheelsmithError
 from wheelsmith.files import atomic_write_bytes, atomic_write_text
 from wheelsmith.inventory import is_shared_object
 from wheelsmith.scaffold.cmake import arch_lines, cmake_lines
@@ -339,3 +339,19 @@ def recipe_file(found: Findings, repo: Path) -> Path:
 def rewrite(found: Findings, repo: Path) -> None:
     """The recipe `write` wrote, rendered again with what the check found."""
     atomic_write_text(recipe_file(found, repo), render(found))
+
+
+MAX_SWITCHES = 10  # named in a hint
+
+
+def explained(error: WheelsmithError, found: Findings) -> WheelsmithError:
+    """A check's error with what the sdist says about it: for a build that compiled nothing
+    for the GPU, the variables its build reads (setup.py and the modules of its own it
+    imports), one of which decides that (deepspeed's DS_ACCELERATOR and DS_BUILD_OPS)."""
+    if isinstance(error, NoDeviceCodeError) and found.switches:
+        named = ", ".join(f"{name} ({where})" for name, where in found.switches[:MAX_SWITCHES])
+        more = len(found.switches) - MAX_SWITCHES
+        error.hint = (f"its build reads {named}{f' and {more} more' if more > 0 else ''}: "
+                      "set the ones that turn its CUDA build on in the recipe's build.env "
+                      f"(a value such as 1 or cuda); {error.hint}")
+    return error

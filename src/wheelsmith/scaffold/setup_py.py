@@ -20,6 +20,7 @@ from typing import TypeGuard
 from wheelsmith.build.cmakebuild import backend, uses_cmake
 from wheelsmith.build.compilesetup import ninja_switched_off
 from wheelsmith.errors import SourceError
+from wheelsmith.scaffold.env_reads import env_name, env_reads
 from wheelsmith.scaffold.extensions import (
     Extension,
     assignments,
@@ -30,7 +31,7 @@ from wheelsmith.scaffold.extensions import (
     strings,
     vendor_branches,
 )
-from wheelsmith.untrusted import ENV_NAME_RE, parse_python
+from wheelsmith.untrusted import parse_python
 
 GENCODE_RE = re.compile(r"arch=compute_(\d+[af]?),code=sm_\d+[af]?")
 ARCH_FLAG_RE = re.compile(r"^-arch[= ](?:compute|sm)_(\d+[af]?)$")  # nvcc -arch=compute_50
@@ -96,7 +97,7 @@ def read_setup(tree: Path) -> Setup:
     text = setup.read_text(errors="replace")
     module = parse_python(text, f"{tree.name}/setup.py")
     names = assignments(module)
-    reads = _env_reads(module)
+    reads = env_reads(module)
     extensions = extensions_of(module, names)
     gencode = _gencode(module)
     knob = next(((v, line) for v, (line, _) in reads.items()
@@ -181,53 +182,6 @@ def _on_value(variable: str, compared: str | None) -> str:
 def _cc_key(cc: str) -> tuple[int, str]:
     digits = cc.rstrip("af")
     return int(digits), cc[len(digits):]
-
-
-# --- environment variables -------------------------------------------------------------------
-
-
-def _env_name(node: ast.expr) -> str | None:
-    """The variable an expression reads: os.getenv("X"), os.environ.get("X"), os.environ["X"]
-    (also through .lower()/.upper()/.strip()); only a name a recipe can set (ENV_NAME_RE)."""
-    name = _env_read(node)
-    return name if name is not None and ENV_NAME_RE.fullmatch(name) else None
-
-
-def _env_read(node: ast.expr) -> str | None:
-    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-            node.func.attr in ("lower", "upper", "strip") and not node.args:
-        node = node.func.value
-    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
-            and isinstance(node.args[0].value, str) and (
-            dotted(node.func) in ("os.getenv", "getenv") or dotted(node.func).endswith(
-                "environ.get")):
-        return node.args[0].value
-    if isinstance(node, ast.Subscript) and dotted(node.value).endswith("environ") and \
-            isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
-        return node.slice.value
-    return None
-
-
-def _env_reads(module: ast.Module) -> dict[str, tuple[int, str | None]]:
-    """Each variable setup.py reads: its first line and the string it is compared with."""
-    reads: dict[str, tuple[int, str | None]] = {}
-    for node in ast.walk(module):
-        name = _env_name(node) if isinstance(node, ast.expr) else None
-        if isinstance(node, ast.expr) and name is not None and name not in reads:
-            reads[name] = (node.lineno, None)
-    for node in ast.walk(module):
-        if not isinstance(node, ast.Compare) or not isinstance(
-                node.ops[0], ast.Eq | ast.In | ast.NotEq | ast.NotIn):  # `!= "1"`: off unless 1
-            continue
-        operands = [node.left, *node.comparators]
-        named = [n for n in map(_env_name, operands) if n is not None]
-        values = [c.value for o in operands for c in ([o] if isinstance(o, ast.Constant) else
-                  o.elts if isinstance(o, ast.Tuple | ast.List | ast.Set) else [])
-                  if isinstance(c, ast.Constant) and isinstance(c.value, str)]
-        for name in named:
-            if values and reads[name][1] is None:
-                reads[name] = (reads[name][0], values[0])
-    return reads
 
 
 # --- arch lists, setup_requires, the CUDA probe ----------------------------------------------
@@ -340,7 +294,7 @@ def _builds_cuda(body: ast.AST | list[ast.stmt]) -> bool:
 def _reads_env(node: ast.expr) -> bool:
     """`os.getenv("X")`, or a comparison of one."""
     operands = [node.left, *node.comparators] if isinstance(node, ast.Compare) else [node]
-    return any(_env_name(o) is not None for o in operands)
+    return any(env_name(o) is not None for o in operands)
 
 
 def _is_available(node: ast.AST) -> TypeGuard[ast.Call]:
