@@ -6,6 +6,7 @@ tests/recipes/test_recipe_new_check.py."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
 import re
@@ -629,3 +630,28 @@ def test_the_variables_the_build_reads_are_named_with_where_it_reads_them(
     order = ["setup.py", "own.py", "pkg/sub/mod.py"]
     expected.sort(key=lambda e: order.index(e[1].split(":")[0]))
     assert env_reads.build_switches(tree) == tuple(expected)
+
+
+@given(value=st.sampled_from(["False", "use_ninja", "bool(os.getenv('X_NINJA'))",
+                              "not is_env_set('DS_NO_NINJA')", "0", "True"]),
+       form=st.sampled_from(["BuildExtension.with_options(use_ninja={v})",
+                             "BuildExtension.with_options(no_python_abi_suffix=True, "
+                             "use_ninja={v}, x=1)"]))
+def test_ninja_left_to_anything_but_true_is_turned_on(
+        tmp_path_factory: pytest.TempPathFactory, value: str, form: str) -> None:
+    """deepspeed passes `use_ninja=use_ninja`, off unless DS_ENABLE_NINJA is set: without
+    ninja there is no build.ninja, so no pre-build check, no MAX_JOBS and no sample compile.
+    Whatever setup.py gives use_ninja but True, the patch makes True; True stays as it is."""
+    call = form.format(v=value)
+    tree = tree_with(tmp_path_factory.mktemp("ninja"), (
+        "import os\nuse_ninja = bool(os.getenv('DS_ENABLE_NINJA'))\n" + CUDA_EXT +
+        f"b = {call}\n"), "k.cu")
+    found = findings(tree)
+    if value == "True":
+        assert found.setup.no_ninja_line is None
+        return
+    assert found.setup.no_ninja_line == 5
+    patched = applied(tree, found, tmp_path_factory.mktemp("patched"))
+    assert f"b = {form.format(v='True')}\n" in patched
+    assert f"setup.py:5: use_ninja={ast.unparse(ast.parse(value, mode='eval').body)}: wrote " \
+           "0001-use-ninja.patch" in "\n".join(lines(tree))

@@ -215,11 +215,19 @@ def _honour_arch_list(text: str, setup: Setup) -> str | None:
 
 
 def _use_ninja(text: str, setup: Setup) -> str | None:
+    """`use_ninja=True` in place of the value setup.py gives (False, or an expression that
+    may be false: deepspeed's `use_ninja=use_ninja`)."""
     if setup.no_ninja_line is None:
         return None
+    keyword = next((n for n in ast.walk(parse_python(text, "setup.py"))
+                    if isinstance(n, ast.keyword) and n.arg == "use_ninja"
+                    and n.value.lineno == setup.no_ninja_line), None)
+    if keyword is None:
+        return None
     lines = lines_of(text)
-    index = setup.no_ninja_line - 1
-    lines[index] = re.sub(r"use_ninja\s*=\s*False", "use_ninja=True", lines[index])
+    raw = lines[setup.no_ninja_line - 1].encode()  # ast's columns are UTF-8 bytes
+    start, end = keyword.value.col_offset, keyword.value.end_col_offset or 0
+    lines[setup.no_ninja_line - 1] = f"{raw[:start].decode()}True{raw[end:].decode()}"
     return "".join(lines)
 
 

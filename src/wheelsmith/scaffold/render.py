@@ -84,7 +84,7 @@ def _written_at(file: str, setup: Setup) -> tuple[str, int | None]:
     """What a written patch changes, and the setup.py line that needed it: the first kind
     whose stem the file name holds (the run-time pkg_resources one before setup.py's)."""
     kinds: list[tuple[str, str, int | None]] = [
-        ("use-ninja", "use_ninja=False", setup.no_ninja_line),
+        ("use-ninja", f"use_ninja={setup.no_ninja}", setup.no_ninja_line),
         ("setup-requires", "setup_requires",
          setup.setup_requires[1] if setup.setup_requires else None),
         (CXX20, "an older C++ standard than torch's headers need" if setup.old_std_line else

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TypeGuard
 
 from wheelsmith.build.cmakebuild import backend, uses_cmake
-from wheelsmith.build.compilesetup import ninja_switched_off
 from wheelsmith.errors import SourceError
 from wheelsmith.scaffold.env_reads import env_name, env_reads
 from wheelsmith.scaffold.extensions import (
@@ -75,6 +74,7 @@ class Setup:
     pkg_resources_line: int | None = None  # setuptools >= 81 has no pkg_resources
     needs_gpu_line: int | None = None  # a raise unless torch.cuda.is_available()
     build_dir_var: tuple[str, int] | None = None  # where it takes its CMake build directory
+    no_ninja: str = "False"  # what setup.py gives use_ninja there (`use_ninja` of deepspeed)
 
     @property
     def own_cuda_way(self) -> bool:
@@ -110,7 +110,8 @@ def read_setup(tree: Path) -> Setup:
         gencode_line=min((line for _, line in gencode), default=None),
         arch_list_line=reads_arch_list(module),
         arch_knob=knob,
-        no_ninja_line=ninja_switched_off(setup),
+        no_ninja_line=_ninja_not_on(module),
+        no_ninja=_ninja_value(module),
         setup_requires=_setup_requires(module),
         probe_line=_used_unset(module, "bare_metal_version"),
         download_line=next((n.lineno for n in ast.walk(module) if isinstance(n, ast.Call)
@@ -295,6 +296,26 @@ def _reads_env(node: ast.expr) -> bool:
     """`os.getenv("X")`, or a comparison of one."""
     operands = [node.left, *node.comparators] if isinstance(node, ast.Compare) else [node]
     return any(env_name(o) is not None for o in operands)
+
+
+def _ninja_keyword(module: ast.Module) -> ast.keyword | None:
+    """The first `use_ninja=` given torch's BuildExtension that is not True: False, or an
+    expression (deepspeed's `use_ninja=use_ninja`, off unless DS_ENABLE_NINJA is set), on
+    one line."""
+    return next((node for node in ast.walk(module) if isinstance(node, ast.keyword)
+                 and node.arg == "use_ninja" and node.value.lineno == node.value.end_lineno
+                 and not (isinstance(node.value, ast.Constant) and node.value.value is True)),
+                None)
+
+
+def _ninja_not_on(module: ast.Module) -> int | None:
+    keyword = _ninja_keyword(module)
+    return keyword.value.lineno if keyword is not None else None
+
+
+def _ninja_value(module: ast.Module) -> str:
+    keyword = _ninja_keyword(module)
+    return ast.unparse(keyword.value) if keyword is not None else "False"
 
 
 def _is_available(node: ast.AST) -> TypeGuard[ast.Call]:
