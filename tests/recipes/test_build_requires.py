@@ -111,6 +111,9 @@ name = "tiny-pure"
 version = "0.1.0"
 description = "a pure package built by hatchling"
 dependencies = DEPENDENCIES
+
+[tool.hatch.metadata]
+allow-direct-references = true
 """
 
 
@@ -204,11 +207,13 @@ def test_the_smoke_test_imports_a_wheel_with_what_it_requires_that_the_toolchain
     """A user's pip installs a wheel's requirements with it, so its import may use them
     (torch-linear-assignment 0.1.0 imports scipy): the smoke test once installed the wheel
     alone and failed with `No module named 'scipy'` a wheel that works where it is installed.
-    A requirement the toolchain holds is met by the toolchain's (torch with any specifier)."""
+    A requirement the toolchain holds is met by the toolchain's (torch with any specifier);
+    one by URL, which a package's metadata could point anywhere, is not fetched."""
     monkeypatch.setenv("WHEELSMITH_INDEX_URL", served_sdist(
         tmp_path, init="import six\nimport torch\nANSWER = six.PY3\n",
         dependencies=("six>=1.16", "torch>=1", 'ninja; python_version >= "3"',
-                      'wheelsmith-no-such-project; extra == "never"')))
+                      'wheelsmith-no-such-project; extra == "never"',
+                      f"wheelsmith-by-url @ {(tmp_path / 'no-such.whl').as_uri()}")))
     made = wheelsmith("recipe", "new", "tiny-pure==0.1.0", "--recipes", "mine", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     built = wheelsmith("build", "tiny-pure", "--recipes", "mine", "--out", "out",
@@ -228,11 +233,12 @@ def test_the_smoke_test_imports_a_wheel_with_what_it_requires_that_the_toolchain
 def test_a_wheel_whose_requirements_the_toolchain_holds_needs_no_pip(
         tmp_path_factory: pytest.TempPathFactory, toolchain: Toolchain, names: list[str],
         spec: str, absent: list[str]) -> None:
-    """Requirements of packages the toolchain holds, and ones under an extra, ask pip
-    nothing (no index is needed): the common case costs no resolution."""
+    """Requirements of packages the toolchain holds, ones under an extra and ones by URL ask
+    pip nothing (no index is needed): the common case costs no resolution."""
     wheel = tmp_path_factory.mktemp("w") / "tiny_pure-0.1.0-py3-none-any.whl"
     requires = [f"{name}{spec}" for name in names] + \
-        [f'{name}; extra == "gpu"' for name in absent]
+        [f'{name}; extra == "gpu"' for name in absent] + \
+        [f"{name} @ https://example.invalid/{name}-1.0-py3-none-any.whl" for name in absent]
     metadata = "Metadata-Version: 2.1\nName: tiny-pure\nVersion: 0.1.0\n" + "".join(
         f"Requires-Dist: {r}\n" for r in requires)
     with zipfile.ZipFile(wheel, "w") as zf:

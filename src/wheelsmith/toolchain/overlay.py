@@ -99,17 +99,19 @@ def resolution(python: Path | str, args: Sequence[str | Path], *, ignore_install
 def runtime_pins(wheel: Path, toolchain: Toolchain) -> tuple[str, ...]:
     """The wheel's runtime requirements (Requires-Dist, markers evaluated for the toolchain)
     that the toolchain does not hold, with what they need, each `NAME==VERSION` as pip of the
-    toolchain resolves them beside what its venv holds; none (and no pip run) when the
-    toolchain holds every one. A requirement on a package the toolchain holds is met by the
-    toolchain's, as the build was."""
+    toolchain resolves them beside what its venv holds, wheels only, from the index pip uses;
+    none (and no pip run) when the toolchain holds every one. A requirement on a package the
+    toolchain holds is met by the toolchain's, as the build was; one by URL (`x @ https://...`,
+    which a package's metadata could point anywhere) is not fetched."""
     held = {pin_name(pin) for pin in toolchain.pins}
-    name = canonicalize_name(wheelfile.headers(wheelfile.read_metadata(wheel))["Name"] or "")
-    if all(pin_name(req) in held for req in applicable(wheel_requirements(wheel), toolchain)):
+    wanted = [req for req in applicable(wheel_requirements(wheel), toolchain)
+              if pin_name(req) not in held and Requirement(req).url is None]
+    if not wanted:
         return ()
-    found = resolution(toolchain.python, [wheel], ignore_installed=False,
+    found = resolution(toolchain.python, wanted, ignore_installed=False,
                        what=f"pip's resolution of what {wheel.name} needs to import")
     return tuple(sorted(f"{canonicalize_name(n)}=={v}" for n, v in found
-                        if canonicalize_name(n) not in held and canonicalize_name(n) != name))
+                        if canonicalize_name(n) not in held))
 
 
 def wheel_requirements(wheel: Path) -> tuple[str, ...]:
