@@ -655,3 +655,42 @@ def test_ninja_left_to_anything_but_true_is_turned_on(
     assert f"b = {form.format(v='True')}\n" in patched
     assert f"setup.py:5: use_ninja={ast.unparse(ast.parse(value, mode='eval').body)}: wrote " \
            "0001-use-ninja.patch" in "\n".join(lines(tree))
+
+
+# --- a package is pure only where nothing builds an extension -----------------------------
+
+EXTENSION_BUILDS = st.sampled_from([
+    "from torch.utils.cpp_extension import CUDAExtension\nx = CUDAExtension(*make())\n",
+    "from torch.utils import cpp_extension\n",
+    "ext = CppExtension(name, srcs)\n",
+    "from pybind11.setup_helpers import Pybind11Extension\n",
+    "kw = dict(ext_modules = exts)\n"])
+
+
+@given(build=EXTENSION_BUILDS, where=st.sampled_from(["setup.py", "build_tools/torch.py",
+                                                      "helpers.py"]))
+def test_an_extension_built_through_a_module_of_its_own_is_no_pure_package(
+        tmp_path_factory: pytest.TempPathFactory, build: str, where: str) -> None:
+    """transformer-engine-torch's setup.py gets its CUDAExtension from build_tools/pytorch.py
+    and its sdist holds no .cu file: read as pure, its check built all 33 host objects as a
+    whole wheel instead of configuring it and compiling a sample."""
+    tree = tmp_path_factory.mktemp("ext") / "demo-1.0"
+    (tree / "build_tools").mkdir(parents=True)
+    (tree / "build_tools" / "__init__.py").write_text("")
+    setup = ("from setuptools import setup\nfrom build_tools.torch import make\n"
+             "import helpers\nsetup(name='demo', packages=['demo'], ext_modules=[])\n")
+    if where == "setup.py":
+        setup += build
+    else:
+        (tree / where).write_text("import os\n" + build)
+    (tree / "setup.py").write_text(setup)
+    found = findings(tree)
+    assert found.kind == "extension"
+    assert found.setup.extension_build is not None
+    assert found.setup.extension_build.split(":")[0] == where
+
+
+def test_a_setup_py_without_extensions_is_pure(tmp_path: Path) -> None:
+    tree = tree_with(tmp_path, "from setuptools import setup\nimport os\n"
+                               "setup(name='demo', packages=['demo'], ext_modules=[])\n")
+    assert findings(tree).kind == "pure"

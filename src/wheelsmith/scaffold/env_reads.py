@@ -68,7 +68,7 @@ def build_switches(tree: Path) -> tuple[tuple[str, str], ...]:
     if not setup.is_file():
         return ()
     found: dict[str, str] = {}
-    for file in [setup, *_local_modules(tree, setup)]:
+    for file in [setup, *local_modules(tree, setup)]:
         try:
             module = parse_python(file.read_text(errors="replace"), str(file.relative_to(tree)))
         except UntrustedDataError:
@@ -79,7 +79,7 @@ def build_switches(tree: Path) -> tuple[tuple[str, str], ...]:
     return tuple(found.items())
 
 
-def _local_modules(tree: Path, setup: Path) -> list[Path]:
+def local_modules(tree: Path, setup: Path) -> list[Path]:
     """The sdist's modules setup.py imports (a package: every module under it, not tests)."""
     try:
         module = parse_python(setup.read_text(errors="replace"), "setup.py")

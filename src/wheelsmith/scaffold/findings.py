@@ -82,8 +82,10 @@ class Findings:
 
     @property
     def pure(self) -> bool:
-        """Never while setup.py declares an extension or the sdist holds a .cu file."""
-        return not self.setup.extensions and not self.setup.cuda_files
+        """Never while setup.py declares an extension or builds one through a module of its
+        own, or the sdist holds a .cu file."""
+        return not self.setup.extensions and not self.setup.cuda_files and \
+            self.setup.extension_build is None
 
     @property
     def host_only(self) -> tuple[str, ...]:

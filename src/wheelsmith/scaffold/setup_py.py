@@ -19,7 +19,7 @@ from typing import TypeGuard
 
 from wheelsmith.build.cmakebuild import backend, uses_cmake
 from wheelsmith.errors import SourceError
-from wheelsmith.scaffold.env_reads import env_name, env_reads
+from wheelsmith.scaffold.env_reads import env_name, env_reads, local_modules
 from wheelsmith.scaffold.extensions import (
     Extension,
     assignments,
@@ -75,6 +75,9 @@ class Setup:
     needs_gpu_line: int | None = None  # a raise unless torch.cuda.is_available()
     build_dir_var: tuple[str, int] | None = None  # where it takes its CMake build directory
     no_ninja: str = "False"  # what setup.py gives use_ninja there (`use_ninja` of deepspeed)
+    # where setup.py, or a module of its own it imports, builds extensions it does not declare
+    # itself (transformer-engine-torch's build_tools/pytorch.py makes its CUDAExtension)
+    extension_build: str | None = None
 
     @property
     def own_cuda_way(self) -> bool:
@@ -122,6 +125,7 @@ def read_setup(tree: Path) -> Setup:
         extensions=extensions,
         missing=missing_parts(tree, module, names, extensions),
         cuda_files=sum(1 for p in tree.rglob("*.cu") if p.is_file()),
+        extension_build=_extension_build(tree, setup),
         compiled_files=compiled_files(tree, extensions),
         old_std_line=next((line for text, line, node in _constants(module)
                            if OLD_STD_RE.search(text) and id(node) not in elsewhere), None),
@@ -296,6 +300,23 @@ def _reads_env(node: ast.expr) -> bool:
     """`os.getenv("X")`, or a comparison of one."""
     operands = [node.left, *node.comparators] if isinstance(node, ast.Compare) else [node]
     return any(env_name(o) is not None for o in operands)
+
+
+EXTENSION_BUILD_RE = re.compile(r"\b(?:ext_modules\s*=\s*(?![\[(]\s*[\])])|CUDAExtension\b|"
+                                r"CppExtension\b|Pybind11Extension\b|cpp_extension\b)")
+
+
+def _extension_build(tree: Path, setup: Path) -> str | None:
+    """`file:line` where setup.py or a module of its own it imports names an extension build
+    (`ext_modules=` something, torch's cpp_extension, CUDAExtension, CppExtension,
+    Pybind11Extension), else None: such a package is not pure even where setup.py's own
+    extensions could not be read."""
+    for file in [setup, *local_modules(tree, setup)]:
+        text = file.read_text(errors="replace")
+        found = EXTENSION_BUILD_RE.search(text)
+        if found is not None:
+            return f"{file.relative_to(tree)}:{text.count(chr(10), 0, found.start()) + 1}"
+    return None
 
 
 def _ninja_keyword(module: ast.Module) -> ast.keyword | None:
