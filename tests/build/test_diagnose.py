@@ -43,6 +43,10 @@ LINES = {
                           '"marlin_repack.cuh"\n      |          ^~~~~~~~~~~~~~~~~~~',
     "library-header-missing": 'csrc/extensions.h(10): catastrophic error: cannot open source '
                               'file "nccl.h"\n  #include <nccl.h>\n           ^',
+    # vllm 0.34.0's cutlass, fetched by CMake's configure
+    "download-offline": "CMake Error at cutlass-subbuild/cutlass-populate-prefix/tmp/"
+                        "cutlass-populate-gitclone.cmake:55 (message):\n  Failed to clone "
+                        "repository: 'https://example.invalid/cutlass.git'",
 }
 
 
@@ -74,3 +78,14 @@ def test_a_header_not_found_is_the_sdist_s_omission_or_a_library_off_the_include
               f"  {include}\n           ^\n")
     assert [s.name for s in diagnose(log)] == \
         ["own-header-missing" if own else "library-header-missing"]
+
+
+@given(form=st.sampled_from([
+    "CMake Error at x-gitclone.cmake:31 (message):\n  Failed to clone repository: '{u}'",
+    "CMake Error at download-eigen.cmake:170 (message):\n  Each download failed!",
+    "-- Downloading...\n   dst='/b/e.tar.gz'\nerror: downloading '{u}' failed\n  status_code: 7",
+    "requests.exceptions.ProxyError: HTTPSConnectionPool(host='h', port=443): Max retries "
+    "exceeded with url: {u}"]), url=st.from_regex(r"https://[a-z]{1,8}\.invalid/[a-z./]{0,12}",
+                                                  fullmatch=True))
+def test_a_download_the_offline_build_could_not_make_is_named(form: str, url: str) -> None:
+    assert [s.name for s in diagnose(form.format(u=url))] == ["download-offline"]

@@ -26,6 +26,7 @@ from packaging.specifiers import SpecifierSet
 
 from tests.conftest import REPO
 from tests.recipes.test_setup_py_patterns import applied, findings, recipe_body, tree_with
+from wheelsmith.errors import NoDeviceCodeError
 from wheelsmith.recipes.patch import apply_one
 from wheelsmith.scaffold import buildsystem, check, env_reads, patches, render
 from wheelsmith.toolchain.profile import load_profile
@@ -694,3 +695,24 @@ def test_a_setup_py_without_extensions_is_pure(tmp_path: Path) -> None:
     tree = tree_with(tmp_path, "from setuptools import setup\nimport os\n"
                                "setup(name='demo', packages=['demo'], ext_modules=[])\n")
     assert findings(tree).kind == "pure"
+
+
+@given(others=st.lists(st.from_regex(r"[A-Z]{2,5}_(RANK|FLAGS|HOME_DIR|LEVEL)", fullmatch=True),
+                       min_size=8, max_size=14, unique=True),
+       deciding=st.lists(st.from_regex(r"[A-Z]{2,5}_(ACCELERATOR|BUILD_OPS|TARGET_DEVICE)",
+                                       fullmatch=True), min_size=1, max_size=3, unique=True))
+def test_the_variables_that_may_decide_the_cuda_build_are_named_first(
+        tmp_path_factory: pytest.TempPathFactory, others: list[str], deciding: list[str]) -> None:
+    """deepspeed's build reads 16 variables; DS_ACCELERATOR, the one that decides, came 11th
+    and was cut from the hint: those whose words may decide the CUDA build come first."""
+    switches = tuple((name, f"setup.py:{i + 1}") for i, name in enumerate(others + deciding))
+    found = dataclasses.replace(findings(tree_with(tmp_path_factory.mktemp("h"), "")),
+                                switches=switches)
+    error = render.explained(NoDeviceCodeError("nothing for the GPU", hint="why"), found)
+    assert error.hint is not None
+    named = error.hint.removeprefix("its build reads ").split(": set the ones")[0]
+    assert named.split(", ")[:len(deciding)] == [f"{name} ({where})" for name, where in
+                                                  switches[len(others):]]
+    more = len(switches) - render.MAX_SWITCHES
+    assert named.endswith(f" and {more} more") if more > 0 else " more" not in named
+    assert error.hint.endswith("(a value such as 1 or cuda); why")

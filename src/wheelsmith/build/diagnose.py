@@ -57,6 +57,18 @@ SIGNATURES = (
         "directory in build.env (CXXFLAGS and NVCC_PREPEND_FLAGS: `-I...`)",
     ),
     Signature(
+        "download-offline",
+        re.compile(r"Failed to clone repository|error: downloading '[^'\n]*' failed|"
+                   r"Each download failed|Max retries exceeded with url|"
+                   r"Failed to establish a new connection"),
+        "the build downloads while it runs (CMake's FetchContent or ExternalProject, a git "
+        "clone, setup.py fetching a file: vllm 0.34.0's cutlass, torch-kdtree's eigen), and "
+        "builds are offline so that the same inputs give the same wheel",
+        "make the recipe carry the source: a patch that points the build at a directory of "
+        "the sdist, or -DFETCHCONTENT_SOURCE_DIR_<NAME>=<dir> in CMAKE_ARGS; `wheelsmith "
+        "recipe new` names each download it finds ('patch needed')",
+    ),
+    Signature(
         "bare-metal-version",
         re.compile(r"NameError: name 'bare_metal_version' is not defined"),
         "the package's setup.py did not find nvcc (CUDA_HOME unset or a CPU-only torch) and "

@@ -56,6 +56,21 @@ def _is_environ(node: ast.expr) -> bool:
     return dotted(node).endswith("environ")
 
 
+# words of a variable that may decide whether the build compiles CUDA (deepspeed's
+# DS_ACCELERATOR, DS_BUILD_OPS; vllm's VLLM_TARGET_DEVICE): named first
+DECIDING_WORDS = {"BUILD", "FORCE", "WITH", "ENABLE", "USE", "COMPILE", "CUDA", "GPU", "KERNELS",
+                  "EXT", "EXTENSION", "EXTENSIONS", "OPS", "ACCELERATOR", "DEVICE", "TARGET",
+                  "BACKEND", "NINJA"}
+
+
+def deciding_first(switches: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """`switches` with those whose words may decide the CUDA build first, each group in its
+    order."""
+    def decides(name: str) -> bool:
+        return bool(set(name.upper().split("_")) & DECIDING_WORDS)
+    return tuple(sorted(switches, key=lambda s: not decides(s[0])))
+
+
 MAX_SWITCH_FILES = 400  # of the modules setup.py imports from the sdist (deepspeed's: ~100)
 
 

@@ -15,6 +15,7 @@ from wheelsmith.errors import NoDeviceCodeError, UsageError, WheelsmithError
 from wheelsmith.files import atomic_write_bytes, atomic_write_text
 from wheelsmith.inventory import is_shared_object
 from wheelsmith.scaffold.cmake import arch_lines, cmake_lines
+from wheelsmith.scaffold.env_reads import deciding_first
 from wheelsmith.scaffold.extensions import Extension
 from wheelsmith.scaffold.findings import Findings
 from wheelsmith.scaffold.patches import (
@@ -347,9 +348,11 @@ MAX_SWITCHES = 10  # named in a hint
 def explained(error: WheelsmithError, found: Findings) -> WheelsmithError:
     """A check's error with what the sdist says about it: for a build that compiled nothing
     for the GPU, the variables its build reads (setup.py and the modules of its own it
-    imports), one of which decides that (deepspeed's DS_ACCELERATOR and DS_BUILD_OPS)."""
+    imports), one of which decides that (deepspeed's DS_ACCELERATOR and DS_BUILD_OPS): those
+    whose words may decide it first."""
     if isinstance(error, NoDeviceCodeError) and found.switches:
-        named = ", ".join(f"{name} ({where})" for name, where in found.switches[:MAX_SWITCHES])
+        named = ", ".join(f"{name} ({where})"
+                          for name, where in deciding_first(found.switches)[:MAX_SWITCHES])
         more = len(found.switches) - MAX_SWITCHES
         error.hint = (f"its build reads {named}{f' and {more} more' if more > 0 else ''}: "
                       "set the ones that turn its CUDA build on in the recipe's build.env "
