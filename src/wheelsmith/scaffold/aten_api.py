@@ -18,11 +18,9 @@ import re
 from pathlib import Path
 
 from wheelsmith.recipes.patch import file_diff, lines_of, read_exactly
-from wheelsmith.scaffold.cmake import OWN_DIRS_NOT
+from wheelsmith.scaffold.owntree import own_files
 
 SUFFIXES = {".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx", ".inl"}
-MAX_BYTES = 1 << 20  # of one source file read (an sdist is untrusted)
-MAX_FILES = 5000  # read of one tree: a package's own sources are far fewer
 
 DISPATCH_RE = re.compile(r"\bAT_DISPATCH_[A-Z0-9_]+\s*\(")
 TYPE_CALL_RE = re.compile(r"\.\s*type\s*\(\s*\)\s*$")
@@ -35,17 +33,7 @@ _OPEN, _CLOSE = "([{", ")]}"
 def own_sources(tree: Path) -> list[Path]:
     """The package's own C++ and CUDA files (not its third-party, test or build trees), those
     a bounded read takes."""
-    found = []
-    for path in sorted(tree.rglob("*")):
-        relative = path.relative_to(tree)
-        if path.suffix.lower() not in SUFFIXES or path.is_symlink() or not path.is_file() \
-                or (OWN_DIRS_NOT | {"build"}) & {p.lower() for p in relative.parts[:-1]}:
-            continue
-        if path.stat().st_size <= MAX_BYTES:
-            found.append(path)
-        if len(found) >= MAX_FILES:
-            break
-    return found
+    return own_files(tree, lambda path: path.suffix.lower() in SUFFIXES, also_not={"build"})
 
 
 def current(text: str, *, at_check: bool = True) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from wheelsmith.build import cmakebuild
 from wheelsmith.recipes.patch import file_diff, read_exactly
+from wheelsmith.scaffold.owntree import own_files
 from wheelsmith.scaffold.setup_py import OLD_STD_RE
 from wheelsmith.untrusted.text import clip
 
@@ -211,7 +212,6 @@ def arch_lines(side: CMakeSide, knob: tuple[str, int] | None, checked: str | Non
 # CXX_STANDARD 17 / CUDA_STANDARD 17 target properties
 CMAKE_STD_RE = re.compile(r"(\bset\s*\(\s*\w*(?:STD|STANDARD)\w*\s+\"?"
                           r"|\b(?:CXX|CUDA)_STANDARD\s+\"?)(?:11|14|17)\b")
-OWN_DIRS_NOT = {"third_party", "3rdparty", "external", "extern", "deps", "test", "tests"}
 
 
 def cxx20_diff(tree: Path) -> str:
@@ -263,10 +263,8 @@ def own_cmake_diff(tree: Path, edit: Callable[[str], str]) -> str:
     """The unified diff `edit` makes over the package's own CMake files (not its third-party
     ones); "" when it changes none."""
     diff: list[str] = []
-    for file in sorted([*tree.rglob("CMakeLists.txt"), *tree.rglob("*.cmake")]):
-        relative = file.relative_to(tree)
-        if OWN_DIRS_NOT & {part.lower() for part in relative.parts[:-1]} or not file.is_file():
-            continue
+    for file in own_files(tree, lambda path: path.name == "CMakeLists.txt"
+                          or path.suffix == ".cmake"):
         text = read_exactly(file)
-        diff.append(file_diff(str(relative), text, edit(text)))
+        diff.append(file_diff(str(file.relative_to(tree)), text, edit(text)))
     return "".join(diff)

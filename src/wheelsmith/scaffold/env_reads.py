@@ -13,6 +13,7 @@ from pathlib import Path
 from wheelsmith.build.buildenv import protection
 from wheelsmith.errors import UntrustedDataError
 from wheelsmith.scaffold.extensions import dotted
+from wheelsmith.scaffold.owntree import own_files
 from wheelsmith.untrusted import ENV_NAME_RE, parse_python
 
 
@@ -110,9 +111,7 @@ def local_modules(tree: Path, setup: Path) -> list[Path]:
         if (tree / f"{top}.py").is_file():
             files.append(tree / f"{top}.py")
         elif (tree / top / "__init__.py").is_file():
-            files += sorted(p for p in (tree / top).rglob("*.py") if p.is_file()
-                            and not {"tests", "test"} & set(p.relative_to(tree).parts)
-                            and p.stat().st_size <= 1 << 20)
+            files += own_files(tree / top, lambda path: path.suffix == ".py")
     return files[:MAX_SWITCH_FILES]
 
 

@@ -13,11 +13,9 @@ from pathlib import Path
 
 from wheelsmith.errors import UntrustedDataError
 from wheelsmith.recipes.patch import file_diff, read_exactly
-from wheelsmith.scaffold.cmake import OWN_DIRS_NOT
+from wheelsmith.scaffold.owntree import own_files
 from wheelsmith.scaffold.setup_py import pkg_resources_imports
 from wheelsmith.untrusted import parse_python
-
-PY_MAX_BYTES = 1 << 20  # of one module read (an sdist is untrusted)
 
 
 def lines_of(text: str) -> list[str]:
@@ -94,10 +92,8 @@ def _bindings(module: ast.Module, node: ast.Import | ast.ImportFrom) -> list[str
 
 def _own_python(tree: Path) -> list[Path]:
     """The package's own modules: not setup.py, its tests, examples or vendored code."""
-    return sorted(p for p in tree.rglob("*.py") if p.is_file() and p.name != "setup.py"
-                  and not (OWN_DIRS_NOT | {"examples", "docs", "benchmarks", "build"})
-                  & {part.lower() for part in p.relative_to(tree).parts[:-1]}
-                  and p.stat().st_size <= PY_MAX_BYTES)
+    return own_files(tree, lambda path: path.suffix == ".py" and path.name != "setup.py",
+                     also_not={"examples", "docs", "benchmarks", "build"})
 
 
 def runtime_pkg_resources_diff(tree: Path) -> str:
