@@ -200,6 +200,27 @@ def test_configure_only_reports_the_targets_and_builds_nothing(project: Path,
     assert not (project / "wheelhouse").exists()
 
 
+def test_a_configure_only_build_that_fails_after_its_objects_were_stood_in_fails(
+        project: Path, toolchain: Toolchain) -> None:
+    """Only the check's own stop of CMake's build is a configure-only result: a torch build
+    that fails for a reason of its own after its objects were stood in for is an error (it
+    was taken for a clean stop whenever the log held a configure-only line)."""
+    source = add_variant(project, "fails-after-build", (
+        'cmdclass={"build_ext": BuildExtension}', 'cmdclass={"build_ext": StubsAfter}'))
+    setup = source / "setup.py"
+    setup.write_text(setup.read_text().replace("\nsetup(", (
+        "\nclass StubsAfter(BuildExtension):\n    def run(self):\n        super().run()\n"
+        "        raise SystemExit('generating the type stubs failed')\n\n\nsetup("), 1))
+    result = wheelsmith("build", "fails-after-build", "--arch", "12.0", "--configure-only",
+                        cwd=project)
+    assert result.returncode == 9, result.stderr[-3000:]
+    assert error_lines(result.stderr)[0] == (
+        "error: the build of fails-after-build 0.1.0 failed with exit code 1")
+    assert "generating the type stubs failed" in result.stderr
+    log_line = next(line for line in result.stderr.splitlines() if "full log:" in line)
+    assert "wheelsmith configure-only: " in Path(log_line.split("full log: ")[1]).read_text()
+
+
 def test_configure_only_names_an_extension_whose_build_ninja_has_only_cpp_rules(
         project: Path, toolchain: Toolchain) -> None:
     add_variant(project, "with-host-module", ("        )\n    ],", (

@@ -66,7 +66,8 @@ def test_configure_only_stops_after_cmakes_generate_step(
     assert "-ffile-prefix-map=" in host
     assert "=/wheelsmith/src " in host
     log = Path(data["log"]).read_text()
-    assert log.index("-- Generating done") < log.index("wheelsmith configure-only: ")
+    assert log.index("-- Generating done") < log.index("wheelsmith configure-only: ") < \
+        log.index("wheelsmith configure-only stop: ")
     assert "Building CUDA object" not in log
     assert "Building CXX object" not in log
     assert "-- Check for working CUDA compiler" in log  # CMake's own checks ran, through ninja

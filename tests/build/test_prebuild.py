@@ -9,10 +9,14 @@ from pathlib import Path
 
 import ninja
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.build.test_buildenv import plan
+from wheelsmith.arch import ArchSet
 from wheelsmith.build import compilesetup
-from wheelsmith.build.compile import drop_stand_ins
+from wheelsmith.build.buildenv import Guard
+from wheelsmith.build.compile import drop_stand_ins, prebuild_outcome
 from wheelsmith.build.prebuild import (
     CONFIGURE_ONLY,
     EXPECT_PTX,
@@ -27,7 +31,7 @@ from wheelsmith.build.prebuild import (
     missing_sources,
     wrapper_script,
 )
-from wheelsmith.errors import ToolchainError
+from wheelsmith.errors import CompileError, ToolchainError
 
 TORCH_EMITTED = ("cuda_post_cflags = -O2 -gencode=arch=compute_120,code=compute_120 "
                  "-gencode=arch=compute_120,code=sm_120 -gencode=arch=compute_90,code=sm_90 "
@@ -219,3 +223,42 @@ def test_ninja_starts_the_longest_compile_first_through_the_launcher(tmp_path: P
     assert ("wheelsmith plan: temp.linux-x86_64-cpython-312: longest first by an earlier run "
             "(4 of 4 objects timed)"
             in done.stderr.splitlines())
+
+
+OWN_LINES = st.sampled_from([
+    "wheelsmith configure-only: /t/build/temp/build.ninja (_C) targets sm_120; not compiled",
+    "wheelsmith configure-only: /t/build/temp/build.ninja (_cpu) targets no CUDA; not compiled",
+    "FAILED: /t/build/temp/csrc/add.o", "CMake Error at CMakeLists.txt:12 (message):",
+    "SystemExit: generating the type stubs failed", "error: command 'ninja' failed",
+    "ninja: build stopped: subcommand failed.", "-- Generating done"])
+STOP = "wheelsmith configure-only stop: /t/build/cmake/build.ninja: CMake's build stopped " \
+       "after its generate step"
+
+
+@given(before=st.lists(OWN_LINES | st.text(max_size=40), max_size=8),
+       after=st.lists(OWN_LINES, max_size=4), stopped=st.booleans())
+def test_a_failed_configure_only_build_is_a_result_only_where_the_check_stopped_cmake(
+        tmp_path_factory: pytest.TempPathFactory, before: list[str], after: list[str],
+        stopped: bool) -> None:
+    """Whatever else the log holds (configure-only lines of stood-in torch objects, a later
+    failure of the package's own), only the check's own stop of CMake's build makes the
+    failed build a configure-only result."""
+    work = tmp_path_factory.mktemp("work")
+    log = work / "build.log"
+    log.write_text("\n".join([*before, *([STOP] if stopped else []), *after]) + "\n")
+    report = work / "prebuild.jsonl"
+    report.write_text(json.dumps({"extension": "_C", "sass": ["sm_120"]}) + "\n")
+    failed = CompileError("the build of x 1 failed with exit code 1")
+    guard = Guard(report=report, configure_only=True)
+
+    def outcome(guard: Guard) -> tuple[dict[str, object], ...]:
+        return prebuild_outcome(guard, log, failed, ArchSet.parse(["12.0"]), tree=str)
+
+    if stopped:
+        assert outcome(guard) == ({"extension": "_C", "sass": ["sm_120"]},)
+    else:
+        with pytest.raises(CompileError) as raised:
+            outcome(guard)
+        assert raised.value is failed
+    with pytest.raises(CompileError):  # a full build's failure is never a result
+        outcome(Guard(report=report))

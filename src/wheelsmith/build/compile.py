@@ -361,8 +361,10 @@ def arch_specific(records: tuple[dict[str, Any], ...], archs: ArchSet) -> ArchSe
 def prebuild_outcome(guard: buildenv.Guard | None, log_path: Path, exc: CompileError,
                      archs: ArchSet, tree: Callable[[str], str]) -> tuple[dict[str, Any], ...]:
     """A build the pre-build check stopped: a mismatch becomes a VerifyError; a
-    configure-only stop is a result; anything else re-raises the compile error. `tree`
-    makes the source tree's paths in the check's line relative to it."""
+    configure-only build that failed because the check stopped CMake's build after its
+    generate step is a result; anything else re-raises the compile error (a torch build whose
+    objects were stood in for fails for reasons of its own). `tree` makes the source tree's
+    paths in the check's line relative to it."""
     text = log_path.read_text(errors="replace")
     missing = next((line for line in text.splitlines() if prebuild.SOURCE_CHECK in line), None)
     if missing is not None:
@@ -378,8 +380,9 @@ def prebuild_outcome(guard: buildenv.Guard | None, log_path: Path, exc: CompileE
         raise VerifyError(tree(mismatch.strip().removeprefix("wheelsmith ")), hint=hint,
                           log_file=log_path) from exc
     configured = read_guard_report(guard)
-    if guard is not None and guard.configure_only and "wheelsmith configure-only:" in text:
-        return configured
+    if guard is not None and guard.configure_only and any(
+            line.startswith(prebuild.CMAKE_STOP) for line in text.splitlines()):
+        return configured  # the build failed because the check stopped CMake's, as asked
     raise exc
 
 

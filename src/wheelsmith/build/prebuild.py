@@ -44,6 +44,7 @@ CONFIGURED = 87  # a configure-only CMake build, stopped after its generate step
 STOOD_IN = 0
 MISSING = 88
 SOURCE_CHECK = "wheelsmith source check: "
+CMAKE_STOP = "wheelsmith configure-only stop: "  # the one failure a configure-only build wants
 REAL_NINJA = "WHEELSMITH_REAL_NINJA"
 EXPECT_SASS = "WHEELSMITH_EXPECT_SASS"
 EXPECT_PTX = "WHEELSMITH_EXPECT_PTX"
@@ -249,6 +250,8 @@ def configured(text: str, ninja_file: Path, argv: list[str], found: Targets,
     if samples and sample.compile_sample(os.environ[REAL_NINJA], argv, ninja_file, samples):
         return sample.FAILED
     if ninjafile.from_cmake(text):
+        sys.stderr.write(f"{CMAKE_STOP}{ninja_file.resolve()}: CMake's build stopped after "
+                         "its generate step\n")
         return CONFIGURED
     stand_in(text, ninja_file.parent)
     return STOOD_IN
