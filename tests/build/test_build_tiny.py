@@ -234,6 +234,31 @@ def test_configure_only_names_an_extension_whose_build_ninja_has_only_cpp_rules(
     assert done["host_modules"] == ["_host"]
 
 
+def test_a_binary_the_sdist_ships_prebuilt_never_reaches_the_wheel(
+        project: Path, toolchain: Toolchain) -> None:
+    """bitsandbytes 0.42.0's sdist ships libbitsandbytes_cuda*.so and its setup.py packs them:
+    the extension is built from source, the prebuilt library passes through untouched (its
+    recipe's host_only lets it past the device-code gate)."""
+    source = add_variant(project, "ships-prebuilt", (
+        'packages=["tiny_ext"],', 'packages=["tiny_ext"], package_data={"tiny_ext": ["*.so"]},'))
+    recipe = project / "recipes" / "ships-prebuilt.yaml"
+    recipe.write_text(recipe.read_text().replace(
+        "versions:", 'build:\n  host_only: ["tiny_ext/libfast.so"]\nversions:'))
+    (source / "prebuilt.c").write_text("int prebuilt(void) { return 1; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(source / "tiny_ext" / "libfast.so"),
+                    str(source / "prebuilt.c")], check=True)
+    result = wheelsmith("build", "ships-prebuilt", "--arch", "12.0", cwd=project)
+    assert result.returncode == 10, result.stderr[-3000:]
+    assert error_lines(result.stderr)[:2] == [
+        "error: ships_prebuilt-0.1.0-cp311-cp311-linux_x86_64.whl holds 1 binary file(s) the "
+        "sdist ships prebuilt, byte for byte: tiny_ext/libfast.so (the sdist's "
+        "tiny_ext/libfast.so); nothing in this build compiled them",
+        "hint: wheelsmith builds from source: the recipe needs a patch that deletes the "
+        "prebuilt files and builds them (the package's Makefile or CMake build), or the "
+        "package has no source build to offer"]
+    assert not any((project / "wheelhouse").glob("*.whl"))
+
+
 def test_wheel_without_device_code_fails(project: Path, toolchain: Toolchain) -> None:
     source = add_variant(project, "no-device-code", (
         'sources=["csrc/add.cpp", "csrc/add_kernel.cu"]', 'sources=["csrc/add.cpp"]'))

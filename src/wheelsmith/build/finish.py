@@ -16,7 +16,7 @@ from typing import Any
 
 from wheelsmith import __version__, locations
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import compilecache, manylinux, reproducible
+from wheelsmith.build import compilecache, manylinux, reproducible, shipped
 from wheelsmith.build.compile import Compiled, log_path_of
 from wheelsmith.build.compilesetup import CompileSetup, read_guard_report
 from wheelsmith.build.parallel import Parallelism
@@ -50,8 +50,10 @@ class Checked:
 
 def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
                 report: Reporter) -> Checked:
-    """The device-code gate, the platform tag (manylinux.py), then the smoke test."""
+    """Nothing the sdist shipped prebuilt, the device-code gate, the platform tag
+    (manylinux.py), then the smoke test."""
     report.stage("verify", f"device code of {raw.name}")
+    shipped.refuse_passed_through(raw, work)
     inventory = check_device_code(plan, raw, cuobjdump_for(plan.toolchain, request.python))
     platform = manylinux.assess(raw, auditwheel_for(plan.toolchain, request.python))
     report.stage("platform", platform.describe())

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from wheelsmith import __version__, locations, locks
-from wheelsmith.build import buildenv, reproducible, resume
+from wheelsmith.build import buildenv, reproducible, resume, shipped
 from wheelsmith.build.compile import compile_package, log_path_of
 from wheelsmith.build.compilesetup import compile_setup, refuse_without_ninja
 from wheelsmith.build.finish import (
@@ -194,5 +194,6 @@ def fetch_and_patch(plan: BuildPlan, work: Path, report: Reporter, *, fresh: boo
     report.stage("patch", f"{len(plan.release.patches)} patch(es)")
     apply_all(plan.release.patches, source)
     reproducible.clamp_mtimes(source, epoch)  # the patched tree keeps the sdist's time
+    shipped.record(source, work)  # before anything is built: the binaries the sdist ships
     resume.mark_prepared(work, plan.key, source)
     return source

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wheelsmith import locations, wheelfile
-from wheelsmith.build import compilecache, container, finish, orchestrate, reproducible, resume
+from wheelsmith.build import (
+    compilecache,
+    container,
+    finish,
+    orchestrate,
+    reproducible,
+    resume,
+    shipped,
+)
 from wheelsmith.build.compile import log_path_of, progress_parser
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.request import (
@@ -143,7 +151,7 @@ def _run_locked(engine: container.Engine, image: str, info: dict[str, object], *
                             keep=request.keep_container, log_file=log_file, log_path=log_path,
                             on_line=progress_parser(report.progress, on_resume=lambda line:
                                                     report.stage("resuming", line)))
-    return _check_and_place(plan, request, mounts.out, log_path, report)
+    return _check_and_place(plan, request, mounts.out, report, work)
 
 
 def _local_cache_only(request: BuildRequest) -> compilecache.CompileCache | None:
@@ -195,8 +203,9 @@ def inner_request(plan: BuildPlan, request: BuildRequest, ccache: Path | None, *
         runner="host", keep_container=False, earlier_object_seconds=timed)
 
 
-def _check_and_place(plan: BuildPlan, request: BuildRequest, out: Path,
-                     log_path: Path, report: Reporter) -> BuildResult:
+def _check_and_place(plan: BuildPlan, request: BuildRequest, out: Path, report: Reporter,
+                     work: Path) -> BuildResult:
+    log_path = log_path_of(work)
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
         raise CompileError(f"the container build left {len(wheels)} wheels, expected one",
@@ -206,6 +215,7 @@ def _check_and_place(plan: BuildPlan, request: BuildRequest, out: Path,
     if broken:
         raise VerifyError(f"the container wrote {wheels[0].name}, which is not a valid wheel",
                           findings=broken, log_file=log_path)
+    shipped.refuse_passed_through(wheels[0], work)
     finish.check_device_code(plan, wheels[0], tools.cuobjdump_for(None, Path(sys.executable)))
     out_dir = request.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
