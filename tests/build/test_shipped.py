@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import zipfile
 from pathlib import Path
@@ -10,9 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.recipes.test_setup_py_patterns import findings, tree_with
 from wheelsmith.build import resume
 from wheelsmith.build.shipped import ELF_MAGIC, record, recorded, refuse_passed_through
 from wheelsmith.errors import VerifyError
+from wheelsmith.scaffold import render, sdist
 
 PAYLOADS = st.binary(min_size=0, max_size=64)
 FILES = st.lists(st.tuples(st.booleans(), PAYLOADS), min_size=1, max_size=6)
@@ -96,3 +99,21 @@ def test_only_elf_members_that_are_byte_for_byte_a_shipped_elf_file_are_refused(
     assert f"holds {len(expected)} binary file(s)" in refused.value.message
     for name in expected[:5]:
         assert f"{name} (the sdist's " in refused.value.message
+
+
+def test_recipe_new_names_the_prebuilt_binaries_an_sdist_ships(tmp_path: Path) -> None:
+    """bitsandbytes 0.42.0's layout: setup.py packs the libraries the sdist holds."""
+    tree = tree_with(tmp_path, "from setuptools import setup\nsetup(name='demo', "
+                     "package_data={'': ['*.so']})\n", "demo/__init__.py")
+    for version in ("110", "118", "120", "121"):
+        shared_object(tree / "demo" / f"libdemo_cuda{version}.so",
+                      f"int v(void) {{ return {version}; }}")
+    (tree / "demo" / "not_elf.so").write_text("a text file with a .so name")
+    found = dataclasses.replace(findings(tree), prebuilt=sdist.prebuilt_binaries(tree))
+    lines = render.report_lines(found)
+    assert "demo/libdemo_cuda110.so: patch needed: the sdist ships 4 prebuilt binary file(s) " \
+           "(demo/libdemo_cuda110.so, demo/libdemo_cuda118.so, demo/libdemo_cuda120.so, ...): " \
+           "a wheel that holds one is refused (wheelsmith builds from source): patch them out " \
+           "and build them from their sources, or the package has no source build" in lines
+    assert "patches: none of the standard ones is needed" not in lines
+    assert "patches: none of the standard ones is needed" in render.report_lines(findings(tree))

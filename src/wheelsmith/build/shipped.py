@@ -25,14 +25,18 @@ ELF_MAGIC = b"\x7fELF"
 NAMED = 5  # members named in the error; the rest counted
 
 
+def elf_files(root: Path) -> list[Path]:
+    """The ELF files under `root` (regular files, no link followed), in sorted order."""
+    return [path for path in sorted(root.rglob("*")) if not path.is_symlink() and path.is_file()
+            and local.read_at_most(path, len(ELF_MAGIC), follow=False).startswith(ELF_MAGIC)]
+
+
 def record(source: Path, work: Path) -> None:
     """Record the sha256 and path of every ELF file under the prepared `source`."""
     shipped: dict[str, str] = {}
-    for path in sorted(source.rglob("*")):
-        if not path.is_symlink() and path.is_file() and \
-                local.read_at_most(path, len(ELF_MAGIC), follow=False).startswith(ELF_MAGIC):
-            shipped.setdefault(local.sha256_of(path, follow=False),
-                               path.relative_to(source).as_posix())
+    for path in elf_files(source):
+        shipped.setdefault(local.sha256_of(path, follow=False),
+                           path.relative_to(source).as_posix())
     atomic_write_text(resume.source_dir(work) / RECORD,
                       json.dumps(shipped, indent=1, sort_keys=True) + "\n")
 

@@ -114,6 +114,7 @@ def _read(chosen: sdist.Sdist, tree: Path, base: rebase.Base | None) -> findings
                              unheld=buildsystem.unheld_imports(tree, profile),
                              excluded=buildsystem.excluded(tree, profile),
                              thc=aten_api.thc_includes(tree),
+                             prebuilt=sdist.prebuilt_binaries(tree),
                              requires=buildsystem.pinned(tree, profile),
                              has_setup_py=(tree / "setup.py").is_file(),
                              toolchain=profile.name,

@@ -200,8 +200,13 @@ def report_lines(found: Findings) -> list[str]:
               for file, line in found.thc[:1]]
     lines += [f"THC/THC.h: included by {len(found.thc) - 1} more file(s) of the sdist"
               ] if len(found.thc) > 1 else []
+    lines += [f"{found.prebuilt[0]}: patch needed: the sdist ships {len(found.prebuilt)} "
+              f"prebuilt binary file(s) ({', '.join(found.prebuilt[:3])}"
+              f"{', ...' if len(found.prebuilt) > 3 else ''}): a wheel that holds one is refused "
+              "(wheelsmith builds from source): patch them out and build them from their "
+              "sources, or the package has no source build"] if found.prebuilt else []
     if not needed(found.setup, found.written) and not found.written and not found.unheld_left \
-            and not found.thc:
+            and not found.thc and not found.prebuilt:
         lines.append("patches: none of the standard ones is needed")
     lines += [f"smoke: {name} is not a module name: left out of smoke.import"
               for name in found.not_modules]
