@@ -251,8 +251,8 @@ def test_a_binary_the_sdist_ships_prebuilt_never_reaches_the_wheel(
     assert result.returncode == 10, result.stderr[-3000:]
     assert error_lines(result.stderr)[:2] == [
         "error: ships_prebuilt-0.1.0-cp311-cp311-linux_x86_64.whl holds 1 binary file(s) the "
-        "sdist ships prebuilt, byte for byte: tiny_ext/libfast.so (the sdist's "
-        "tiny_ext/libfast.so); nothing in this build compiled them",
+        "sdist ships prebuilt, byte for byte: tiny_ext/libfast.so; nothing in this build "
+        "compiled them",
         "hint: wheelsmith builds from source: the recipe needs a patch that deletes the "
         "prebuilt files and builds them (the package's Makefile or CMake build), or the "
         "package has no source build to offer"]

@@ -2,7 +2,7 @@
 
 wheelsmith builds wheels from source. A wheel member that is, byte for byte, an ELF file (a
 shared object, an object file, a cubin) of the fetched and patched source was not built: the
-package's build passed it through. bitsandbytes 0.42.0's sdist holds 14 prebuilt
+package's build passed it through. bitsandbytes 0.42.0's sdist holds 21 prebuilt
 `libbitsandbytes_cuda*.so` files and its setup.py only packs them. The record is written
 before anything is built, beside the prepared source's marker (a resumed build's own objects
 are never in it; --fresh drops both), and the host's checks of the wheel read it.
@@ -61,7 +61,8 @@ def refuse_passed_through(wheel: Path, work: Path) -> None:
                   if (digest := _elf_digest(zf, info)) in shipped]
     if not passed:
         return
-    named = "; ".join(f"{member} (the sdist's {origin})" for member, origin in passed[:NAMED])
+    named = "; ".join(member if member == origin else f"{member} (the sdist's {origin})"
+                      for member, origin in passed[:NAMED])
     more = f"; and {len(passed) - NAMED} more" if len(passed) > NAMED else ""
     raise VerifyError(
         f"{wheel.name} holds {len(passed)} binary file(s) the sdist ships prebuilt, byte for "
