@@ -53,8 +53,7 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
     """Nothing the sdist shipped prebuilt, the device-code gate, the platform tag
     (manylinux.py), then the smoke test."""
     report.stage("verify", f"device code of {raw.name}")
-    shipped.refuse_passed_through(raw, work)
-    inventory = check_device_code(plan, raw, cuobjdump_for(plan.toolchain, request.python))
+    inventory = check_device_code(plan, raw, cuobjdump_for(plan.toolchain, request.python), work)
     platform = manylinux.assess(raw, auditwheel_for(plan.toolchain, request.python))
     report.stage("platform", platform.describe())
     toolchain = plan.toolchain
@@ -132,9 +131,12 @@ def smoke_emulated(plan: BuildPlan, raw: Path, work: Path) -> str:
                     sites=(toolchain.target_site,), options=options)
 
 
-def check_device_code(plan: BuildPlan, wheel: Path, cuobjdump: Path) -> list[DeviceCode]:
-    """The device-code gate of a plan's wheel: exactly the requested archs, or none at all
-    for a pure recipe. Used where the wheel is built and again on the host after a container."""
+def check_device_code(plan: BuildPlan, wheel: Path, cuobjdump: Path, work: Path
+                      ) -> list[DeviceCode]:
+    """The gates of a plan's wheel: nothing the sdist in `work` shipped prebuilt, then
+    exactly the requested archs, or no device code at all for a pure recipe. Used where the
+    wheel is built and again on the host after a container."""
+    shipped.refuse_passed_through(wheel, work)
     inventory = wheel_inventory(wheel, cuobjdump)
     if plan.recipe.kind == "pure":
         check_pure(wheel.name, inventory)

@@ -22,7 +22,6 @@ from wheelsmith.build import (
     orchestrate,
     reproducible,
     resume,
-    shipped,
 )
 from wheelsmith.build.compile import log_path_of, progress_parser
 from wheelsmith.build.plan import BuildPlan
@@ -215,8 +214,8 @@ def _check_and_place(plan: BuildPlan, request: BuildRequest, out: Path, report: 
     if broken:
         raise VerifyError(f"the container wrote {wheels[0].name}, which is not a valid wheel",
                           findings=broken, log_file=log_path)
-    shipped.refuse_passed_through(wheels[0], work)
-    finish.check_device_code(plan, wheels[0], tools.cuobjdump_for(None, Path(sys.executable)))
+    finish.check_device_code(plan, wheels[0], tools.cuobjdump_for(None, Path(sys.executable)),
+                             work)
     out_dir = request.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     with scratch_dir(out_dir) as scratch:
