@@ -360,6 +360,13 @@ def compiler_running(site: Site, proc: subprocess.Popen[str]) -> list[str]:
     return compilers
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # ended since it was listed
+        return b""
+
+
 def test_sigkill_of_a_build_leaves_no_compiler_or_pip_running(site: Site) -> None:
     build = site.start()
     compiler_running(site, build)
@@ -371,20 +378,23 @@ def test_sigkill_of_a_build_leaves_no_compiler_or_pip_running(site: Site) -> Non
 def test_rerun_ends_what_a_build_killed_with_its_supervisors_left_running(site: Site) -> None:
     build = site.start()
     compiler_running(site, build)
-    # wheelsmith and every supervisor at once (as `kill -9` of all of them, or an OOM kill)
-    supervisors = [int(p.split()[0]) for p in marked(site.mark, site.root)
-                   if b"supervise.py" in Path(f"/proc/{p.split()[0]}/cmdline").read_bytes()]
+    # what runs under the supervisors is held where it is first: with its readers gone it
+    # would end on its own (pip and ninja of a broken pipe, a compiler when done), on a loaded
+    # machine even before it is looked at (seen: nothing left, under a CPU hog); a stopped
+    # process cannot end, and the takeover must end it as it is
+    running = {int(p.split()[0]): _cmdline(int(p.split()[0]))
+               for p in marked(site.mark, site.root)}
+    supervisors = [pid for pid, line in running.items() if b"supervise.py" in line]
+    for pid in set(running) - {build.pid, *supervisors}:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    # then wheelsmith and every supervisor at once (as `kill -9` of all of them, or an OOM
+    # kill)
     for pid in (build.pid, *supervisors):
         os.kill(pid, signal.SIGKILL)
     build.communicate(timeout=60)
     orphans = left_after(site.mark, 0.5, site.root)
     assert orphans, "the killed build left nothing running: nothing to take over"
-    # held where they are: with their readers gone they end on their own (pip and ninja of a
-    # broken pipe, a compiler when done), on a loaded machine even before the rerun starts
-    # (seen: only a compiler left, or nothing, under a CPU hog); a stopped one cannot end
-    for pid in (int(p.split()[0]) for p in orphans):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGSTOP)
     rerun = site.start()
     seen = wait_for_stage(rerun, "fetch")
     assert set(orphans) & set(marked(site.mark, site.root)) == set()  # ended before fetching

@@ -156,6 +156,40 @@ def _running(command: bytes) -> bool:
     return False
 
 
+# an object whose constructor the signal cut short (as zipfile.ZipFile's, mid-publish) fails in
+# its __del__ when it is freed: at the handler's end, by the cycle collector, or at shutdown
+HALF_MADE = """
+import click, sys
+from wheelsmith.cli._common import Main
+
+class HalfMade:
+    def __init__(self, cycle):
+        self.me = self if cycle else None
+        raise KeyboardInterrupt  # the signal, inside the constructor
+    def __del__(self):
+        self.never_set
+
+@click.group(cls=Main)
+def main():
+    pass
+
+@main.command()
+def work():
+    HalfMade({cycle})
+
+main(["work"])
+"""
+
+
+@pytest.mark.parametrize("cycle", [False, True], ids=["freed", "in-a-cycle"])
+def test_an_interrupt_inside_a_constructor_prints_no_traceback_from_its_del(
+        cycle: bool) -> None:
+    run = subprocess.run([sys.executable, "-c", HALF_MADE.format(cycle=cycle)],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == INTERRUPTED, run.stderr
+    assert run.stderr == f"\ninterrupted: {Progress().said()}\n"
+
+
 # --- the record, over generated runs -----------------------------------------------------------
 
 @given(names=st.lists(st.from_regex(r"[a-z]{1,6}\.whl", fullmatch=True), min_size=1,

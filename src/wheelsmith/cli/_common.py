@@ -16,7 +16,7 @@ import signal
 import urllib.parse
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -38,7 +38,7 @@ class Main(click.Group):
     errors (a full disk, a read-only file system, a file in the way, ...) the same way."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        with console.inert_output():  # what reaches the terminal is shown, never obeyed
+        with console.inert_output(), console.unraisable_to_log():
             return self._invoke(ctx)
 
     def _invoke(self, ctx: click.Context) -> Any:
@@ -52,8 +52,16 @@ class Main(click.Group):
                 raise
             _exit_with(ctx, mapped)
         except KeyboardInterrupt:
-            click.echo(f"\ninterrupted: {console.progress().said()}", err=True)
-            ctx.exit(INTERRUPTED)
+            pass
+        # out of the handler: the interrupted frames are freed here, while the unraisable
+        # hook is ours (an object whose constructor the signal cut short fails in __del__),
+        # and not kept alive as the exit's context until the interpreter's shutdown
+        return _interrupted(ctx)
+
+
+def _interrupted(ctx: click.Context) -> NoReturn:
+    click.echo(f"\ninterrupted: {console.progress().said()}", err=True)
+    ctx.exit(INTERRUPTED)
 
 
 def _exit_with(ctx: click.Context, error: WheelsmithError) -> None:

@@ -7,6 +7,7 @@ protocol and never prints.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import sys
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 BAR_WIDTH = 28
 TICK_S = 1.0
 PLAIN_TICK_S = 30.0
+
+_LOG = logging.getLogger("wheelsmith.console")
 
 
 def _use_color(stream: IO[str]) -> bool:
@@ -71,6 +74,25 @@ def inert_output() -> Iterator[None]:
         yield
     finally:
         sys.stdout, sys.stderr = saved
+
+
+@contextlib.contextmanager
+def unraisable_to_log() -> Iterator[None]:
+    """While one command runs, an exception Python cannot raise (one from a __del__, as of an
+    object whose constructor Ctrl-C cut short) goes to the debug log (-vv), not to the
+    terminal as a traceback."""
+    saved = sys.unraisablehook
+
+    def to_log(unraisable: Any) -> None:
+        _LOG.debug("ignored in %r: %s: %s", unraisable.object,
+                   type(unraisable.exc_value).__name__, unraisable.exc_value)
+
+    sys.unraisablehook = to_log
+    try:
+        yield
+    finally:
+        gc.collect()  # what the command left in reference cycles ends under this hook
+        sys.unraisablehook = saved
 
 
 def _styled(stream: IO[str], text: str) -> None:
