@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from collections.abc import Iterator
@@ -130,6 +131,23 @@ def toolchain() -> Toolchain:
     machine in the user cache and reused (about 80 s the first time)."""
     profile = load_profile(DEFAULT_PROFILE)
     return ensure_profile(profile, Path(sys.executable), locations.cache_dir())
+
+
+def header_source(top: Path, name: str, value: int) -> Path:
+    """`top`, a source of one header, include/NAME.h, defining NAME_ANSWER as `value` (a
+    dependency a CMake build downloads)."""
+    (top / "include").mkdir(parents=True)
+    (top / "include" / f"{name}.h").write_text(f"#define {name.upper()}_ANSWER {value}\n")
+    return top
+
+
+def header_tarball(folder: Path, name: str, value: int) -> Path:
+    """`folder`/NAME-2.0.tar.gz of a `header_source` in NAME-2.0/."""
+    top = header_source(folder / f"{name}-2.0", name, value)
+    tarball = folder / f"{name}-2.0.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(top, arcname=top.name)
+    return tarball
 
 
 def add_variant(project: Path, name: str, edit: tuple[str, str] | None = None,

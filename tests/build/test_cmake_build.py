@@ -9,13 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, wheelsmith
+from tests.conftest import FIXTURES, header_tarball, wheelsmith
 from wheelsmith.scaffold import patches
 from wheelsmith.toolchain.env import Toolchain
 
@@ -115,12 +114,7 @@ def test_what_cmake_builds_while_it_configures_is_not_taken_for_the_project(
     sub-build that CMake runs with ninja while it configures: the check once took that
     build.ninja for the project's, stopped it, and CMake's configure failed (`Build step for
     dep failed: 87`), which `--check` then reported as nothing compiled for the GPU."""
-    dep = tmp_path / "dep"
-    (dep / "include").mkdir(parents=True)
-    (dep / "include" / "dep.h").write_text("#define DEP_ANSWER 41\n")
-    tarball = tmp_path / "dep.tar.gz"
-    with tarfile.open(tarball, "w:gz") as tar:
-        tar.add(dep, arcname="dep")
+    tarball = header_tarball(tmp_path, "dep", 41)
     fetch = ("include(FetchContent)\n"
              f"FetchContent_Declare(dep URL {tarball.as_uri()})\n"
              "FetchContent_MakeAvailable(dep)\n"

@@ -1,7 +1,7 @@
 """What a build prints names things the user knows, never one of wheelsmith's own classes: the
 fetch stage line says where the recipe's source comes from (the package index, an archive URL,
 a git repository, a local directory), from the one place that words a source kind
-(recipes/model.py: SOURCE_WORDS). Every kind of source a recipe can name is built for real,
+(recipes/sources.py: SOURCE_WORDS). Every kind of source a recipe can name is built for real,
 with the real CLI, up to a patch that does not apply (exit 6): no compile."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, REPO, Served, wheelsmith
-from wheelsmith.recipes.model import (
+from wheelsmith.recipes.sources import (
     SOURCE_WORDS,
     GitSource,
     LocalSource,

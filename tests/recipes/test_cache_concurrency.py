@@ -20,7 +20,7 @@ from tests.conftest import DEFAULT_PROFILE, SlowServer
 from tests.leftovers import left_after, marked, new_env
 from wheelsmith import cmd
 from wheelsmith.recipes.fetch import cached_path, download
-from wheelsmith.recipes.model import UrlSource
+from wheelsmith.recipes.sources import UrlSource
 from wheelsmith.toolchain.venv import MARKER
 
 DATA = os.urandom(3 << 20)
@@ -29,7 +29,7 @@ DOWNLOAD = """
 import sys
 from pathlib import Path
 from wheelsmith.recipes.fetch import download
-from wheelsmith.recipes.model import UrlSource
+from wheelsmith.recipes.sources import UrlSource
 print(download(UrlSource(url=sys.argv[1], sha256=sys.argv[2]), Path(sys.argv[3])))
 """
 TOOLS = """

@@ -18,8 +18,8 @@ import pytest
 from tests.conftest import Served, wheelsmith
 from wheelsmith.errors import SourceError
 from wheelsmith.recipes.fetch import cached_path, fetch
-from wheelsmith.recipes.model import GitSource, LocalSource, PypiSource, UrlSource
 from wheelsmith.recipes.simple import PackageIndex, package_index, sdist_of
+from wheelsmith.recipes.sources import GitSource, LocalSource, PypiSource, UrlSource
 from wheelsmith.recipes.unpack import unpack
 
 

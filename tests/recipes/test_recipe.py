@@ -8,8 +8,9 @@ import pytest
 
 from tests.conftest import REPO
 from wheelsmith.errors import RecipeError, UsageError
-from wheelsmith.recipes.model import PypiSource, load_recipe, recipe_files
+from wheelsmith.recipes.model import load_recipe, recipe_files
 from wheelsmith.recipes.schema import schema_json
+from wheelsmith.recipes.sources import PypiSource
 
 BAD = REPO / "tests" / "recipes" / "bad"
 

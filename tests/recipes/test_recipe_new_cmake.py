@@ -151,7 +151,7 @@ ORIGINS = st.sampled_from([("URL", "https://example.invalid/eigen-3.4.0.tar.bz2"
 
 @given(calls=st.lists(st.tuples(DOWNLOADS, ORIGINS, st.booleans()), min_size=1, max_size=3),
        dirname=st.sampled_from(["", "csrc/", "cmake/", "cmake/external_projects/"]))
-def test_a_dependency_cmake_downloads_is_a_patch_needed_naming_its_line(
+def test_a_dependency_cmake_downloads_is_a_carry_needed_naming_its_line_and_entry(
         tmp_path_factory: pytest.TempPathFactory, calls: list[tuple[str, tuple[str, str], bool]],
         dirname: str) -> None:
     """torch-kdtree's ExternalProject_Add(eigen URL ...): build machines are offline, so
@@ -175,9 +175,16 @@ def test_a_dependency_cmake_downloads_is_a_patch_needed_naming_its_line(
     assert side is not None
     assert [(at, call, origin.split()[0]) for at, call, origin in side.downloads] == [
         (at, call, origin.split()[0]) for at, call, origin in expected]
-    lines = cmake_lines(side)
-    assert [line.split(": patch needed: ")[0] for line in lines if "patch needed" in line] == [
-        at for at, _, _ in expected]
+    said = [line for line in cmake_lines(side) if ": carry needed: " in line]
+    assert said == [f"{at}: carry needed: {call} downloads {origin} while CMake runs: build "
+                    "machines are offline and a build must be the same every time; give the "
+                    f"version a `carry` entry (into: third_party/{call[-5:-1]}, its source "
+                    "pinned: url and sha256, or git and commit" + (
+                        f", cmake: FETCHCONTENT_SOURCE_DIR_{call[-5:-1].upper()}); a patch makes "
+                        "the build pass CMAKE_ARGS to CMake"
+                        if call.lower().startswith("fetchcontent") else
+                        f", env: a variable) and a patch that makes {call} take it as its "
+                        "SOURCE_DIR") for at, call, origin in side.downloads]
 
 
 # --- for real: the check compiles the sample; llama-cpp-python in the CUDA-only channel -------

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import REPO, wheelsmith
 from wheelsmith.recipes import fetch, repos
-from wheelsmith.recipes.model import PatchRef, PypiSource, Release, load_recipe
+from wheelsmith.recipes.model import PatchRef, Release, load_recipe
 from wheelsmith.recipes.patch import apply_all
+from wheelsmith.recipes.sources import PypiSource
 from wheelsmith.scaffold.rebase import carry
 from wheelsmith.toolchain.env import Toolchain
 

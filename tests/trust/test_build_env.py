@@ -182,8 +182,8 @@ def test_what_the_recipe_sets_is_refused_naming_the_recipe() -> None:
     with pytest.raises(UsageError) as refused:
         check_extra_env([("CAUSAL_CONV1D_FORCE_BUILD", "FALSE")], sets)
     assert refused.value.message == (
-        "--env CAUSAL_CONV1D_FORCE_BUILD: the recipe sets it for this build (its build env or "
-        "arch knob); a build's --env cannot override it")
+        "--env CAUSAL_CONV1D_FORCE_BUILD: the recipe sets it for this build (its build env, "
+        "arch knob or a carried source); a build's --env cannot override it")
     check_extra_env([("NVCC_APPEND_FLAGS", "-lineinfo")], sets)  # a knob: no error
     with pytest.raises(UsageError, match="--env NEW_VAR: wheelsmith sets it for this build"):
         check_extra_env([("NEW_VAR", "1")], {}, {"NEW_VAR": "ours"})
@@ -199,7 +199,7 @@ def test_a_recipe_knob_in_build_env_is_refused_before_the_toolchain_or_a_fetch(
     assert outcome.returncode == 4
     assert outcome.stderr.splitlines()[-2:] == [
         "error: --env CAUSAL_CONV1D_FORCE_BUILD: the recipe sets it for this build (its build "
-        "env or arch knob); a build's --env cannot override it",
+        "env, arch knob or a carried source); a build's --env cannot override it",
         "hint: change it in the recipe (build.env). --env is for a package's own knobs, e.g. "
         "NVCC_APPEND_FLAGS=--split-compile=0 (docs/cli.md, 'The build's environment')"]
     assert not cache.exists()

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from tests.hostile import returned_or_raised, sentinel
 from wheelsmith.errors import SourceError
 from wheelsmith.recipes.fetch import fetch
-from wheelsmith.recipes.model import LocalSource
 from wheelsmith.recipes.patch import apply_one
+from wheelsmith.recipes.sources import LocalSource
 from wheelsmith.recipes.unpack import unpack
 
 

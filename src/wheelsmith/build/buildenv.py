@@ -145,7 +145,7 @@ def build_env(
         env.update(cross_env(toolchain.platform, toolchain.target_site,
                              env.get("PYTORCH_NVCC", str(toolchain.nvcc)),
                              toolchain.python_version))
-    recipe = recipe_sets(plan.recipe, plan.release, plan.archs)
+    recipe = recipe_sets(plan.recipe, plan.release, plan.archs, source)
     env.update(recipe)
     check_extra_env(plan.extra_env, recipe, env)  # what is set up to here is not --env's
     env.update(dict(plan.extra_env))
@@ -172,25 +172,26 @@ def guard_env(plan: BuildPlan, guard: Guard) -> dict[str, str]:
     return env
 
 
-def package_env(plan: BuildPlan) -> dict[str, str]:
-    """The arch list in the recipe's variable, then the recipe's, the version's and --env's
-    variables; an arch list that goes into CMAKE_ARGS joins the CMake options given there."""
-    arch = plan.recipe.arch
-    env = {} if arch.env == CMAKE_ARGS else {arch.env: arch.render(plan.archs)}
-    env.update({**dict(plan.recipe.env), **dict(plan.release.env), **dict(plan.extra_env)})
-    if arch.env == CMAKE_ARGS:
-        env[CMAKE_ARGS] = " ".join(filter(None, [env.get(CMAKE_ARGS), arch.render(plan.archs)]))
-    return env
-
-
-def recipe_sets(recipe: Recipe, release: Release, archs: ArchSet) -> dict[str, str]:
-    """What a recipe sets for a build: its arch knob (the requested archs) and build env; an
-    arch list that goes into CMAKE_ARGS joins the CMake options the recipe gives there."""
+def recipe_sets(recipe: Recipe, release: Release, archs: ArchSet, source: Path | None = None
+                ) -> dict[str, str]:
+    """What a recipe sets for a build: its arch knob (the requested archs), its build env, and
+    the directories of the sources the release carries (in the tree at `source`; relative
+    without one), each in its variable or as a CMake option. The CMake options join those the
+    recipe gives in CMAKE_ARGS, the arch list's last where it goes there."""
     knob = recipe.arch
     env = {} if knob.env == CMAKE_ARGS else {knob.env: knob.render(archs)}
     env.update({**dict(recipe.env), **dict(release.env)})
+    options = [env.get(CMAKE_ARGS, "")]
+    for carried in release.carried:
+        where = str(carried.into if source is None else source / carried.into)
+        if carried.env:
+            env[carried.env] = where
+        if carried.cmake:
+            options.append(shlex.quote(f"-D{carried.cmake}={where}"))
     if knob.env == CMAKE_ARGS:
-        env[CMAKE_ARGS] = " ".join(filter(None, [env.get(CMAKE_ARGS), knob.render(archs)]))
+        options.append(knob.render(archs))
+    if any(options):
+        env[CMAKE_ARGS] = " ".join(filter(None, options))
     return env
 
 
@@ -275,8 +276,9 @@ def check_extra_env(extra_env: Iterable[tuple[str, str]], recipe: Mapping[str, s
     for name, _ in extra_env:
         found = protection(name)
         if found is None and name in recipe:
-            found = Protection(name, "the recipe sets it for this build (its build env or "
-                                     "arch knob)", "change it in the recipe (build.env)")
+            found = Protection(name, "the recipe sets it for this build (its build env, arch "
+                                     "knob or a carried source)",
+                               "change it in the recipe (build.env)")
         if found is None and name in (ours or {}):
             found = Protection(name, "wheelsmith sets it for this build", "nothing to set")
         if found is not None:

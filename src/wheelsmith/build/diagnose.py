@@ -64,9 +64,10 @@ SIGNATURES = (
         "the build downloads while it runs (CMake's FetchContent or ExternalProject, a git "
         "clone, setup.py fetching a file: vllm 0.34.0's cutlass, torch-kdtree's eigen), and "
         "builds are offline so that the same inputs give the same wheel",
-        "make the recipe carry the source: a patch that points the build at a directory of "
-        "the sdist, or -DFETCHCONTENT_SOURCE_DIR_<NAME>=<dir> in CMAKE_ARGS; `wheelsmith "
-        "recipe new` names each download it finds ('patch needed')",
+        "make the recipe carry the source: a `carry` entry in its version (docs/recipes.md) "
+        "fetches and pins it, places it in the tree and names it to the build (cmake: "
+        "FETCHCONTENT_SOURCE_DIR_<NAME>, or env: the package's variable); `wheelsmith recipe "
+        "new` names each download it finds ('carry needed')",
     ),
     Signature(
         "bare-metal-version",

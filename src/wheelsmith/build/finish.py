@@ -210,6 +210,7 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
         "recipe": {"file": recipe.file.name, "file_sha256": sha256_file(recipe.file),
                    "package": recipe.name, "version": release.version},
         "source": plan.key_inputs()["recipe"]["source"],
+        **({"carried": plan.key_inputs()["recipe"]["carry"]} if release.carried else {}),
         "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],
         "toolchain": {**toolchain.identity(), "channel": toolchain.channel(),
                       # which toolkit compiled it (a toolchain's own: relative to it)

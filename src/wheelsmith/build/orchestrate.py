@@ -30,10 +30,10 @@ from wheelsmith.build.plan import BuildPlan, archs_for, check_known_bad
 from wheelsmith.build.request import BuildRequest, BuildResult, QuietReporter, Reporter
 from wheelsmith.errors import BuildLockedError
 from wheelsmith.files import remove_stale_scratch
-from wheelsmith.recipes.fetch import fetch
-from wheelsmith.recipes.model import describe_source
+from wheelsmith.recipes.fetch import carry_in, fetch
 from wheelsmith.recipes.patch import apply_all
 from wheelsmith.recipes.repos import resolve_recipe
+from wheelsmith.recipes.sources import describe_source
 from wheelsmith.toolchain import overlay
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.platform import parse_platform
@@ -190,7 +190,10 @@ def fetch_and_patch(plan: BuildPlan, work: Path, report: Reporter, *, fresh: boo
         return kept
     report.stage("fetch", f"{what} ({describe_source(plan.release.source)})")
     source = fetch(plan.release.source, resume.source_dir(work), locations.cache_dir())
-    epoch = source_epoch(source)
+    epoch = source_epoch(source)  # the release's: what it carries does not move it
+    for carried in plan.release.carried:
+        report.stage("fetch", f"into {carried.into} ({describe_source(carried.source)})")
+        carry_in(carried, source, work / "carry", locations.cache_dir())
     report.stage("patch", f"{len(plan.release.patches)} patch(es)")
     apply_all(plan.release.patches, source)
     reproducible.clamp_mtimes(source, epoch)  # the patched tree keeps the sdist's time

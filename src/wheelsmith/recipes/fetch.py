@@ -24,8 +24,16 @@ from wheelsmith.files import (
     sha256_file,
     temp_file_in,
 )
-from wheelsmith.recipes.model import GitSource, LocalSource, PypiSource, Source, UrlSource
 from wheelsmith.recipes.simple import pypi_sdist
+from wheelsmith.recipes.sources import (
+    CarriedSource,
+    GitSource,
+    LocalSource,
+    PypiSource,
+    Source,
+    UrlSource,
+    describe_source,
+)
 from wheelsmith.recipes.unpack import unpack
 from wheelsmith.untrusted import Bounds
 from wheelsmith.untrusted.addresses import redact
@@ -67,6 +75,32 @@ def fetch(source: Source, dest: Path, cache: Path) -> Path:
     root = unpack(archive, dest)
     links_inside(dest, dest, archive.name)
     return root
+
+
+def carry_in(carried: CarriedSource, tree: Path, scratch: Path, cache: Path) -> Path:
+    """Fetch `carried` (as `fetch` does, in the scratch directory) and move it to its `into`
+    in `tree`, the release's fetched source, where nothing but an empty directory may be:
+    every existing step of `into` a real directory, never a link."""
+    target = tree / carried.into
+    what = f"the source carried into '{carried.into}' ({describe_source(carried.source)})"
+    for step in [*reversed(carried.into.parents[:-1]), carried.into]:
+        found = tree / step
+        if found.is_symlink() or (found.exists() and not found.is_dir()):
+            raise SourceError(f"cannot place {what}: '{step}' in the source tree is a "
+                              f"{'link' if found.is_symlink() else 'file'}",
+                              hint="carry it into a directory the source does not have")
+    if target.is_dir() and any(target.iterdir()):
+        raise SourceError(f"cannot place {what}: the source tree has '{carried.into}' already, "
+                          "and it is not empty",
+                          hint="carry it into a directory the source does not have, or drop "
+                               "the carry if the source ships it")
+    root = fetch(carried.source, scratch, cache)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir():
+        target.rmdir()
+    root.rename(target)
+    shutil.rmtree(scratch)
+    return target
 
 
 def links_inside(tree: Path, origin: Path, what: str) -> None:

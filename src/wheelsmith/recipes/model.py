@@ -23,47 +23,15 @@ from wheelsmith.document import Document, KeyPath
 from wheelsmith.errors import UsageError
 from wheelsmith.files import sha256_file
 from wheelsmith.recipes.schema import RECIPE_SCHEMA
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PypiSource:
-    project: str
-    version: str
-    sha256: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class UrlSource:
-    url: str
-    sha256: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GitSource:
-    url: str
-    commit: str
-    tag: str | None = None  # must name `commit` when given
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LocalSource:
-    path: Path
-
-
-Source = PypiSource | UrlSource | GitSource | LocalSource
-
-# Where a source comes from, in the words of the recipe's reader: the one place a source kind is
-# rendered for people (stage lines, messages). Never a class name.
-SOURCE_WORDS: dict[type[Source], str] = {
-    PypiSource: "the package index",
-    UrlSource: "an archive URL",
-    GitSource: "a git repository",
-    LocalSource: "a local directory",
-}
-
-
-def describe_source(source: Source) -> str:
-    return SOURCE_WORDS[type(source)]
+from wheelsmith.recipes.sources import (
+    CarriedSource,
+    LocalSource,
+    Source,
+    carried_data,
+    parse_carried,
+    parse_source,
+    source_data,
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,6 +77,7 @@ class Release:
     source: Source
     patches: tuple[PatchRef, ...]
     env: tuple[tuple[str, str], ...]
+    carried: tuple[CarriedSource, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -165,7 +134,9 @@ def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
     arch = data.get("arch", {})
     build = data.get("build", {})
     smoke = data.get("smoke", {})
-    releases = tuple(_release(doc, path, name, i, entry) for i, entry in
+    sets = {arch.get("env", "TORCH_CUDA_ARCH_LIST"), CMAKE_ARGS, *build.get("env", {}),
+            *filter(None, [build.get("build_dir_env")])}
+    releases = tuple(_release(doc, path, name, i, entry, sets=sets) for i, entry in
                      enumerate(data.get("versions", [])) if entry is not None)
     _check_unique_versions(doc, releases)
     return Recipe(
@@ -257,42 +228,21 @@ def _min_cuda(doc: Document, table: dict[str, str]) -> tuple[tuple[str, Version]
 
 
 def _release(doc: Document, path: Path, package: str, index: int,
-             entry: dict[str, Any]) -> Release:
+             entry: dict[str, Any], *, sets: set[str]) -> Release:
+    """`sets`: the variables the recipe sets for every version."""
     base: KeyPath = ("versions", index)
     version = entry.get("version", "0")
     try:
         Version(version)
     except InvalidVersion:
         doc.at_value((*base, "version"), f"'{version}' is not a valid version (PEP 440)")
-    source = (_source(doc, path, entry["source"], version, (*base, "source"))
+    source = (parse_source(doc, path, entry["source"], version, (*base, "source"))
               if "source" in entry else LocalSource(path=Path()))
     patches = _patches(doc, path, package, version,
                        entries=entry.get("patches", []), base=base)
     env = tuple(sorted(entry.get("env", {}).items()))
-    return Release(version=version, source=source, patches=patches, env=env)
-
-
-def _source(doc: Document, recipe: Path, data: dict[str, Any], version: str,
-            path: KeyPath) -> Source:
-    kinds = [k for k in ("pypi", "url", "git", "path") if k in data]
-    if len(kinds) != 1:
-        found = ", ".join(kinds) or "none"
-        doc.at_value(path, f"'{document.render_path(path)}' needs exactly one of pypi, url, git, "
-                           f"path (found {found})")
-        return LocalSource(path=Path())
-    kind = kinds[0]
-    for extra, applies in (("sha256", ("pypi", "url")), ("commit", ("git",)), ("tag", ("git",))):
-        if extra in data and kind not in applies:
-            doc.at_key((*path, extra), f"'{extra}' does not apply to a {kind} source")
-    if kind == "pypi":
-        return PypiSource(project=data["pypi"], version=version, sha256=data.get("sha256", ""))
-    if kind == "url":
-        return UrlSource(url=data["url"], sha256=data.get("sha256", ""))
-    if kind == "git":
-        return GitSource(url=data["git"], commit=data.get("commit", ""), tag=data.get("tag"))
-    # its existence is checked when it is fetched: a recipe stays valid on machines (or in a
-    # container) where the directory is not, as long as nothing is fetched from it there
-    return LocalSource(path=(recipe.resolve().parent / data["path"]).resolve())
+    carried = parse_carried(doc, path, entry.get("carry", []), base, env={*sets, *dict(env)})
+    return Release(version=version, source=source, patches=patches, env=env, carried=carried)
 
 
 def _patches(doc: Document, recipe: Path, package: str, version: str, *,
@@ -365,22 +315,11 @@ def canonical(recipe: Recipe, release: Release) -> dict[str, Any]:
         "package": recipe.name,
         "kind": recipe.kind,
         "version": release.version,
-        "source": _source_data(release.source),
+        "source": source_data(release.source),
         "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],
         "arch": {"env": recipe.arch.env, "format": recipe.arch.format},
         "env": dict(recipe.env) | dict(release.env),
         **({"build_dir_env": recipe.build_dir_env} if recipe.build_dir_env else {}),
         **({"requires": list(recipe.build_requires)} if recipe.build_requires else {}),
+        **({"carry": [carried_data(c) for c in release.carried]} if release.carried else {}),
     }
-
-
-def _source_data(source: Source) -> dict[str, str]:
-    if isinstance(source, PypiSource):
-        return {"pypi": source.project, "sha256": source.sha256}
-    if isinstance(source, UrlSource):
-        return {"url": source.url, "sha256": source.sha256}
-    if isinstance(source, GitSource):
-        return {"git": source.url, "commit": source.commit,
-                **({"tag": source.tag} if source.tag else {})}
-    return {"path": str(source.path)}
-

@@ -21,6 +21,49 @@ ENV_MAP = {
 }
 
 
+SOURCE = {
+    "type": "object",
+    "description": "one of pypi, url, git or path",
+    "additionalProperties": False,
+    "dependentRequired": {"pypi": ["sha256"], "url": ["sha256"],
+                          "git": ["commit"]},
+    "properties": {
+        "pypi": {"type": "string", "description": "sdist of this project"},
+        "url": {"type": "string"},
+        "git": {"type": "string", "description": "repository URL or path"},
+        "path": {"type": "string", "description": "local directory "
+                 "(development), relative to the recipe file"},
+        "sha256": SHA256,
+        "commit": {"type": "string", "pattern": "^[0-9a-f]{40}$",
+                   "x-message": "must be a full 40-digit commit hash"},
+        "tag": {"type": "string", "description": "the tag that must "
+                "name `commit` (checked at fetch: a moved tag is an error)"},
+    },
+}
+
+# what a build would download (CMake's FetchContent, a submodule the sdist lacks), carried in
+CARRY = {
+    "type": "array",
+    "description": "sources the build would download, fetched and pinned like the main "
+                   "one and placed in its tree before the patches",
+    "items": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["into", "source"],
+        "properties": {
+            "into": {"type": "string", "description": "a new directory in the source tree, "
+                     "relative to its root (an empty one there is replaced)"},
+            "source": SOURCE,
+            "env": {"type": "string", "pattern": f"^{ENV_NAME_RE.pattern}$",
+                    "description": "the variable the package reads the directory from"},
+            "cmake": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+                      "description": "a CMake variable (as FETCHCONTENT_SOURCE_DIR_<NAME>) "
+                                     "given the directory in CMAKE_ARGS"},
+        },
+    },
+}
+
+
 RECIPE_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "https://wheelsmith.dev/schema/recipe.schema.json",
@@ -98,25 +141,7 @@ RECIPE_SCHEMA: dict[str, Any] = {
                 "required": ["version", "source"],
                 "properties": {
                     "version": {"type": "string", "description": "the upstream version"},
-                    "source": {
-                        "type": "object",
-                        "description": "one of pypi, url, git or path",
-                        "additionalProperties": False,
-                        "dependentRequired": {"pypi": ["sha256"], "url": ["sha256"],
-                                              "git": ["commit"]},
-                        "properties": {
-                            "pypi": {"type": "string", "description": "sdist of this project"},
-                            "url": {"type": "string"},
-                            "git": {"type": "string", "description": "repository URL or path"},
-                            "path": {"type": "string", "description": "local directory "
-                                     "(development), relative to the recipe file"},
-                            "sha256": SHA256,
-                            "commit": {"type": "string", "pattern": "^[0-9a-f]{40}$",
-                                       "x-message": "must be a full 40-digit commit hash"},
-                            "tag": {"type": "string", "description": "the tag that must "
-                                    "name `commit` (checked at fetch: a moved tag is an error)"},
-                        },
-                    },
+                    "source": SOURCE,
                     "patches": {
                         "type": "array",
                         "items": {
@@ -132,6 +157,7 @@ RECIPE_SCHEMA: dict[str, Any] = {
                         },
                     },
                     "env": ENV_MAP,
+                    "carry": CARRY,
                 },
             },
         },

@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 from wheelsmith import cmd, locations
 from wheelsmith.errors import SourceError, UntrustedDataError
-from wheelsmith.recipes.model import PypiSource
+from wheelsmith.recipes.sources import PypiSource
 from wheelsmith.untrusted import (
     NOT_FOUND,
     PAGE_MAX_FILES,

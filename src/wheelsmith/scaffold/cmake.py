@@ -185,15 +185,25 @@ def cmake_lines(side: CMakeSide) -> list[str]:
         why = "turns CUDA on (off by default)" if value == "ON" else \
             "optimises for the build machine (its CPU; its GPU, which it lacks)"
         lines.append(f"{at}: option {name} {why}: build.env CMAKE_ARGS -D{name}={value}")
-    lines += [f"{at}: patch needed: {call} downloads {clip(origin)} while CMake runs: build "
-              "machines are offline and a build must be the same every time; make it use a "
-              "source the recipe carries (a patch, or FETCHCONTENT_SOURCE_DIR_<NAME>)"
-              for at, call, origin in side.downloads]
+    lines += [f"{at}: carry needed: {call} downloads {clip(origin)} while CMake runs: build "
+              "machines are offline and a build must be the same every time; "
+              + carry_advice(call, side.passes_args) for at, call, origin in side.downloads]
     if side.cuda_at and not side.links_torch:
         lines += ["links no torch: kind: cuda (the CUDA-only channel, no torch pin)",
                   "smoke: its shared libraries are loaded (its Python side needs runtime "
                   "dependencies the toolchain does not hold)"]
     return lines
+
+
+def carry_advice(call: str, passes_args: bool) -> str:
+    """How a recipe carries what `call` (`FetchContent_Declare(cutlass)`) downloads."""
+    name = call.split("(", 1)[1].rstrip(")")
+    entry = (f"give the version a `carry` entry (into: third_party/{name}, its source pinned: "
+             "url and sha256, or git and commit")
+    if call.lower().startswith("fetchcontent"):
+        reach = "" if passes_args else "; a patch makes the build pass CMAKE_ARGS to CMake"
+        return f"{entry}, cmake: FETCHCONTENT_SOURCE_DIR_{name.upper()}){reach}"
+    return f"{entry}, env: a variable) and a patch that makes {call} take it as its SOURCE_DIR"
 
 
 def arch_lines(side: CMakeSide, knob: tuple[str, int] | None, checked: str | None) -> list[str]:

@@ -14,6 +14,7 @@ from wheelsmith.document import yaml_string
 from wheelsmith.errors import NoDeviceCodeError, UsageError, WheelsmithError
 from wheelsmith.files import atomic_write_bytes, atomic_write_text
 from wheelsmith.inventory import is_shared_object
+from wheelsmith.recipes.sources import carried_data
 from wheelsmith.scaffold.cmake import arch_lines, cmake_lines
 from wheelsmith.scaffold.env_reads import deciding_first
 from wheelsmith.scaffold.extensions import Extension
@@ -241,6 +242,8 @@ def render(found: Findings) -> str:
         lines += _recipe_lines(found)
     lines += ["versions:", f"  - version: {_quoted(sdist.version)}", "    source:",
               f"      pypi: {_quoted(sdist.project)}", f"      sha256: {_quoted(sdist.sha256)}"]
+    if found.base is not None:
+        lines += base_version_lines(found.base)
     if found.written:
         lines.append("    patches:")
     for patch in found.written:
@@ -315,6 +318,24 @@ def base_recipe_lines(base: Base, env: dict[str, str], host_only: tuple[str, ...
     lines += ["smoke:", f"  import: {_listed(list(recipe.smoke_imports))}"]
     if recipe.smoke_gpu:
         lines += ["  gpu: |", *[f"    {row}".rstrip() for row in recipe.smoke_gpu.splitlines()]]
+    return lines
+
+
+def base_version_lines(base: Base) -> list[str]:
+    """The base release's own variables and carried sources, in a new version's entry: what
+    its build needed, pinned as the base release had them (the comment says to check them)."""
+    release = base.release
+    lines = ["    env:", *[f"      {k}: {_quoted(v)}" for k, v in release.env]] \
+        if release.env else []
+    if release.carried:
+        lines += [f"    # carried as {release.version} carries them: check that this version "
+                  "needs the same", "    carry:"]
+    for carried in release.carried:
+        first, *rest = [f"{key}: {_quoted(value)}" if isinstance(value, str) else
+                        f"{key}:\n" + "\n".join(f"          {k}: {_quoted(v)}"
+                                                for k, v in value.items())
+                        for key, value in carried_data(carried).items()]
+        lines += [f"      - {first}", *(f"        {line}" for line in rest)]
     return lines
 
 

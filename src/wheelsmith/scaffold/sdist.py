@@ -15,7 +15,7 @@ from wheelsmith import locations
 from wheelsmith.build import shipped
 from wheelsmith.errors import UsageError, WheelsmithError
 from wheelsmith.recipes import fetch, simple
-from wheelsmith.recipes.model import PypiSource
+from wheelsmith.recipes.sources import PypiSource
 from wheelsmith.untrusted import local
 from wheelsmith.untrusted.text import one_line
 
