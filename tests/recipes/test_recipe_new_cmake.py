@@ -150,15 +150,21 @@ ORIGINS = st.sampled_from([("URL", "https://example.invalid/eigen-3.4.0.tar.bz2"
 
 
 @given(calls=st.lists(st.tuples(DOWNLOADS, ORIGINS, st.booleans()), min_size=1, max_size=3),
-       dirname=st.sampled_from(["", "csrc/", "cmake/", "cmake/external_projects/"]))
+       dirname=st.sampled_from(["", "csrc/", "cmake/", "cmake/external_projects/"]),
+       skbuild=st.booleans())
 def test_a_dependency_cmake_downloads_is_a_carry_needed_naming_its_line_and_entry(
         tmp_path_factory: pytest.TempPathFactory, calls: list[tuple[str, tuple[str, str], bool]],
-        dirname: str) -> None:
+        dirname: str, skbuild: bool) -> None:
     """torch-kdtree's ExternalProject_Add(eigen URL ...): build machines are offline, so
     each download CMake would make is named with its file:line; a FetchContent whose source
     is already there (SOURCE_DIR alone) is not one."""
     tree = tmp_path_factory.mktemp("dl")
-    (tree / "setup.py").write_text('import subprocess\nsubprocess.check_call(["cmake", "."])\n')
+    if skbuild:  # CMAKE_ARGS reaches CMake
+        (tree / "pyproject.toml").write_text('[build-system]\nbuild-backend = '
+                                             '"scikit_build_core.build"\n')
+    else:
+        (tree / "setup.py").write_text('import subprocess\n'
+                                       'subprocess.check_call(["cmake", "."])\n')
     text, expected = "project(p LANGUAGES CXX CUDA)\n", []
     name = "deps.cmake" if dirname.startswith("cmake/") else "CMakeLists.txt"
     for i, (call, (key, origin), split) in enumerate(calls):
@@ -180,8 +186,9 @@ def test_a_dependency_cmake_downloads_is_a_carry_needed_naming_its_line_and_entr
                     "machines are offline and a build must be the same every time; give the "
                     f"version a `carry` entry (into: third_party/{call[-5:-1]}, its source "
                     "pinned: url and sha256, or git and commit" + (
-                        f", cmake: FETCHCONTENT_SOURCE_DIR_{call[-5:-1].upper()}); a patch makes "
-                        "the build pass CMAKE_ARGS to CMake"
+                        f", cmake: FETCHCONTENT_SOURCE_DIR_{call[-5:-1].upper()})" + (
+                            "" if skbuild else "; setup.py must pass CMAKE_ARGS on to CMake "
+                            "(vllm's does; else a patch makes it)")
                         if call.lower().startswith("fetchcontent") else
                         f", env: a variable) and a patch that makes {call} take it as its "
                         "SOURCE_DIR") for at, call, origin in side.downloads]

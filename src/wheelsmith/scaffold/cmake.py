@@ -201,7 +201,8 @@ def carry_advice(call: str, passes_args: bool) -> str:
     entry = (f"give the version a `carry` entry (into: third_party/{name}, its source pinned: "
              "url and sha256, or git and commit")
     if call.lower().startswith("fetchcontent"):
-        reach = "" if passes_args else "; a patch makes the build pass CMAKE_ARGS to CMake"
+        reach = "" if passes_args else ("; setup.py must pass CMAKE_ARGS on to CMake (vllm's "
+                                        "does; else a patch makes it)")
         return f"{entry}, cmake: FETCHCONTENT_SOURCE_DIR_{name.upper()}){reach}"
     return f"{entry}, env: a variable) and a patch that makes {call} take it as its SOURCE_DIR"
 
