@@ -6,6 +6,7 @@ something at `into` (or a link on the way) is refused before anything is moved."
 from __future__ import annotations
 
 import os
+import tarfile
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import Served, header_tarball
+from tests.recipes.test_fetch import hardlink, hostile_tar, symlink
 from wheelsmith.arch import ArchSet
 from wheelsmith.build.buildenv import check_extra_env, recipe_sets
 from wheelsmith.errors import RecipeError, SourceError, UsageError
@@ -253,3 +255,22 @@ def test_a_new_version_starts_from_the_carried_sources_and_variables_of_the_one_
                     + "\n".join(lines) + "\n")
     again = load_recipe(file).latest
     assert (again.carried, again.env) == (base.latest.carried, base.latest.env)
+
+
+@pytest.mark.parametrize("member", [symlink("demo-1.0.0/link", "../../etc/passwd"),
+                                    hardlink("demo-1.0.0/hard", "../outside"),
+                                    tarfile.TarInfo("demo-1.0.0/../../evil")],
+                         ids=["symlink-out", "hardlink-out", "dotdot"])
+def test_a_hostile_carried_archive_is_refused_and_nothing_reaches_the_tree(
+        tmp_path: Path, http_dir: Served, member: tarfile.TarInfo) -> None:
+    """A carried archive is checked as the release's own is, before anything is unpacked."""
+    archive = hostile_tar(http_dir.root / "dep.tar.gz", member)
+    tree = tmp_path / "pkg-1.0"
+    tree.mkdir()
+    carried = CarriedSource(into=PurePosixPath("third_party/dep"),
+                            source=UrlSource(url=f"{http_dir.url}/dep.tar.gz",
+                                             sha256=sha256_file(archive)))
+    with pytest.raises(SourceError) as caught:
+        carry_in(carried, tree, tmp_path / "scratch", tmp_path / "cache")
+    assert caught.value.message.startswith("refusing to unpack ")
+    assert list(tree.iterdir()) == []
