@@ -105,7 +105,7 @@ def test_two_carried_sources_in_one_directory_or_one_inside_the_other_are_refuse
         tmp_path_factory: pytest.TempPathFactory, first: str, rest: list[str]) -> None:
     second = "/".join([first, *rest])
     assert problems(loaded(tmp_path_factory.mktemp("r"), [url(first), url(second)])) == [
-        (10, f"'{second}' overlaps the carried '{first}'",
+        (10, f"'versions[0].carry[1].into': '{second}' overlaps the carried '{first}'",
          "give each carried source a directory of its own")]
 
 
@@ -113,14 +113,15 @@ def test_two_carried_sources_in_one_directory_or_one_inside_the_other_are_refuse
 def test_a_variable_the_recipe_sets_already_is_refused(tmp_path: Path, name: str) -> None:
     carry = [url("a", env="DEP_DIR"), url("b", env=name)]
     assert problems(loaded(tmp_path, carry)) == [
-        (10, f"{name} is set twice: here and by the recipe's arch, env or another carried "
-             "source", "set it in one place")]
+        (10, f"'versions[0].carry[1].env': {name} is set twice: here and by the recipe's "
+             "arch, env or another carried source", "set it in one place")]
 
 
 def test_a_carried_sdist_from_the_package_index_is_refused(tmp_path: Path) -> None:
     carry: list[dict[str, object]] = [{"into": "dep", "source": {"pypi": "dep", "sha256": SHA}}]
     assert problems(loaded(tmp_path, carry)) == [
-        (10, "a carried source is a url, git or path source",
+        (10, "'versions[0].carry[0].source' is an sdist of the index: a carried source is a "
+             "url, git or path source",
          "give the archive's URL and its sha256")]
 
 

@@ -88,12 +88,13 @@ def carry_in(carried: CarriedSource, tree: Path, scratch: Path, cache: Path) -> 
         if found.is_symlink() or (found.exists() and not found.is_dir()):
             raise SourceError(f"cannot place {what}: '{step}' in the source tree is a "
                               f"{'link' if found.is_symlink() else 'file'}",
-                              hint="carry it into a directory the source does not have")
+                              hint="give this `carry` entry of the recipe an `into` the "
+                                   "source does not have")
     if target.is_dir() and any(target.iterdir()):
         raise SourceError(f"cannot place {what}: the source tree has '{carried.into}' already, "
                           "and it is not empty",
-                          hint="carry it into a directory the source does not have, or drop "
-                               "the carry if the source ships it")
+                          hint="give this `carry` entry of the recipe an `into` the source "
+                               "does not have, or drop the entry if the source ships it")
     root = fetch(carried.source, scratch, cache)
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.is_dir():

@@ -114,26 +114,29 @@ def parse_carried(doc: Document, recipe: Path, entries: list[dict[str, Any] | No
         into = _into(doc, entry["into"], (*where, "into"))
         source = parse_source(doc, recipe, entry["source"], "", (*where, "source"))
         if isinstance(source, PypiSource):
-            doc.at_key((*where, "source", "pypi"), "a carried source is a url, git or path "
-                       "source", "give the archive's URL and its sha256")
+            doc.at_key((*where, "source", "pypi"), f"'{document.render_path(where)}.source' is "
+                       "an sdist of the index: a carried source is a url, git or path source",
+                       "give the archive's URL and its sha256")
         for key in ("env", "cmake"):
             name = entry.get(key)
             if name is None:
                 continue
             if name in taken[key]:
-                doc.at_value((*where, key), f"{name} is set twice: here and by the recipe's "
-                             "arch, env or another carried source", "set it in one place")
+                doc.at_value((*where, key), f"'{document.render_path((*where, key))}': {name} is "
+                             "set twice: here and by the recipe's arch, env or another carried "
+                             "source", "set it in one place")
             taken[key].add(name)
         if into is None:
             continue
         for other in carried:
             if into == other.into or other.into in into.parents or into in other.into.parents:
-                doc.at_value((*where, "into"), f"'{into}' overlaps the carried '{other.into}'",
+                doc.at_value((*where, "into"), f"'{document.render_path((*where, 'into'))}': "
+                             f"'{into}' overlaps the carried '{other.into}'",
                              "give each carried source a directory of its own")
                 break
         else:
             carried.append(CarriedSource(into=into, source=source, env=entry.get("env"),
-                                   cmake=entry.get("cmake")))
+                                         cmake=entry.get("cmake")))
     return tuple(carried)
 
 
