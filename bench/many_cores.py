@@ -39,7 +39,8 @@ sys.path.insert(0, str(REPO / "src"))
 
 from wheelsmith import locations  # noqa: E402
 from wheelsmith.recipes.fetch import cached_path, download  # noqa: E402
-from wheelsmith.recipes.model import PypiSource, UrlSource, load_recipe  # noqa: E402
+from wheelsmith.recipes.model import load_recipe  # noqa: E402
+from wheelsmith.recipes.sources import PypiSource, UrlSource  # noqa: E402
 
 HERE = REPO / "build" / "many-cores"
 OFFLINE = HERE / "downloads"  # sdists for a machine without network
