@@ -190,6 +190,34 @@ def test_an_interrupt_inside_a_constructor_prints_no_traceback_from_its_del(
     assert run.stderr == f"\ninterrupted: {Progress().said()}\n"
 
 
+# the signal comes as the command ends, past its own handlers: here, while the objects it left
+# are collected (a build killed at its last line once printed click's "Aborted!" and exit 1)
+AT_THE_END = """
+import click, gc
+from wheelsmith.cli._common import Main
+
+def interrupted():
+    raise KeyboardInterrupt
+
+@click.group(cls=Main)
+def main():
+    pass
+
+@main.command()
+def work():
+    gc.collect = interrupted
+
+main(["work"])
+"""
+
+
+def test_an_interrupt_as_a_command_ends_is_still_one_line_and_exit_130() -> None:
+    run = subprocess.run([sys.executable, "-c", AT_THE_END], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert run.returncode == INTERRUPTED, run.stderr
+    assert run.stderr == f"\ninterrupted: {Progress().said()}\n"
+
+
 # --- the record, over generated runs -----------------------------------------------------------
 
 @given(names=st.lists(st.from_regex(r"[a-z]{1,6}\.whl", fullmatch=True), min_size=1,

@@ -38,8 +38,12 @@ class Main(click.Group):
     errors (a full disk, a read-only file system, a file in the way, ...) the same way."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        with console.inert_output(), console.unraisable_to_log():
-            return self._invoke(ctx)
+        try:
+            with console.inert_output(), console.unraisable_to_log():
+                return self._invoke(ctx)
+        except KeyboardInterrupt:  # one that came as the command ended, past its handlers
+            pass
+        return _interrupted(ctx)
 
     def _invoke(self, ctx: click.Context) -> Any:
         try:

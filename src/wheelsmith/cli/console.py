@@ -91,8 +91,10 @@ def unraisable_to_log() -> Iterator[None]:
     try:
         yield
     finally:
-        gc.collect()  # what the command left in reference cycles ends under this hook
-        sys.unraisablehook = saved
+        try:
+            gc.collect()  # what the command left in reference cycles ends under this hook
+        finally:
+            sys.unraisablehook = saved
 
 
 def _styled(stream: IO[str], text: str) -> None:
