@@ -48,6 +48,20 @@ def marked(mark: str, root: Path | None = None) -> list[str]:
             or (root is not None and cwd is not None and cwd.is_relative_to(root))]
 
 
+def supervisors(mark: str, root: Path | None = None) -> list[int]:
+    """The PIDs of the `marked` processes that are wheelsmith's supervisors
+    (resources/supervise.py)."""
+    found = []
+    for entry in marked(mark, root):
+        pid = int(entry.split()[0])
+        try:
+            if b"supervise.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:  # ended since it was listed
+            continue
+    return found
+
+
 def left_after(mark: str, seconds: float, root: Path | None = None) -> list[str]:
     """What is still `marked` after waiting up to `seconds` for it all to end."""
     procs.gone_within(lambda: marked(mark, root), seconds)

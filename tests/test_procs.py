@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.leftovers import left_after, marked, new_env
+from tests.leftovers import left_after, marked, new_env, supervisors
 from wheelsmith import cmd, files, locks, procs
 from wheelsmith.errors import CommandError
 
@@ -85,10 +85,9 @@ def test_a_lock_whose_holder_died_is_taken_over_after_its_leftovers_are_ended(
     assert (seen[0].pid, seen[0].stage) == (proc.pid, "compile")
     # wheelsmith and its supervisor die together (the OOM killer, kill -9 of both): the
     # command's tree is left running, for the next holder of the lock to end
-    supervisors = [int(p.split()[0]) for p in marked(mark)
-                   if b"supervise.py" in Path(f"/proc/{p.split()[0]}/cmdline").read_bytes()]
-    assert len(supervisors) == 1
-    for pid in (proc.pid, *supervisors):
+    supervising = supervisors(mark)
+    assert len(supervising) == 1
+    for pid in (proc.pid, *supervising):
         os.kill(pid, signal.SIGKILL)
     proc.wait()
     assert sorted(p.split()[1] for p in left_after(mark, 1)) == ["sleep", "sleep"]

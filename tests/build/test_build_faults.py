@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, SlowServer
-from tests.leftovers import left_after, marked, new_env
+from tests.leftovers import left_after, marked, new_env, supervisors
 from wheelsmith import cmd, wheelfile
 from wheelsmith.files import sha256_file
 from wheelsmith.index import ledger
@@ -360,13 +360,6 @@ def compiler_running(site: Site, proc: subprocess.Popen[str]) -> list[str]:
     return compilers
 
 
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:  # ended since it was listed
-        return b""
-
-
 def test_sigkill_of_a_build_leaves_no_compiler_or_pip_running(site: Site) -> None:
     build = site.start()
     compiler_running(site, build)
@@ -382,15 +375,14 @@ def test_rerun_ends_what_a_build_killed_with_its_supervisors_left_running(site: 
     # would end on its own (pip and ninja of a broken pipe, a compiler when done), on a loaded
     # machine even before it is looked at (seen: nothing left, under a CPU hog); a stopped
     # process cannot end, and the takeover must end it as it is
-    running = {int(p.split()[0]): _cmdline(int(p.split()[0]))
-               for p in marked(site.mark, site.root)}
-    supervisors = [pid for pid, line in running.items() if b"supervise.py" in line]
-    for pid in set(running) - {build.pid, *supervisors}:
+    running = {int(p.split()[0]) for p in marked(site.mark, site.root)}
+    supervising = supervisors(site.mark, site.root)
+    for pid in running - {build.pid, *supervising}:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGSTOP)
     # then wheelsmith and every supervisor at once (as `kill -9` of all of them, or an OOM
     # kill)
-    for pid in (build.pid, *supervisors):
+    for pid in (build.pid, *supervising):
         os.kill(pid, signal.SIGKILL)
     build.communicate(timeout=60)
     orphans = left_after(site.mark, 0.5, site.root)

@@ -134,7 +134,15 @@ def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
     arch = data.get("arch", {})
     build = data.get("build", {})
     smoke = data.get("smoke", {})
-    sets = {arch.get("env", "TORCH_CUDA_ARCH_LIST"), CMAKE_ARGS, *build.get("env", {}),
+    policy = ArchPolicy(
+        env=arch.get("env", "TORCH_CUDA_ARCH_LIST"),
+        format=arch.get("format", "torch"),
+        default=_arch_set(doc, arch.get("default", ["12.0"]), ("arch", "default")),
+        min_cuda=_min_cuda(doc, arch.get("min_cuda", {})),
+        supported=_arch_set(doc, arch["supported"], ("arch", "supported"))
+        if "supported" in arch else None,
+    )
+    sets = {policy.env, CMAKE_ARGS, *build.get("env", {}),
             *filter(None, [build.get("build_dir_env")])}
     releases = tuple(_release(doc, path, name, i, entry, sets=sets) for i, entry in
                      enumerate(data.get("versions", [])) if entry is not None)
@@ -145,14 +153,7 @@ def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
         file=path,
         summary=data.get("summary", ""),
         homepage=data.get("homepage", ""),
-        arch=ArchPolicy(
-            env=arch.get("env", "TORCH_CUDA_ARCH_LIST"),
-            format=arch.get("format", "torch"),
-            default=_arch_set(doc, arch.get("default", ["12.0"]), ("arch", "default")),
-            min_cuda=_min_cuda(doc, arch.get("min_cuda", {})),
-            supported=_arch_set(doc, arch["supported"], ("arch", "supported"))
-            if "supported" in arch else None,
-        ),
+        arch=policy,
         env=tuple(sorted(build.get("env", {}).items())),
         memory_per_job_gb=float(build.get("memory_per_job_gb", 3.0)),
         host_only=tuple(build.get("host_only", [])),

@@ -54,7 +54,6 @@ def describe_source(source: Source) -> str:
     return SOURCE_WORDS[type(source)]
 
 
-
 def parse_source(doc: Document, recipe: Path, data: dict[str, Any], version: str,
                  path: KeyPath) -> Source:
     """The source at `path` of the recipe file `recipe`; a problem is reported on `doc`."""

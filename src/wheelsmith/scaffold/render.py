@@ -7,6 +7,7 @@ import hashlib
 import logging
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -330,13 +331,14 @@ def base_version_lines(base: Base) -> list[str]:
     if release.carried:
         lines += [f"    # carried as {release.version} carries them: check that this version "
                   "needs the same", "    carry:"]
-    for carried in release.carried:
-        first, *rest = [f"{key}: {_quoted(value)}" if isinstance(value, str) else
-                        f"{key}:\n" + "\n".join(f"          {k}: {_quoted(v)}"
-                                                for k, v in value.items())
-                        for key, value in carried_data(carried).items()]
-        lines += [f"      - {first}", *(f"        {line}" for line in rest)]
+    lines += [f"      - {_flow(carried_data(carried))}" for carried in release.carried]
     return lines
+
+
+def _flow(data: dict[str, Any]) -> str:
+    """`data` as one YAML flow mapping, every string quoted as `_quoted` quotes it."""
+    return "{" + ", ".join(f"{key}: {_flow(value) if isinstance(value, dict) else _quoted(value)}"
+                           for key, value in data.items()) + "}"
 
 
 def write(found: Findings, repo: Path) -> list[Path]:
