@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 WS := $(BIN)/wheelsmith
 
-.PHONY: demo test lint docs typecheck unit fuzz test-slow test-gpu bench schema support-table clean
+.PHONY: demo test lint docs typecheck unit fuzz test-slow test-gpu test-transformers bench schema support-table clean
 
 $(BIN)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "wheelsmith needs Python >= 3.10")'
@@ -60,6 +60,12 @@ test-slow: $(BIN)/.installed
 
 test-gpu: $(BIN)/.installed
 	$(BIN)/pytest -m gpu
+
+# doctor's model view against every transformers minor from the oldest it supports to the newest
+# on the package index, each with the fla pip resolves beside it (CPU only; about 1 GB of
+# downloads, cached per machine).
+test-transformers: $(BIN)/.installed
+	$(BIN)/pytest -m transformers
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/index_publish.py

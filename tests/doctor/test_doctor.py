@@ -73,9 +73,15 @@ def test_doctor_reads_real_kernels_and_names_the_fix(project: Path, toolchain: T
                               env=env, cwd=project, check=False)
 
     dead = "http://127.0.0.1:9"  # nothing listens: the pip line is given, marked unchecked
-    on_120 = doctor("--arch", "12.0", "--json", "--index", dead)
+    alone = doctor("--arch", "12.0", "--index", dead)  # no fast-path package, none asked for
+    assert alone.returncode == 0, alone.stderr
+    assert ("model    not given; judging the installed fast-path packages (none installed); "
+            "--model-type or --model asks transformers what your model needs\n") in alone.stdout
+    assert "fast path: fla not installed, causal_conv1d not installed" in alone.stdout
+    on_120 = doctor("--arch", "12.0", "--json", "--index", dead, "--need", "fla",
+                    "--need", "causal_conv1d")
     report = json.loads(on_120.stdout)
-    assert on_120.returncode == 15  # the other fast-path packages are missing
+    assert on_120.returncode == 15  # the fast-path packages asked for are missing
     assert [(p["name"], p["status"]) for p in report["packages"]] == [("tiny-ext", "sass")]
     assert report["problems"] == [
         "fast path: `import fla` fails (ModuleNotFoundError: No module named 'fla'): models "

@@ -323,8 +323,10 @@ def render_doctor(report: Report, stream: IO[str] | None = None) -> None:
         out.write(f"note: {note}\n")
     if report.healthy:
         ran = ", its ops run correctly" if report.ops else ""
-        out.write(f"\nhealthy: every extension has native kernels for {report.arch.sm}, the "
-                  f"fast path imports{ran}\n")
+        imports = (f"the fast path imports{ran}" if report.needed else
+                   "no fast-path package is installed or asked for")
+        out.write(f"\nhealthy: every extension has native kernels for {report.arch.sm}, "
+                  f"{imports}\n")
     out.flush()
 
 
@@ -343,8 +345,9 @@ def _import_state(module: str, state: dict[str, Any]) -> str:
 def _model_line(report: Report) -> str:
     model = report.model
     if model.source == "default":
-        return (f"{model.model_type} (the default): {', '.join(model.modules)}; "
-                "--model-type or --model asks transformers")
+        judged = ", ".join(model.modules) or "none installed"
+        return (f"not given; judging {model.model_type} ({judged}); --model-type or --model "
+                "asks transformers what your model needs")
     if model.input_error:
         return f"not examined: {model.message}"
     said = f"{model.model_type} (transformers {model.transformers or '-'})"
@@ -352,10 +355,15 @@ def _model_line(report: Report) -> str:
         return f"{said}: cannot tell (see below)"
     if not model.needs:
         return f"{said}: uses no fast-path kernels"
-    missing = model.unavailable()
+    missing, undecided, taken = model.unavailable(), model.undecided(), model.taken()
     if missing:
         return f"{said}: FALLS BACK to torch without {', '.join(missing)}"
-    return f"{said}: fast path through {', '.join(model.modules)}"
+    parts = [f"fast path through {', '.join(taken)}"] if taken else []
+    if undecided:
+        parts.append(f"undecided for {', '.join(undecided)} (see the note)")
+    seen = {"fake-cuda": " (its dispatch run on CUDA inputs without storage: no GPU here)",
+            "no-device": " (its dispatch run on inputs of no device)"}.get(model.device or "", "")
+    return f"{said}: {'; '.join(parts)}{seen if taken else ''}"
 
 
 def _render_ops(report: Report, out: IO[str]) -> None:

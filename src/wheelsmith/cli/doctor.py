@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -33,9 +34,9 @@ from wheelsmith.toolchain.driver import find_driver
               show_default="this Python", help="The Python environment to examine.")
 @click.option("--need", "need", multiple=True,
               type=click.Choice(["fla", "causal_conv1d", "mamba_ssm", "flash_attn"]),
-              help="Fast-path modules your models need (repeatable). Default: fla and "
-                   "causal_conv1d (GatedDeltaNet hybrids); with --model-type/--model, added to "
-                   "what the model needs.")
+              help="Fast-path modules your models need (repeatable). Default: the fast-path "
+                   "packages installed; with --model-type/--model, added to what "
+                   "the model needs.")
 @click.option("--model-type", "model_type", metavar="TYPE",
               help="The transformers model type you train (qwen3_5, qwen3_next, mamba2, "
                    "falcon_h1, ...): its modeling code says which fast-path functions it needs.")
@@ -70,7 +71,7 @@ def doctor(arch_value: str | None, index_url: str, python: Path, need: tuple[str
     else:
         raise UsageError("no GPU is visible to this Python's torch, so there is no arch to "
                          "check", hint="pass the arch of the GPU you will run on, e.g. --arch 12.0")
-    model = _model(python, model_type, model_dir)
+    model = _model(python, model_type, model_dir, info)
     importable = {m for m, state in info.get("fast_path", {}).items() if state["ok"]}
     ops = (fastpath.run_ops(python, fastpath.ops_to_run(importable), op_timeout)
            if fastpath.should_run(run, bool(info.get("gpu")), os.environ) else None)
@@ -98,14 +99,16 @@ _MODEL_HINT = ("give a checkpoint directory with its config.json (--model DIR), 
                "type (--model-type TYPE)")
 
 
-def _model(python: Path, model_type: str | None, model_dir: Path | None) -> fastpath.ModelView:
-    """The model's view: --model DIR's config.json, --model-type, or the default set."""
+def _model(python: Path, model_type: str | None, model_dir: Path | None,
+           info: dict[str, Any]) -> fastpath.ModelView:
+    """The model's view: --model DIR's config.json, --model-type, or the default set (the
+    fast-path packages installed)."""
     if model_dir is not None:
         view = fastpath.model_type_of(model_dir)
     elif model_type:
         view = fastpath.ModelView("--model-type", model_type)
     else:
-        return fastpath.default_view()
+        return fastpath.default_view(fastpath.installed(info.get("fast_path", {})))
     if view.error is None:
         fastpath.ask_transformers(python, view)
     if view.error == "unknown":

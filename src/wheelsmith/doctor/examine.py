@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from wheelsmith.arch import Arch
-from wheelsmith.doctor.fastpath import ModelView, default_view
+from wheelsmith.doctor.fastpath import ModelView, default_view, installed
 from wheelsmith.doctor.judge import NOTHING_KNOWN, Knowledge, judge
 from wheelsmith.doctor.report import PackageReport, Report
 from wheelsmith.inventory import RANK, coverage, read_device_code
@@ -40,21 +40,14 @@ def probe(python: Path) -> dict[str, Any]:
 FAST_PATH_MODULES = ("fla", "causal_conv1d", "mamba_ssm", "flash_attn")
 
 
-DEFAULT_NEED = ("fla", "causal_conv1d")  # GatedDeltaNet hybrids (Qwen3.5/3.6): fla + conv1d
-
-
-
-
-
-
 def examine(info: dict[str, Any], arch: Arch, arch_source: str, cuobjdump: Path, *,
             index_url: str, need: tuple[str, ...] = (), model: ModelView | None = None,
             ops: list[dict[str, Any]] | None = None, knowledge: Knowledge = NOTHING_KNOWN,
             driver: Driver | None = None) -> Report:
-    """`need`: modules named by --need: they replace the default (GatedDeltaNet) set, and add
-    to a model's own."""
+    """`need`: modules named by --need: they replace the default set (the fast-path packages
+    installed), and add to a model's own."""
     gpu = info.get("gpu")
-    model = model or default_view()
+    model = model or default_view(installed(info.get("fast_path", {})))
     needed = set(need) if need and model.source == "default" else set(need) | set(model.modules)
     report = Report(python=info["executable"], python_version=info["python"],
                     torch=info.get("torch_full"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,11 +50,8 @@ OPS = {"causal_conv1d_fn": "causal_conv1d", "causal_conv1d_update": "causal_conv
        "chunk_gated_delta_rule": "fla", "fused_recurrent_gated_delta_rule": "fla",
        "selective_scan_fn": "mamba_ssm", "flash_attn_func": "flash_attn"}
 
-# Without --model-type/--model: what transformers' GatedDeltaNet hybrids (qwen3_next, qwen3_5,
-# olmo_hybrid) need.
-DEFAULT_MODEL = "GatedDeltaNet hybrids"
-DEFAULT_NEEDS = (("causal_conv1d", "causal_conv1d_fn"), ("causal_conv1d", "causal_conv1d_update"),
-                 ("fla", "chunk_gated_delta_rule"), ("fla", "fused_recurrent_gated_delta_rule"))
+# Without --model-type/--model: the fast-path packages installed, judged by imports and runs.
+DEFAULT_MODEL = "the installed fast-path packages"
 
 # Model types whose transformers (5.24) modeling code uses a fast-path package: one of these
 # unknown to the installed transformers means that transformers is too old for it.
@@ -72,8 +69,10 @@ INPUT_ERRORS = frozenset({"config-missing", "config-unreadable", "no-model-type"
 class Need:
     module: str
     function: str
-    available: bool | None  # None: not asked (the default set is judged by imports and runs)
-    reason: str | None = None  # not-installed | import | missing | unknown
+    # True: transformers' dispatch reached the package's kernel; False: its torch code; None:
+    # not asked (the default set is judged by imports and runs) or undecided (reason says)
+    available: bool | None
+    reason: str | None = None  # not-installed | import | missing | not-taken | undecided
     message: str | None = None
 
 
@@ -89,6 +88,7 @@ class ModelView:
     message: str | None = None
     known_types: list[str] = field(default_factory=list)
     config: str | None = None  # --model: the config.json read
+    device: str | None = None  # the dispatch's inputs: gpu | fake-cuda | no-device
 
     @property
     def input_error(self) -> bool:
@@ -100,9 +100,20 @@ class ModelView:
 
     def unavailable(self) -> dict[str, list[Need]]:
         """module -> the needs transformers will run with its torch code instead."""
+        return self._by_module(lambda need: need.available is False)
+
+    def undecided(self) -> dict[str, list[Need]]:
+        """module -> the needs whose dispatch could not be seen to go either way."""
+        return self._by_module(lambda need: need.reason == "undecided")
+
+    def taken(self) -> tuple[str, ...]:
+        """The modules whose kernels transformers' dispatch was seen to reach."""
+        return tuple(dict.fromkeys(n.module for n in self.needs if n.available is True))
+
+    def _by_module(self, which: Callable[[Need], bool]) -> dict[str, list[Need]]:
         found: dict[str, list[Need]] = {}
         for need in self.needs:
-            if need.available is False:
+            if which(need):
                 found.setdefault(need.module, []).append(need)
         return found
 
@@ -110,9 +121,31 @@ class ModelView:
         return asdict(self)
 
 
-def default_view() -> ModelView:
+def default_view(installed: Sequence[str] = ()) -> ModelView:
+    """No model given: the ops of the fast-path packages that are installed."""
     return ModelView("default", DEFAULT_MODEL,
-                     [Need(module, function, None) for module, function in DEFAULT_NEEDS])
+                     [Need(module, op, None) for op, module in OPS.items() if module in installed])
+
+
+_NO_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def missing_module(state: Mapping[str, Any]) -> str | None:
+    """The module a fast-path module's ModuleNotFoundError names (the probe's `missing`, or read
+    from the error of probe data from before `missing` was kept)."""
+    missing = state.get("missing")
+    if missing is None and (state.get("error") or "").startswith("ModuleNotFoundError"):
+        found = _NO_MODULE.search(state["error"])
+        missing = found[1] if found else None
+    return str(missing) if missing else None
+
+
+def installed(fast_path: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
+    """The fast-path modules present, whether or not they import (not there: the import's
+    ModuleNotFoundError names the module itself; `fla.ops` missing is an fla without fla-core,
+    there but incomplete)."""
+    return tuple(module for module, state in fast_path.items()
+                 if state["ok"] or missing_module(state) != module)
 
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a transformers config.json is a few KB
@@ -161,6 +194,7 @@ def ask_transformers(python: Path, view: ModelView) -> ModelView:
         return view
     node = Node(answer, f"the transformers check of {python}")
     view.transformers = node.optional("transformers", Node.text)
+    view.device = node.optional("device", Node.text)
     error = node.get("error")
     if error is not None:
         view.error, view.message = error["reason"].text(), error["message"].text()

@@ -124,19 +124,31 @@ def _judge_driver(report: Report) -> None:
 
 def _judge_model(report: Report, dependencies: dict[str, str]) -> list[str]:
     """Problems from the model's view; returns the distributions to install (a module that
-    does not import for want of a dependency adds that to `dependencies` instead)."""
+    does not import for want of a dependency adds that to `dependencies` instead). Nothing
+    installed and importable is installed again: a package transformers passed over though it
+    imports is named, not reinstalled; a dispatch that could not be seen is a note."""
     model = report.model
     name = model.model_type or "the model"
     if model.error in ("no-transformers", "too-old", "import", "failed"):
         report.problems.append(_model_error(model, name))
         return []
+    for module, needs in model.undecided().items():
+        report.notes.append(f"{name}: undecided whether transformers takes {module}'s "
+                            f"{', '.join(n.function for n in needs)}: {needs[0].message}")
     dists = []
     for module, needs in model.unavailable().items():
         functions = ", ".join(n.function for n in needs)
-        reason = {"not-installed": "is not installed", "missing": f"has no {functions}"}.get(
-            needs[0].reason or "", f"does not import: {needs[0].message}")
+        reason = needs[0].reason or ""
+        if reason == "not-taken":
+            report.problems.append(
+                f"{name}: transformers {model.transformers} runs its torch code instead of "
+                f"{module} ({functions}), though {module} imports and has them: this "
+                "transformers does not take them (check the versions it supports)")
+            continue
+        said = {"not-installed": "is not installed", "missing": f"has no {functions}"}.get(
+            reason, f"does not import: {needs[0].message}")
         report.problems.append(f"{name}: transformers will fall back to torch — {module} "
-                               f"({functions}) {reason}")
+                               f"({functions}) {said}")
         state = report.fast_path.get(module)
         dependency = missing_dependency(module, state) if state else None
         if dependency is not None:

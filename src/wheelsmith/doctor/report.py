@@ -4,31 +4,24 @@ renders it and `--json` prints it."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from wheelsmith.arch import Arch
-from wheelsmith.doctor.fastpath import ModelView, default_view
+from wheelsmith.doctor.fastpath import ModelView, default_view, missing_module
 from wheelsmith.toolchain.driver import Driver
 
 FAMILIES = {7: "Volta", 8: "Ampere", 9: "Hopper", 10: "Blackwell", 11: "Blackwell",
             12: "Blackwell"}
 
 
-_NO_MODULE = re.compile(r"No module named '([^']+)'")
-
-
 def missing_dependency(module: str, state: dict[str, Any]) -> str | None:
     """The module whose absence makes fast-path `module` fail to import, when that is not the
     package itself (or part of it: `fla.ops` without fla-core); None otherwise."""
-    missing = state.get("missing")
-    if missing is None and (state.get("error") or "").startswith("ModuleNotFoundError"):
-        found = _NO_MODULE.search(state["error"])  # probe data from before "missing" was kept
-        missing = found[1] if found else None
+    missing = missing_module(state)
     if not missing or missing.split(".")[0] == module:
         return None
-    return str(missing).split(".")[0]
+    return missing.split(".")[0]
 
 
 @dataclass(frozen=True, slots=True)
