@@ -287,16 +287,38 @@ def configured(records: tuple[dict[str, Any], ...], *, plan: BuildPlan, request:
             records = sample_objects(records, plan, request.python, what)
     finally:
         drop_stand_ins(source / "build")
-    if request.check and plan.recipe.kind != "pure" and not any(
-            c.get("cuda_units", 1) for c in records):
-        raise NoDeviceCodeError(
-            f"the check of {what} found nothing to compile for the GPU: its build generated no "
-            "build.ninja with CUDA rules, so its wheel would hold no device code",
-            hint="the package decides while it builds whether to compile CUDA: set the switch "
-                 "it reads (FORCE_CUDA, <PKG>_TARGET_DEVICE, ...) in the recipe's build.env; "
-                 "a package whose ops compile at first use (JIT) has no CUDA wheel to build; "
-                 "its log says what it did", log_file=log_path)
+    if plan.recipe.kind != "pure" and not any(c.get("cuda_units", 1) for c in records):
+        raise no_device_code(what, log_path, source, check=request.check)
     return configured_result(records, log_path, report)
+
+
+NO_CUDA_HINT = ("the package decides while it builds whether to compile CUDA: set the switch it "
+                "reads (FORCE_CUDA, <PKG>_TARGET_DEVICE, ...) in the recipe's build.env; a "
+                "package whose ops compile at first use (JIT) has no CUDA wheel to build; its "
+                "log says what it did")
+
+
+WENT_ON_HINT = ("a tool the package's build runs (CMake, a configure script) failed and the build "
+                "went on without it: fix what the error names, with a recipe patch or a "
+                "build.env setting")
+
+
+def no_device_code(what: str, log_path: Path, source: Path, *, check: bool
+                   ) -> NoDeviceCodeError:
+    """A configured build (--configure-only, --check) that generated nothing to compile for
+    the GPU, exit 9 either way. When its log holds an error the build went on past (a setup.py
+    that runs CMake and ignores its failure), that error is the cause, and its known meaning
+    the hint."""
+    text = log_path.read_text(errors="replace")
+    cause = first_error(text)
+    message = (f"{'the check' if check else 'configuring'} of {what} found nothing to compile "
+               "for the GPU: its build generated no build.ninja with CUDA rules")
+    if cause is not None:
+        message += f"; the build went on past this error: {in_tree(cause, source, None)}"
+    else:
+        message += ", so its wheel would hold no device code"
+    hint = explain(diagnose(text)) or (WENT_ON_HINT if cause is not None else NO_CUDA_HINT)
+    return NoDeviceCodeError(message, hint=hint, log_file=log_path)
 
 
 def sample_failed(exc: CompileError, what: str, source: Path, log_path: Path) -> None:

@@ -157,6 +157,15 @@ SIGNATURES = (
         "qualify the call (`::lerp(...)`); no mechanical edit can choose for it",
     ),
     Signature(
+        "cmake-policy-minimum",
+        re.compile(r"Compatibility with CMake < [\d.]+ has been removed from CMake"),
+        "the project (or one it vendors, such as an old pybind11) asks for a CMake policy "
+        "version older than the toolchain's CMake supports (CMake 4 removed those below 3.5)",
+        "set `CMAKE_POLICY_VERSION_MINIMUM: \"3.5\"` in the recipe's build.env (CMake 4 reads "
+        "it when it configures a new build tree), or patch the cmake_minimum_required(VERSION "
+        "...) the error names",
+    ),
+    Signature(
         "arch-list-missing",
         re.compile(r"_get_cuda_arch_flags.*\n.*IndexError: list index out of range"),
         "torch had no arch list and no GPU to ask",
