@@ -148,12 +148,13 @@ def test_a_cmake_error_is_named_with_its_file_and_line(project: Path, toolchain:
                           "package needs a newer thing"), error
 
 
-@pytest.mark.parametrize("mode", ["--configure-only", "--check"])
-def test_a_cmake_error_the_setup_py_went_on_past_is_the_cause_and_both_modes_exit_9(
+@pytest.mark.parametrize("mode", ["--configure-only", "--check", "a whole build"])
+def test_a_cmake_error_the_setup_py_went_on_past_is_the_cause_named(
         project: Path, toolchain: Toolchain, mode: str) -> None:
     """A setup.py that runs CMake and ignores its failure (CMake 4 refusing an old
     cmake_minimum_required) builds nothing for the GPU: --configure-only and --check both exit
-    9, with CMake's error at its file:line as the cause and the remedy for it."""
+    9 and a whole build's wheel is refused (exit 10), each with CMake's error at its file:line
+    as the cause and the remedy for it."""
     source = cmake_variant(project, "tiny-cmake-swallows",
                            ("cmake_minimum_required(VERSION 3.20)",
                             "cmake_minimum_required(VERSION 3.1)"))
@@ -162,15 +163,23 @@ def test_a_cmake_error_the_setup_py_went_on_past_is_the_cause_and_both_modes_exi
         'subprocess.check_call(["cmake", str(HERE / "csrc"), f"-DTINY_ARCHS={archs}"], cwd=build)',
         'if subprocess.call(["cmake", str(HERE / "csrc"), f"-DTINY_ARCHS={archs}"], cwd=build):\n'
         '            return  # its failure swallowed, as some setup.py files do'))
-    result = wheelsmith("build", "tiny-cmake-swallows", "--arch", "12.0", mode, cwd=project)
-    assert result.returncode == 9, result.stderr[-3000:]
-    said = "the check" if mode == "--check" else "configuring"
+    options = () if mode == "a whole build" else (mode,)
+    result = wheelsmith("build", "tiny-cmake-swallows", "--arch", "12.0", *options, cwd=project)
     error = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
-    assert error.startswith(
-        f"error: {said} of tiny-cmake-swallows 0.1.0 found nothing to compile for the GPU: its "
-        "build generated no build.ninja with CUDA rules; the build went on past this error: "
-        "csrc/CMakeLists.txt:1: error: Compatibility with CMake < 3.5 has been removed from "
-        "CMake. Update the VERSION argument <min> value."), error
+    cause = ("the build went on past this error: csrc/CMakeLists.txt:1: error: Compatibility "
+             "with CMake < 3.5 has been removed from CMake. Update the VERSION argument <min> "
+             "value.")
+    if mode == "a whole build":
+        assert result.returncode == 10, result.stderr[-3000:]
+        assert error.startswith(
+            "error: tiny_cmake-0.1.0-cp311-cp311-linux_x86_64.whl does not contain exactly the "
+            f"device code for 12.0; {cause}"), error
+    else:
+        assert result.returncode == 9, result.stderr[-3000:]
+        said = "the check" if mode == "--check" else "configuring"
+        assert error.startswith(
+            f"error: {said} of tiny-cmake-swallows 0.1.0 found nothing to compile for the GPU: "
+            f"its build generated no build.ninja with CUDA rules; {cause}"), error
     assert "set `CMAKE_POLICY_VERSION_MINIMUM: \"3.5\"` in the recipe's build.env" in \
         result.stderr
 

@@ -306,19 +306,27 @@ WENT_ON_HINT = ("a tool the package's build runs (CMake, a configure script) fai
 def no_device_code(what: str, log_path: Path, source: Path, *, check: bool
                    ) -> NoDeviceCodeError:
     """A configured build (--configure-only, --check) that generated nothing to compile for
-    the GPU, exit 9 either way. When its log holds an error the build went on past (a setup.py
-    that runs CMake and ignores its failure), that error is the cause, and its known meaning
-    the hint."""
+    the GPU: exit 9 either way, with the error the build went on past as its cause."""
+    error = NoDeviceCodeError(
+        f"{'the check' if check else 'configuring'} of {what} found nothing to compile for the "
+        "GPU: its build generated no build.ninja with CUDA rules", hint=NO_CUDA_HINT,
+        log_file=log_path)
+    if not went_on_past(error, log_path, source):
+        error.message += ", so its wheel would hold no device code"
+    return error
+
+
+def went_on_past(error: WheelsmithError, log_path: Path, source: Path) -> bool:
+    """When the log of a build that did not fail holds an error (a setup.py that runs CMake and
+    ignores its failure, then builds nothing for the GPU), that error, with its file:line, is
+    named as the cause of `error`, and its known meaning becomes the hint. False: none."""
     text = log_path.read_text(errors="replace")
     cause = first_error(text)
-    message = (f"{'the check' if check else 'configuring'} of {what} found nothing to compile "
-               "for the GPU: its build generated no build.ninja with CUDA rules")
-    if cause is not None:
-        message += f"; the build went on past this error: {in_tree(cause, source, None)}"
-    else:
-        message += ", so its wheel would hold no device code"
-    hint = explain(diagnose(text)) or (WENT_ON_HINT if cause is not None else NO_CUDA_HINT)
-    return NoDeviceCodeError(message, hint=hint, log_file=log_path)
+    if cause is None:
+        return False
+    error.message += f"; the build went on past this error: {in_tree(cause, source, None)}"
+    error.hint = explain(diagnose(text)) or WENT_ON_HINT
+    return True
 
 
 def sample_failed(exc: CompileError, what: str, source: Path, log_path: Path) -> None:

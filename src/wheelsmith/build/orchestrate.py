@@ -17,7 +17,7 @@ from pathlib import Path
 
 from wheelsmith import __version__, locations, locks
 from wheelsmith.build import buildenv, reproducible, resume, shipped
-from wheelsmith.build.compile import compile_package, log_path_of
+from wheelsmith.build.compile import compile_package, log_path_of, went_on_past
 from wheelsmith.build.compilesetup import compile_setup, refuse_without_ninja
 from wheelsmith.build.finish import (
     check_wheel,
@@ -28,7 +28,7 @@ from wheelsmith.build.finish import (
 )
 from wheelsmith.build.plan import BuildPlan, archs_for, check_known_bad
 from wheelsmith.build.request import BuildRequest, BuildResult, QuietReporter, Reporter
-from wheelsmith.errors import BuildLockedError
+from wheelsmith.errors import BuildLockedError, VerifyError
 from wheelsmith.files import remove_stale_scratch
 from wheelsmith.recipes.fetch import carry_in, fetch
 from wheelsmith.recipes.patch import apply_all
@@ -162,7 +162,11 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
     compiled = compile_package(plan, request, setup, source, work=work, report=report)
     if isinstance(compiled, BuildResult):  # --configure-only
         return compiled
-    checked = check_wheel(plan, compiled.raw, request, work, report)
+    try:
+        checked = check_wheel(plan, compiled.raw, request, work, report)
+    except VerifyError as exc:  # a wheel the build made past an error of its own: that cause
+        went_on_past(exc, log_path, source)
+        raise
     provenance, run = reproducible.split_record(provenance_record(
         plan, checked, setup, compiled, work=work, seconds=round(time.monotonic() - started, 1)))
     report.stage("stamp", plan.local_label())
