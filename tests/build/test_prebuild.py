@@ -16,7 +16,7 @@ from tests.build.test_buildenv import plan
 from wheelsmith.arch import ArchSet
 from wheelsmith.build import compilesetup
 from wheelsmith.build.buildenv import Guard
-from wheelsmith.build.compile import drop_stand_ins, prebuild_outcome
+from wheelsmith.build.configured import drop_stand_ins, prebuild_outcome
 from wheelsmith.build.prebuild import (
     CONFIGURE_ONLY,
     EXPECT_PTX,

@@ -66,7 +66,8 @@ def modeling_sources(draw: st.DrawFn) -> tuple[str, dict[tuple[str, str], Any]]:
             hub = package.replace("_", "-") if draw(st.booleans()) else package
             lines += [f'@use_kernel_func_from_hub_with_fallback("{function}", "{hub}")',
                       f"def torch_{index}({', '.join(params)}):", "    return None"]
-            need = modeling_source.Need(f"torch_{index}", package, function, "wrapped", None, required)
+            need = modeling_source.Need(f"torch_{index}", package, function, "wrapped", None,
+                                        required)
         elif way == "imported":
             lines.append(f"from {package}.ops.sub{index} import {function} as alias_{index}")
             need = modeling_source.Need(f"alias_{index}", package, function, "imported",

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from wheelsmith import __version__, locations, locks
 from wheelsmith.build import buildenv, reproducible, resume, shipped
-from wheelsmith.build.compile import compile_package, log_path_of, went_on_past
+from wheelsmith.build.compile import compile_package, log_path_of
 from wheelsmith.build.compilesetup import compile_setup, refuse_without_ninja
+from wheelsmith.build.configured import went_on_past
 from wheelsmith.build.finish import (
     check_wheel,
     provenance_record,

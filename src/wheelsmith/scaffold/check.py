@@ -27,7 +27,7 @@ from packaging.version import Version
 from wheelsmith import locations
 from wheelsmith.arch import ArchSet
 from wheelsmith.build import orchestrate
-from wheelsmith.build.compile import arch_specific, configured_name
+from wheelsmith.build.configured import arch_specific, configured_name
 from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
 from wheelsmith.build.sample import sampled_text
 from wheelsmith.errors import VerifyError, WheelsmithError
