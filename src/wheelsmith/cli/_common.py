@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
+from packaging.version import InvalidVersion, Version
 
 from wheelsmith import __version__, locations, numbers
 from wheelsmith.arch import ArchParseError, ArchSet
@@ -29,6 +30,7 @@ from wheelsmith.recipes import repos
 from wheelsmith.toolchain.target import refuse_free_threaded
 from wheelsmith.untrusted import ENV_NAME_RE
 from wheelsmith.untrusted.addresses import given_url
+from wheelsmith.untrusted.text import clip
 
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
@@ -207,6 +209,40 @@ def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
             raise protected.error()
         pairs.append((key, text))
     return tuple(sorted(pairs))
+
+
+_NAME_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508's names
+
+
+class Spec(click.ParamType[tuple[str, str | None], Any]):
+    """The argument `NAME[==VERSION]` of build, install and recipe new (parse_spec): a bad one
+    is wheelsmith's usage error (exit 4), raised before the command does anything."""
+
+    name = "spec"
+
+    def convert(self, value: Any, param: click.Parameter | None,  # noqa: ARG002 - click's
+                ctx: click.Context | None) -> tuple[str, str | None]:  # noqa: ARG002
+        return value if isinstance(value, tuple) else parse_spec(str(value))
+
+
+SPEC = Spec()
+
+
+def parse_spec(text: str) -> tuple[str, str | None]:
+    """`NAME[==VERSION]` as the user typed it, for build, install and recipe new: a name by
+    PEP 508's rule and a PEP 440 version, or one line naming what is wrong (exit 4)."""
+    name, sep, version = text.partition("==")
+    if not _NAME_RE.fullmatch(name):
+        raise UsageError(f"'{clip(text, 80)}' is not a package name (NAME or NAME==VERSION)",
+                         hint="e.g. causal-conv1d or causal-conv1d==1.7.0")
+    if not sep:
+        return name, None
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise UsageError(f"'{clip(text, 80)}': '{clip(version, 60)}' is not a version (PEP 440)",
+                         hint=f"e.g. {name}==1.7.0; an arch goes in --arch") from None
+    return name, version
 
 
 def parse_python(value: str | None) -> dict[str, Any]:

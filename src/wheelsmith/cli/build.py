@@ -21,6 +21,7 @@ from wheelsmith.cli._common import (
     DRAIN_SECONDS,
     JOBS,
     SECONDS,
+    SPEC,
     arch_option,
     check_drain,
     display,
@@ -48,7 +49,7 @@ from wheelsmith.untrusted.provenance import Provenance, read_provenance
 
 
 @main.command()
-@click.argument("recipe", metavar="RECIPE[==VERSION]")
+@click.argument("recipe", metavar="RECIPE[==VERSION]", type=SPEC)
 @recipes_option
 @arch_option
 @click.option("--toolchain", metavar="PROFILE|system",
@@ -118,14 +119,15 @@ from wheelsmith.untrusted.provenance import Provenance, read_provenance
 @click.option("--drain", type=DRAIN_SECONDS, metavar="SECONDS", help=DRAIN_HELP)
 @index_option
 @json_option
-def build(recipe: str, archs: tuple[str, ...], python: str | None, install_into: bool,
-          split_compile: str | None, env: tuple[str, ...], no_wait: bool, publish_to: bool,
+def build(recipe: tuple[str, str | None], archs: tuple[str, ...], python: str | None,
+          install_into: bool, split_compile: str | None, env: tuple[str, ...], no_wait: bool,
+          publish_to: bool,
           time_limit: float | None, drain: float | None, index_dir: Path, as_json: bool,
           **same_named: Any) -> None:
     """Build RECIPE into a wheel that provably carries device code for --arch."""
     # Options named like a BuildRequest field arrive in `same_named` and go into the request
     # as they are: a new build flag is one field plus one option (docs/architecture.md).
-    name, _, version = recipe.partition("==")
+    name, version = recipe
     if (same_named["configure_only"] or same_named["check"]) and (publish_to or install_into):
         raise click.UsageError(f"--{'check' if same_named['check'] else 'configure-only'} "
                                "builds no wheel, so there is nothing to publish or install")

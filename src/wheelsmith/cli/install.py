@@ -12,6 +12,7 @@ from wheelsmith.build.request import BuildRequest
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     JOBS,
+    SPEC,
     arch_option,
     emit_json,
     flow_story,
@@ -26,7 +27,7 @@ from wheelsmith.toolchain import target
 
 
 @main.command("install")
-@click.argument("recipe", metavar="RECIPE[==VERSION]")
+@click.argument("recipe", metavar="RECIPE[==VERSION]", type=SPEC)
 @recipes_option
 @click.option("--python", "python", type=click.Path(path_type=Path), required=True,
               help="The environment to install into (its Python, torch, CUDA and GPU decide "
@@ -48,12 +49,13 @@ from wheelsmith.toolchain import target
 @click.option("--runner", type=click.Choice(["host", "podman", "docker", "auto"]),
               default="host", show_default=True, help="Where a build on a miss runs.")
 @json_option
-def install_command(recipe: str, python: Path, index_url: str, archs: tuple[str, ...],
-                    publish_to: str | None, out_dir: Path, work_dir: Path, jobs: int | None,
-                    compile_cache: str | None, runner: str, as_json: bool) -> None:
+def install_command(recipe: tuple[str, str | None], python: Path, index_url: str,
+                    archs: tuple[str, ...], publish_to: str | None, out_dir: Path,
+                    work_dir: Path, jobs: int | None, compile_cache: str | None, runner: str,
+                    as_json: bool) -> None:
     """Install RECIPE into the --python environment: the index's wheel that fits it (sha256
     pinned), or one built for it when the index has none."""
-    name, _, version = recipe.partition("==")
+    name, version = recipe
     publish_dir = Path(publish_to) if publish_to else None
     writable(("--out", out_dir), ("--work-dir", work_dir),
              *([("--publish", publish_dir)] if publish_dir else []))

@@ -10,7 +10,7 @@ import click
 from packaging.utils import canonicalize_name
 
 from wheelsmith.cli import console
-from wheelsmith.cli._common import display, emit_json, json_option, main, writable
+from wheelsmith.cli._common import SPEC, display, emit_json, json_option, main, writable
 from wheelsmith.errors import UsageError, WheelsmithError
 from wheelsmith.recipes import repos
 from wheelsmith.scaffold import (
@@ -45,7 +45,7 @@ def _destination(given: Path | None) -> Path:
 
 
 @recipe_group.command("new")
-@click.argument("package", metavar="NAME[==VERSION]")
+@click.argument("package", metavar="NAME[==VERSION]", type=SPEC)
 @click.option("--recipes", "repo", type=click.Path(path_type=Path, file_okay=False),
               help=f"The recipe repository to write into (DIR/recipes/NAME.yaml); default: the "
                    f"first directory of ${repos.ENV}.")
@@ -55,11 +55,12 @@ def _destination(given: Path | None) -> Path:
                    "compiled) with the default toolchain of its kind, made first where this "
                    "machine lacks it; a failure exits with its error.")
 @json_option
-def recipe_new(package: str, repo: Path | None, configure: bool, as_json: bool) -> None:
+def recipe_new(package: tuple[str, str | None], repo: Path | None, configure: bool,
+               as_json: bool) -> None:
     """Write a recipe for NAME from its sdist on the index: pinned by the index's sha256, with
     the package's force-build variable, its hard-coded -gencode family, whether the sdist holds
     the sources its extensions compile, and the standard patches it needs."""
-    name, version = sdist.parse_request(package)
+    name, version = package
     destination = _destination(repo)
     writable(("--recipes", destination))
     chosen = sdist.choose_sdist(name, version)

@@ -35,14 +35,6 @@ class Metadata:
     packages: tuple[str, ...]  # top-level import names
 
 
-def parse_request(text: str) -> tuple[str, str | None]:
-    """NAME[==VERSION] as the user typed it."""
-    name, _, version = text.partition("==")
-    if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", name):
-        raise UsageError(f"'{text}' is not a package name (NAME or NAME==VERSION)")
-    return name, version or None
-
-
 def choose_sdist(project: str, version: str | None) -> Sdist:
     """The sdist of `version` (default: the newest final release that has one) and the sha256
     the index lists for it."""
