@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,23 @@ def site(name: str, *requirements: str) -> Path:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
                         str(root / "lib"), *requirements], check=True)
         (root / "wheelsmith-test-site").write_text(" ".join(requirements) + "\n")
+    return root / "lib"
+
+
+def stand_in_site(module: str, dist: str, version: str) -> Path:
+    """One of the CPU stand-ins (tests/fixtures/fastpath-cpu) installed as its distribution is:
+    the module with a dist-info, as transformers' availability checks read it."""
+    root = locations.cache_dir() / "test-envs" / f"stand-in-{dist}-{version}"
+    if not (root / "wheelsmith-test-site").is_file():
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.copytree(STAND_INS / module, root / "lib" / module)
+        shutil.copy(STAND_INS / "_behaviour.py", root / "lib")
+        info = root / "lib" / f"{module}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        (info / "RECORD").write_text("")
+        (root / "wheelsmith-test-site").write_text(f"{dist}=={version}\n")
     return root / "lib"
 
 
