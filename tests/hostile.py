@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+import click
 from hypothesis import strategies as st
 
 from wheelsmith.untrusted.text import clip
@@ -446,3 +447,12 @@ def _ipv6(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def cli_params(command: click.Command, keep: Callable[[click.Parameter], bool],
+               path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Parameter]]:
+    """Every parameter `keep` takes of every command of the CLI, with the command's path."""
+    if isinstance(command, click.Group):
+        return [found for name, sub in sorted(command.commands.items())
+                for found in cli_params(sub, keep, (*path, name))]
+    return [(path, p) for p in command.params if keep(p)]

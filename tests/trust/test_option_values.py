@@ -17,7 +17,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.hostile import BAD_URLS, Outcome, assert_orderly, returned_or_raised, run_bounded
+from tests.hostile import (
+    BAD_URLS,
+    Outcome,
+    assert_orderly,
+    cli_params,
+    returned_or_raised,
+    run_bounded,
+)
 from tests.wheels import make_wheel
 from wheelsmith import numbers
 from wheelsmith.build import resume
@@ -27,18 +34,7 @@ from wheelsmith.errors import UsageError
 from wheelsmith.index import remote
 from wheelsmith.untrusted.text import clip
 
-
-def numeric_options(command: click.Command, path: tuple[str, ...] = ()
-                    ) -> list[tuple[tuple[str, ...], click.Parameter]]:
-    """Every option of every command whose value is a number."""
-    if isinstance(command, click.Group):
-        return [found for name, sub in sorted(command.commands.items())
-                for found in numeric_options(sub, (*path, name))]
-    return [(path, p) for p in command.params
-            if isinstance(p.type, Number | click.types._NumberParamTypeBase)]
-
-
-OPTIONS = numeric_options(main)
+OPTIONS = cli_params(main, lambda p: isinstance(p.type, Number | click.types._NumberParamTypeBase))
 
 
 def test_every_numeric_option_refuses_what_its_use_cannot_take() -> None:

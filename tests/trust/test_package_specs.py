@@ -15,23 +15,14 @@ from hypothesis import strategies as st
 from packaging.version import InvalidVersion, Version
 
 from tests.conftest import REPO
+from tests.hostile import cli_params
 from wheelsmith.cli import main
 from wheelsmith.cli._common import Spec, parse_spec
 from wheelsmith.errors import UsageError
 from wheelsmith.untrusted.text import CONTROLS
 
-
-def spec_arguments(command: click.Command, path: tuple[str, ...] = ()
-                   ) -> list[tuple[tuple[str, ...], click.Parameter]]:
-    """Every argument of every command whose metavar names a package (NAME==VERSION)."""
-    if isinstance(command, click.Group):
-        return [found for name, sub in sorted(command.commands.items())
-                for found in spec_arguments(sub, (*path, name))]
-    return [(path, p) for p in command.params
-            if isinstance(p, click.Argument) and "==VERSION" in (p.metavar or "")]
-
-
-ARGUMENTS = spec_arguments(main)
+ARGUMENTS = cli_params(main, lambda p: isinstance(p, click.Argument) and
+                       "==VERSION" in (p.metavar or ""))  # the arguments naming a package
 
 
 def test_every_argument_that_names_a_package_is_read_by_the_one_spec_type() -> None:
