@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sysconfig
 import zipfile
 from pathlib import Path
 
+from wheelsmith.untrusted.provenance import PROVENANCE_FILE
 from wheelsmith.wheelfile import record_hash
 
 
@@ -30,6 +32,19 @@ def make_wheel(directory: Path, name: str = "demo", version: str = "1.0.0", *,
         for member, data in contents.items():
             zf.writestr(member, data)
     return path
+
+
+def wheel_with_provenance(directory: Path, name: str, version: str, *, channel: str,
+                          body: bytes = b"x = 1\n", key: str = "k" * 64, archs: str = "12.0",
+                          tags: str = "py3-none-any") -> Path:
+    """A small wheel carrying a wheelsmith provenance record (its channel, content key and arch
+    set), in `directory` (made if missing)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    dist = name.replace("-", "_")
+    provenance = {"toolchain": {"channel": channel}, "key": key, "archs_requested": archs}
+    return make_wheel(directory, name, version, tags=tags, files={
+        f"{dist}/__init__.py": body,
+        f"{dist}-{version}.dist-info/{PROVENANCE_FILE}": json.dumps(provenance).encode()})
 
 
 def compile_shared(directory: Path, source: str, *, cxx: bool = False,

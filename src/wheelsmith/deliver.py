@@ -18,6 +18,7 @@ from wheelsmith.build.runner import Prepared
 from wheelsmith.build.smoke import SMOKE_SCRIPT
 from wheelsmith.errors import FileConflictError, OutOfTimeError, VerifyError
 from wheelsmith.index.publish import Published, publish
+from wheelsmith.index.rules import Advice
 from wheelsmith.recipes.model import Recipe
 from wheelsmith.recipes.repos import resolve_recipe
 from wheelsmith.toolchain.target import Target
@@ -64,7 +65,7 @@ class Delivered:
 def deliver(request: BuildRequest, report: Reporter, *, prepared: Prepared | None = None,
             publish_to: Path | None = None, install_into: Target | None = None,
             keep_index_copy: bool = False, time_limit: float | None = None,
-            drain: float | None = None) -> Delivered:
+            drain: float | None = None, advice: Advice | None = None) -> Delivered:
     """Build (verified, on the runner the request names), then publish the wheel to the index
     at `publish_to` and install it into `install_into`, as asked. A build that made no wheel
     (configure-only) goes no further. A build still running after `time_limit` seconds is
@@ -74,7 +75,8 @@ def deliver(request: BuildRequest, report: Reporter, *, prepared: Prepared | Non
 
     Publishing refuses a filename the index holds with other bytes (builds are not yet
     bit-reproducible, so two builds of one missing wheel differ): with `keep_index_copy` the
-    flow stops there instead, `index_copy` set, for the caller to install the index's copy."""
+    flow stops there instead, `index_copy` set, for the caller to install the index's copy.
+    `advice` words the hint of a refusal for the caller's users (default: publish's options)."""
     ready = prepared
     try:
         with cmd.time_limit(time_limit, drain=drain):
@@ -87,7 +89,7 @@ def deliver(request: BuildRequest, report: Reporter, *, prepared: Prepared | Non
     published = None
     if publish_to is not None:
         try:
-            published = publish(result.wheel, publish_to)
+            published = publish(result.wheel, publish_to, advice=advice)
         except FileConflictError:
             if not keep_index_copy:
                 raise

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import wheelsmith
 from tests.hostile import returned_or_raised
-from tests.wheels import make_wheel
+from tests.wheels import make_wheel, wheel_with_provenance
 from wheelsmith import untrusted
 from wheelsmith.errors import FileConflictError, PublishError, UsageError, WheelsmithError
 from wheelsmith.index import ledger
@@ -134,6 +134,24 @@ def test_same_bytes_can_be_listed_in_two_channels(wheels: Path, root: Path) -> N
         page = json.loads((root / channel / "simple" / "fla-core" / "index.json").read_text())
         assert [f["filename"] for f in page["files"]] == [wheel.name]
     assert len(list((root / "files").glob("*/*/*.whl"))) == 1
+
+
+def test_a_second_arch_set_of_a_version_in_a_channel_is_refused_in_publishs_words(
+        wheels: Path, root: Path) -> None:
+    held = wheel_with_provenance(wheels / "a", "demo-ext", "1.0.0+cu.13.0.torch.2.14.sm.120",
+                                 channel=CHANNEL, archs="12.0")
+    publish(held, root)
+    other = wheel_with_provenance(wheels / "b", "demo-ext", "1.0.0+cu.13.0.torch.2.14.sm.90.120",
+                                  channel=CHANNEL, archs="9.0;12.0", key="e" * 64)
+    with pytest.raises(PublishError) as caught:
+        publish(other, root)
+    assert (caught.value.exit_code, caught.value.message, caught.value.hint) == (12, (
+        f"channel {CHANNEL} already holds demo-ext 1.0.0 for archs 12.0; this wheel is for "
+        "9.0;12.0"), "pip would pick between them by label, not by your GPU: publish one arch "
+        f"set per version per channel (e.g. --channel {CHANNEL}-sm9.0-12.0)")
+    assert publish(other, root, channel=f"{CHANNEL}-sm9.0-12.0").status == "published"
+    assert [r.filename for r in ledger.read(root).by_filename.values()] == [held.name,
+                                                                           other.name]
 
 
 def test_yank_marks_pages_and_can_be_undone(wheels: Path, root: Path) -> None:

@@ -27,6 +27,7 @@ from tests.index import file_keyring
 from tests.index.servers import CHANNEL, IndexServer, devpi, listed_sha256, pypiserver
 from tests.index.test_index_clients import CLEAN_ENV, INSTALLERS, installed, venv
 from tests.wheels import make_wheel
+from tests.wheels import wheel_with_provenance as provenance_wheel
 from wheelsmith.index import upload
 from wheelsmith.untrusted.provenance import PROVENANCE_FILE
 
@@ -38,13 +39,7 @@ SERVERS = {"devpi": devpi, "pypiserver": pypiserver}
 
 def wheel_with_provenance(directory: Path, name: str, version: str = VERSION,
                           body: bytes = b"x = 1\n", key: str = "k" * 64) -> Path:
-    """A small wheel carrying a wheelsmith provenance record (its channel, key, archs)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    dist = name.replace("-", "_")
-    provenance = {"toolchain": {"channel": CHANNEL}, "key": key, "archs_requested": "12.0"}
-    return make_wheel(directory, name, version, tags="py3-none-any", files={
-        f"{dist}/__init__.py": body,
-        f"{dist}-{version}.dist-info/{PROVENANCE_FILE}": json.dumps(provenance).encode()})
+    return provenance_wheel(directory, name, version, channel=CHANNEL, body=body, key=key)
 
 
 def publish_to(server: IndexServer, *wheels: Path, cwd: Path, env: dict[str, str] | None = None,

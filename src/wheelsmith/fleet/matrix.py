@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,11 @@ class Cell:
     python: str
     needs: str = ""  # "farm": only where a compile farm or a big runner is configured
     platform: str = "x86_64"  # the CPU the wheel is for (toolchain/platform.py's names)
+    entry: int | None = field(default=None, compare=False)  # its package's place in `packages`
+
+    def key(self, name: str) -> str:
+        """Where matrix.yaml sets this cell's `name`: `packages[0].archs`."""
+        return f"packages[{'' if self.entry is None else self.entry}].{name}"
 
     @property
     def id(self) -> str:
@@ -130,7 +135,7 @@ def load(path: Path, find_recipe: Callable[[str], Path], *, default_toolchain: s
     excludes = [e for e in data.get("exclude", []) if e]
     doc.raise_if_problems()
     kept = [c for c in cells if not any(_excluded(c, e) for e in excludes)]
-    return sorted(set(kept), key=lambda c: c.id)
+    return sorted(dict.fromkeys(kept), key=lambda c: c.id)  # a cell twice: its first entry
 
 
 def _expand(doc: Document, find_recipe: Callable[[str], Path], path: KeyPath,
@@ -151,7 +156,7 @@ def _expand(doc: Document, find_recipe: Callable[[str], Path], path: KeyPath,
         pythons, platforms = pythons[:1], platforms[:1]
     needs = str(entry["needs"]) if entry.get("needs") in NEEDS else ""
     return [Cell(recipe=recipe.name, version=v, toolchain=t, archs=a, python=p, needs=needs,
-                 platform=m)
+                 platform=m, entry=path[-1] if isinstance(path[-1], int) else None)
             for v in versions for a in arch_sets for t in toolchains for p in pythons
             for m in platforms]
 

@@ -1,14 +1,16 @@
 """Nightly: build every matrix cell that is missing or changed, never letting one failure stop
 the rest, and publish only what passed.
 
-A cell is skipped when its content key (plan.py) is already in the index ledger, or already in
-the output directory, or when every published index (`--published`, read over HTTP: a devpi
+Each verdict comes from evidence of the outcome, never from what a run expected. A cell is
+skipped as done only when the index's ledger (`--index`) lists its wheel in its channel, not
+yanked (verdict.py), or when every published index (`--published`, read over HTTP: a devpi
 index, an `index export` on a static host) lists the wheel it makes: running nightly twice in
-a row builds nothing the second time. A published filename never changes its bytes, so a cell
-whose wheel name is published there is done, whatever its key. Each
-cell's outcome (built, skipped, failed with the error class and message) goes into the report
-(report.py). Downloads are retried with backoff inside recipes/fetch.py; other failures are
-final for the night.
+a row builds nothing the second time. What publish would refuse (verdict.py, with publish's own
+rules) fails the cell before anything is compiled. A wheel an earlier run left in the output
+directory is not a verdict: the build finds it there (compiling nothing) and it is published.
+Each cell's outcome (built, skipped, failed with the error class and message) goes into the
+report (report.py). Downloads are retried with backoff inside recipes/fetch.py; other failures
+are final for the night.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.request import BuildRequest, BuildResult, QuietReporter, Reporter
 from wheelsmith.deliver import deliver
 from wheelsmith.errors import MissingToolkitError, OutOfTimeError, UsageError, WheelsmithError
+from wheelsmith.fleet import verdict
 from wheelsmith.fleet.matrix import Cell
 from wheelsmith.index import ledger, remote
-from wheelsmith.untrusted.provenance import read_provenance
 
 log = logging.getLogger(__name__)
 
@@ -87,17 +89,6 @@ class Published:
         return "; ".join(found) or None
 
 
-def known_keys(settings: Settings) -> set[str]:
-    """Content keys already built: in the index ledger, or as wheels in the output dir."""
-    keys = {r.key for r in ledger.read(settings.index_dir).by_filename.values() if r.key}
-    if settings.out_dir.is_dir():
-        for wheel in settings.out_dir.glob("*.whl"):
-            provenance = read_provenance(wheel)
-            if provenance and provenance.key:
-                keys.add(provenance.key)
-    return keys
-
-
 def request_for(cell: Cell, settings: Settings) -> BuildRequest:
     return BuildRequest(
         recipe=cell.recipe, version=cell.version,
@@ -119,7 +110,7 @@ def unmet_needs(cell: Cell) -> str | None:
             f"runner has {cores} cores (fewer than {BIG_RUNNER_CORES})")
 
 
-def run_cell(cell: Cell, settings: Settings, keys: set[str], reporter: Reporter,
+def run_cell(cell: Cell, settings: Settings, reporter: Reporter,
              published: Published | None = None) -> CellResult:
     started = time.monotonic()
     unmet = unmet_needs(cell)
@@ -130,17 +121,16 @@ def run_cell(cell: Cell, settings: Settings, keys: set[str], reporter: Reporter,
         prepared = runner.prepare(request, reporter)  # a container's plan: the image's toolchain
         plan = prepared.plan
         _check_python(cell, plan.toolchain.python_version, settings.runner)
-        if plan.key in keys:
-            return CellResult(cell, "skipped", "already built (content key in the index or "
-                              "output)", key=plan.key)
+        held = verdict.published_wheel(cell, plan, settings.index_dir)  # or what it refuses
+        if held is not None:
+            return CellResult(cell, "skipped", f"already published: {held.filename} in channel "
+                              f"{held.channel} of {ledger.at(settings.index_dir)}",
+                              key=plan.key, wheel=held.filename, published="already published")
         where = published.find(plan) if published else None
         if where is not None:
             return CellResult(cell, "skipped", f"already published: {where}", key=plan.key)
-        outcome = _build_cell(cell, settings, request, prepared=prepared, reporter=reporter,
-                              started=started)
-        if outcome.status == "built":
-            keys.add(plan.key)
-        return outcome
+        return _build_cell(cell, settings, request, prepared=prepared, reporter=reporter,
+                           started=started)
     except MissingToolkitError as error:  # a precondition of this runner, not a failure
         return CellResult(cell, "skipped", error.message, time.monotonic() - started)
     except WheelsmithError as error:
@@ -153,17 +143,22 @@ def run_cell(cell: Cell, settings: Settings, keys: set[str], reporter: Reporter,
 
 def _build_cell(cell: Cell, settings: Settings, request: BuildRequest, *,
                 prepared: runner.Prepared, reporter: Reporter, started: float) -> CellResult:
-    """Build, publish; out of its time budget, a cell is partial and keeps what it finished."""
+    """Build (a wheel of this key in --out is taken as it is), publish; out of its time
+    budget, a cell is partial and keeps what it finished."""
     try:
         done = deliver(request, reporter, prepared=prepared, time_limit=settings.time_limit,
                        drain=settings.drain,
-                       publish_to=settings.index_dir if settings.publish else None)
+                       publish_to=settings.index_dir if settings.publish else None,
+                       advice=lambda refusal: verdict.matrix_advice(cell, refusal))
     except OutOfTimeError as error:
         log.warning("cell %s ran out of its time: partial (%s)", cell.id, error.progress)
         return CellResult(cell, "partial", f"partial ({error.progress}), resumes next run",
                           round(time.monotonic() - started, 1), key=prepared.plan.key)
     outcome = _built(cell, done.result, time.monotonic() - started)
     outcome.published = done.published.status if done.published else None
+    if done.result.up_to_date:
+        outcome.reason = (f"its wheel was in {settings.out_dir} (an earlier run built it), "
+                          + ("published now" if done.published else "not published"))
     return outcome
 
 
@@ -186,11 +181,10 @@ def _built(cell: Cell, result: BuildResult, seconds: float) -> CellResult:
 def run(cells: Iterable[Cell], settings: Settings,
         reporter: Reporter | None = None) -> list[CellResult]:
     report = reporter or QuietReporter()
-    keys = known_keys(settings)
     published = Published(settings.published) if settings.published else None
     results = []
     for cell in cells:
         report.stage("cell", cell.id)
-        results.append(run_cell(cell, settings, keys, report, published))
+        results.append(run_cell(cell, settings, report, published))
         report.stage(results[-1].status, results[-1].reason or results[-1].wheel or cell.id)
     return results

@@ -3,7 +3,9 @@
 Order of one publish, under the index lock:
   1. check the wheel (a regular file, valid zip, RECORD hashes, METADATA = filename, safe
      members) and its ledger line as the ledger's readers will check it
-  2. refuse a filename already published with other bytes (its own exit code)
+  2. ask the index's rules (rules.py) whether it refuses the wheel (a file name published
+     with other bytes: exit 13; another arch set of its version in the channel: 12) or holds
+     it already
   3. read the whole ledger for a new project (its channel's list needs it), and check every
      place it will write (the file, its sidecar, the ledger, the pages: inside the index,
      regular files or nothing yet): a refusal or a damaged line here leaves nothing behind
@@ -25,11 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
-
 from wheelsmith import locations, wheelfile
 from wheelsmith.errors import (
-    FileConflictError,
     PublishError,
     UntrustedDataError,
     UsageError,
@@ -37,7 +36,7 @@ from wheelsmith.errors import (
     machine_error,
 )
 from wheelsmith.files import sha256_bytes, store_no_clobber
-from wheelsmith.index import ledger
+from wheelsmith.index import ledger, rules
 from wheelsmith.index import store as index
 from wheelsmith.index.ledger import FileRecord, IndexState
 from wheelsmith.untrusted import channel_problem, clip, local
@@ -96,11 +95,14 @@ def inspect(wheel: Path, channel: str | None) -> Candidate:
     return Candidate(wheel, record, metadata)
 
 
-def publish(wheel: Path, root: Path, *, channel: str | None = None) -> Published:
+def publish(wheel: Path, root: Path, *, channel: str | None = None,
+            advice: rules.Advice | None = None) -> Published:
+    """`wheel` into the index at `root`; a refusal's hint from `advice` (default: in
+    publish's words, `publish_advice`)."""
     candidate = inspect(wheel, channel)
     record = candidate.record
     with index.locked(root, project=record.project, filename=record.filename) as known:
-        status = _decide(known, record)
+        status = _decide(known, record, advice or publish_advice)
         if status == "already published":
             return Published(record.filename, record.channel, record.project, status)
         new_project = record.project not in known.channels.get(record.channel, {})
@@ -139,34 +141,21 @@ def _committed(done: str) -> Iterator[None]:
         raise error from exc
 
 
-def _decide(state: IndexState, record: FileRecord) -> str:
-    earlier = state.by_filename.get(record.filename)
-    if earlier is not None and earlier.sha256 != record.sha256:
-        raise FileConflictError(
-            f"{record.filename} was published on {earlier.upload_time} with sha256 "
-            f"{earlier.sha256}; this file has {record.sha256}",
-            hint="published files never change: give the new build a new name (a build tag, "
-                 "a .postN version or another label), or yank the old one")
-    project = state.channels.get(record.channel, {}).get(record.project)
-    if project is not None and record.filename in project.files:
-        return "already published"
-    _check_one_arch_set(project, record)
-    return "publish"
+def _decide(state: IndexState, record: FileRecord, advice: rules.Advice) -> str:
+    standing = rules.judge(state, rules.Claim.built(record))
+    if standing.refusal is not None:
+        raise standing.refusal.error(advice(standing.refusal))
+    return "already published" if standing.held is not None else "publish"
 
 
-def _check_one_arch_set(project: ledger.ProjectState | None, record: FileRecord) -> None:
-    """pip picks among local labels by sorting, not by your GPU: one arch set per version."""
-    if project is None or record.archs is None:
-        return
-    public = Version(record.version).public
-    for other in project.files.values():
-        if Version(other.version).public == public and other.archs not in (None, record.archs):
-            raise PublishError(
-                f"channel {record.channel} already holds {record.project} {public} for archs "
-                f"{other.archs}; this wheel is for {record.archs}",
-                hint="pip would pick between them by label, not by your GPU: publish one arch "
-                     "set per version per channel (e.g. --channel "
-                     f"{record.channel}-sm{record.archs.replace(';', '-').replace('+', '')})")
+def publish_advice(refusal: rules.Refusal) -> str:
+    """A refusal's hint in publish's words (its options)."""
+    if refusal.rule == rules.IMMUTABLE:
+        return ("published files never change: give the new build a new name (a build tag, "
+                "a .postN version or another label), or yank the old one")
+    archs = (refusal.claim.archs or "").replace(";", "-").replace("+", "")
+    return ("pip would pick between them by label, not by your GPU: publish one arch set per "
+            f"version per channel (e.g. --channel {refusal.claim.channel}-sm{archs})")
 
 
 def _store(root: Path, candidate: Candidate) -> None:
