@@ -9,6 +9,7 @@ older than 13.2 gets 13.2's rsqrt declarations (glibc_headers.py), recorded in t
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from wheelsmith.toolchain.env import (
     system_cuda_home,
 )
 from wheelsmith.toolchain.profile import Profile, applying
+from wheelsmith.untrusted import local
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +51,32 @@ def venv_root(profile: Profile, python_version: str, cache: Path) -> Path:
     return cache / "toolchains" / f"{profile.name}-py{python_version}-{profile.key(python_version)}"
 
 
+def lock_path(root: Path) -> Path:
+    """The lock of the venv at `root`: exclusive while it is created or removed, shared by every
+    process that builds with it (`hold`)."""
+    return root.parent / f"{root.name}.lock"
+
+
+_HELD: list[int] = []  # the shared locks of the venvs this process builds with
+
+
+def hold(root: Path) -> None:
+    """Hold a shared lock on the venv at `root` until this process exits: `toolchain remove`
+    and `prune` leave it alone meanwhile (the build's own processes inherit it)."""
+    if not root.is_dir():
+        return
+    with local.open_regular(lock_path(root), "lock") as handle:
+        held = os.dup(handle.fileno())
+    fcntl.flock(held, fcntl.LOCK_SH)
+    _HELD.append(held)
+
+
 def ensure_profile(profile: Profile, python: Path, cache: Path) -> Toolchain:
     """The toolchain of (profile, python): its venv, created on first use and reused after
     that, and its compiler (the venv's nvcc, or an installed toolkit's, checked first)."""
     cuda_home = installed_cuda_home(profile) if profile.installed_compiler else None
     root = ensure_venv(profile, python, cache)
+    hold(root)
     info = json.loads((root / MARKER).read_text())
     if cuda_home is None:
         cuda_home, nvcc = Path(info["cuda_home"]), Version(info["nvcc"])
@@ -82,7 +105,7 @@ def ensure_venv(profile: Profile, python: Path, cache: Path) -> Path:
     root = venv_root(profile, version, cache)
     marker = root / MARKER
     if not marker.is_file():  # the marker is written last: with it, the venv is complete
-        with exclusive_lock(root.parent / f"{root.name}.lock"):
+        with exclusive_lock(lock_path(root)):
             if not marker.is_file() and not _reuse_same_pins(profile, version, root):
                 _create_venv(profile, python, root)
     if json.loads(marker.read_text()).get("file_time") != FILE_TIME:
