@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -152,3 +153,18 @@ def test_a_process_that_builds_with_a_toolchain_holds_it_against_removal(
         capture_output=True, text=True, check=False)
     assert probe.returncode == 1
     assert "BlockingIOError" in probe.stderr
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare: no mount namespace")
+def test_a_venv_on_a_read_only_cache_is_built_with_unheld(tmp_path: Path) -> None:
+    """The image's cache is read-only for a build container's user: no lock file can be made
+    there, nothing can remove the venv either, and the build goes on."""
+    (tmp_path / "venv").mkdir()
+    script = (f"mount --bind {tmp_path} {tmp_path} && mount -o remount,ro,bind {tmp_path} && "
+              f"{sys.executable} -c 'from pathlib import Path; from wheelsmith.toolchain import "
+              f"venv; venv.hold(Path(\"{tmp_path}/venv\")); print(venv._HELD)'")
+    result = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True,
+                            text=True, cwd=REPO, check=False)
+    if "Operation not permitted" in result.stderr:
+        pytest.skip(f"no mount namespace here: {result.stderr.strip()}")
+    assert (result.returncode, result.stdout) == (0, "[]\n"), result.stderr

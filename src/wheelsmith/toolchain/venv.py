@@ -65,8 +65,12 @@ def hold(root: Path) -> None:
     and `prune` leave it alone meanwhile (the build's own processes inherit it)."""
     if not root.is_dir():
         return
-    with local.open_regular(lock_path(root), "lock") as handle:
-        held = os.dup(handle.fileno())
+    try:
+        with local.open_regular(lock_path(root), "lock") as handle:
+            held = os.dup(handle.fileno())
+    except (OSError, WheelsmithError) as exc:  # a read-only cache (the image's): no one removes
+        log.debug("not holding %s: %s", root, exc)
+        return
     fcntl.flock(held, fcntl.LOCK_SH)
     _HELD.append(held)
 
