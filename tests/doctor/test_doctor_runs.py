@@ -508,3 +508,17 @@ def test_run_without_a_gpu_says_once_that_the_ops_need_one_and_counts_no_failure
     report = json.loads(run_doctor(user_env, "--model-type", "lfm2", "--run", "--json",
                                    path=(STAND_INS,)).stdout)
     assert (report["ops"], report["notes"]) == (None, [])
+
+
+def test_doctor_without_python_says_it_examines_wheelsmiths_own(user_env: Path) -> None:
+    """After `uv tool install .`, `doctor` alone examines the tool's own venv: the report says
+    so, and how to name the user's environment; given --python, it says nothing of the kind."""
+    own = subprocess.run([sys.executable, "-m", "wheelsmith", "doctor", "--arch", "9.0",
+                          "--index", DEAD_INDEX], capture_output=True, text=True, cwd=REPO,
+                         check=False)
+    assert own.stdout.splitlines()[0] == (
+        f"python   {sys.executable} ({sys.version_info[0]}.{sys.version_info[1]}); wheelsmith's "
+        "own: --python PATH examines your environment")
+    given_one = run_doctor(user_env, "--no-run")
+    assert given_one.stdout.splitlines()[0].startswith(f"python   {user_env} (")
+    assert "wheelsmith's own" not in given_one.stdout

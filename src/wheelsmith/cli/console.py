@@ -300,7 +300,9 @@ def render_error(error: WheelsmithError, stream: IO[str] | None = None) -> None:
 def render_doctor(report: Report, stream: IO[str] | None = None) -> None:
     out = stream or sys.stdout
     gpu = report.gpu or "none visible"
-    out.write(f"python   {report.python} ({report.python_version})\n")
+    own = ("; wheelsmith's own: --python PATH examines your environment"
+           if report.own_python else "")
+    out.write(f"python   {report.python} ({report.python_version}){own}\n")
     out.write(f"torch    {report.torch or '-'} (CUDA {report.torch_cuda or '-'})\n")
     out.write(f"GPU      {gpu}; checking kernels for {report.arch.sm} "
               f"(from {report.arch_source})\n")

@@ -86,6 +86,8 @@ def doctor(arch_value: str | None, index_url: str, python: Path, need: tuple[str
             click.get_current_context().exit(
                 UsageError.exit_code if bad_input is not None else DoctorError.exit_code)
         return
+    report.own_python = click.get_current_context().get_parameter_source(
+        "python") is click.core.ParameterSource.DEFAULT
     console.render_doctor(report)
     if bad_input is not None:
         raise bad_input

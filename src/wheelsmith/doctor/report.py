@@ -51,6 +51,7 @@ class Report:
     ops: list[dict[str, Any]] | None = None  # None: not run (no GPU, or --no-run)
     notes: list[str] = field(default_factory=list)  # trouble in what the model does not need
     driver: Driver | None = None  # None: not asked
+    own_python: bool = False  # the examined Python is wheelsmith's own (no --python given)
 
     @property
     def healthy(self) -> bool:
