@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from tests.conftest import (
     SMALL_FS,
@@ -20,10 +21,12 @@ from tests.conftest import (
     wheelsmith,
     wheelsmith_on_small_fs,
 )
-from wheelsmith import locations
+from wheelsmith import locations, wheelfile
 from wheelsmith.build import pathview
+from wheelsmith.build.verify import CARRIED_RELEASE_HINT, VERSION_HINT
 from wheelsmith.recipes import simple
 from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.wheelfile import WheelName
 
 pytestmark = pytest.mark.toolchain
 
@@ -61,7 +64,8 @@ def test_builds_exactly_sm_120(project: Path, toolchain: Toolchain) -> None:
 
     ok = wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=project)
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.splitlines()[0] == f"ok: {wheel.name} carries exactly 12.0"
+    assert ok.stdout.splitlines()[:2] == [f"ok: {wheel.name} carries exactly 12.0",
+                                          "  the release its provenance records: tiny-ext 0.1.0"]
     recorded = wheelsmith("verify", str(wheel), cwd=project)  # no flags: its provenance's
     assert recorded.stdout.splitlines()[0] == f"ok: {wheel.name} carries exactly 12.0"
 
@@ -257,6 +261,44 @@ def test_a_binary_the_sdist_ships_prebuilt_never_reaches_the_wheel(
         "prebuilt files and builds them (the package's Makefile or CMake build), or the "
         "package has no source build to offer"]
     assert not any((project / "wheelhouse").glob("*.whl"))
+
+
+def test_a_wheel_whose_version_is_not_the_recipes_is_refused_and_nothing_is_placed(
+        project: Path, toolchain: Toolchain) -> None:
+    """A generated patch dropped setuptools-scm, the build requirement that set the version:
+    setuptools wrote 0.0.0 for a recipe of 1.1.0, and the wheel passed verify."""
+    add_variant(project, "unversioned", ('    version="0.1.0",\n', ""))
+    result = wheelsmith("build", "unversioned", "--arch", "12.0", "--publish", "--index", "idx",
+                        cwd=project)
+    assert result.returncode == 10, result.stderr[-3000:]
+    assert error_lines(result.stderr)[:2] == [
+        "error: unversioned-0.0.0-cp311-cp311-linux_x86_64.whl is version 0.0.0, but the recipe "
+        "builds unversioned 0.1.0",
+        f"hint: {VERSION_HINT}"]
+    assert "smoke:" not in result.stderr  # refused before its smoke test
+    assert not (project / "wheelhouse").exists() or not any((project / "wheelhouse").iterdir())
+    assert not (project / "idx").exists()
+
+
+def test_verify_refuses_a_wheel_that_is_not_the_release_its_provenance_records(
+        project: Path, toolchain: Toolchain, tmp_path: Path) -> None:
+    """What a wheelsmith that did not check the version wrote: a 0.0.0 wheel whose provenance
+    records the recipe's 0.1.0, in every other way valid."""
+    add_variant(project, "tiny-ext")
+    built = Path(str(build_json(project, "tiny-ext", "--arch", "12.0")["wheel"]))
+    name = WheelName.parse(built.name)
+    unversioned = WheelName(name.name, Version("0.0.0+" + str(name.version.local)), name.build,
+                            name.tags)
+    old = tmp_path / unversioned.filename()
+    wheelfile.rewrite(built, old, name=unversioned, edits={"METADATA": lambda text: re.sub(
+        r"(?m)^Version: .*$", f"Version: {unversioned.version}", text)}, extra={}, epoch=0)
+    result = wheelsmith("verify", str(old), cwd=project)
+    assert result.returncode == 10, result.stderr
+    assert error_lines(result.stderr) == [
+        f"error: {old.name} is version 0.0.0+cu.13.0.torch.2.14.sm.120, but its provenance "
+        "records tiny-ext 0.1.0", f"hint: {CARRIED_RELEASE_HINT}"]
+    again = wheelsmith("verify", str(built), cwd=project)  # the build's own passes
+    assert again.returncode == 0, again.stderr
 
 
 def test_wheel_without_device_code_fails(project: Path, toolchain: Toolchain) -> None:
