@@ -1,5 +1,7 @@
-"""Run by a toolchain's Python: import a freshly built wheel's modules, then (on a GPU the
-wheel was built for) run the recipe's tiny GPU op. Argument: a JSON spec from smoke.py.
+"""Run by a toolchain's Python: import a freshly built wheel's modules (the recipe's, then
+every compiled extension module), then (on a GPU the wheel was built for) run the recipe's tiny
+GPU op. Argument: a JSON spec from smoke.py. Compiled modules that do not import are all
+tried, written to the spec's `failed` file and the exit code is 3.
 """
 
 import ctypes
@@ -7,6 +9,7 @@ import importlib
 import json
 import sys
 import warnings
+from pathlib import Path
 
 warnings.simplefilter("ignore")
 spec = json.loads(sys.argv[1])
@@ -34,12 +37,34 @@ def capability() -> "tuple[int, int] | None":
     return major.value, minor.value
 
 
+def attempt(module: str, failed: "list[dict[str, str]]") -> bool:
+    """Import the compiled module `module`; its failure goes into `failed`."""
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # a module's init may raise anything
+        said = str(exc).replace(spec["site"] + "/", "")
+        failed.append({"module": module, "error": f"{type(exc).__name__}: {said}"})
+        return False
+    return True
+
+
 for module in spec["imports"]:
     importlib.import_module(module)
     print("imported", module)
+failed: "list[dict[str, str]]" = []
+for module, path in spec["extensions"]:
+    if attempt(module, failed):
+        print(f"imported {module} ({path})")
+if failed:
+    Path(spec["failed"]).write_text(json.dumps(failed), encoding="utf-8")
+    for item in failed:
+        print(f"does not import: {item['module']}: {item['error']}", file=sys.stderr)
+    sys.exit(3)
 for library in spec.get("load", []):  # every symbol bound now (ctypes' dlopen is RTLD_NOW)
     ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
     print("loaded", library)
+for path, why in spec["libraries"]:
+    print(f"not imported: {path}: no Python module ({why})")
 if spec["gpu"]:
     found = capability()
     if found is None:
