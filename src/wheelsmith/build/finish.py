@@ -36,6 +36,7 @@ from wheelsmith.toolchain.foreign import emulated_python
 from wheelsmith.toolchain.platform import pip_platforms
 from wheelsmith.toolchain.tools import auditwheel_for, cuobjdump_for
 from wheelsmith.toolchain.venv import STUBS
+from wheelsmith.untrusted import clip
 from wheelsmith.untrusted.provenance import read_provenance
 from wheelsmith.wheelfile import WheelName
 
@@ -64,14 +65,13 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
         report.stage("smoke", f"import under qemu-user ({toolchain.platform}) against torch "
                               f"{toolchain.torch_version}")
         return Checked(inventory, smoke_emulated(plan, raw, work), platform.as_dict())
-    pins, runtime = runtime_requirements(plan, raw)
+    needs, runtime = runtime_requirements(plan, raw)
     report.stage("smoke", (f"import against torch {toolchain.torch_version}"
                            if toolchain.torch_version else "import against the toolchain's CUDA "
-                           "runtime (no torch)") +
-                 (f", with what it requires that the toolchain lacks: {', '.join(pins)}"
-                  if pins else ""))
+                           "runtime (no torch)") + describe_needs(needs))
     smoke_output = smoke_in(plan, raw, [toolchain.python], [toolchain.python, "-m", "pip"],
-                            work, sites=(runtime,) if runtime is not None else ())
+                            work, sites=(runtime,) if runtime is not None else (),
+                            left_out=needs.left_out)
     if request.target is not None and request.target != toolchain.python:
         env = target.probe(request.target)
         report.stage("smoke", f"import in {request.target} against its torch {env.torch}")
@@ -79,28 +79,38 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
     return Checked(inventory, smoke_output, platform.as_dict())
 
 
-def runtime_requirements(plan: BuildPlan, raw: Path) -> tuple[tuple[str, ...], Path | None]:
+def runtime_requirements(plan: BuildPlan, raw: Path) -> tuple[overlay.RuntimeNeeds, Path | None]:
     """The wheel's runtime requirements the toolchain lacks (pinned as pip resolves them) and
     the directory they are installed in, for its smoke test: a user's pip installs them with
-    the wheel, so its import may use them. Where they cannot be had (no index: a container's
-    build, an offline machine) the smoke test goes on without them, saying so."""
+    the wheel, so its import may use them. What cannot be had (not on the index, no index: a
+    container's build, an offline machine) is left out, each with why, and the smoke test
+    goes on with the rest."""
+    needs = overlay.runtime_needs(raw, plan.toolchain)
     try:
-        pins = overlay.runtime_pins(raw, plan.toolchain)
-        return pins, overlay.ensure(pins, plan.toolchain, locations.cache_dir(),
-                                    what=f"what {raw.name} requires")
+        return needs, overlay.ensure(needs.pins, plan.toolchain, locations.cache_dir(),
+                                     what=f"what {raw.name} requires")
     except WheelsmithError as exc:
-        log.warning("the smoke test imports %s without the packages it requires that the "
-                    "toolchain lacks: %s", raw.name, exc.message)
-        return (), None
+        return needs.not_installed(clip(exc.message, 200)), None
+
+
+def describe_needs(needs: overlay.RuntimeNeeds) -> str:
+    """The smoke stage's words for what it installs beside the toolchain and leaves out."""
+    said = ""
+    if needs.pins:
+        said += f", with what it requires that the toolchain lacks: {', '.join(needs.pins)}"
+    if needs.left_out:
+        said += ("; left out of what it requires (an import that needs it is not made): " +
+                 "; ".join(item.describe() for item in needs.left_out))
+    return said
 
 
 def smoke_in(plan: BuildPlan, raw: Path, python: list[str | Path], pip: list[str | Path],
-             work: Path, *, sites: tuple[Path, ...] = (), options: tuple[str, ...] = ()
-             ) -> str:
+             work: Path, *, sites: tuple[Path, ...] = (), options: tuple[str, ...] = (),
+             left_out: tuple[overlay.LeftOut, ...] = ()) -> str:
     return smoke_test(raw, python=python, pip=pip, cuda_home=plan.toolchain.cuda_home,
                       imports=plan.recipe.smoke_imports, gpu_code=plan.recipe.smoke_gpu,
                       archs=plan.archs, scratch=work / "smoke", log_path=log_path_of(work),
-                      sites=sites, install_options=options,
+                      sites=sites, install_options=options, left_out=left_out,
                       libraries=() if plan.toolchain.torch_version else
                       cuda_runtime_dirs(plan.toolchain.cuda_home),
                       load_shared=plan.recipe.kind == "cuda")

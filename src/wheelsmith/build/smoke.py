@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from wheelsmith.arch import ArchSet
 from wheelsmith.build import modules
 from wheelsmith.errors import VerifyError
 from wheelsmith.inventory import is_shared_object
+from wheelsmith.toolchain.overlay import LeftOut
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ def smoke_test(wheel: Path, *, python: Sequence[str | Path], pip: Sequence[str |
                cuda_home: Path, imports: tuple[str, ...], gpu_code: str | None, archs: ArchSet,
                scratch: Path, log_path: Path, sites: tuple[Path, ...] = (),
                install_options: tuple[str, ...] = (), libraries: tuple[Path, ...] = (),
-               load_shared: bool = False) -> str:
+               load_shared: bool = False, left_out: tuple[LeftOut, ...] = ()) -> str:
     """Install `wheel` into `scratch` with `pip` (a pip that installs for `python`: the
     command that runs it, qemu-user's for another CPU) and import `imports` and the wheel's
     compiled modules with `python`, `sites` (another CPU's torch) on its path too, and pip
@@ -47,7 +49,8 @@ def smoke_test(wheel: Path, *, python: Sequence[str | Path], pip: Sequence[str |
     the CUDA runtime a package without torch loads is found (torch loads its own).
     `load_shared`: every shared object of the wheel is loaded too (dlopen, every symbol bound:
     what an import of a ctypes package does, whose Python side needs runtime dependencies the
-    toolchain lacks)."""
+    toolchain lacks). `left_out`: runtime requirements that could not be installed; an import
+    that fails for want of one of them is named, not failed."""
     if scratch.exists():
         shutil.rmtree(scratch)
     target = scratch / "site"
@@ -62,18 +65,18 @@ def smoke_test(wheel: Path, *, python: Sequence[str | Path], pip: Sequence[str |
                  target, wheel],
                 env=env, log_file=log_file, stream=False,
                 what="pip install of the wheel for the smoke test", error=VerifyError)
-        spec = _spec(imports, gpu_code, archs, scratch, load_shared=load_shared)
+        spec = _spec(imports, gpu_code, archs, scratch, left_out, load_shared=load_shared)
         result = cmd.run([*python, SMOKE_SCRIPT, json.dumps(spec)], cwd=scratch,
                          env=env, log_file=log_file, log_path=log_path,
-                         ok_returncodes=(0, IMPORTS_FAILED),
+                         ok_returncodes=(0, IMPORTS_FAILED), hint=_import_hint(left_out),
                          what=f"the smoke test of {wheel.name}", error=VerifyError)
     if result.returncode == IMPORTS_FAILED:
         raise _failed_imports(wheel, scratch, len(spec["extensions"]), log_path)
     return result.stdout
 
 
-def _spec(imports: tuple[str, ...], gpu_code: str | None, archs: ArchSet, scratch: Path, *,
-          load_shared: bool) -> dict[str, Any]:
+def _spec(imports: tuple[str, ...], gpu_code: str | None, archs: ArchSet, scratch: Path,
+          left_out: tuple[LeftOut, ...], *, load_shared: bool) -> dict[str, Any]:
     """What smoke_check.py is asked to do, for the wheel installed in `scratch`/site."""
     target = scratch / "site"
     found = modules.installed(target)
@@ -82,11 +85,25 @@ def _spec(imports: tuple[str, ...], gpu_code: str | None, archs: ArchSet, scratc
         "sass": [[a.major, a.minor] for a in archs.archs if not a.suffix],
         "extensions": [[module.name, module.path] for module in found.modules],
         "libraries": [[library.path, library.why] for library in found.libraries],
+        "left_out": {_import_name(item.name): item.describe() for item in left_out},
         "site": str(target), "failed": FAILED_FILE}
     if load_shared:
         spec["load"] = sorted(str(path.relative_to(scratch)) for path in target.rglob("*")
                               if path.is_file() and is_shared_object(path.name))
     return spec
+
+
+def _import_name(project: str) -> str:
+    """A project's name as smoke_check.py compares it with a missing module's (PEP 503's
+    normal form with `_`: `scikit_learn`, `wheelsmith_no_such_project`)."""
+    return re.sub(r"[-_.]+", "_", project).lower()
+
+
+def _import_hint(left_out: tuple[LeftOut, ...]) -> str | None:
+    if not left_out:
+        return None
+    return ("it may need what its runtime requirements left out: " +
+            "; ".join(item.describe() for item in left_out))
 
 
 def _failed_imports(wheel: Path, scratch: Path, total: int, log_path: Path) -> VerifyError:

@@ -7,6 +7,7 @@ tried, written to the spec's `failed` file and the exit code is 3.
 import ctypes
 import importlib
 import json
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -37,23 +38,43 @@ def capability() -> "tuple[int, int] | None":
     return major.value, minor.value
 
 
-def attempt(module: str, failed: "list[dict[str, str]]") -> bool:
-    """Import the compiled module `module`; its failure goes into `failed`."""
+def needs_left_out(exc: BaseException) -> "str | None":
+    """What a failed import needed that was left out, with why: the missing module is named
+    as a runtime requirement that could not be installed; None for any other failure."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    why = spec["left_out"].get(re.sub(r"[-_.]+", "_", exc.name.split(".")[0]).lower())
+    return None if why is None else f"it needs {exc.name}, which was left out: {why}"
+
+
+def attempt(module: str, failed: "list[dict[str, str]] | None") -> bool:
+    """Import `module`; False (and said) where it needs what was left out. Any other failure
+    of a compiled module goes into `failed`; of a recipe's import (`failed` None) it is
+    raised, traceback and all."""
     try:
         importlib.import_module(module)
     except Exception as exc:  # a module's init may raise anything
+        why = needs_left_out(exc)
+        if why is not None:
+            print(f"not imported: {module}: {why}")
+            return False
+        if failed is None:
+            raise
         said = str(exc).replace(spec["site"] + "/", "")
         failed.append({"module": module, "error": f"{type(exc).__name__}: {said}"})
         return False
     return True
 
 
+made = []
 for module in spec["imports"]:
-    importlib.import_module(module)
-    print("imported", module)
+    made.append(attempt(module, None))
+    if made[-1]:
+        print("imported", module)
 failed: "list[dict[str, str]]" = []
 for module, path in spec["extensions"]:
-    if attempt(module, failed):
+    made.append(attempt(module, failed))
+    if made[-1]:
         print(f"imported {module} ({path})")
 if failed:
     Path(spec["failed"]).write_text(json.dumps(failed), encoding="utf-8")
@@ -65,7 +86,9 @@ for library in spec.get("load", []):  # every symbol bound now (ctypes' dlopen i
     print("loaded", library)
 for path, why in spec["libraries"]:
     print(f"not imported: {path}: no Python module ({why})")
-if spec["gpu"]:
+if spec["gpu"] and not all(made):
+    print("gpu op: skipped (an import it needs was not made)")
+elif spec["gpu"]:
     found = capability()
     if found is None:
         print("gpu op: skipped (no GPU)")
