@@ -1,7 +1,8 @@
 """Run by a toolchain's Python: import a freshly built wheel's modules (the recipe's, then
 every compiled extension module), then (on a GPU the wheel was built for) run the recipe's tiny
-GPU op. Argument: a JSON spec from smoke.py. Compiled modules that do not import are all
-tried, written to the spec's `failed` file and the exit code is 3.
+GPU op. Argument: a JSON spec from smoke.py (deliver.py's import check after an install gives
+only `imports`). Compiled modules that do not import are all tried, written to the spec's
+`failed` file and the exit code is 3.
 """
 
 import ctypes
@@ -43,7 +44,7 @@ def needs_left_out(exc: BaseException) -> "str | None":
     as a runtime requirement that could not be installed; None for any other failure."""
     if not isinstance(exc, ModuleNotFoundError) or not exc.name:
         return None
-    why = spec["left_out"].get(re.sub(r"[-_.]+", "_", exc.name.split(".")[0]).lower())
+    why = spec.get("left_out", {}).get(re.sub(r"[-_.]+", "_", exc.name.split(".")[0]).lower())
     return None if why is None else f"it needs {exc.name}, which was left out: {why}"
 
 
@@ -60,7 +61,7 @@ def attempt(module: str, failed: "list[dict[str, str]] | None") -> bool:
             return False
         if failed is None:
             raise
-        said = str(exc).replace(spec["site"] + "/", "")
+        said = str(exc).replace(spec["site"] + "/", "") if spec.get("site") else str(exc)
         failed.append({"module": module, "error": f"{type(exc).__name__}: {said}"})
         return False
     return True
@@ -72,7 +73,7 @@ for module in spec["imports"]:
     if made[-1]:
         print("imported", module)
 failed: "list[dict[str, str]]" = []
-for module, path in spec["extensions"]:
+for module, path in spec.get("extensions", []):
     made.append(attempt(module, failed))
     if made[-1]:
         print(f"imported {module} ({path})")
@@ -84,7 +85,7 @@ if failed:
 for library in spec.get("load", []):  # every symbol bound now (ctypes' dlopen is RTLD_NOW)
     ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
     print("loaded", library)
-for path, why in spec["libraries"]:
+for path, why in spec.get("libraries", []):
     print(f"not imported: {path}: no Python module ({why})")
 if spec["gpu"] and not all(made):
     print("gpu op: skipped (an import it needs was not made)")
