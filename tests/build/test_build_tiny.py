@@ -299,8 +299,10 @@ def test_verify_refuses_a_wheel_that_is_not_the_release_its_provenance_records(
     assert error_lines(result.stderr) == [
         f"error: {old.name} is version 0.0.0+cu.13.0.torch.2.14.sm.120, but its provenance "
         "records tiny-ext 0.1.0", f"hint: {CARRIED_RELEASE_HINT}"]
-    again = wheelsmith("verify", str(built), cwd=project)  # the build's own passes
+    again = wheelsmith("verify", str(built), "--json", cwd=project)  # the build's own passes
     assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["wheels"][0]["release"] == {"package": "tiny-ext",
+                                                                "version": "0.1.0"}
 
 
 LAZY_MODULES = {  # compiled modules tiny_ext/__init__.py never imports: only when used
