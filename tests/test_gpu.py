@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -41,4 +42,6 @@ def test_tiny_extension_runs_on_this_gpu(project: Path) -> None:
                         "--json", cwd=project, check=True)
     smoke = json.loads(result.stdout)["run"]["smoke"]
     major, minor = str(CAPABILITY).split(".")
-    assert smoke == ["imported tiny_ext", f"gpu op: ok on sm_{major}{minor}"]
+    compiled = f"tiny_ext/_C{sysconfig.get_config_var('EXT_SUFFIX')}"
+    assert smoke == ["imported tiny_ext", f"imported tiny_ext._C ({compiled})",
+                     f"gpu op: ok on sm_{major}{minor}"]

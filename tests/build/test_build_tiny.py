@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from tests.conftest import (
     SMALL_FS,
@@ -20,10 +21,13 @@ from tests.conftest import (
     wheelsmith,
     wheelsmith_on_small_fs,
 )
-from wheelsmith import locations
+from wheelsmith import locations, wheelfile
 from wheelsmith.build import pathview
+from wheelsmith.build.smoke import IMPORT_HINT
+from wheelsmith.build.verify import CARRIED_RELEASE_HINT, VERSION_HINT
 from wheelsmith.recipes import simple
 from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.wheelfile import WheelName
 
 pytestmark = pytest.mark.toolchain
 
@@ -55,13 +59,15 @@ def test_builds_exactly_sm_120(project: Path, toolchain: Toolchain) -> None:
     assert provenance["toolchain"]["channel"] == "cu130-torch2.14"
     run = data["run"]
     assert isinstance(run, dict)
-    assert run["smoke"][0] == "imported tiny_ext"
+    assert run["smoke"][:2] == [  # the recipe's import, then each compiled module
+        "imported tiny_ext", "imported tiny_ext._C (tiny_ext/_C.cpython-311-x86_64-linux-gnu.so)"]
     assert [(c["extension"], c["sass"]) for c in run["prebuild_check"]] == [("_C", ["sm_120"])]
     assert (provenance["archs_requested"], provenance["host_only"]) == ("12.0", [])
 
     ok = wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=project)
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.splitlines()[0] == f"ok: {wheel.name} carries exactly 12.0"
+    assert ok.stdout.splitlines()[:2] == [f"ok: {wheel.name} carries exactly 12.0",
+                                          "  the release its provenance records: tiny-ext 0.1.0"]
     recorded = wheelsmith("verify", str(wheel), cwd=project)  # no flags: its provenance's
     assert recorded.stdout.splitlines()[0] == f"ok: {wheel.name} carries exactly 12.0"
 
@@ -257,6 +263,96 @@ def test_a_binary_the_sdist_ships_prebuilt_never_reaches_the_wheel(
         "prebuilt files and builds them (the package's Makefile or CMake build), or the "
         "package has no source build to offer"]
     assert not any((project / "wheelhouse").glob("*.whl"))
+
+
+def test_a_wheel_whose_version_is_not_the_recipes_is_refused_and_nothing_is_placed(
+        project: Path, toolchain: Toolchain) -> None:
+    """A generated patch dropped setuptools-scm, the build requirement that set the version:
+    setuptools wrote 0.0.0 for a recipe of 1.1.0, and the wheel passed verify."""
+    add_variant(project, "unversioned", ('    version="0.1.0",\n', ""))
+    result = wheelsmith("build", "unversioned", "--arch", "12.0", "--publish", "--index", "idx",
+                        cwd=project)
+    assert result.returncode == 10, result.stderr[-3000:]
+    assert error_lines(result.stderr)[:2] == [
+        "error: unversioned-0.0.0-cp311-cp311-linux_x86_64.whl is version 0.0.0, but the recipe "
+        "builds unversioned 0.1.0",
+        f"hint: {VERSION_HINT}"]
+    assert "smoke:" not in result.stderr  # refused before its smoke test
+    assert not (project / "wheelhouse").exists() or not any((project / "wheelhouse").iterdir())
+    assert not (project / "idx").exists()
+
+
+def test_verify_refuses_a_wheel_that_is_not_the_release_its_provenance_records(
+        project: Path, toolchain: Toolchain, tmp_path: Path) -> None:
+    """What a wheelsmith that did not check the version wrote: a 0.0.0 wheel whose provenance
+    records the recipe's 0.1.0, in every other way valid."""
+    add_variant(project, "tiny-ext")
+    built = Path(str(build_json(project, "tiny-ext", "--arch", "12.0")["wheel"]))
+    name = WheelName.parse(built.name)
+    unversioned = WheelName(name.name, Version("0.0.0+" + str(name.version.local)), name.build,
+                            name.tags)
+    old = tmp_path / unversioned.filename()
+    wheelfile.rewrite(built, old, name=unversioned, edits={"METADATA": lambda text: re.sub(
+        r"(?m)^Version: .*$", f"Version: {unversioned.version}", text)}, extra={}, epoch=0)
+    result = wheelsmith("verify", str(old), cwd=project)
+    assert result.returncode == 10, result.stderr
+    assert error_lines(result.stderr) == [
+        f"error: {old.name} is version 0.0.0+cu.13.0.torch.2.14.sm.120, but its provenance "
+        "records tiny-ext 0.1.0", f"hint: {CARRIED_RELEASE_HINT}"]
+    again = wheelsmith("verify", str(built), "--json", cwd=project)  # the build's own passes
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["wheels"][0]["release"] == {"package": "tiny-ext",
+                                                                "version": "0.1.0"}
+
+
+LAZY_MODULES = {  # compiled modules tiny_ext/__init__.py never imports: only when used
+    "unlinked.cpp": "#include <Python.h>\nextern \"C\" int not_defined_anywhere(void);\n"
+                  "static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, \"_unlinked\"};\n"
+                  "PyMODINIT_FUNC PyInit__unlinked(void) {\n"
+                  "  if (not_defined_anywhere()) return NULL;\n"
+                  "  return PyModule_Create(&def);\n}\n",
+    "refuses.cpp": "#include <Python.h>\nPyMODINIT_FUNC PyInit__refuses(void) {\n"
+                 "  PyErr_SetString(PyExc_RuntimeError, \"no device was chosen\");\n"
+                 "  return NULL;\n}\n",
+    "lazy.cpp": "#include <Python.h>\n"
+              "static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, \"_lazy\"};\n"
+              "PyMODINIT_FUNC PyInit__lazy(void) { return PyModule_Create(&def); }\n",
+    "helper.c": "int tiny_helper(void) { return 7; }\n",  # a library: no PyInit_
+}
+
+
+def test_a_compiled_module_that_does_not_import_fails_the_smoke_test_naming_it(
+        project: Path, toolchain: Toolchain) -> None:
+    """A package that imports its compiled modules only when they are used passed its smoke
+    test (it imported the package) with modules that do not load: each is imported now."""
+    modules = "".join(f'        Extension("tiny_ext._{name}", ["csrc/{name}.cpp"]),\n'
+                      for name in ("unlinked", "refuses", "lazy"))
+    source = add_variant(project, "lazy-ext", ("        )\n    ],", f"        ),\n{modules}    ],"))
+    for file, text in LAZY_MODULES.items():
+        (source / "csrc" / file).write_text(text)
+    setup = source / "setup.py"  # the library is built with the package, not shipped in it
+    setup.write_text(setup.read_text().replace("from setuptools import setup\n", (
+        "import subprocess\nfrom setuptools import Extension, setup\n"
+        "subprocess.run(['gcc', '-shared', '-fPIC', '-o', 'tiny_ext/libhelper.so', "
+        "'csrc/helper.c'], check=True)\n")).replace(
+        'packages=["tiny_ext"],', 'packages=["tiny_ext"], package_data={"tiny_ext": ["*.so"]},'))
+    recipe = project / "recipes" / "lazy-ext.yaml"
+    recipe.write_text(recipe.read_text().replace("versions:", (
+        'build:\n  host_only: ["tiny_ext/_unlinked*.so", "tiny_ext/_refuses*.so", '
+        '"tiny_ext/_lazy*.so", "tiny_ext/libhelper.so"]\nversions:')))
+    result = wheelsmith("build", "lazy-ext", "--arch", "12.0", cwd=project)
+    assert result.returncode == 10, result.stderr[-3000:]
+    message, *findings, log_line, hint = error_lines(result.stderr)
+    assert (message, findings, hint) == (  # libhelper.so, no module, is not among them
+        "error: the smoke test of lazy_ext-0.1.0-cp311-cp311-linux_x86_64.whl: 2 of 4 compiled "
+        "extension module(s) do not import",
+        ["  tiny_ext._refuses: RuntimeError: no device was chosen",
+         "  tiny_ext._unlinked: ImportError: tiny_ext/_unlinked.cpython-311-x86_64-linux-gnu.so: "
+         "undefined symbol: not_defined_anywhere"],
+        f"hint: {IMPORT_HINT}")
+    said = Path(log_line.split("--- full log: ")[1]).read_text()
+    assert "imported tiny_ext._lazy (tiny_ext/_lazy.cpython-311-x86_64-linux-gnu.so)" in said
+    assert not (project / "wheelhouse").exists() or not any((project / "wheelhouse").iterdir())
 
 
 def test_wheel_without_device_code_fails(project: Path, toolchain: Toolchain) -> None:

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from tests.recipes.test_setup_py_patterns import findings, tree_with
 from wheelsmith.build import resume
-from wheelsmith.build.shipped import ELF_MAGIC, record, recorded, refuse_passed_through
+from wheelsmith.build.shipped import record, recorded, refuse_passed_through
 from wheelsmith.errors import VerifyError
 from wheelsmith.scaffold import render, sdist
+from wheelsmith.untrusted.elf import ELF_MAGIC
 
 PAYLOADS = st.binary(min_size=0, max_size=64)
 FILES = st.lists(st.tuples(st.booleans(), PAYLOADS), min_size=1, max_size=6)

@@ -142,6 +142,15 @@ def served_sdist(tmp_path: Path, init: str = "ANSWER = 42\n",
     return (tmp_path / "index").as_uri()
 
 
+def failed_build(tmp_path: Path, code: int) -> list[str]:
+    """The error and hint lines of `build tiny-pure` (mine/'s recipe, into out2), which fails
+    with exit `code`."""
+    result = wheelsmith("build", "tiny-pure", "--recipes", "mine", "--out", "out2",
+                        "--work-dir", "work2", cwd=tmp_path)
+    assert result.returncode == code, result.stderr
+    return [line for line in result.stderr.splitlines() if line.startswith(("error", "hint"))]
+
+
 @pytest.mark.toolchain
 def test_recipe_new_pins_the_backend_and_the_build_imports_it_beside_the_toolchain(
         tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -171,10 +180,7 @@ def test_recipe_new_pins_the_backend_and_the_build_imports_it_beside_the_toolcha
     text = (tmp_path / "mine" / "recipes" / "tiny-pure.yaml").read_text()
     (tmp_path / "mine" / "recipes" / "tiny-pure.yaml").write_text(
         text.replace("build:\n  requires: ", "# requires: "))
-    bare = wheelsmith("build", "tiny-pure", "--recipes", "mine", "--out", "out2",
-                      "--work-dir", "work2", cwd=tmp_path)
-    assert bare.returncode == 9, bare.stderr
-    error = [line for line in bare.stderr.splitlines() if line.startswith(("error", "hint"))]
+    error = failed_build(tmp_path, 9)
     assert error == [
         "error: the build of tiny-pure 0.1.0 failed: Backend 'hatchling.build' is not "
         "available.",
@@ -222,8 +228,51 @@ def test_the_smoke_test_imports_a_wheel_with_what_it_requires_that_the_toolchain
     [smoke] = [line.split("] ", 1)[1] for line in built.stderr.splitlines()
                if "] smoke: " in line]
     assert re.fullmatch(rf"smoke: import against torch {re.escape(str(toolchain.torch_version))}"
-                        r", with what it requires that the toolchain lacks: six==[0-9.]+",
-                        smoke), smoke
+                        r", with what it requires that the toolchain lacks: six==[0-9.]+; left "
+                        r"out of what it requires \(an import that needs it is not made\): "
+                        rf"wheelsmith-by-url @ {re.escape((tmp_path / 'no-such.whl').as_uri())} "
+                        r"\(a requirement by URL is not fetched\)", smoke), smoke
+
+
+@pytest.mark.toolchain
+def test_the_smoke_test_installs_what_resolves_and_names_what_it_left_out_and_why(
+        tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One requirement pip cannot find no longer leaves out all of them: the others are
+    installed and imported, and an import that needs the missing one is named, not made."""
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", served_sdist(
+        tmp_path, init="import six\nimport wheelsmith_no_such_project\n",
+        dependencies=("six>=1.16", "wheelsmith-no-such-project>=1")))
+    made = wheelsmith("recipe", "new", "tiny-pure==0.1.0", "--recipes", "mine", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    built = wheelsmith("build", "tiny-pure", "--recipes", "mine", "--out", "out", "--json",
+                       "--work-dir", "work", cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    missing = ("wheelsmith-no-such-project>=1 (Could not find a version that satisfies the "
+               "requirement wheelsmith-no-such-project>=1 (from versions: none))")
+    [smoke] = [line.split("] ", 1)[1] for line in built.stderr.splitlines()
+               if "] smoke: " in line]
+    assert re.fullmatch(rf"smoke: import against torch {re.escape(str(toolchain.torch_version))}"
+                        r", with what it requires that the toolchain lacks: six==[0-9.]+; left "
+                        r"out of what it requires \(an import that needs it is not made\): "
+                        + re.escape(missing), smoke), smoke
+    assert json.loads(built.stdout)["run"]["smoke"] == [
+        f"not imported: tiny_pure: it needs wheelsmith_no_such_project, which was left out: "
+        f"{missing}"]
+
+    # an import that fails for another reason fails the smoke test, naming what was left out
+    recipe = tmp_path / "mine" / "recipes" / "tiny-pure.yaml"
+    sha = re.search(r'sha256: "(\w+)"', recipe.read_text())
+    assert sha is not None
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", served_sdist(
+        tmp_path / "other", init="import six\nimport wheelsmith_not_required\n",
+        dependencies=("six>=1.16", "wheelsmith-no-such-project>=1")))
+    sdist = tmp_path / "other" / "dist" / "tiny_pure-0.1.0.tar.gz"
+    recipe.write_text(recipe.read_text().replace(
+        sha[1], hashlib.sha256(sdist.read_bytes()).hexdigest()))
+    assert failed_build(tmp_path, 10) == [
+        "error: the smoke test of tiny_pure-0.1.0-py2.py3-none-any.whl failed with exit code 1: "
+        "tiny_pure/__init__.py:2: ModuleNotFoundError: No module named 'wheelsmith_not_required'",
+        f"hint: it may need what its runtime requirements left out: {missing}"]
 
 
 @pytest.mark.toolchain
@@ -244,7 +293,9 @@ def test_a_wheel_whose_requirements_the_toolchain_holds_needs_no_pip(
     with zipfile.ZipFile(wheel, "w") as zf:
         zf.writestr("tiny_pure-0.1.0.dist-info/METADATA", metadata)
     no_pip = dataclasses.replace(toolchain, python=Path("/nonexistent/python"))
-    assert overlay.runtime_pins(wheel, no_pip) == ()
+    assert overlay.runtime_needs(wheel, no_pip) == overlay.RuntimeNeeds((), tuple(
+        overlay.LeftOut(f"{name} @ https://example.invalid/{name}-1.0-py3-none-any.whl",
+                        "a requirement by URL is not fetched") for name in absent))
 
 
 @pytest.mark.toolchain

@@ -60,9 +60,10 @@ def test_build_for_an_env_with_torch_2_11_picks_its_profile_and_installs_there(
     toolchain = data["provenance"]["toolchain"]
     assert (toolchain["name"], toolchain["torch"], toolchain["python"]) == (
         "cu130-torch2.11", "2.11.0", f"{PY[0]}.{PY[1:]}")
+    compiled = f"imported tiny_ext._C (tiny_ext/_C.cpython-{PY}-x86_64-linux-gnu.so)"
     assert data["run"]["smoke"] == [
-        "imported tiny_ext", "gpu op: skipped (no GPU)",  # the toolchain's torch, then
-        "imported tiny_ext", "gpu op: skipped (no GPU)"]  # the environment's own
+        "imported tiny_ext", compiled, "gpu op: skipped (no GPU)",  # the toolchain's torch,
+        "imported tiny_ext", compiled, "gpu op: skipped (no GPU)"]  # then the environment's
     assert data["installed"] == {"python": str(user_env), "imports": ["tiny_ext"]}
     assert imports_in(user_env, "tiny_ext").endswith(" 2.11.0+cu130")
 

@@ -14,6 +14,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name
+from packaging.version import Version
+
 from wheelsmith import __version__, locations
 from wheelsmith.arch import ArchSet
 from wheelsmith.build import compilecache, manylinux, reproducible, shipped
@@ -24,7 +27,7 @@ from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.request import RUNNER_INFO, BuildRequest, Reporter
 from wheelsmith.build.smoke import smoke_test
 from wheelsmith.build.stamp import stamp
-from wheelsmith.build.verify import check, check_pure, verify_wheel
+from wheelsmith.build.verify import Release, check, check_pure, check_release, verify_wheel
 from wheelsmith.errors import OutputError, WheelsmithError
 from wheelsmith.files import place_no_clobber, scratch_dir, sha256_file
 from wheelsmith.inventory import DeviceCode, wheel_inventory
@@ -33,6 +36,7 @@ from wheelsmith.toolchain.foreign import emulated_python
 from wheelsmith.toolchain.platform import pip_platforms
 from wheelsmith.toolchain.tools import auditwheel_for, cuobjdump_for
 from wheelsmith.toolchain.venv import STUBS
+from wheelsmith.untrusted import clip
 from wheelsmith.untrusted.provenance import read_provenance
 from wheelsmith.wheelfile import WheelName
 
@@ -50,10 +54,10 @@ class Checked:
 
 def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
                 report: Reporter) -> Checked:
-    """Nothing the sdist shipped prebuilt, the device-code gate, the platform tag
-    (manylinux.py), then the smoke test."""
-    report.stage("verify", f"device code of {raw.name}")
-    inventory = check_device_code(plan, raw, cuobjdump_for(plan.toolchain, request.python), work)
+    """The release it is, nothing the sdist shipped prebuilt, the device-code gate, the
+    platform tag (manylinux.py), then the smoke test."""
+    report.stage("verify", f"release and device code of {raw.name}")
+    inventory = check_built(plan, raw, cuobjdump_for(plan.toolchain, request.python), work)
     platform = manylinux.assess(raw, auditwheel_for(plan.toolchain, request.python))
     report.stage("platform", platform.describe())
     toolchain = plan.toolchain
@@ -61,14 +65,13 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
         report.stage("smoke", f"import under qemu-user ({toolchain.platform}) against torch "
                               f"{toolchain.torch_version}")
         return Checked(inventory, smoke_emulated(plan, raw, work), platform.as_dict())
-    pins, runtime = runtime_requirements(plan, raw)
+    needs, runtime = runtime_requirements(plan, raw)
     report.stage("smoke", (f"import against torch {toolchain.torch_version}"
                            if toolchain.torch_version else "import against the toolchain's CUDA "
-                           "runtime (no torch)") +
-                 (f", with what it requires that the toolchain lacks: {', '.join(pins)}"
-                  if pins else ""))
+                           "runtime (no torch)") + describe_needs(needs))
     smoke_output = smoke_in(plan, raw, [toolchain.python], [toolchain.python, "-m", "pip"],
-                            work, sites=(runtime,) if runtime is not None else ())
+                            work, sites=(runtime,) if runtime is not None else (),
+                            left_out=needs.left_out)
     if request.target is not None and request.target != toolchain.python:
         env = target.probe(request.target)
         report.stage("smoke", f"import in {request.target} against its torch {env.torch}")
@@ -76,28 +79,38 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
     return Checked(inventory, smoke_output, platform.as_dict())
 
 
-def runtime_requirements(plan: BuildPlan, raw: Path) -> tuple[tuple[str, ...], Path | None]:
+def runtime_requirements(plan: BuildPlan, raw: Path) -> tuple[overlay.RuntimeNeeds, Path | None]:
     """The wheel's runtime requirements the toolchain lacks (pinned as pip resolves them) and
     the directory they are installed in, for its smoke test: a user's pip installs them with
-    the wheel, so its import may use them. Where they cannot be had (no index: a container's
-    build, an offline machine) the smoke test goes on without them, saying so."""
+    the wheel, so its import may use them. What cannot be had (not on the index, no index: a
+    container's build, an offline machine) is left out, each with why, and the smoke test
+    goes on with the rest."""
+    needs = overlay.runtime_needs(raw, plan.toolchain)
     try:
-        pins = overlay.runtime_pins(raw, plan.toolchain)
-        return pins, overlay.ensure(pins, plan.toolchain, locations.cache_dir(),
-                                    what=f"what {raw.name} requires")
+        return needs, overlay.ensure(needs.pins, plan.toolchain, locations.cache_dir(),
+                                     what=f"what {raw.name} requires")
     except WheelsmithError as exc:
-        log.warning("the smoke test imports %s without the packages it requires that the "
-                    "toolchain lacks: %s", raw.name, exc.message)
-        return (), None
+        return needs.not_installed(clip(exc.message, 200)), None
+
+
+def describe_needs(needs: overlay.RuntimeNeeds) -> str:
+    """The smoke stage's words for what it installs beside the toolchain and leaves out."""
+    said = ""
+    if needs.pins:
+        said += f", with what it requires that the toolchain lacks: {', '.join(needs.pins)}"
+    if needs.left_out:
+        said += ("; left out of what it requires (an import that needs it is not made): " +
+                 "; ".join(item.describe() for item in needs.left_out))
+    return said
 
 
 def smoke_in(plan: BuildPlan, raw: Path, python: list[str | Path], pip: list[str | Path],
-             work: Path, *, sites: tuple[Path, ...] = (), options: tuple[str, ...] = ()
-             ) -> str:
+             work: Path, *, sites: tuple[Path, ...] = (), options: tuple[str, ...] = (),
+             left_out: tuple[overlay.LeftOut, ...] = ()) -> str:
     return smoke_test(raw, python=python, pip=pip, cuda_home=plan.toolchain.cuda_home,
                       imports=plan.recipe.smoke_imports, gpu_code=plan.recipe.smoke_gpu,
                       archs=plan.archs, scratch=work / "smoke", log_path=log_path_of(work),
-                      sites=sites, install_options=options,
+                      sites=sites, install_options=options, left_out=left_out,
                       libraries=() if plan.toolchain.torch_version else
                       cuda_runtime_dirs(plan.toolchain.cuda_home),
                       load_shared=plan.recipe.kind == "cuda")
@@ -131,11 +144,11 @@ def smoke_emulated(plan: BuildPlan, raw: Path, work: Path) -> str:
                     sites=(toolchain.target_site,), options=options)
 
 
-def check_device_code(plan: BuildPlan, wheel: Path, cuobjdump: Path, work: Path
-                      ) -> list[DeviceCode]:
-    """The gates of a plan's wheel: nothing the sdist in `work` shipped prebuilt, then
-    exactly the requested archs, or no device code at all for a pure recipe. Used where the
-    wheel is built and again on the host after a container."""
+def check_built(plan: BuildPlan, wheel: Path, cuobjdump: Path, work: Path) -> list[DeviceCode]:
+    """The gates of a plan's wheel: the recipe's package and version, nothing the sdist in
+    `work` shipped prebuilt, then exactly the requested archs, or no device code at all for a
+    pure recipe. Used where the wheel is built and again on the host after a container."""
+    check_release(wheel, Release(plan.recipe.name, plan.release.version))
     shipped.refuse_passed_through(wheel, work)
     inventory = wheel_inventory(wheel, cuobjdump)
     if plan.recipe.kind == "pure":
@@ -145,10 +158,11 @@ def check_device_code(plan: BuildPlan, wheel: Path, cuobjdump: Path, work: Path
     return inventory
 
 
-def verify(wheel: Path, archs: ArchSet, *, python: Path, host_only: tuple[str, ...] = ()
-           ) -> list[DeviceCode]:
-    """`wheelsmith verify`: the post-build check, on any wheel."""
-    return verify_wheel(wheel, archs, cuobjdump_for(None, python), host_only)
+def verify(wheel: Path, archs: ArchSet, *, python: Path, host_only: tuple[str, ...] = (),
+           release: Release | None = None) -> list[DeviceCode]:
+    """`wheelsmith verify`: the post-build check, on any wheel; `release`: the one its
+    provenance records."""
+    return verify_wheel(wheel, archs, cuobjdump_for(None, python), host_only, release)
 
 
 def source_epoch(root: Path) -> int:
@@ -162,16 +176,11 @@ def source_epoch(root: Path) -> int:
     return int(newest)
 
 
-def expected_prefix(plan: BuildPlan) -> str:
-    dist = plan.recipe.name.replace("-", "_")
-    return f"{dist}-{plan.release.version}+{plan.local_label()}-"
-
-
 def up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
     """A wheel in `out_dir` built from exactly this plan, if any; refuse silent overwrites."""
     if not out_dir.is_dir():
         return None
-    for wheel in sorted(out_dir.glob(expected_prefix(plan) + "*.whl")):
+    for wheel in sorted(out_dir.glob("*.whl")):
         if not made_by(wheel.name, plan):
             continue  # the same package for another Python or CPU: another build's
         provenance = read_provenance(wheel)
@@ -188,11 +197,17 @@ def up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
 
 
 def made_by(filename: str, plan: BuildPlan) -> bool:
-    """Whether `filename` is the name this plan's wheel gets: its project, version and label,
-    and the tags of its Python and CPU (a pure wheel's tags are everyone's)."""
-    if not filename.startswith(expected_prefix(plan)):
+    """Whether `filename` is the name this plan's wheel gets: its project, version and label
+    (as PEP 503 names and PEP 440 versions: `1.0.0-post1` is `1.0.0.post1`), and the tags of
+    its Python and CPU (a pure wheel's tags are everyone's)."""
+    try:
+        name = WheelName.parse(filename)
+    except InvalidWheelFilename:
         return False
-    python, _, platform = WheelName.parse(filename).tags.split("-")
+    if canonicalize_name(name.name) != canonicalize_name(plan.recipe.name) or \
+            name.version != Version(f"{plan.release.version}+{plan.local_label()}"):
+        return False
+    python, _, platform = name.tags.split("-")
     if plan.recipe.kind == "pure":
         return True
     cp = "cp" + plan.toolchain.python_version.replace(".", "")

@@ -214,8 +214,7 @@ def _check_and_place(plan: BuildPlan, request: BuildRequest, out: Path, report: 
     if broken:
         raise VerifyError(f"the container wrote {wheels[0].name}, which is not a valid wheel",
                           findings=broken, log_file=log_path)
-    finish.check_device_code(plan, wheels[0], tools.cuobjdump_for(None, Path(sys.executable)),
-                             work)
+    finish.check_built(plan, wheels[0], tools.cuobjdump_for(None, Path(sys.executable)), work)
     out_dir = request.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     with scratch_dir(out_dir) as scratch:

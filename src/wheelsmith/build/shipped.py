@@ -19,16 +19,16 @@ from wheelsmith.build import resume
 from wheelsmith.errors import VerifyError
 from wheelsmith.files import atomic_write_text
 from wheelsmith.untrusted import local
+from wheelsmith.untrusted.elf import ELF_MAGIC, is_elf
 
 RECORD = "wheelsmith-shipped-binaries.json"
-ELF_MAGIC = b"\x7fELF"
 NAMED = 5  # members named in the error; the rest counted
 
 
 def elf_files(root: Path) -> list[Path]:
     """The ELF files under `root` (regular files, no link followed), in sorted order."""
     return [path for path in sorted(root.rglob("*")) if not path.is_symlink() and path.is_file()
-            and local.read_at_most(path, len(ELF_MAGIC), follow=False).startswith(ELF_MAGIC)]
+            and is_elf(path, follow=False)]
 
 
 def record(source: Path, work: Path) -> None:

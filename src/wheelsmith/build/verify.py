@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from wheelsmith import wheelfile
 from wheelsmith.arch import ArchSet
@@ -19,7 +23,7 @@ from wheelsmith.build.ninjafile import CUDA
 from wheelsmith.errors import VerifyError
 from wheelsmith.inventory import DeviceCode, read_device_code, wheel_inventory
 from wheelsmith.toolchain.tools import cuobjdump_for
-from wheelsmith.untrusted import local
+from wheelsmith.untrusted import clip, local
 
 if TYPE_CHECKING:
     from wheelsmith.build.plan import BuildPlan
@@ -142,6 +146,56 @@ def check(label: str, inventory: list[DeviceCode], archs: ArchSet,
                           findings=problems, hint=hint)
 
 
+@dataclass(frozen=True, slots=True)
+class Release:
+    """The release a wheel must be: the recipe's package and version (or its provenance's)."""
+
+    package: str
+    version: str
+
+
+VERSION_HINT = (
+    "the package's build gave its wheel another version than the recipe's release. 0.0.0 is "
+    "setuptools' when nothing set one: the build requirement that sets it is missing "
+    "(setuptools-scm, which its pyproject.toml names: add it, pinned, to the recipe's "
+    "build.requires; where the source holds no version for it, no PKG-INFO or .git, also set "
+    "SETUPTOOLS_SCM_PRETEND_VERSION to the release's version in the version's env), or a "
+    "patch changed where the version comes from. Another version: the recipe's source is "
+    "another release's")
+CARRIED_RELEASE_HINT = (
+    "the wheel is not the release its provenance records: it was built by a wheelsmith that "
+    "did not check the version (a build requirement that sets it was missing), or it was "
+    "changed after its build; rebuild it (`wheelsmith build NAME==VERSION`)")
+
+
+def check_release(wheel: Path, release: Release, *, built_here: bool = True) -> None:
+    """Refuse `wheel` unless its METADATA is `release`: Name the package (PEP 503 normal
+    form), Version the version, compared as PEP 440 versions without local labels (the
+    build's own label is replaced by wheelsmith's, which a stamped wheel carries).
+    `built_here`: the recipe's release (the hint speaks of the build), else its
+    provenance's (`wheelsmith verify`)."""
+    said = wheelfile.headers(wheelfile.read_metadata(wheel))
+    name, version = str(said.get("Name", "")), str(said.get("Version", ""))
+    whose = "the recipe builds" if built_here else "its provenance records"
+    if canonicalize_name(name) != canonicalize_name(release.package):
+        raise VerifyError(
+            f"{wheel.name} is the wheel of {clip(name)}, but {whose} {release.package}",
+            hint="the recipe's source is another project's: check its source"
+            if built_here else CARRIED_RELEASE_HINT)
+    if _public(version) != _public(release.version):
+        raise VerifyError(
+            f"{wheel.name} is version {clip(version)}, but {whose} {release.package} "
+            f"{release.version}", hint=VERSION_HINT if built_here else CARRIED_RELEASE_HINT)
+
+
+def _public(version: str) -> Version | None:
+    """`version` without its local label (None: no version at all)."""
+    try:
+        return Version(Version(version).public)
+    except InvalidVersion:
+        return None
+
+
 CONTENT_HINT = ("rebuild it; a wheel whose members are not what a build writes (a RECORD that "
                 "does not match, an unsafe or missing member) was altered or made by hand")
 
@@ -156,12 +210,15 @@ def require_valid(wheel: Path) -> None:
 
 
 def verify_wheel(wheel: Path, archs: ArchSet, cuobjdump: Path,
-                 host_only: tuple[str, ...] = ()) -> list[DeviceCode]:
-    """`wheelsmith verify` of any wheel: its structure, then its device code; the
-    inventory."""
+                 host_only: tuple[str, ...] = (), release: Release | None = None
+                 ) -> list[DeviceCode]:
+    """`wheelsmith verify` of any wheel: its structure, the release its provenance records
+    (`release`, where one does), then its device code; the inventory."""
     if local.size_of(wheel) is None:  # a FIFO or a device: FileSystemError naming it
         raise VerifyError(f"no such wheel: {wheel}", findings=[])
     require_valid(wheel)
+    if release is not None:
+        check_release(wheel, release, built_here=False)
     inventory = wheel_inventory(wheel, cuobjdump)
     check(wheel.name, inventory, archs, host_only, built_here=False)
     return inventory

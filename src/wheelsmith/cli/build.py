@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from wheelsmith.build import compilesetup, finish
 from wheelsmith.build.rebuild import EnvEntry, judge_env, plan_rebuild, recorded_archs
 from wheelsmith.build.rebuild import rebuild as rebuild_wheel
 from wheelsmith.build.request import BuildRequest, BuildResult, from_json
+from wheelsmith.build.verify import Release
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     DRAIN_HELP,
@@ -239,14 +241,20 @@ def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[st
     for wheel in wheels:
         recorded = read_provenance(wheel)
         requested, allowed = _verify_request(wheel, recorded, archs, host_only)
+        release = Release(recorded.recipe, recorded.version) if recorded is not None and \
+            recorded.recipe and recorded.version else None
         inventory = finish.verify(wheel, requested, python=Path(sys.executable),
-                                  host_only=allowed)
+                                  host_only=allowed, release=release)
         environment = recorded.extra_env if recorded is not None else None
         results.append({"wheel": str(wheel), "archs": str(requested), "host_only": list(allowed),
                         "device_code": [d.as_dict() for d in inventory],
+                        "release": dataclasses.asdict(release) if release else None,
                         "environment": environment})
         if not as_json:
             click.echo(f"ok: {wheel.name} carries exactly {requested}")
+            click.echo(f"  the release its provenance records: {release.package} "
+                       f"{release.version}" if release else
+                       "  release: not checked (no wheelsmith provenance records one)")
             for item in inventory:
                 _echo_device_code(item.as_dict(), err=False)
             if environment is not None:

@@ -234,7 +234,11 @@ def _release(doc: Document, path: Path, package: str, index: int,
     base: KeyPath = ("versions", index)
     version = entry.get("version", "0")
     try:
-        Version(version)
+        if (local := Version(version).local) is not None:
+            doc.at_value((*base, "version"), f"'{version}' has a local version label "
+                         f"(+{local}): a wheel's local label is wheelsmith's (+cu...), which "
+                         "says what built it", f"write the release's public version, "
+                         f"'{Version(version).public}'")
     except InvalidVersion:
         doc.at_value((*base, "version"), f"'{version}' is not a valid version (PEP 440)")
     source = (parse_source(doc, path, entry["source"], version, (*base, "source"))

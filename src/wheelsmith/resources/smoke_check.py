@@ -1,12 +1,17 @@
-"""Run by a toolchain's Python: import a freshly built wheel's modules, then (on a GPU the
-wheel was built for) run the recipe's tiny GPU op. Argument: a JSON spec from smoke.py.
+"""Run by a toolchain's Python: import a freshly built wheel's modules (the recipe's, then
+every compiled extension module), then (on a GPU the wheel was built for) run the recipe's tiny
+GPU op. Argument: a JSON spec from smoke.py (deliver.py's import check after an install gives
+only `imports`). Compiled modules that do not import are all tried, written to the spec's
+`failed` file and the exit code is 3.
 """
 
 import ctypes
 import importlib
 import json
+import re
 import sys
 import warnings
+from pathlib import Path
 
 warnings.simplefilter("ignore")
 spec = json.loads(sys.argv[1])
@@ -34,13 +39,57 @@ def capability() -> "tuple[int, int] | None":
     return major.value, minor.value
 
 
+def needs_left_out(exc: BaseException) -> "str | None":
+    """What a failed import needed that was left out, with why: the missing module is named
+    as a runtime requirement that could not be installed; None for any other failure."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    why = spec.get("left_out", {}).get(re.sub(r"[-_.]+", "_", exc.name.split(".")[0]).lower())
+    return None if why is None else f"it needs {exc.name}, which was left out: {why}"
+
+
+def attempt(module: str, failed: "list[dict[str, str]] | None") -> bool:
+    """Import `module`; False (and said) where it needs what was left out. Any other failure
+    of a compiled module goes into `failed`; of a recipe's import (`failed` None) it is
+    raised, traceback and all."""
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # a module's init may raise anything
+        why = needs_left_out(exc)
+        if why is not None:
+            print(f"not imported: {module}: {why}")
+            return False
+        if failed is None:
+            raise
+        said = str(exc).replace(spec["site"] + "/", "") if spec.get("site") else str(exc)
+        failed.append({"module": module, "error": f"{type(exc).__name__}: {said}"})
+        return False
+    return True
+
+
+made = []
 for module in spec["imports"]:
-    importlib.import_module(module)
-    print("imported", module)
+    made.append(attempt(module, None))
+    if made[-1]:
+        print("imported", module)
+failed: "list[dict[str, str]]" = []
+for module, path in spec.get("extensions", []):
+    made.append(attempt(module, failed))
+    if made[-1]:
+        print(f"imported {module} ({path})")
+if failed:
+    Path(spec["failed"]).write_text(json.dumps(failed), encoding="utf-8")
+    for item in failed:
+        print(f"does not import: {item['module']}: {item['error']}", file=sys.stderr)
+    sys.exit(3)
 for library in spec.get("load", []):  # every symbol bound now (ctypes' dlopen is RTLD_NOW)
     ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
     print("loaded", library)
-if spec["gpu"]:
+for path, why in spec.get("libraries", []):
+    print(f"not imported: {path}: no Python module ({why})")
+if spec["gpu"] and not all(made):
+    print("gpu op: skipped (an import it needs was not made)")
+elif spec["gpu"]:
     found = capability()
     if found is None:
         print("gpu op: skipped (no GPU)")

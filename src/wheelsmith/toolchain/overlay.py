@@ -16,6 +16,7 @@ import hashlib
 import shutil
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.markers import default_environment
@@ -27,7 +28,7 @@ from wheelsmith.errors import ToolchainError, UsageError, WheelsmithError
 from wheelsmith.files import exclusive_lock
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.venv import pip_env
-from wheelsmith.untrusted import parse_json
+from wheelsmith.untrusted import clip, parse_json
 
 COMPLETE = ".wheelsmith-complete"  # written last: with it, the directory is whole
 
@@ -96,22 +97,85 @@ def resolution(python: Path | str, args: Sequence[str | Path], *, ignore_install
                 for item in parse_json(report.read_bytes(), "pip's report")["install"].items()]
 
 
-def runtime_pins(wheel: Path, toolchain: Toolchain) -> tuple[str, ...]:
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    """A runtime requirement the smoke test goes without, and why."""
+
+    requirement: str
+    why: str
+
+    @property
+    def name(self) -> str:
+        return pin_name(self.requirement)
+
+    def describe(self) -> str:
+        return f"{self.requirement} ({self.why})"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeNeeds:
+    """What a wheel requires that the toolchain lacks: the pins pip resolved (`NAME==VERSION`,
+    with what they need) and the requirements left out, each with why."""
+
+    pins: tuple[str, ...] = ()
+    left_out: tuple[LeftOut, ...] = ()
+
+    def not_installed(self, why: str) -> RuntimeNeeds:
+        """These needs where installing the pins failed (`why`): every pin left out too."""
+        return RuntimeNeeds((), (*self.left_out, *(LeftOut(pin, why) for pin in self.pins)))
+
+
+def runtime_needs(wheel: Path, toolchain: Toolchain) -> RuntimeNeeds:
     """The wheel's runtime requirements (Requires-Dist, markers evaluated for the toolchain)
     that the toolchain does not hold, with what they need, each `NAME==VERSION` as pip of the
     toolchain resolves them beside what its venv holds, wheels only, from the index pip uses;
     none (and no pip run) when the toolchain holds every one. A requirement on a package the
-    toolchain holds is met by the toolchain's, as the build was; one by URL (`x @ https://...`,
-    which a package's metadata could point anywhere) is not fetched."""
+    toolchain holds is met by the toolchain's, as the build was. Left out, each with why: one
+    by URL (`x @ https://...`, which a package's metadata could point anywhere: not fetched),
+    and those pip cannot resolve (the others are resolved without them)."""
     held = {pin_name(pin) for pin in toolchain.pins}
     wanted = [req for req in applicable(wheel_requirements(wheel), toolchain)
-              if pin_name(req) not in held and Requirement(req).url is None]
+              if pin_name(req) not in held]
+    by_url = tuple(LeftOut(req, "a requirement by URL is not fetched") for req in wanted
+                   if Requirement(req).url is not None)
+    wanted = [req for req in wanted if Requirement(req).url is None]
     if not wanted:
-        return ()
-    found = resolution(toolchain.python, wanted, ignore_installed=False,
-                       what=f"pip's resolution of what {wheel.name} needs to import")
-    return tuple(sorted(f"{canonicalize_name(n)}=={v}" for n, v in found
-                        if canonicalize_name(n) not in held))
+        return RuntimeNeeds((), by_url)
+    found, unresolved = _resolvable(wanted, toolchain,
+                                    f"pip's resolution of what {wheel.name} needs to import")
+    return RuntimeNeeds(tuple(sorted(f"{canonicalize_name(n)}=={v}" for n, v in found
+                                     if canonicalize_name(n) not in held)),
+                        (*by_url, *unresolved))
+
+
+def _resolvable(wanted: list[str], toolchain: Toolchain, what: str
+                ) -> tuple[list[tuple[str, str]], tuple[LeftOut, ...]]:
+    """pip's resolution of `wanted` beside the toolchain's packages; where that fails, of as
+    many as resolve together (in their order), and each that does not with pip's reason."""
+    try:
+        return resolution(toolchain.python, wanted, ignore_installed=False, what=what), ()
+    except WheelsmithError as exc:
+        if len(wanted) == 1:
+            return [], (LeftOut(wanted[0], pip_reason(exc)),)
+    accepted: list[str] = []
+    found: list[tuple[str, str]] = []
+    left_out = []
+    for requirement in wanted:
+        try:
+            found = resolution(toolchain.python, [*accepted, requirement],
+                               ignore_installed=False, what=what)
+            accepted.append(requirement)
+        except WheelsmithError as exc:
+            left_out.append(LeftOut(requirement, pip_reason(exc)))
+    return found, tuple(left_out)
+
+
+def pip_reason(error: WheelsmithError) -> str:
+    """pip's first `ERROR:` line in `error`'s output (what it could not find), else its
+    message."""
+    said = next((line.strip().removeprefix("ERROR: ") for line in error.tail
+                 if line.strip().startswith("ERROR: ")), error.message)
+    return clip(said, 200)
 
 
 def wheel_requirements(wheel: Path) -> tuple[str, ...]:

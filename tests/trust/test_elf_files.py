@@ -1,0 +1,68 @@
+"""A shared object in a wheel is data its builder chose: reading its dynamic symbols (the
+smoke test's evidence of an extension module) never raises, hangs or reads past its bounds,
+whatever its header, section table or string table say; a damaged file has no symbols."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.wheels import compile_shared
+from wheelsmith.untrusted import elf
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc on this machine")
+SOURCE = "int PyInit__spam(void) { return 0; }\n"
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    return compile_shared(tmp_path_factory.mktemp("elf"), SOURCE, soname="_spam.so").read_bytes()
+
+
+def read_back(tmp_path_factory: pytest.TempPathFactory, data: bytes) -> frozenset[str] | None:
+    path = tmp_path_factory.mktemp("damaged") / "_spam.so"
+    path.write_bytes(data)
+    found = elf.dynamic_symbols(path)
+    assert found is None or all(isinstance(name, str) for name in found)
+    return found
+
+
+@given(edits=st.lists(st.tuples(st.integers(0, 1 << 16), st.binary(min_size=1, max_size=8)),
+                      max_size=6),
+       cut=st.none() | st.integers(0, 1 << 16))
+def test_a_damaged_shared_object_is_read_or_has_no_symbols(
+        tmp_path_factory: pytest.TempPathFactory, real: bytes,
+        edits: list[tuple[int, bytes]], cut: int | None) -> None:
+    data = bytearray(real)
+    for offset, patch in edits:
+        if offset < len(data):
+            data[offset:offset + len(patch)] = patch
+    read_back(tmp_path_factory, bytes(data[:cut]))
+
+
+# e_shoff, e_shentsize, e_shnum of a little-endian ELF64 header
+FIELDS = {"shoff": (0x28, "<Q"), "shentsize": (0x3A, "<H"), "shnum": (0x3C, "<H")}
+
+
+@given(field=st.sampled_from(sorted(FIELDS)), value=st.integers(0, 2**16 - 1)
+       | st.sampled_from([2**63 - 1, 2**64 - 1]))
+def test_a_section_table_that_does_not_fit_the_file_has_no_symbols(
+        tmp_path_factory: pytest.TempPathFactory, real: bytes, field: str, value: int) -> None:
+    offset, form = FIELDS[field]
+    original = struct.unpack_from(form, real, offset)[0]
+    if value == original or value >= 1 << (8 * struct.calcsize(form)):
+        return
+    data = bytearray(real)
+    struct.pack_into(form, data, offset, value)
+    found = read_back(tmp_path_factory, bytes(data))
+    if field == "shentsize" or (field == "shoff" and value > len(real)):
+        assert found is None
+
+
+def test_the_real_file_exports_its_init(tmp_path_factory: pytest.TempPathFactory,
+                                        real: bytes) -> None:
+    assert "PyInit__spam" in (read_back(tmp_path_factory, real) or frozenset())
