@@ -29,6 +29,7 @@ from wheelsmith.deliver import deliver
 from wheelsmith.errors import MissingToolkitError, OutOfTimeError, UsageError, WheelsmithError
 from wheelsmith.fleet.matrix import Cell
 from wheelsmith.index import ledger, remote
+from wheelsmith.recipes.simple import PageFile
 from wheelsmith.untrusted.provenance import read_provenance
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class Published:
 
     def __init__(self, templates: tuple[str, ...]) -> None:
         self.templates = templates
-        self._pages: dict[str, dict[str, remote.RemoteFile]] = {}
+        self._pages: dict[str, dict[str, PageFile]] = {}
 
     def find(self, plan: BuildPlan) -> str | None:
         """Where the wheel `plan` makes is published (`NAME at URL`, each index), or None
