@@ -31,7 +31,13 @@ from tests.hostile import (
     serving,
 )
 from wheelsmith.errors import UntrustedDataError
-from wheelsmith.recipes.simple import SIMPLE_JSON, Page, read_page, simple_page
+from wheelsmith.recipes.simple import (
+    NOT_A_PAGE_HINT,
+    SIMPLE_JSON,
+    Page,
+    read_page,
+    simple_page,
+)
 from wheelsmith.untrusted import PAGE_MAX_FILES, name_problem
 from wheelsmith.untrusted.addresses import URL_HINT
 from wheelsmith.untrusted.text import clip
@@ -251,8 +257,8 @@ def test_a_page_that_links_no_file_is_empty_only_when_it_says_it_is_a_simple_pag
     with pytest.raises(UntrustedDataError) as caught:
         read_page(PAGE, page_of('<form action="/login"><a href="/help">Help</a></form>'),
                   "text/html")
-    assert caught.value.message == (f"{PAGE}: answered an HTML page that links no files, not a "
-                                    "PEP 503 project page")
+    assert caught.value.message == (f"{PAGE}: answered an HTML page whose 1 link(s) name no "
+                                    "file, not a PEP 503 project page")
 
 
 def test_deep_nesting_costs_nothing() -> None:
@@ -323,10 +329,10 @@ HOSTILE: dict[str, tuple[bytes, str, str | None]] = {
     "UTF-16": (page_of(LINK).decode().encode("utf-16"),
                "not plain UTF-8 (byte 1: a UTF-16 byte order mark)", None),
     "a login page": (b"<html><body><form action='/login'><a href='/help'>Help</a></form></body>"
-                     b"</html>", "answered an HTML page that links no files, not a PEP 503 "
-                     "project page", "give the URL of a simple index (PEP 503 or PEP 691: "
-                     "wheelsmith serve's and index export's are both); an HTML page that links "
-                     "no files can also be a login page or a proxy in the way"),
+                     b"</html>", "answered an HTML page whose 1 link(s) name no file, not a PEP "
+                     "503 project page", NOT_A_PAGE_HINT),
+    "a page of no links": (b"<html><body>sign in</body></html>", "answered an HTML page that "
+                           "links no files, not a PEP 503 project page", NOT_A_PAGE_HINT),
 }
 
 

@@ -47,8 +47,9 @@ ANSWERED = {  # what install and recipe new say each quick hostile mode answered
                       "(its trailing slash) and the server's configuration"),
     "html page": ("answered an HTML page that links no files, not a PEP 503 project page",
                   "give the URL of a simple index (PEP 503 or PEP 691: wheelsmith serve's and "
-                  "index export's are both); an HTML page that links no files can also be a "
-                  "login page or a proxy in the way"),
+                  "index export's are both), whose links to files have the file's name as "
+                  "their text; an HTML page that links no files can also be a login page or a "
+                  "proxy in the way"),
     "huge body": ("answered more than 64 MiB",
                   "nothing wheelsmith reads there is that large: check that the URL is the one "
                   "you mean"),

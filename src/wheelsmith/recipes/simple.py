@@ -51,8 +51,9 @@ CHECK_EVERY = 4096  # files parsed between looks at the deadline
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{SIMPLE_JSON}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 NOT_A_PAGE_HINT = ("give the URL of a simple index (PEP 503 or PEP 691: wheelsmith serve's and "
-                   "index export's are both); an HTML page that links no files can also be a "
-                   "login page or a proxy in the way")
+                   "index export's are both), whose links to files have the file's name as "
+                   "their text; an HTML page that links no files can also be a login page or a "
+                   "proxy in the way")
 PIP_INDEX_SCRIPT = locations.RESOURCES / "pip_index.py"
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -170,8 +171,10 @@ class Page:
             if found is not None:
                 files.append(found)
         if not files and links.repository_version is None:
-            raise UntrustedDataError(shown, "answered an HTML page that links no files, not a "
-                                            "PEP 503 project page", hint=NOT_A_PAGE_HINT)
+            what = f"whose {len(links.anchors):,} link(s) name no file" if links.anchors else \
+                "that links no files"
+            raise UntrustedDataError(shown, f"answered an HTML page {what}, not a PEP 503 "
+                                            "project page", hint=NOT_A_PAGE_HINT)
         return cls(shown, tuple(files))
 
 
