@@ -225,7 +225,7 @@ def assert_platform_tagged(wheel: Path, provenance: dict[str, Any], stem: str) -
 class Server:
     url: str
     log: Path
-    pid: int = 0  # the `wheelsmith serve` process
+    pid: int = 0  # the server's process
 
     def requests(self) -> list[str]:
         """Request paths in order, from the server's own log (one line per request)."""
@@ -236,14 +236,33 @@ class Server:
 def serve(root: Path, log: Path, *options: str) -> Iterator[Server]:
     """The real `wheelsmith serve` of `root` on a free port (with `options`), its stdout and
     stderr in `log`."""
+    with _listening([sys.executable, "-m", "wheelsmith", "serve", "--index", str(root),
+                     "--port", "0", *options], log, r"at (http://127\.0\.0\.1:\d+)/") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def static_server(root: Path, log: Path) -> Iterator[Server]:
+    """A plain static server of `root` on a free port: Python's own `http.server` in a process
+    of its own, which answers a directory's URL with its index.html as text/html whatever the
+    Accept header asks for (as most static hosts do); its output in `log`."""
+    with _listening([sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
+                     "--directory", str(root)], log,
+                    r"Serving HTTP on \S+ port \d+ \((http://127\.0\.0\.1:\d+)/\)") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _listening(argv: list[str], log: Path, address: str) -> Iterator[Server]:
+    """The server `argv` starts, once its output in `log` says the URL it listens at (the
+    first group of the pattern `address`); ended when the block ends."""
     with log.open("w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "wheelsmith", "serve", "--index",
-                                 str(root), "--port", "0", *options], stderr=sink, stdout=sink)
+        proc = subprocess.Popen(argv, stderr=sink, stdout=sink)
     try:
         deadline = time.monotonic() + 120
-        while not (match := re.search(r"at (http://127\.0\.0\.1:\d+)/", log.read_text())):
+        while not (match := re.search(address, log.read_text())):
             assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "wheelsmith serve said no address in 120 s"
+            assert time.monotonic() < deadline, f"{argv} said no address in 120 s"
             time.sleep(0.05)
         yield Server(match[1], log, proc.pid)
     finally:

@@ -1,21 +1,23 @@
 """`wheelsmith install` on a miss, without a build: the build is replaced by a small, valid
 wheel that is really published where install asks, and read back through a real `wheelsmith
-serve` on 127.0.0.1 (or a file:// index). The environment is a stand-in torch 2.14.1+cu130
-behind a `python` script, so that the probe, the channel and the CLI's output are real."""
+serve` on 127.0.0.1 (or a file:// index, or an `index export` tree on Python's own static
+server). The environment is a stand-in torch 2.14.1+cu130 behind a `python` script, so that the
+probe, the channel and the CLI's output are real."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import sys
+import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import add_variant, serve
+from tests.conftest import add_variant, serve, static_server
 from tests.wheels import make_wheel
 from wheelsmith import install
 from wheelsmith.build import runner
@@ -24,6 +26,7 @@ from wheelsmith.cli import main
 from wheelsmith.deliver import Delivered, deliver
 from wheelsmith.errors import FileConflictError
 from wheelsmith.index import ledger
+from wheelsmith.index.export import export
 from wheelsmith.index.publish import publish
 
 CHANNEL = "cu130-torch2.14"
@@ -242,3 +245,36 @@ def test_another_builds_copy_where_the_index_does_not_read_fails_saying_so(
         f"other bytes than this build's), but --index {server.url} does not serve it, so "
         "neither can be installed",
         "hint: pass --publish DIR, the DIR that `wheelsmith serve --index DIR` serves"]
+
+
+def test_an_index_exported_to_a_plain_static_server_is_installed_from(
+        project: Path, tmp_path: Path, python: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`wheelsmith index export` served by `python3 -m http.server`, which answers each page's
+    index.html (PEP 503 HTML) whatever Accept asks for: install reads it, finds the wheel and
+    pip installs that file, sha256 pinned, from the same server. Nothing is built."""
+    add_variant(project, "tiny-ext")
+    wheel = make_wheel(tmp_path, "tiny-ext", "0.1.0+cu.13.0.torch.2.14.sm.120",
+                       tags=f"{PY}-{PY}-linux_x86_64")
+    publish(wheel, tmp_path / "index", channel=CHANNEL)
+    export(tmp_path / "index", tmp_path / "public")
+    sha256 = hashlib.sha256(wheel.read_bytes()).hexdigest()
+
+    def no_build(*_: object, **__: object) -> NoReturn:
+        raise AssertionError("install built a wheel the index serves")
+
+    monkeypatch.setattr(install, "deliver", no_build)
+    monkeypatch.setenv("PIP_TARGET", str(tmp_path / "site"))  # beside the stand-in torch
+    with static_server(tmp_path / "public", tmp_path / "http.log") as server:
+        asked = urllib.request.Request(f"{server.url}/{CHANNEL}/simple/tiny-ext/",
+                                       headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        with urllib.request.urlopen(asked, timeout=30) as answer:
+            assert answer.headers["Content-Type"] == "text/html"  # HTML, whatever was asked
+        result = install_cli(python, "--index", server.url)
+        read = server.requests()
+    assert (result.exit_code, result.stdout) == (0, f"{WHEEL}\n"), result.output
+    assert [line.split("] ", 1)[1] for line in result.stderr.splitlines()[1:]] == [
+        f"index: {WHEEL} (sha256 {sha256[:12]}…)",
+        f"installed: {WHEEL} (index); imports tiny_ext"]
+    assert read.count(f"/{CHANNEL}/simple/tiny-ext/") == 3  # ours above, install's, pip's
+    assert f"/files/{sha256[:2]}/{sha256}/{quote(WHEEL)}" in read
+    assert (tmp_path / "site" / "tiny_ext" / "__init__.py").read_bytes() == b"x = 1\n"

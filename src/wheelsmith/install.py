@@ -98,7 +98,8 @@ def read_offers(base: str, project: str, target: Target, archs: ArchSet | None =
                 version: str | None = None) -> list[Offer]:
     """The channel's offers; nothing answering there is a usage error (the index is not
     started, or --index is wrong), while an answer that is not a page (an HTTP error, a
-    redirect loop, HTML, too much, too slow) says what was answered and what to check."""
+    redirect loop, an HTML page that links no files, too much, too slow) says what was
+    answered and what to check."""
     try:
         return offers(base, project, target, archs.archs if archs else (), version=version)
     except UntrustedDataError:

@@ -11,10 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, serve, wheelsmith
+from tests.conftest import FIXTURES, serve, static_server, wheelsmith
+from tests.hostile import PROBE_ANSWER, answering_python
+from tests.wheels import make_wheel
 from wheelsmith.arch import parse_arch
 from wheelsmith.doctor.examine import examine
+from wheelsmith.index.export import export
 from wheelsmith.index.offers import serves
+from wheelsmith.index.publish import publish
 from wheelsmith.inventory import DeviceCode, coverage
 from wheelsmith.toolchain.env import Toolchain
 
@@ -131,6 +135,36 @@ def test_doctor_reads_real_kernels_and_names_the_fix(project: Path, toolchain: T
                       index_url="http://x")
     assert (healthy.healthy, healthy.problems, healthy.fixes) == (True, [], [])
     assert [p.name for p in healthy.packages] == ["tiny-ext"]  # not a CUDA extension: not judged
+
+
+def test_doctor_checks_its_fixes_against_an_export_on_a_plain_static_server(
+        tmp_path: Path) -> None:
+    """The channel's pages as `python3 -m http.server` sends an `index export` (PEP 503 HTML,
+    whatever Accept asks for) are read: the wheel it has for sm_120 gets a pip line, checked;
+    sm_90, which it lacks, a build line. (An index that cannot be read leaves the pip line
+    marked unchecked.)"""
+    make_wheel(tmp_path, "causal-conv1d", "1.7.0+cu.13.0.torch.2.14.sm.120",
+               tags="cp311-cp311-manylinux_2_34_x86_64")
+    publish(next(tmp_path.glob("*.whl")), tmp_path / "index", channel="cu130-torch2.14")
+    export(tmp_path / "index", tmp_path / "public")
+    python = answering_python(tmp_path / "env" / "python", {**PROBE_ANSWER, "fast_path": {
+        "causal_conv1d": {"dist": "causal-conv1d", "ok": False, "error": "ModuleNotFoundError: x",
+                          "missing": "causal_conv1d"}}})
+    with static_server(tmp_path / "public", tmp_path / "http.log") as server:
+        on_120, on_90 = (wheelsmith("doctor", "--python", str(python), "--index", server.url,
+                                    "--json", "--need", "causal_conv1d", *arch, cwd=tmp_path)
+                         for arch in ([], ["--arch", "9.0"]))
+        read = server.requests()
+    channel = f"{server.url}/cu130-torch2.14/simple/"
+    assert (on_120.returncode, on_90.returncode) == (15, 15), on_120.stderr + on_90.stderr
+    assert json.loads(on_120.stdout)["fixes"] == [
+        f"pip install --index-url {channel} --no-deps --force-reinstall causal-conv1d"]
+    assert json.loads(on_90.stdout)["fixes"] == [
+        f"wheelsmith build causal-conv1d --arch 9.0 --python {PROBE_ANSWER['executable']} "
+        "--publish --index DIR   # "
+        "the index has no causal-conv1d wheel for Python 3.11 with sm_90 kernels; DIR: the index "
+        f"directory that `wheelsmith serve` serves as {server.url}"]
+    assert read == ["/cu130-torch2.14/simple/causal-conv1d/"] * 2
 
 
 def test_doctor_without_gpu_or_arch_asks_for_one(tmp_path: Path) -> None:

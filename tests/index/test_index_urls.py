@@ -75,11 +75,17 @@ def environment(python: str = "3.11") -> Target:
         "gpu": {"name": "RTX PRO 6000", "capability": [12, 0]}})
 
 
+@pytest.mark.parametrize("pages", ["json and html", "html only"])
 def test_a_file_index_is_read_from_disk_and_a_missing_project_is_not_there(
-        tmp_path: Path) -> None:
+        tmp_path: Path, pages: str) -> None:
+    """A tree without JSON pages (one another tool wrote) is read from each project's
+    index.html (PEP 503), to the same offers."""
     root = tmp_path / "my index"  # a space: the file:// URL quotes it
     wheel = make_wheel(tmp_path, "demo-ext", f"1.0.0+{LABEL}")
     publish(wheel, root, channel=CHANNEL)
+    if pages == "html only":
+        for page in root.rglob("index.json"):
+            page.unlink()
     base = f"{root.as_uri()}/{CHANNEL}/simple/"
     found = offers(base, "demo-ext", environment(), (parse_arch("12.0"),))
     assert [(o.filename, o.sha256) for o in found] == [(wheel.name, sha256_file(wheel))]
@@ -90,15 +96,16 @@ def test_a_file_index_is_read_from_disk_and_a_missing_project_is_not_there(
                   environment(), ()) == []  # an index not created yet holds nothing
 
 
-def test_a_file_index_page_that_is_not_json_is_an_error_naming_it(tmp_path: Path) -> None:
+def test_a_file_index_json_page_that_is_not_json_is_an_error_naming_it(tmp_path: Path) -> None:
     page = tmp_path / CHANNEL / "simple" / "demo-ext"
     page.mkdir(parents=True)
     (page / "index.json").write_text("<html>")
+    (page / "index.html").write_text("<a href='x.whl'>x.whl</a>")  # index.json is read first
     with pytest.raises(SourceError) as caught:
         offers(f"{tmp_path.as_uri()}/{CHANNEL}/simple/", "demo-ext", environment(), ())
     assert caught.value.message == (
-        f"{tmp_path.as_uri()}/{CHANNEL}/simple/demo-ext/: answered an HTML page, not a PEP 691 "
-        "JSON page")
+        f"{tmp_path.as_uri()}/{CHANNEL}/simple/demo-ext/: not valid JSON (Expecting value: line "
+        "1 column 1 (char 0))")
 
 
 @pytest.mark.parametrize(("index", "channel"), [

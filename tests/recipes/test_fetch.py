@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import re
 import socket
 import subprocess
@@ -145,18 +144,21 @@ def test_corrupt_cache_entry_is_downloaded_again(tmp_path: Path, http_dir: Serve
     assert http_dir.requests == ["/demo-1.0.0.tar.gz", "/demo-1.0.0.tar.gz"]
 
 
-def test_pypi_source_is_found_by_sha256_on_a_simple_index(
+def test_pypi_source_is_found_by_sha256_on_a_pep_503_index(
     tmp_path: Path, http_dir: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A plain static server of PEP 503 HTML pages (http.server answers `…/demo-pkg/` with
+    its index.html as text/html whatever the Accept header asks for)."""
     files = http_dir.root / "files"
     files.mkdir()
     sha = make_sdist(files / "demo_pkg-1.0.0.tar.gz", {"setup.py": "print(2)\n"},
                      top="demo_pkg-1.0.0")
     page = http_dir.root / "simple" / "demo-pkg"
     page.mkdir(parents=True)
-    (page / "index.html").write_text(json.dumps({"files": [
-        {"filename": "demo_pkg-1.0.0.tar.gz", "url": "../../files/demo_pkg-1.0.0.tar.gz",
-         "hashes": {"sha256": sha}}]}))
+    (page / "index.html").write_text(
+        "<!DOCTYPE html><html><body><h1>Links for demo-pkg</h1>\n"
+        f'<a href="../../files/demo_pkg-1.0.0.tar.gz#sha256={sha}" '
+        'data-requires-python="&gt;=3.8">demo_pkg-1.0.0.tar.gz</a><br>\n</body></html>\n')
     monkeypatch.setenv("WHEELSMITH_INDEX_URL", f"{http_dir.url}/simple")
     root = fetch(PypiSource(project="demo_pkg", version="1.0.0", sha256=sha), tmp_path / "w",
                  tmp_path / "cache")
@@ -291,7 +293,7 @@ def test_a_configured_index_that_does_not_answer_is_one_line_with_the_fix(
         f"error: the package index {url} (from pip's configuration) does not answer: [Errno "
         "111] Connection refused",
         "hint: fix index-url in pip's configuration (`pip config list` shows it), or set "
-        "WHEELSMITH_INDEX_URL to a PEP 691 simple index that answers"]
+        "WHEELSMITH_INDEX_URL to a simple index (PEP 503 or PEP 691) that answers"]
 
 
 @pytest.mark.parametrize(("filename", "expected"), [

@@ -151,8 +151,8 @@ def test_install_with_credentials_in_its_index_never_prints_them(tmp_path: Path)
     assert "s3cr3t" not in outcome.stdout + outcome.stderr
     shown = server.url.replace("http://", "http://***@")
     assert outcome.stderr.splitlines()[-2] == (
-        f"error: {shown}/cu130-torch2.14/simple/causal-conv1d/: answered an HTML page, not a "
-        "PEP 691 JSON page")
+        f"error: {shown}/cu130-torch2.14/simple/causal-conv1d/: answered an HTML page that "
+        "links no files, not a PEP 503 project page")
     assert "Authorization: Basic YWxpY2U6czNjcjN0LXQwa2Vu" in server.heads[0]
 
 

@@ -1,7 +1,8 @@
 """Index pages and the servers that answer them are not trusted (install, doctor, recipe new):
 a page is read within bounds and parsed into a typed Page whose files have plain names and
-http(s) URLs; a hostile server, a page of another shape or an HTML answer is one error saying
-what was answered, over HTTP and file:// alike."""
+http(s) URLs; a hostile server, a page of another shape or an HTML page that links no file (a
+login page) is one error saying what was answered, over HTTP and file:// alike. (PEP 503 HTML
+pages: test_html_pages.py.)"""
 
 from __future__ import annotations
 
@@ -44,9 +45,11 @@ ANSWERED = {  # what install and recipe new say each quick hostile mode answered
     "redirect loop": ("redirects in a loop (HTTP 302 to /{path})",
                       "the server sends the request back where it came from: check the URL "
                       "(its trailing slash) and the server's configuration"),
-    "html page": ("answered an HTML page, not a PEP 691 JSON page",
-                  "give the URL of a PEP 691 simple index (wheelsmith serve's is one); an HTML "
-                  "answer can also be a login page or a proxy in the way"),
+    "html page": ("answered an HTML page that links no files, not a PEP 503 project page",
+                  "give the URL of a simple index (PEP 503 or PEP 691: wheelsmith serve's and "
+                  "index export's are both), whose links to files have the file's name as "
+                  "their text; an HTML page that links no files can also be a login page or a "
+                  "proxy in the way"),
     "huge body": ("answered more than 64 MiB",
                   "nothing wheelsmith reads there is that large: check that the URL is the one "
                   "you mean"),

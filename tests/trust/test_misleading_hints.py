@@ -115,7 +115,8 @@ def test_doctor_builds_a_pure_package_without_arch_into_the_index_it_read(tmp_pa
     index.mkdir()
     info = probe_info(dists={}, fast=())
     report = examine(info, parse_arch("9.0"), "--arch", Path("/no/cuobjdump"),
-                     index_url=index.as_uri(), knowledge=knowledge())
+                     index_url=index.as_uri(), knowledge=knowledge(),
+                     need=("fla", "causal_conv1d"))
     where = f"--index '{index}'"
     assert report.fixes == [
         f"wheelsmith build flash-linear-attention --python /env/bin/python --publish {where}   "
@@ -129,7 +130,7 @@ def test_doctor_builds_a_pure_package_without_arch_into_the_index_it_read(tmp_pa
 def test_doctor_over_http_names_the_directory_to_publish_into(http_dir: Served) -> None:
     info = probe_info(dists={}, fast=("fla",))
     report = examine(info, parse_arch("12.0"), "--arch", Path("/no/cuobjdump"),
-                     index_url=http_dir.url, knowledge=knowledge())
+                     index_url=http_dir.url, knowledge=knowledge(), need=("fla", "causal_conv1d"))
     assert report.fixes == [
         "wheelsmith build causal-conv1d --arch 12.0 --python /env/bin/python --publish --index "
         "DIR   # the index has no causal-conv1d wheel for Python 3.12 with sm_120 kernels; DIR: "

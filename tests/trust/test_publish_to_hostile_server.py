@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from tests.hostile import (
 from tests.wheels import make_wheel
 from wheelsmith.errors import UntrustedDataError
 from wheelsmith.index import remote
+from wheelsmith.recipes.simple import PageFile
 from wheelsmith.untrusted.text import clip
 
 CHANNEL = "cu130-torch2.14"
@@ -41,8 +43,8 @@ MALFORMED = 21  # not HTTP, too much or too slow
 EXPECTED = {  # what publish --to says (after `error: `) of a server that answers so, and exit
     "500": (f"no simple index at {SIMPLE}: HTTP 500: internal error", REFUSED),
     "redirect loop": (f"no simple index at {SIMPLE}: HTTP 302", REFUSED),
-    "html page": ("the server accepted {wheel} (HTTP 200) but its simple API "
-                  f"{SIMPLE} does not list it", REFUSED),
+    "html page": (f"{SIMPLE}demo-ext/: answered an HTML page that links no files, not a PEP "
+                  "503 project page", MALFORMED),  # refused before anything is uploaded
     "never answers": (f"{SIMPLE}: sent nothing for 2 s", MALFORMED),
     "drips a byte a second": (f"{SIMPLE}: did not finish answering within 10 s", MALFORMED),
     "huge body": (f"{SIMPLE}: answered more than 64 MiB", MALFORMED),
@@ -141,7 +143,7 @@ def test_a_file_url_no_connection_can_take_is_one_error_naming_the_page(
     with HostileServer(serving(body.encode(), PAGE_TYPES[kind])) as server, \
             pytest.raises(UntrustedDataError) as raised:
         remote.project_files(f"{server.url}/simple/", "demo-ext", None)
-    where = "is not a PEP 691 page: files[0].url" if kind == "json" else "its link 1"
+    where = "files[0].url" if kind == "json" else "its link 1"
     assert raised.value.message == (
         f"{server.url}/simple/demo-ext/: {where}: '{clip(url)}' is not a valid URL ({why})")
 
@@ -172,15 +174,14 @@ def test_the_token_does_not_follow_a_redirect_to_another_host(tmp_path: Path) ->
                                      "application/octet-stream"]))
 def test_any_page_reads_as_files_or_one_error_naming_it(body: bytes, content_type: str) -> None:
     with HostileServer(serving(body, content_type)) as server:
-        files: dict[str, remote.RemoteFile] = {}
+        files: dict[str, PageFile] = {}
         message = ""
         try:
             files = remote.project_files(f"{server.url}/simple/", "demo-ext", None)
         except UntrustedDataError as error:
             message = error.message
-    if message:  # HTML is read as whatever links it has, each a valid URL and a plain name
-        prefix = "is not a PEP 691 page: " if "json" in content_type else "its link "
-        assert message.startswith(f"{server.url}/simple/demo-ext/: {prefix}"), message
+    if message:  # read as what its type says (or its first character) or one error naming it
+        assert message.startswith(f"{server.url}/simple/demo-ext/: "), message
     for name, found in files.items():
         assert name == found.filename
         assert found.sha256 is None or len(found.sha256) == 64
@@ -197,8 +198,9 @@ def test_a_page_nested_at_any_depth_reads_as_files_or_one_error(depth: int,
     with HostileServer(serving(body, "application/vnd.pypi.simple.v1+json")) as server, \
             pytest.raises(UntrustedDataError) as raised:
         remote.project_files(f"{server.url}/simple/", "demo-ext", None)
-    assert raised.value.message.startswith(
-        f"{server.url}/simple/demo-ext/: is not a PEP 691 page: "), raised.value.message
+    assert re.fullmatch(rf"{re.escape(server.url)}/simple/demo-ext/: (its JSON nests too "
+                        r"deeply|not valid JSON \(.+\))", raised.value.message), \
+        raised.value.message
 
 
 @given(text=st.text(max_size=2000))

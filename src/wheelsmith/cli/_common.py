@@ -299,8 +299,10 @@ def index_url_option(help_text: str) -> Callable[[Decorated], Decorated]:
     """`--index URL` of the commands that read an index (install, doctor): checked once, here."""
     return click.option("--index", "index_url", default="http://127.0.0.1:8080",
                         show_default=True, metavar="URL", callback=_index_url,
-                        help=f"{help_text} An http://, https:// or file:// URL; an existing "
-                             "directory is read as its file:// URL.")
+                        help=f"{help_text} An http://, https:// or file:// URL (`wheelsmith "
+                             "serve`, or an `index export` tree on any static server: PEP 691 "
+                             "JSON or PEP 503 HTML pages); an existing directory is read as its "
+                             "file:// URL.")
 
 
 def emit_json(data: Any) -> None:

@@ -32,6 +32,7 @@ from wheelsmith.errors import MissingToolkitError, OutOfTimeError, UsageError, W
 from wheelsmith.fleet import verdict
 from wheelsmith.fleet.matrix import Cell
 from wheelsmith.index import ledger, remote
+from wheelsmith.recipes.simple import PageFile
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class Published:
 
     def __init__(self, templates: tuple[str, ...]) -> None:
         self.templates = templates
-        self._pages: dict[str, dict[str, remote.RemoteFile]] = {}
+        self._pages: dict[str, dict[str, PageFile]] = {}
 
     def find(self, plan: BuildPlan) -> str | None:
         """Where the wheel `plan` makes is published (`NAME at URL`, each index), or None

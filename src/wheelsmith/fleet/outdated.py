@@ -1,7 +1,8 @@
 """Upstream watch: recipe packages with newer releases, torch newer than the toolchain profiles.
 
-Reads the simple index (PEP 691 JSON) the sources come from ($WHEELSMITH_INDEX_URL, else
-$PIP_INDEX_URL, else PyPI). Yanked files and pre-releases are ignored.
+Reads the simple index (PEP 691 JSON or PEP 503 HTML) the sources come from
+($WHEELSMITH_INDEX_URL, else $PIP_INDEX_URL, else PyPI). Yanked files and pre-releases are
+ignored.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """What an index channel offers a given environment: one answer for `install` and `doctor`,
 and which channel of an index is the environment's (`channel_url`).
 
-A channel's PEP 691 page lists its wheels; an offer is one the target's pip accepts (its
-Python, platform and glibc) and whose arch set, read from its local label, has native kernels
-(SASS) for every requested arch. A pure wheel, or one wheelsmith did not stamp, is taken to
-run anywhere.
+A channel's project page (PEP 691 JSON or PEP 503 HTML, read by `recipes.simple`) lists its
+wheels; an offer is one the target's pip accepts (its Python, platform and glibc) and whose
+arch set, read from its local label, has native kernels (SASS) for every requested arch. A
+pure wheel, or one wheelsmith did not stamp, is taken to run anywhere.
 """
 
 from __future__ import annotations
@@ -73,13 +73,13 @@ def offers(base: str, project: str, target: Target, archs: tuple[Arch, ...], *,
     if page is None:
         return []
     found = []
-    for number, item in enumerate(page.files):
+    for item in page.files:
         if not item.filename.endswith(".whl") or item.yanked:
             continue
         try:
             name = WheelName.parse(item.filename)
         except InvalidWheelFilename as exc:
-            raise UntrustedDataError(page.url, f"files[{number}].filename: {exc}") from None
+            raise UntrustedDataError(page.url, f"{item.place}: {exc}") from None
         if not target.accepts(item.filename) or item.sha256 is None:
             continue
         if version is not None and name.version.public != Version(version).public:

@@ -32,7 +32,8 @@ from wheelsmith.errors import FileConflictError, PublishError, UsageError
 from wheelsmith.files import CHUNK
 from wheelsmith.index import remote
 from wheelsmith.index.publish import Candidate, inspect
-from wheelsmith.index.remote import Auth, RemoteFile
+from wheelsmith.index.remote import Auth
+from wheelsmith.recipes.simple import PageFile
 from wheelsmith.untrusted import local
 from wheelsmith.untrusted.addresses import given_url
 from wheelsmith.wheelfile import WheelName
@@ -166,7 +167,7 @@ def upload(wheel: Path, to: str, *, simple: str | None = None, channel: str | No
     return Uploaded(record.filename, record.channel, record.project, "published", done.page)
 
 
-def _decide(candidate: Candidate, listed: dict[str, RemoteFile], server: Server,
+def _decide(candidate: Candidate, listed: dict[str, PageFile], server: Server,
             answer: remote.Answer | None = None) -> bool:
     """True when the server already has these bytes under this name; raises when it has
     other bytes (or another arch set of the version); False: not there yet."""
@@ -186,7 +187,7 @@ def _decide(candidate: Candidate, listed: dict[str, RemoteFile], server: Server,
              ".postN version or another label)")
 
 
-def _check_one_arch_set(filename: str, listed: dict[str, RemoteFile], server: Server) -> None:
+def _check_one_arch_set(filename: str, listed: dict[str, PageFile], server: Server) -> None:
     """pip picks among local labels by sorting, not by your GPU: one arch set per version."""
     ours = WheelName.parse(filename)
     code = _arch_code(ours)
@@ -210,7 +211,7 @@ def _arch_code(name: WheelName) -> tuple[frozenset[str], frozenset[str]] | None:
     return ArchSet.label_device_code(local) if local else None
 
 
-def _check_listed(candidate: Candidate, found: RemoteFile | None, server: Server,
+def _check_listed(candidate: Candidate, found: PageFile | None, server: Server,
                   answer: remote.Answer) -> None:
     record = candidate.record
     if found is None or found.sha256 != record.sha256:

@@ -250,7 +250,7 @@ _BOMS = ((codecs.BOM_UTF8, "UTF-8"), (codecs.BOM_UTF32_LE, "UTF-32"),
          (codecs.BOM_UTF16_BE, "UTF-16"))
 
 
-def _plain_utf8(data: bytes | str, source: str) -> str:
+def plain_utf8(data: bytes | str, source: str) -> str:
     """`data` as text when it is plain UTF-8: no byte order mark, no NUL byte (UTF-16 or
     UTF-32 without a mark), every byte decoded; else one UntrustedDataError saying which.
     (json.loads takes bytes in any of those and a UTF-8 BOM too; other readers do not.)"""
@@ -281,7 +281,7 @@ PAGE_MAX_OBJECTS = 4 * PAGE_MAX_FILES + 16
 
 
 def parse_json(data: bytes | str, source: str, *, max_objects: int | None = None) -> Node:
-    """The JSON document `data` from `source` as a Node; not plain UTF-8 (`_plain_utf8`), not
+    """The JSON document `data` from `source` as a Node; not plain UTF-8 (`plain_utf8`), not
     JSON, JSON that readers take differently (a key twice, NaN) or a string holding a
     terminal's control character: one UntrustedDataError. `max_objects`: a document that
     could hold more objects (its count of `{`) is refused before it is parsed, so that a
@@ -291,7 +291,7 @@ def parse_json(data: bytes | str, source: str, *, max_objects: int | None = None
         if braces > max_objects:
             raise UntrustedDataError(source, f"holds {braces:,} JSON objects, more than the "
                                              f"{max_objects:,} wheelsmith reads")
-    text = _plain_utf8(data, source)
+    text = plain_utf8(data, source)
     try:
         value: Any = json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant)
     except _Ambiguous as exc:
