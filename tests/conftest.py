@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import http.server
+import json
 import os
 import re
 import shutil
@@ -131,6 +133,22 @@ def toolchain() -> Toolchain:
     machine in the user cache and reused (about 80 s the first time)."""
     profile = load_profile(DEFAULT_PROFILE)
     return ensure_profile(profile, Path(sys.executable), locations.cache_dir())
+
+
+def sdist_index(root: Path, tree: Path, project: str) -> str:
+    """`tree` (a package's source, its top directory named NAME-VERSION) as an sdist on a
+    file:// PEP 691 index under `root`: the index's URL (for WHEELSMITH_INDEX_URL)."""
+    sdist = root / "dist" / f"{tree.name}.tar.gz"
+    sdist.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(tree, arcname=tree.name)
+    page = root / "index" / project
+    page.mkdir(parents=True)
+    page.joinpath("index.json").write_text(json.dumps({
+        "meta": {"api-version": "1.0"}, "name": project,
+        "files": [{"filename": sdist.name, "url": sdist.as_uri(),
+                   "hashes": {"sha256": hashlib.sha256(sdist.read_bytes()).hexdigest()}}]}))
+    return (root / "index").as_uri()
 
 
 def header_source(top: Path, name: str, value: int) -> Path:

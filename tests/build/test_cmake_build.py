@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, header_tarball, wheelsmith
+from tests.conftest import FIXTURES, header_tarball, sdist_index, wheelsmith
 from wheelsmith.scaffold import patches
 from wheelsmith.toolchain.env import Toolchain
 
@@ -31,6 +31,8 @@ def cmake_variant(project: Path, name: str = "tiny-cmake",
         lists = source / "csrc" / "CMakeLists.txt"
         assert edit[0] in lists.read_text()
         lists.write_text(lists.read_text().replace(*edit))
+    setup = source / "setup.py"  # the wheel is the release its recipe names
+    setup.write_text(setup.read_text().replace('name="tiny-cmake"', f'name="{name}"'))
     recipe = (FIXTURES / "tiny-cmake.recipe.yaml").read_text().replace("PATH", str(source))
     (project / "recipes" / f"{name}.yaml").write_text(recipe.replace(
         "package: tiny-cmake", f"package: {name}"))
@@ -148,6 +150,24 @@ def test_a_cmake_error_is_named_with_its_file_and_line(project: Path, toolchain:
                           "package needs a newer thing"), error
 
 
+CMAKE_CAUSE = ("the build went on past this error: csrc/CMakeLists.txt:1: error: Compatibility "
+               "with CMake < 3.5 has been removed from CMake. Update the VERSION argument <min> "
+               "value.")
+
+
+def _swallow_cmake(source: Path) -> None:
+    """The tiny CMake package with a policy version CMake 4 refuses and a setup.py that goes on
+    when CMake fails, as some do."""
+    lists = source / "csrc" / "CMakeLists.txt"
+    lists.write_text(lists.read_text().replace("cmake_minimum_required(VERSION 3.20)",
+                                               "cmake_minimum_required(VERSION 3.1)"))
+    setup = source / "setup.py"
+    setup.write_text(setup.read_text().replace(
+        'subprocess.check_call(["cmake", str(HERE / "csrc"), f"-DTINY_ARCHS={archs}"], cwd=build)',
+        'if subprocess.call(["cmake", str(HERE / "csrc"), f"-DTINY_ARCHS={archs}"], cwd=build):\n'
+        '            return  # its failure swallowed'))
+
+
 @pytest.mark.parametrize("mode", ["--configure-only", "--check", "a whole build"])
 def test_a_cmake_error_the_setup_py_went_on_past_is_the_cause_named(
         project: Path, toolchain: Toolchain, mode: str) -> None:
@@ -155,24 +175,16 @@ def test_a_cmake_error_the_setup_py_went_on_past_is_the_cause_named(
     cmake_minimum_required) builds nothing for the GPU: --configure-only and --check both exit
     9 and a whole build's wheel is refused (exit 10), each with CMake's error at its file:line
     as the cause and the remedy for it."""
-    source = cmake_variant(project, "tiny-cmake-swallows",
-                           ("cmake_minimum_required(VERSION 3.20)",
-                            "cmake_minimum_required(VERSION 3.1)"))
-    setup = source / "setup.py"
-    setup.write_text(setup.read_text().replace(
-        'subprocess.check_call(["cmake", str(HERE / "csrc"), f"-DTINY_ARCHS={archs}"], cwd=build)',
-        'if subprocess.call(["cmake", str(HERE / "csrc"), f"-DTINY_ARCHS={archs}"], cwd=build):\n'
-        '            return  # its failure swallowed, as some setup.py files do'))
+    _swallow_cmake(cmake_variant(project, "tiny-cmake-swallows"))
     options = () if mode == "a whole build" else (mode,)
     result = wheelsmith("build", "tiny-cmake-swallows", "--arch", "12.0", *options, cwd=project)
     error = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
-    cause = ("the build went on past this error: csrc/CMakeLists.txt:1: error: Compatibility "
-             "with CMake < 3.5 has been removed from CMake. Update the VERSION argument <min> "
-             "value.")
+    cause = CMAKE_CAUSE
     if mode == "a whole build":
         assert result.returncode == 10, result.stderr[-3000:]
         assert error.startswith(
-            "error: tiny_cmake-0.1.0-cp311-cp311-linux_x86_64.whl does not contain exactly the "
+            "error: tiny_cmake_swallows-0.1.0-cp311-cp311-linux_x86_64.whl does not contain "
+            "exactly the "
             f"device code for 12.0; {cause}"), error
     else:
         assert result.returncode == 9, result.stderr[-3000:]
@@ -182,6 +194,30 @@ def test_a_cmake_error_the_setup_py_went_on_past_is_the_cause_named(
             f"its build generated no build.ninja with CUDA rules; {cause}"), error
     assert "set `CMAKE_POLICY_VERSION_MINIMUM: \"3.5\"` in the recipe's build.env" in \
         result.stderr
+
+
+def test_recipe_new_names_the_cmake_error_a_setup_py_went_on_past(
+        project: Path, toolchain: Toolchain, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """recipe new's check of an sdist whose setup.py ignores CMake's failure: the same cause,
+    CMake's error at its file:line, not 'nothing to compile'."""
+    tree = tmp_path / "sdists" / "tiny_cmake_swallows-0.1.0"
+    shutil.copytree(FIXTURES / "tiny-cmake", tree)
+    _swallow_cmake(tree)
+    setup = tree / "setup.py"
+    setup.write_text(setup.read_text().replace('name="tiny-cmake"', 'name="tiny-cmake-swallows"'))
+    (tree / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: tiny-cmake-swallows\n"
+                                   "Version: 0.1.0\n")
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL",
+                       sdist_index(tmp_path / "served", tree, "tiny-cmake-swallows"))
+    result = wheelsmith("recipe", "new", "tiny-cmake-swallows==0.1.0", "--recipes", "mine",
+                        cwd=project)
+    assert result.returncode == 9, result.stdout + result.stderr
+    error = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
+    assert error.startswith(
+        "error: the check of the new recipe failed: the check of tiny-cmake-swallows 0.1.0 found "
+        "nothing to compile for the GPU: its build generated no build.ninja with CUDA rules; "
+        f"{CMAKE_CAUSE}"), error
 
 
 @pytest.mark.build

@@ -11,7 +11,6 @@ import dataclasses
 import hashlib
 import json
 import re
-import tarfile
 import zipfile
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import wheelsmith
+from tests.conftest import sdist_index, wheelsmith
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.errors import RecipeError, ToolchainError, UsageError
 from wheelsmith.recipes.model import load_recipe
@@ -129,17 +128,7 @@ def served_sdist(tmp_path: Path, init: str = "ANSWER = 42\n",
         "DEPENDENCIES", json.dumps(list(dependencies))).replace(
         "BUILD_REQUIRES", json.dumps(list(build_requires))))
     (tree / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: tiny-pure\nVersion: 0.1.0\n")
-    sdist = tmp_path / "dist" / "tiny_pure-0.1.0.tar.gz"
-    sdist.parent.mkdir()
-    with tarfile.open(sdist, "w:gz") as tar:
-        tar.add(tree, arcname=tree.name)
-    page = tmp_path / "index" / "tiny-pure"
-    page.mkdir(parents=True)
-    page.joinpath("index.json").write_text(json.dumps({
-        "meta": {"api-version": "1.0"}, "name": "tiny-pure",
-        "files": [{"filename": sdist.name, "url": sdist.as_uri(),
-                   "hashes": {"sha256": hashlib.sha256(sdist.read_bytes()).hexdigest()}}]}))
-    return (tmp_path / "index").as_uri()
+    return sdist_index(tmp_path, tree, "tiny-pure")
 
 
 def failed_build(tmp_path: Path, code: int) -> list[str]:
