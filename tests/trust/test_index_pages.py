@@ -101,7 +101,8 @@ def test_doctor_reports_on_the_environment_whatever_the_index_does(
     python = answering_python(tmp_path / "env" / "python", answer)
     with HostileServer(MODES[mode]) as server:
         outcome = run_bounded("doctor", "--python", str(python), "--index", server.url,
-                              cwd=tmp_path, seconds=60, address_space=GIB)
+                              "--need", "causal_conv1d", cwd=tmp_path, seconds=60,
+                              address_space=GIB)
     assert_orderly(outcome, seconds=30)
     assert outcome.returncode == 15
     assert "# not checked: the index could not be read" in outcome.stderr
