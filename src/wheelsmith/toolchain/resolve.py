@@ -27,7 +27,6 @@ import json
 import logging
 import re
 import sys
-import zipfile
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -47,6 +46,7 @@ from wheelsmith.toolchain.profile import (
     applying,
     load_profile,
 )
+from wheelsmith.untrusted.local import open_zip
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ def _nvcc_home(name: str, closure: Closure, request: NewProfileRequest, scratch:
             what=f"pip download of {name} {version} (to look for nvcc in it)")
     wheel = dest / url.rsplit("/", 1)[-1].split("#", maxsplit=1)[0]
     wheels = [wheel] if wheel.is_file() else sorted(dest.glob("*.whl"))
-    with zipfile.ZipFile(wheels[0]) as archive:
+    with open_zip(wheels[0]) as archive:
         for member in archive.namelist():
             if member.endswith("/bin/nvcc"):
                 return member.removesuffix("/bin/nvcc")
