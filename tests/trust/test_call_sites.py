@@ -3,6 +3,8 @@ it: read with `ast`, so a new call site cannot go around one.
 
 - A zip is opened for reading only by `untrusted.local.open_zip` (its layout checked before a
   member is read, its reads held to a budget); a tar only by `recipes/unpack.py`.
+- A server is talked to only through `untrusted.web.exchange` (a byte cap and a total
+  deadline): no other module opens a connection or imports an HTTP client.
 """
 
 from __future__ import annotations
@@ -73,4 +75,33 @@ def test_a_tar_is_read_only_where_it_is_checked_whole() -> None:
                if dotted(site.call.func) in ("tarfile.open", "tarfile.TarFile", "TarFile.open")
                and site.module != "recipes/unpack.py"]
     assert readers == []
+
+
+CLIENT = {"untrusted/web.py", "untrusted/connections.py"}  # the one HTTP client
+CONNECTING = {"urlopen", "urlretrieve", "build_opener", "OpenerDirector", "HTTPConnection",
+              "HTTPSConnection", "create_connection", "socket", "wrap_socket", "connect_ex",
+              "FTP", "SMTP", "Telnet", "ServerProxy"}
+CLIENT_MODULES = {"requests", "urllib3", "httpx", "aiohttp", "ftplib", "smtplib", "telnetlib",
+                  "xmlrpc.client", "http.client", "pycurl"}
+SERVER = {"index/serve.py"}  # answers clients (its own bounds: docs/index-and-clients.md)
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return found
+
+
+def test_no_module_but_the_client_talks_to_a_server() -> None:
+    connecting = [str(site) for site in sites() if site.module not in CLIENT
+                  and dotted(site.call.func).rsplit(".", 1)[-1] in CONNECTING]
+    importing = sorted(
+        f"{path.relative_to(SRC)}: imports {name}" for path in SRC.rglob("*.py")
+        for name in _imports(ast.parse(path.read_text()))
+        if name in CLIENT_MODULES and str(path.relative_to(SRC)) not in CLIENT | SERVER)
+    assert (connecting, importing) == ([], [])
 
