@@ -32,7 +32,7 @@ from typing import IO
 
 from wheelsmith import procs
 from wheelsmith.errors import CommandError, WheelsmithError
-from wheelsmith.untrusted import Bounds, too_big, too_slow
+from wheelsmith.untrusted import TOOL_HINT, Bounds, too_big, too_slow
 from wheelsmith.untrusted.text import python_error
 
 log = logging.getLogger(__name__)
@@ -161,16 +161,19 @@ def run(
     hint: str | None = None,
     bounds: Bounds | None = None,
     python_errors: bool = True,
+    end_tree: bool = True,
 ) -> Completed:
     """Run a command, streaming its merged output; raise `error` unless its exit code is ok.
 
     With `stream=False` stdout and stderr are kept apart (for tools whose stdout is data, such
     as cuobjdump) and the output is logged after the command ends. `hint` (what to do) goes
-    with the error. `bounds` (with `stream=False`, for a command that is not trusted and whose
-    output is parsed, such as the probe of `--python`): past its byte cap or deadline, or
+    with the error. `bounds` (a command whose answer is read: the probe of `--python`, cuobjdump,
+    a container engine; its output is then captured): past its byte cap or deadline, or
     silent past its `quiet_seconds`, the command's tree is stopped and UntrustedDataError
-    names it (`what`), with `hint`; and what it starts ends when it ends (a child that keeps
-    its pipes open would hold the read to its deadline, a daemon would outlive wheelsmith).
+    names it (`what`), with `hint` (else TOOL_HINT); and what it starts ends when it ends (a
+    child that keeps its pipes open would hold the read to its deadline, a daemon would outlive
+    wheelsmith), unless `end_tree` is False (a server it starts on purpose: sccache, podman's).
+    Every command whose answer is waited for passes `bounds` (tests/trust/test_call_sites.py).
     A Python that fails with a traceback at the end of its output: the message names its
     exception and where it was raised (`python_error`), unless `python_errors` is False (the
     build, whose compiler's error comes first).
@@ -186,7 +189,8 @@ def run(
             returncode, stdout, stderr, tail = _run_streaming(args, cwd, env, log_file, on_line)
         else:
             returncode, stdout, stderr, tail = _run_captured(
-                args, cwd, env, log_file, bounds=bounds, subject=(what or render(args), hint))
+                args, cwd, env, log_file, bounds=bounds, alone=bounds is not None and end_tree,
+                subject=(what or render(args), hint or TOOL_HINT))
     except OSError as exc:  # not a program (exec format error), not permitted, ...
         raise error(f"{what or args[0]} could not start: {exc.strerror or exc}", tail=[],
                     returncode=127, log_file=log_path) from exc
@@ -339,11 +343,12 @@ def _run_captured(
     log_file: IO[str] | None,
     *,
     bounds: Bounds | None,
+    alone: bool,
     subject: tuple[str, str | None],
 ) -> tuple[int, str, str, list[str]]:
     limits = bounds or UNBOUNDED
     deadline = time.monotonic() + limits.seconds
-    with _started(args, cwd, env, capture=True, alone=bounds is not None) as proc:
+    with _started(args, cwd, env, capture=True, alone=alone) as proc:
         assert proc.stdout is not None
         assert proc.stderr is not None
         out, err = _read_pipes((proc.stdout.fileno(), proc.stderr.fileno()), limits, subject)

@@ -42,6 +42,7 @@ from wheelsmith import cmd, procs
 from wheelsmith.build.compilecache import compiler_launchers
 from wheelsmith.errors import CommandError, UsageError
 from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.untrusted import TOOL_MAX_BYTES, Bounds
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,8 @@ class Session:
         exit code not in `ok`."""
         done = cmd.run(["timeout", "--kill-after=2", f"{seconds:g}", str(self.farm.sccache),
                         *args], cwd=self.work, env={**os.environ, **self.env()}, stream=False,
-                       ok_returncodes=ANY, what=f"sccache {args[0]}")
+                       ok_returncodes=ANY, what=f"sccache {args[0]}",
+                       bounds=Bounds(TOOL_MAX_BYTES, seconds + 10), end_tree=False)
         if done.returncode in ok:
             return done
         late = f" (no answer within {seconds:g} s)" if done.returncode in TIMED_OUT else ""

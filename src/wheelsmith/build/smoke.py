@@ -19,6 +19,7 @@ from wheelsmith import cmd, locations
 from wheelsmith.arch import ArchSet
 from wheelsmith.errors import VerifyError
 from wheelsmith.inventory import is_shared_object
+from wheelsmith.untrusted import LONG, tool_bounds
 
 log = logging.getLogger(__name__)
 
@@ -58,5 +59,6 @@ def smoke_test(wheel: Path, *, python: Sequence[str | Path], pip: Sequence[str |
                                   if path.is_file() and is_shared_object(path.name))
         result = cmd.run([*python, SMOKE_SCRIPT, json.dumps(spec)], cwd=scratch,
                          env=env, log_file=log_file, log_path=log_path,
-                         what=f"the smoke test of {wheel.name}", error=VerifyError)
+                         what=f"the smoke test of {wheel.name}", error=VerifyError,
+                         bounds=tool_bounds(LONG))
     return result.stdout

@@ -30,6 +30,7 @@ from wheelsmith.untrusted import (
     Node,
     parse_json,
     too_slow,
+    tool_bounds,
 )
 from wheelsmith.untrusted.addresses import WEB, redact
 from wheelsmith.untrusted.urls import read_url
@@ -137,7 +138,7 @@ def package_index() -> PackageIndex:
 def _ask_pip(pip_environment: tuple[tuple[str, str], ...]) -> PackageIndex:  # noqa: ARG001 - the cache key
     what = "pip (asked which index it uses)"
     result = cmd.run([sys.executable, PIP_INDEX_SCRIPT], stream=False, error=SourceError,
-                     what=what)
+                     what=what, bounds=tool_bounds())
     answer = parse_json((result.stdout.strip().splitlines() or [""])[-1], what)
     url, origin = answer["index_url"].text(), answer["origin"].text()
     log.info("package index: %s (%s)", url, origin)

@@ -46,6 +46,7 @@ from wheelsmith.toolchain.profile import (
     applying,
     load_profile,
 )
+from wheelsmith.untrusted import LONG, tool_bounds
 from wheelsmith.untrusted.local import open_zip
 
 log = logging.getLogger(__name__)
@@ -275,10 +276,11 @@ def _pip_metadata_only(argv: list[str | Path], what: str) -> cmd.Completed:
     considers (torch with its CUDA libraries: about 4 GB into the temporary folder, each time).
     A pip that no longer knows the feature runs it the plain way."""
     result = cmd.run([*argv[:4], _FAST_DEPS, *argv[4:]], stream=False,
-                     ok_returncodes=range(256), what=what)
+                     ok_returncodes=range(256), what=what, bounds=tool_bounds(LONG))
     output = result.stderr + result.stdout
     if result.returncode != 0 and "invalid choice" in output and "fast-deps" in output:
-        result = cmd.run(argv, stream=False, ok_returncodes=range(256), what=what)
+        result = cmd.run(argv, stream=False, ok_returncodes=range(256), what=what,
+                         bounds=tool_bounds(LONG))
     return result
 
 
