@@ -21,7 +21,8 @@ FOUNDATION = {"wheelsmith", "wheelsmith.__init__", "wheelsmith.arch", "wheelsmit
               "wheelsmith.untrusted.urls", "wheelsmith.untrusted.web",
               "wheelsmith.untrusted.addresses", "wheelsmith.untrusted.text",
               "wheelsmith.untrusted.local", "wheelsmith.untrusted.provenance",
-              "wheelsmith.untrusted.connections", "wheelsmith.untrusted.ziplayout"}
+              "wheelsmith.untrusted.connections", "wheelsmith.untrusted.ziplayout",
+              "wheelsmith.untrusted.redaction"}
 # What each part may import besides itself (docs/architecture.md, "What may import what").
 ALLOWED = {
     "foundation": set(),

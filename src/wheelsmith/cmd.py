@@ -1,7 +1,7 @@
 """The only subprocess wrapper.
 
 It echoes `+ command` to the log, streams every output line to the log (and to an optional
-log file and line callback), and on failure raises with the tail of the output attached.
+log file, secrets hidden, and line callback), and on failure raises with the output's tail.
 
 Every command runs under a supervisor (`resources/supervise.py`) in a session of its own: it
 dies with wheelsmith, even with a SIGKILL, and takes the command's whole tree (compilers
@@ -33,6 +33,7 @@ from typing import IO
 from wheelsmith import procs
 from wheelsmith.errors import CommandError, WheelsmithError
 from wheelsmith.untrusted import TOOL_HINT, Bounds, too_big, too_slow
+from wheelsmith.untrusted.redaction import redacted
 from wheelsmith.untrusted.text import python_error
 
 log = logging.getLogger(__name__)
@@ -174,15 +175,14 @@ def run(
     child that keeps its pipes open would hold the read to its deadline, a daemon would outlive
     wheelsmith), unless `end_tree` is False (a server it starts on purpose: sccache, podman's).
     Every command whose answer is waited for passes `bounds` (tests/trust/test_call_sites.py).
-    A Python that fails with a traceback at the end of its output: the message names its
-    exception and where it was raised (`python_error`), unless `python_errors` is False (the
-    build, whose compiler's error comes first).
+    A Python that fails with a traceback: the message names its exception and where it was
+    raised (`python_error`), unless `python_errors` is False (the build: its compiler's first).
     """
     args = _resolve(argv, env)
     line = f"+ {render(args)}"
     log.info(line)
     if log_file is not None:
-        log_file.write(line + "\n")
+        log_file.write(redacted(line) + "\n")
         log_file.flush()
     try:
         if stream and bounds is None:
@@ -217,7 +217,7 @@ def _note_drained(returncode: int) -> None:
 def _emit(text: str, log_file: IO[str] | None, on_line: Callable[[str], None] | None) -> None:
     output_log.debug(text)
     if log_file is not None:
-        log_file.write(text + "\n")
+        log_file.write(redacted(text) + "\n")
     if on_line is not None:
         on_line(text)
 

@@ -43,6 +43,7 @@ from wheelsmith.build.compilecache import compiler_launchers
 from wheelsmith.errors import CommandError, UsageError
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.untrusted import TOOL_MAX_BYTES, Bounds
+from wheelsmith.untrusted.redaction import keep
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ def resolve(spec: str | None, *, required: bool, cache_root: Path) -> CompileFar
                          "sccache-dist scheduler",
                          hint=f"e.g. http://farm.internal:10600; the token goes in ${TOKEN_ENV}")
     token = os.environ.get(TOKEN_ENV, "")
+    keep(token)  # never shown, whatever sccache or the scheduler echoes
     if not token:
         raise UsageError(f"--compile-farm {value} needs the scheduler's client token in "
                          f"${TOKEN_ENV}", hint="the token of the scheduler's [client_auth]")

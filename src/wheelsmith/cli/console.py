@@ -21,6 +21,7 @@ import click
 
 from wheelsmith.doctor.report import missing_dependency
 from wheelsmith.errors import WheelsmithError
+from wheelsmith.untrusted.redaction import keep_environment, redacted
 from wheelsmith.untrusted.text import inert
 
 if TYPE_CHECKING:
@@ -43,23 +44,24 @@ def _elapsed(seconds: float) -> str:
 
 
 class InertStream:
-    """A text stream (stdout, stderr) whose writes reach the terminal inert: every control
-    character a terminal would obey is escaped (`untrusted.text.inert`). Text from outside
-    (a wheel's names, a server's answer, a compiler's output) reaches many writes; during a
-    command they all pass here (`inert_output`). This module's own styling (colour, the bar's
-    redraw) goes through `styled`."""
+    """A text stream (stdout, stderr) whose writes reach the terminal inert and without a
+    secret: every control character a terminal would obey is escaped (`untrusted.text.inert`),
+    every secret in play hidden (`untrusted.redaction.redacted`). Text from outside (a wheel's
+    names, a server's answer, a compiler's output) reaches many writes; during a command they
+    all pass here (`inert_output`). This module's own styling (colour, the bar's redraw) goes
+    through `styled`, which hides secrets too."""
 
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        return self._stream.write(inert(text))
+        return self._stream.write(inert(redacted(text)))
 
     def writelines(self, lines: Iterable[str]) -> None:
-        self._stream.writelines(inert(line) for line in lines)
+        self._stream.writelines(inert(redacted(line)) for line in lines)
 
     def styled(self, text: str) -> int:
-        return self._stream.write(text)
+        return self._stream.write(redacted(text))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -67,7 +69,9 @@ class InertStream:
 
 @contextlib.contextmanager
 def inert_output() -> Iterator[None]:
-    """sys.stdout and sys.stderr as InertStream while one command runs."""
+    """sys.stdout and sys.stderr as InertStream while one command runs; the values of the
+    environment's secret variables are hidden from the start (`keep_environment`)."""
+    keep_environment()
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = (s if isinstance(s, InertStream) else InertStream(s) for s in saved)
     try:

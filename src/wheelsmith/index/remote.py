@@ -34,6 +34,7 @@ from wheelsmith.untrusted import (
     web,
 )
 from wheelsmith.untrusted.addresses import redact, server_url
+from wheelsmith.untrusted.redaction import redacted
 from wheelsmith.untrusted.text import clip
 
 TIMEOUT_ENV = "WHEELSMITH_UPLOAD_TIMEOUT"
@@ -77,7 +78,7 @@ class Answer:
 
     def text(self, width: int = 300) -> str:
         """The answer as one short, printable line (tags, styles and scripts dropped)."""
-        raw = self.body.decode("utf-8", "replace")
+        raw = redacted(self.body.decode("utf-8", "replace"))  # before a cut could halve one
         raw = re.sub(r"(?is)<(style|script|title)\b.*?</\1\s*>", " ", raw)
         raw = html.unescape(re.sub(r"(?s)<[^>]*>", " ", raw))
         line = " ".join("".join(c if c.isprintable() else " " for c in raw).split())
