@@ -28,6 +28,7 @@ from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.profile import load_profile
 from wheelsmith.toolchain.tools import auditwheel_for
 from wheelsmith.toolchain.venv import ensure_profile
+from wheelsmith.untrusted import redaction
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -47,6 +48,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "make-test"))
 # token): keyring's empty backend for this process and every one it starts, unless a test
 # points keyring elsewhere (tests/index/file_keyring.py).
 os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.null.Keyring"
+
+
+@pytest.fixture(autouse=True)
+def no_secrets_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no secret kept: one command is one process, and a secret it
+    keeps (a URL's password of "0") hides text for the rest of it, not for the next test."""
+    monkeypatch.setattr(redaction, "_kept", set())
+    monkeypatch.setattr(redaction, "_known", None)
 
 
 @pytest.fixture

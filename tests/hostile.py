@@ -118,7 +118,8 @@ class HostileServer:
     """Answers every request with `answer(path)`; records the paths asked for. A context
     manager: the server and every connection it holds end when the block does."""
 
-    answer: Callable[[str], Reply]
+    answer: Callable[[str], Reply]  # given the path (with `by_head`: the request's head)
+    by_head: bool = False  # an echoing server: its answer is made from what it was sent
     requests: list[str] = field(default_factory=list)
     heads: list[str] = field(default_factory=list)  # each request's head (latin-1), in order
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -163,7 +164,7 @@ class HostileServer:
             path = request.split(b" ")[1].decode("latin-1") if request.count(b" ") >= 2 \
                 else "/"
             self.requests.append(path)
-            self._send(conn, self.answer(path))
+            self._send(conn, self.answer(head.decode("latin-1") if self.by_head else path))
         with contextlib.suppress(OSError):
             conn.close()
 

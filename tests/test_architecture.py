@@ -22,7 +22,8 @@ FOUNDATION = {"wheelsmith", "wheelsmith.__init__", "wheelsmith.arch", "wheelsmit
               "wheelsmith.untrusted.addresses", "wheelsmith.untrusted.text",
               "wheelsmith.untrusted.local", "wheelsmith.untrusted.provenance",
               "wheelsmith.untrusted.connections", "wheelsmith.untrusted.elf",
-              "wheelsmith.untrusted.markup"}
+              "wheelsmith.untrusted.markup", "wheelsmith.untrusted.ziplayout",
+              "wheelsmith.untrusted.redaction"}
 # What each part may import besides itself (docs/architecture.md, "What may import what").
 ALLOWED = {
     "foundation": set(),

@@ -1,7 +1,7 @@
 """The only subprocess wrapper.
 
 It echoes `+ command` to the log, streams every output line to the log (and to an optional
-log file and line callback), and on failure raises with the tail of the output attached.
+log file, secrets hidden, and line callback), and on failure raises with the output's tail.
 
 Every command runs under a supervisor (`resources/supervise.py`) in a session of its own: it
 dies with wheelsmith, even with a SIGKILL, and takes the command's whole tree (compilers
@@ -32,7 +32,8 @@ from typing import IO
 
 from wheelsmith import procs
 from wheelsmith.errors import CommandError, WheelsmithError
-from wheelsmith.untrusted import Bounds, too_big, too_slow
+from wheelsmith.untrusted import TOOL_HINT, Bounds, too_big, too_slow
+from wheelsmith.untrusted.redaction import redacted
 from wheelsmith.untrusted.text import python_error
 
 log = logging.getLogger(__name__)
@@ -161,32 +162,35 @@ def run(
     hint: str | None = None,
     bounds: Bounds | None = None,
     python_errors: bool = True,
+    end_tree: bool = True,
 ) -> Completed:
     """Run a command, streaming its merged output; raise `error` unless its exit code is ok.
 
     With `stream=False` stdout and stderr are kept apart (for tools whose stdout is data, such
     as cuobjdump) and the output is logged after the command ends. `hint` (what to do) goes
-    with the error. `bounds` (with `stream=False`, for a command that is not trusted and whose
-    output is parsed, such as the probe of `--python`): past its byte cap or deadline, or
+    with the error. `bounds` (a command whose answer is read: the probe of `--python`, cuobjdump,
+    a container engine; its output is then captured): past its byte cap or deadline, or
     silent past its `quiet_seconds`, the command's tree is stopped and UntrustedDataError
-    names it (`what`), with `hint`; and what it starts ends when it ends (a child that keeps
-    its pipes open would hold the read to its deadline, a daemon would outlive wheelsmith).
-    A Python that fails with a traceback at the end of its output: the message names its
-    exception and where it was raised (`python_error`), unless `python_errors` is False (the
-    build, whose compiler's error comes first).
+    names it (`what`), with `hint` (else TOOL_HINT); and what it starts ends when it ends (a
+    child that keeps its pipes open would hold the read to its deadline, a daemon would outlive
+    wheelsmith), unless `end_tree` is False (a server it starts on purpose: sccache, podman's).
+    Every command whose answer is waited for passes `bounds` (tests/trust/test_call_sites.py).
+    A Python that fails with a traceback: the message names its exception and where it was
+    raised (`python_error`), unless `python_errors` is False (the build: its compiler's first).
     """
     args = _resolve(argv, env)
     line = f"+ {render(args)}"
     log.info(line)
     if log_file is not None:
-        log_file.write(line + "\n")
+        log_file.write(redacted(line) + "\n")
         log_file.flush()
     try:
         if stream and bounds is None:
             returncode, stdout, stderr, tail = _run_streaming(args, cwd, env, log_file, on_line)
         else:
             returncode, stdout, stderr, tail = _run_captured(
-                args, cwd, env, log_file, bounds=bounds, subject=(what or render(args), hint))
+                args, cwd, env, log_file, bounds=bounds, alone=bounds is not None and end_tree,
+                subject=(what or render(args), hint or TOOL_HINT))
     except OSError as exc:  # not a program (exec format error), not permitted, ...
         raise error(f"{what or args[0]} could not start: {exc.strerror or exc}", tail=[],
                     returncode=127, log_file=log_path) from exc
@@ -213,7 +217,7 @@ def _note_drained(returncode: int) -> None:
 def _emit(text: str, log_file: IO[str] | None, on_line: Callable[[str], None] | None) -> None:
     output_log.debug(text)
     if log_file is not None:
-        log_file.write(text + "\n")
+        log_file.write(redacted(text) + "\n")
     if on_line is not None:
         on_line(text)
 
@@ -339,11 +343,12 @@ def _run_captured(
     log_file: IO[str] | None,
     *,
     bounds: Bounds | None,
+    alone: bool,
     subject: tuple[str, str | None],
 ) -> tuple[int, str, str, list[str]]:
     limits = bounds or UNBOUNDED
     deadline = time.monotonic() + limits.seconds
-    with _started(args, cwd, env, capture=True, alone=bounds is not None) as proc:
+    with _started(args, cwd, env, capture=True, alone=alone) as proc:
         assert proc.stdout is not None
         assert proc.stderr is not None
         out, err = _read_pipes((proc.stdout.fileno(), proc.stderr.fileno()), limits, subject)

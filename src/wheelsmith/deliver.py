@@ -22,6 +22,7 @@ from wheelsmith.index.rules import Advice
 from wheelsmith.recipes.model import Recipe
 from wheelsmith.recipes.repos import resolve_recipe
 from wheelsmith.toolchain.target import Target
+from wheelsmith.untrusted import LONG, tool_bounds
 
 
 def install_file(target: Target, wheel: Path) -> None:
@@ -46,7 +47,8 @@ def check_imports(target: Target, recipe: Recipe) -> tuple[str, ...]:
     """Import the package's modules in the target environment (torch first, as it would)."""
     spec = {"imports": list(recipe.smoke_imports), "gpu": None, "archs": "", "sass": []}
     result = cmd.run([target.python, SMOKE_SCRIPT, json.dumps(spec)], stream=False,
-                     error=VerifyError, what=f"import of {recipe.name} in {target.python}")
+                     error=VerifyError, what=f"import of {recipe.name} in {target.python}",
+                     bounds=tool_bounds(LONG))
     return tuple(line.removeprefix("imported ") for line in result.stdout.splitlines()
                  if line.startswith("imported "))
 

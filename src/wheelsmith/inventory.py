@@ -17,7 +17,7 @@ from pathlib import Path
 from wheelsmith import cmd
 from wheelsmith.arch import Arch
 from wheelsmith.errors import CommandError, VerifyError
-from wheelsmith.untrusted import clip
+from wheelsmith.untrusted import clip, tool_bounds
 from wheelsmith.untrusted.local import open_zip
 from wheelsmith.wheelfile import ZIP_DAMAGE
 
@@ -62,7 +62,8 @@ def read_device_code(so: Path, cuobjdump: Path, name: str | None = None) -> Devi
     shown = name or str(so)
     try:
         result = cmd.run([cuobjdump, "--list-elf", "--list-ptx", so], stream=False,
-                         ok_returncodes=(0, NO_DEVICE_CODE), what="cuobjdump")
+                         ok_returncodes=(0, NO_DEVICE_CODE), what=f"cuobjdump ({cuobjdump})",
+                         bounds=tool_bounds())
     except CommandError as exc:
         raise _unreadable(shown, so, exc.tail or [exc.message]) from exc
     if result.returncode == NO_DEVICE_CODE and "does not contain device code" not in result.stderr:

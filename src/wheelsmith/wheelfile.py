@@ -307,7 +307,7 @@ def rewrite(
 ) -> None:
     """Write `src` as the wheel `name` to `dst`: renamed .dist-info, its files named in `edits`
     (METADATA, WHEEL) edited, `extra` files added to it, and a fresh RECORD."""
-    with zipfile.ZipFile(src) as zin:
+    with open_zip(src) as zin:
         old_info = dist_info_dir(zin.namelist())
         new_info = f"{re.sub(r'[-_.]+', '_', name.name)}-{name.version}.dist-info"
         contents: dict[str, bytes] = {}

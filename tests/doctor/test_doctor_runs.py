@@ -22,7 +22,7 @@ from tests.doctor import envs
 from tests.doctor.envs import STAND_INS, site
 from wheelsmith import locations
 from wheelsmith.arch import parse_arch
-from wheelsmith.cli import console
+from wheelsmith.cli import doctor_view
 from wheelsmith.doctor import fastpath, judge
 from wheelsmith.doctor.examine import examine
 from wheelsmith.doctor.fastpath import ModelView, Need, model_type_of
@@ -432,7 +432,7 @@ def test_a_missing_dependency_is_said_once_and_installed_not_the_package_again()
         "(ModuleNotFoundError: No module named 'einops'): models fall back to slow PyTorch code"]
     assert report.fixes == ["pip install einops   # fla imports einops, which is not installed"]
     out = io.StringIO()
-    console.render_doctor(report, out)
+    doctor_view.render_doctor(report, out)
     assert ("fast path: fla DOES NOT IMPORT (einops is missing), causal_conv1d ok, mamba_ssm not "
             "installed, flash_attn not installed\n") in out.getvalue()
     assert "fla ok" not in out.getvalue()

@@ -24,7 +24,7 @@ from wheelsmith import cmd
 from wheelsmith.arch import ArchSet, parse_arch
 from wheelsmith.build.compile import offline_prefix
 from wheelsmith.build.verify import check, findings
-from wheelsmith.cli import console
+from wheelsmith.cli import doctor_view
 from wheelsmith.doctor.examine import examine
 from wheelsmith.doctor.fastpath import ModelView
 from wheelsmith.doctor.judge import knowledge
@@ -103,7 +103,7 @@ def test_doctor_with_a_model_type_it_cannot_examine_never_says_healthy() -> None
     assert not report.healthy  # ... but the question asked was not examined
     assert report.as_dict()["healthy"] is False
     shown = io.StringIO()
-    console.render_doctor(report, shown)
+    doctor_view.render_doctor(report, shown)
     assert "healthy" not in shown.getvalue()
     assert "model    not examined: unknown model type 'nonsense'\n" in shown.getvalue()
 

@@ -26,7 +26,7 @@ from tests.hostile import (
     run_bounded,
 )
 from tests.wheels import make_wheel
-from wheelsmith import numbers
+from wheelsmith import numbers, untrusted
 from wheelsmith.build import resume
 from wheelsmith.cli import main
 from wheelsmith.cli._common import Number
@@ -150,7 +150,9 @@ def test_the_real_cli_refuses_a_drain_without_its_limit_or_as_long_as_it(
 ENV_NUMBERS = [(remote.TIMEOUT_ENV, remote.TIMEOUT_BOUNDS, remote.timeout),
                (resume.KEEP_DAYS_ENV, resume.KEEP_DAYS_BOUNDS,
                 lambda: numbers.from_env(resume.KEEP_DAYS_ENV, resume.KEEP_DAYS,
-                                         resume.KEEP_DAYS_BOUNDS))]
+                                         resume.KEEP_DAYS_BOUNDS)),
+               (untrusted.TOOL_TIMEOUT_ENV, untrusted.TOOL_TIMEOUT_BOUNDS,
+                lambda: untrusted.tool_bounds().seconds)]
 
 
 @pytest.mark.parametrize(("name", "bounds", "read"), ENV_NUMBERS,

@@ -22,6 +22,7 @@ from tests.hostile import (
     NOT_HTTP_MODES,
     NOT_HTTP_SAID,
     QUICK_NOT_HTTP,
+    SLOW_HINT,
     HostileServer,
     Reply,
     assert_orderly,
@@ -45,10 +46,10 @@ EXPECTED = {  # what publish --to says (after `error: `) of a server that answer
     "redirect loop": (f"no simple index at {SIMPLE}: HTTP 302", REFUSED),
     "html page": (f"{SIMPLE}demo-ext/: answered an HTML page that links no files, not a PEP "
                   "503 project page", MALFORMED),  # refused before anything is uploaded
-    "never answers": (f"{SIMPLE}: sent nothing for 2 s", MALFORMED),
-    "drips a byte a second": (f"{SIMPLE}: did not finish answering within 10 s", MALFORMED),
+    "never answers": (f"{SIMPLE}: did not finish answering within 2 s", MALFORMED),
+    "drips a byte a second": (f"{SIMPLE}: did not finish answering within 2 s", MALFORMED),
     "huge body": (f"{SIMPLE}: answered more than 64 MiB", MALFORMED),
-    **{mode: (f"{SIMPLE}: {said.format(seconds=10)}\n{hint}", MALFORMED)
+    **{mode: (f"{SIMPLE}: {said.format(seconds=2)}\n{hint}", MALFORMED)
        for mode, (said, hint) in NOT_HTTP_SAID.items()},
 }
 ENV = {"WHEELSMITH_UPLOAD_TIMEOUT": "2", "WHEELSMITH_UPLOAD_TOKEN": "t0k3n"}
@@ -56,7 +57,7 @@ ENV = {"WHEELSMITH_UPLOAD_TIMEOUT": "2", "WHEELSMITH_UPLOAD_TOKEN": "t0k3n"}
 
 @pytest.mark.parametrize("mode", sorted(EXPECTED))
 def test_publish_to_a_hostile_server_ends_in_order(tmp_path: Path, mode: str) -> None:
-    """Within its bound: five times $WHEELSMITH_UPLOAD_TIMEOUT for an exchange, whatever the
+    """Within its bound: $WHEELSMITH_UPLOAD_TIMEOUT for a read of the index, whatever the
     server drips, stalls or repeats (endless `100 Continue`)."""
     wheel = make_wheel(tmp_path, "demo-ext", "1.0.0", tags="py3-none-any")
     modes = {**HOSTILE_MODES, **NOT_HTTP_MODES}
@@ -71,6 +72,34 @@ def test_publish_to_a_hostile_server_ends_in_order(tmp_path: Path, mode: str) ->
         "error: " + said.format(url=server.url, channel=CHANNEL, wheel=wheel.name)
     ), outcome.describe()
     assert "t0k3n" not in outcome.stdout + outcome.stderr
+
+
+def _listing_drips(seconds: float) -> Callable[[str], Reply]:
+    """An index whose root answers at once and whose project page drips one byte every
+    `seconds`: no read of it is ever quiet for long."""
+    def reply(path: str) -> Reply:
+        if path.endswith("/simple/"):
+            return Reply(200, b'{"meta": {"api-version": "1.0"}, "projects": []}')
+        return Reply(200, b'{"meta": {"api-version": "1.0"}, "files": []}', drip=seconds)
+    return reply
+
+
+def test_a_listing_dripped_a_byte_at_a_time_ends_at_its_deadline_in_one_line(
+        tmp_path: Path) -> None:
+    """The project's page, one byte a second: publish stops at the read's deadline
+    ($WHEELSMITH_UPLOAD_TIMEOUT, the whole read), not at five times it, and says so in one
+    line; nothing is uploaded."""
+    wheel = make_wheel(tmp_path, "demo-ext", "1.0.0", tags="py3-none-any")
+    env = {**os.environ, **ENV, "WHEELSMITH_UPLOAD_TIMEOUT": "3"}
+    with HostileServer(_listing_drips(1.0)) as server:
+        outcome = run_bounded("publish", "--to", f"{server.url}/{{channel}}/", "--channel",
+                              CHANNEL, str(wheel), cwd=tmp_path, env=env, seconds=60)
+    assert_orderly(outcome, seconds=8)
+    assert outcome.returncode == MALFORMED, outcome.describe()
+    assert outcome.stderr.splitlines() == [
+        f"error: {server.url}/{CHANNEL}/simple/demo-ext/: did not finish answering within 3 s",
+        SLOW_HINT], outcome.describe()
+    assert server.requests == [f"/{CHANNEL}/simple/", f"/{CHANNEL}/simple/demo-ext/"]
 
 
 def test_publish_to_where_nothing_answers_names_the_url(tmp_path: Path) -> None:

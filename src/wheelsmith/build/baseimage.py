@@ -25,6 +25,7 @@ from wheelsmith.build import container
 from wheelsmith.errors import ToolchainError
 from wheelsmith.files import atomic_write_text
 from wheelsmith.toolchain.profile import Profile
+from wheelsmith.untrusted import LONG, tool_bounds
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,8 @@ def toolkit_base(engine: container.Engine, profile: Profile) -> Pin:
 
 def _lock_named(engine: container.Engine, key: str, ref: str) -> Pin:
     pulled = cmd.run([engine.exe, "pull", "--quiet", ref], stream=False,
-                     ok_returncodes=range(256), what=f"{engine.name} pull {ref}")
+                     ok_returncodes=range(256), what=f"{engine.name} pull {ref}",
+                     bounds=tool_bounds(LONG), end_tree=False)
     info = container.inspect(engine, ref)
     digest = _digest(info or {}) if pulled.returncode == 0 else None
     if digest is not None:
@@ -162,7 +164,8 @@ def _move_from_other(engine: container.Engine, ref: str, image_id: str) -> str |
 def lock_on_first_use(engine: container.Engine, release: str) -> Pin:
     tag = UPSTREAM.format(release=release)
     pulled = cmd.run([engine.exe, "pull", "--quiet", tag], stream=False,
-                     ok_returncodes=range(256), what=f"{engine.name} pull {tag}")
+                     ok_returncodes=range(256), what=f"{engine.name} pull {tag}",
+                     bounds=tool_bounds(LONG), end_tree=False)
     if pulled.returncode == 0:
         digest = _digest(container.inspect(engine, tag) or {})
         if digest is not None:

@@ -42,6 +42,8 @@ from wheelsmith import cmd, procs
 from wheelsmith.build.compilecache import compiler_launchers
 from wheelsmith.errors import CommandError, UsageError
 from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.untrusted import TOOL_MAX_BYTES, Bounds
+from wheelsmith.untrusted.redaction import keep
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,7 @@ def resolve(spec: str | None, *, required: bool, cache_root: Path) -> CompileFar
                          "sccache-dist scheduler",
                          hint=f"e.g. http://farm.internal:10600; the token goes in ${TOKEN_ENV}")
     token = os.environ.get(TOKEN_ENV, "")
+    keep(token)  # never shown, whatever sccache or the scheduler echoes
     if not token:
         raise UsageError(f"--compile-farm {value} needs the scheduler's client token in "
                          f"${TOKEN_ENV}", hint="the token of the scheduler's [client_auth]")
@@ -174,7 +177,8 @@ class Session:
         exit code not in `ok`."""
         done = cmd.run(["timeout", "--kill-after=2", f"{seconds:g}", str(self.farm.sccache),
                         *args], cwd=self.work, env={**os.environ, **self.env()}, stream=False,
-                       ok_returncodes=ANY, what=f"sccache {args[0]}")
+                       ok_returncodes=ANY, what=f"sccache {args[0]}",
+                       bounds=Bounds(TOOL_MAX_BYTES, seconds + 10), end_tree=False)
         if done.returncode in ok:
             return done
         late = f" (no answer within {seconds:g} s)" if done.returncode in TIMED_OUT else ""

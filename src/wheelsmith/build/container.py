@@ -31,11 +31,18 @@ from packaging.version import Version
 
 import wheelsmith
 from wheelsmith import cmd
-from wheelsmith.errors import CommandError, CompileError, ToolchainError, UsageError
+from wheelsmith.errors import (
+    CommandError,
+    CompileError,
+    ToolchainError,
+    UntrustedDataError,
+    UsageError,
+)
 from wheelsmith.recipes import repos
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.profile import Profile
 from wheelsmith.toolchain.target import refuse_free_threaded
+from wheelsmith.untrusted import LONG, tool_bounds
 
 log = logging.getLogger(__name__)
 
@@ -89,18 +96,26 @@ def detect(choice: str) -> Engine | None:
         return None
     for name in ENGINES if choice == "auto" else (choice,):
         exe = shutil.which(name)
-        if exe is None:
-            reason = "not installed"
-        else:
-            answer = cmd.run([exe, "info"], stream=False, ok_returncodes=range(256), what=name)
-            if answer.returncode == 0:
-                return Engine(name, exe)
-            reason = (answer.stderr.strip().splitlines() or ["no answer"])[-1]
+        reason = "not installed" if exe is None else _not_working(name, exe)
+        if exe is not None and reason is None:
+            return Engine(name, exe)
         if choice != "auto":
             raise UsageError(f"--runner {name}: the {name} engine does not work here: {reason}",
                              hint="use --runner host, or --runner auto to pick what works")
         log.info("%s is not usable: %s", name, reason)
     return None
+
+
+def _not_working(name: str, exe: str) -> str | None:
+    """Why the engine at `exe` does not work (`info` fails or hangs), or None."""
+    try:
+        answer = cmd.run([exe, "info"], stream=False, ok_returncodes=range(256), what=name,
+                         bounds=tool_bounds(), end_tree=False)
+    except UntrustedDataError as exc:
+        return exc.problem
+    if answer.returncode == 0:
+        return None
+    return (answer.stderr.strip().splitlines() or ["no answer"])[-1]
 
 
 def image_ref(profile: Profile, python: str = IMAGE_PYTHON) -> str:
@@ -123,7 +138,8 @@ def base_for(python: str) -> str:
 
 def inspect(engine: Engine, ref: str) -> dict[str, Any] | None:
     result = cmd.run([engine.exe, "image", "inspect", ref], stream=False,
-                     ok_returncodes=range(256), what=f"{engine.name} image inspect")
+                     ok_returncodes=range(256), what=f"{engine.name} image inspect",
+                     bounds=tool_bounds(), end_tree=False)
     if result.returncode != 0:
         return None
     data = json.loads(result.stdout)
@@ -213,7 +229,8 @@ def superseded(engine: Engine, profile: Profile, python: str) -> list[str]:
     current = image_ref(profile, python)
     repository, _, tag = current.rpartition("-")[0].partition(":")
     listed = cmd.run([engine.exe, "images", "--format", "{{.Repository}}:{{.Tag}}", repository],
-                     stream=False, ok_returncodes=range(256), what=f"{engine.name} images")
+                     stream=False, ok_returncodes=range(256), what=f"{engine.name} images",
+                     bounds=tool_bounds(), end_tree=False)
     pattern = re.compile(rf"{re.escape(repository)}:{re.escape(tag)}-[0-9a-f]{{12}}")
     return [ref for ref in listed.stdout.split() if pattern.fullmatch(ref) and ref != current]
 
@@ -245,10 +262,10 @@ def buildkit_problem(engine: Engine) -> str | None:
     it; one older than 23 has BuildKit built in (DOCKER_BUILDKIT=1); a newer one without buildx
     has only the legacy builder, which cannot build the Dockerfile."""
     if cmd.run([engine.exe, "buildx", "version"], stream=False, ok_returncodes=range(256),
-               what="docker buildx version").returncode == 0:
+               what="docker buildx version", bounds=tool_bounds()).returncode == 0:
         return None
     shown = cmd.run([engine.exe, "version", "--format", "{{.Client.Version}}"], stream=False,
-                    ok_returncodes=range(256), what="docker version")
+                    ok_returncodes=range(256), what="docker version", bounds=tool_bounds())
     version = shown.stdout.strip()
     major = version.split(".", 1)[0]
     if major.isdigit() and int(major) < BUILDKIT_BUILT_IN_BEFORE:
@@ -273,7 +290,8 @@ def toolchain_in(engine: Engine, image: str, profile: Profile) -> Toolchain:
     result = cmd.run([engine.exe, "run", "--rm", *engine.common(), "--network=none",
                       *_current_code(),
                       *_wheelsmith_in_image(image, "toolchain", "ensure", profile.name)],
-                     stream=False, error=ToolchainError, what="the toolchain probe in the image")
+                     stream=False, error=ToolchainError, what="the toolchain probe in the image",
+                     bounds=tool_bounds(LONG), end_tree=False)
     info = json.loads(result.stdout)
     return Toolchain(name=profile.name, python=Path(info["python_path"]),
                      python_version=info["python"], cuda_home=Path(info["cuda_home"]),

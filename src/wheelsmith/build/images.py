@@ -32,6 +32,7 @@ from wheelsmith.build.container import (
 from wheelsmith.errors import ToolchainError
 from wheelsmith.toolchain.profile import Profile
 from wheelsmith.toolchain.venv import MARKER, same_pins, venv_root
+from wheelsmith.untrusted import LONG, tool_bounds
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,8 @@ def _venvs_in(engine: Engine, image: str) -> dict[str, str]:
     """venv name -> its requirements file, for the complete venvs in the image."""
     result = cmd.run([engine.exe, "run", "--rm", *engine.common(), "--network=none",
                       "--entrypoint", "sh", image, "-c", _LIST_VENVS], stream=False,
-                     ok_returncodes=range(256), what=f"the venvs in {image}")
+                     ok_returncodes=range(256), what=f"the venvs in {image}",
+                     bounds=tool_bounds(LONG), end_tree=False)
     found: dict[str, str] = {}
     name = None
     for line in result.stdout.splitlines():

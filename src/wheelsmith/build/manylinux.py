@@ -41,6 +41,7 @@ from packaging.utils import canonicalize_name
 
 from wheelsmith import cmd
 from wheelsmith.errors import CommandError
+from wheelsmith.untrusted import tool_bounds
 from wheelsmith.wheelfile import WheelName
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ def show(wheel: Path, auditwheel: Path) -> dict[str, Any]:
         try:
             result = cmd.run([auditwheel, "show", "--json", "--ldpaths", nothing, wheel],
                              env=_without("AUDITWHEEL_LD_LIBRARY_PATH"), stream=False,
-                             what="auditwheel show")
+                             what=f"auditwheel show ({auditwheel})", bounds=tool_bounds())
         except CommandError as exc:
             raise _Undetermined(exc.message + "".join(f": {line}" for line in exc.tail[-1:])
                                 ) from exc

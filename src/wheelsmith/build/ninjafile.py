@@ -20,11 +20,13 @@ Standard library only: it runs inside the package's build, in the launcher's Pyt
 from __future__ import annotations
 
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 HOST = "compile"
 CUDA = "cuda_compile"
+_DRY_RUN_STEP_RE = re.compile(r"^\[\d+/(\d+)\]", re.MULTILINE)
 _STATEMENT_RE = re.compile(
     r"^build ((?:[^\s$:]|\$.)+): (cuda_compile|compile|(?:CUDA|CXX|C)_COMPILER__\S*) "
     r"((?:[^\s$]|\$.)+)", re.MULTILINE)
@@ -108,3 +110,26 @@ def host_libraries(ninja_text: str) -> list[str]:
     return [Path(unescape(m[1])).name.split(".so")[0] + ".so"  # its version dropped
             for m in _LINK_RE.finditer(ninja_text)
             if not cuda & {unescape(i) for i in m[2].split()}]
+
+
+DRY_RUN_S = 300.0  # ninja's dry run of a build.ninja: it compiles nothing
+
+
+def already_built(real: str, argv: list[str], ninja_file: Path) -> str | None:
+    """`K/N objects already built` when an unfinished build left K of the N compiles done
+    (resume.py), else None. ninja's own dry run says what it will compile: an object whose
+    compiler did not exit 0 has no entry in .ninja_log and is compiled again. A dry run past
+    DRY_RUN_S says nothing either (the build then compiles what ninja finds to do)."""
+    if not (ninja_file.parent / ".ninja_log").is_file():
+        return None
+    total = sum(count_units(ninja_file.read_text(errors="replace")))
+    try:
+        dry = subprocess.run([real, "-n", *argv], capture_output=True, text=True,  # noqa: TID251 - inside the package's build, stdlib only
+                             check=False, timeout=DRY_RUN_S)
+    except subprocess.TimeoutExpired:
+        return None
+    if dry.returncode != 0:
+        return None
+    steps = _DRY_RUN_STEP_RE.search(dry.stdout)
+    done = total - (int(steps[1]) if steps else 0)
+    return f"{done}/{total} objects already built" if 0 < done <= total else None

@@ -31,7 +31,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
@@ -58,7 +57,6 @@ _ARCH_PTX_RE = re.compile(r"(?:^|\s)-arch[= ]compute_(\d+[af]?)(?=\s|$)")
 _GIVEN_SPLIT_RE = re.compile(r"(?:^|\s)--?split-compile[= ](\d+)")
 PLAN_LINE = "wheelsmith plan: "
 RESUME_LINE = "wheelsmith resume: "
-_DRY_RUN_STEP_RE = re.compile(r"^\[\d+/(\d+)\]", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +89,7 @@ def gencode_targets(ninja_text: str) -> Targets:
 
 extension_name = ninjafile.extension_name
 count_units = ninjafile.count_units
+already_built = ninjafile.already_built
 
 
 def missing_sources(ninja_text: str, directory: Path) -> list[str]:
@@ -336,21 +335,6 @@ def wrapper_script(python: str, real_ninja: str) -> str:
     return (f"#!/bin/sh\n# wheelsmith pre-build check, then the real ninja\n"
             f"{REAL_NINJA}={shlex.quote(real_ninja)} exec {shlex.quote(python)} -I -c "
             f"{shlex.quote(code)} \"$@\"\n")
-
-
-def already_built(real: str, argv: list[str], ninja_file: Path) -> str | None:
-    """`K/N objects already built` when an unfinished build left K of the N compiles done
-    (resume.py), else None. ninja's own dry run says what it will compile: an object whose
-    compiler did not exit 0 has no entry in .ninja_log and is compiled again."""
-    if not (ninja_file.parent / ".ninja_log").is_file():
-        return None
-    total = sum(count_units(ninja_file.read_text(errors="replace")))
-    dry = subprocess.run([real, "-n", *argv], capture_output=True, text=True, check=False)  # noqa: TID251 - a launcher inside the package's build, stdlib only
-    if dry.returncode != 0:
-        return None
-    steps = _DRY_RUN_STEP_RE.search(dry.stdout)
-    done = total - (int(steps[1]) if steps else 0)
-    return f"{done}/{total} objects already built" if 0 < done <= total else None
 
 
 def planned_jobs(argv: list[str], ninja_text: str, environ: Mapping[str, str]) -> list[str]:

@@ -26,6 +26,7 @@ from wheelsmith.build import modules
 from wheelsmith.errors import VerifyError
 from wheelsmith.inventory import is_shared_object
 from wheelsmith.toolchain.overlay import LeftOut
+from wheelsmith.untrusted import LONG, tool_bounds
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,8 @@ def smoke_test(wheel: Path, *, python: Sequence[str | Path], pip: Sequence[str |
         result = cmd.run([*python, SMOKE_SCRIPT, json.dumps(spec)], cwd=scratch,
                          env=env, log_file=log_file, log_path=log_path,
                          ok_returncodes=(0, IMPORTS_FAILED), hint=_import_hint(left_out),
-                         what=f"the smoke test of {wheel.name}", error=VerifyError)
+                         what=f"the smoke test of {wheel.name}", error=VerifyError,
+                         bounds=tool_bounds(LONG))
     if result.returncode == IMPORTS_FAILED:
         raise _failed_imports(wheel, scratch, len(spec["extensions"]), log_path)
     return result.stdout

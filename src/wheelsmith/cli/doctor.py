@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from wheelsmith.arch import Arch
-from wheelsmith.cli import console
+from wheelsmith.cli import doctor_view
 from wheelsmith.cli._common import (
     SECONDS,
     emit_json,
@@ -88,7 +88,7 @@ def doctor(arch_value: str | None, index_url: str, python: Path, need: tuple[str
         return
     report.own_python = click.get_current_context().get_parameter_source(
         "python") is click.core.ParameterSource.DEFAULT
-    console.render_doctor(report)
+    doctor_view.render_doctor(report)
     if bad_input is not None:
         raise bad_input
     if not report.healthy:

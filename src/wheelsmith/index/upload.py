@@ -36,6 +36,7 @@ from wheelsmith.index.remote import Auth
 from wheelsmith.recipes.simple import PageFile
 from wheelsmith.untrusted import local
 from wheelsmith.untrusted.addresses import given_url
+from wheelsmith.untrusted.redaction import keep, keep_header
 from wheelsmith.wheelfile import WheelName
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,16 @@ class Server:
 def credentials(upload_url: str, env: Mapping[str, str] = os.environ) -> Auth | None:
     """$WHEELSMITH_UPLOAD_TOKEN (user $WHEELSMITH_UPLOAD_USER, default __token__), else
     $TWINE_PASSWORD (user $TWINE_USERNAME), else the keyring's entry for the upload URL
-    (when the keyring package is installed); None: upload without credentials."""
+    (when the keyring package is installed); None: upload without credentials. Whichever it
+    is is never shown from here on, nor its Authorization header (`redaction`)."""
+    auth = _credentials(upload_url, env)
+    if auth is not None:
+        keep(auth.password)
+        keep_header("Authorization", auth.header())
+    return auth
+
+
+def _credentials(upload_url: str, env: Mapping[str, str]) -> Auth | None:
     if env.get(TOKEN_ENV):
         return Auth(env.get(USER_ENV) or DEFAULT_USER, env[TOKEN_ENV], TOKEN_ENV)
     if env.get("TWINE_PASSWORD"):

@@ -35,7 +35,7 @@ from wheelsmith.recipes.sources import (
     describe_source,
 )
 from wheelsmith.recipes.unpack import unpack
-from wheelsmith.untrusted import Bounds
+from wheelsmith.untrusted import Bounds, tool_bounds
 from wheelsmith.untrusted.addresses import redact
 from wheelsmith.untrusted.urls import copy_url
 
@@ -231,7 +231,8 @@ def checkout(source: GitSource, dest: Path, cache: Path) -> Path:
     _git("clone", "--quiet", "--no-checkout", str(mirror), str(root))
     _git("-C", str(root), "checkout", "--quiet", "--detach", source.commit)
     _git("-C", str(root), "submodule", "update", "--init", "--recursive", "--quiet")
-    head = cmd.run(["git", "-C", root, "rev-parse", "HEAD"], stream=False).stdout.strip()
+    head = cmd.run(["git", "-C", root, "rev-parse", "HEAD"], stream=False,
+                   bounds=tool_bounds()).stdout.strip()
     if head != source.commit:
         raise SourceError(f"checked out {head}, expected {source.commit}")
     return root
@@ -263,11 +264,12 @@ def _check_tag(mirror: Path, source: GitSource) -> None:
 
 def _tag_commit(repo: Path, tag: str) -> str | None:
     result = cmd.run(["git", "-C", repo, "rev-parse", "--verify", "--quiet",
-                      f"refs/tags/{tag}^{{commit}}"], stream=False, ok_returncodes=(0, 1, 128))
+                      f"refs/tags/{tag}^{{commit}}"], stream=False, ok_returncodes=(0, 1, 128),
+                     bounds=tool_bounds())
     return result.stdout.strip() if result.returncode == 0 else None
 
 
 def _has_commit(repo: Path, commit: str) -> bool:
     result = cmd.run(["git", "-C", repo, "cat-file", "-e", f"{commit}^{{commit}}"],
-                     stream=False, ok_returncodes=(0, 1, 128))
+                     stream=False, ok_returncodes=(0, 1, 128), bounds=tool_bounds())
     return result.returncode == 0

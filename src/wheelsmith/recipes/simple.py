@@ -38,6 +38,7 @@ from wheelsmith.untrusted import (
     name_problem,
     parse_json,
     too_slow,
+    tool_bounds,
 )
 from wheelsmith.untrusted.addresses import WEB, redact, server_url
 from wheelsmith.untrusted.markup import Anchor, parse_links
@@ -258,7 +259,7 @@ def package_index() -> PackageIndex:
 def _ask_pip(pip_environment: tuple[tuple[str, str], ...]) -> PackageIndex:  # noqa: ARG001 - the cache key
     what = "pip (asked which index it uses)"
     result = cmd.run([sys.executable, PIP_INDEX_SCRIPT], stream=False, error=SourceError,
-                     what=what)
+                     what=what, bounds=tool_bounds())
     answer = parse_json((result.stdout.strip().splitlines() or [""])[-1], what)
     url, origin = answer["index_url"].text(), answer["origin"].text()
     log.info("package index: %s (%s)", url, origin)

@@ -3,7 +3,8 @@ before anything is extracted, so a refusal leaves nothing behind (and an archive
 part way, cut short or on a full disk, has what it extracted removed).
 
 - Each member: no absolute path, `..`, drive or backslash; no device file or FIFO; a link only
-  where it resolves inside the tree (tar's `data` filter then checks links through links).
+  where it resolves inside the tree (tar's `data` filter then checks links through links); a
+  zip's members share no bytes and lie inside the file (`open_zip`, `untrusted.ziplayout`).
 - The whole: at most UNPACK_MAX_MEMBERS members and UNPACK_MAX_BYTES, and no more than
   `untrusted.local.BOMB_RATIO` times the archive's size once past UNPACK_FLOOR (gzip makes
   1000:1 of zeros; source code packs 5 to 15:1). A tar's headers are read one at a time, so a
@@ -24,6 +25,7 @@ from wheelsmith.errors import SourceError
 from wheelsmith.files import naming
 from wheelsmith.untrusted import describe_size
 from wheelsmith.untrusted.local import BOMB_RATIO, expands_too_far, open_zip
+from wheelsmith.untrusted.ziplayout import LayoutError
 from wheelsmith.wheelfile import ZIP_DAMAGE
 
 UNPACK_MAX_MEMBERS = 200_000  # the largest sdist wheelsmith has met holds 20,000
@@ -62,6 +64,8 @@ def _extract(archive: Path, dest: Path) -> None:
             raise SourceError(f"{archive} is neither a tar nor a zip archive")
     except tarfile.FilterError as exc:  # a link that resolves outside through other links
         raise _refuse(archive, f"member '{exc.tarinfo.name}' is refused: {exc}") from None
+    except LayoutError as exc:  # members that share bytes, or lie outside the file's
+        raise _refuse(archive, str(exc)) from None
     except (tarfile.TarError, *ZIP_DAMAGE) as exc:
         raise SourceError(f"cannot unpack {archive.name}: {exc}",
                           hint="the archive is damaged; delete it from the download cache and "

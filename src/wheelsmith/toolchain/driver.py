@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith import cmd
-from wheelsmith.errors import CommandError
+from wheelsmith.errors import CommandError, UntrustedDataError
+from wheelsmith.untrusted import tool_bounds
 
 MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}  # as NVIDIA writes them: 580.65.06, not 580.65.6
 PROC_FILE = Path("/proc/driver/nvidia/version")
@@ -73,8 +74,8 @@ def find_driver(proc_file: Path = PROC_FILE) -> Driver:
     if smi is not None:
         try:
             answer = cmd.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                             stream=False, what="nvidia-smi")
-        except CommandError as exc:
+                             stream=False, what="nvidia-smi", bounds=tool_bounds())
+        except (CommandError, UntrustedDataError) as exc:
             return Driver(None, f"nvidia-smi failed: {exc.message}")
         if (version := parse_version(answer.stdout)) is not None:
             return Driver(version, "nvidia-smi")

@@ -18,7 +18,7 @@ from wheelsmith import cmd, locations
 from wheelsmith.errors import CommandError, ToolchainError, UntrustedDataError
 from wheelsmith.toolchain.platform import host_machine
 from wheelsmith.toolchain.profile import SYSTEM
-from wheelsmith.untrusted import Bounds, Node, parse_json
+from wheelsmith.untrusted import Bounds, Node, parse_json, tool_bounds
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -196,7 +196,8 @@ def probe_python(python: Path, env: dict[str, str] | None = None,
 
 
 def nvcc_version(nvcc: Path) -> Version:
-    result = cmd.run([nvcc, "--version"], stream=False, error=ToolchainError, what="nvcc")
+    result = cmd.run([nvcc, "--version"], stream=False, error=ToolchainError,
+                     what=f"nvcc ({nvcc})", bounds=tool_bounds())
     match = re.search(r"release [\d.]+, V(\d+\.\d+\.\d+)", result.stdout)
     if match is None:
         raise ToolchainError(f"cannot read the CUDA version from `{nvcc} --version`")

@@ -23,6 +23,7 @@ from wheelsmith.toolchain.env import PROBE_SCRIPT, Toolchain, probe_python
 from wheelsmith.toolchain.foreign import find_emulator, root_for
 from wheelsmith.toolchain.platform import triple
 from wheelsmith.toolchain.profile import SYSTEM
+from wheelsmith.untrusted import tool_bounds
 
 
 def preflight(toolchain: Toolchain, archs: ArchSet,
@@ -53,7 +54,8 @@ def _nvcc_arch_problems(toolchain: Toolchain, archs: ArchSet) -> list[str]:
     if not archs.archs:
         return []
     try:
-        result = cmd.run([toolchain.nvcc, "--list-gpu-code"], stream=False, what="nvcc")
+        result = cmd.run([toolchain.nvcc, "--list-gpu-code"], stream=False,
+                         what=f"nvcc ({toolchain.nvcc})", bounds=tool_bounds())
     except CommandError:
         return []  # older nvcc without the flag: the version table above still applies
     listed = result.stdout.split()

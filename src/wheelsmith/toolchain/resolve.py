@@ -27,7 +27,6 @@ import json
 import logging
 import re
 import sys
-import zipfile
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -47,6 +46,8 @@ from wheelsmith.toolchain.profile import (
     applying,
     load_profile,
 )
+from wheelsmith.untrusted import LONG, tool_bounds
+from wheelsmith.untrusted.local import open_zip
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +234,7 @@ def _nvcc_home(name: str, closure: Closure, request: NewProfileRequest, scratch:
             what=f"pip download of {name} {version} (to look for nvcc in it)")
     wheel = dest / url.rsplit("/", 1)[-1].split("#", maxsplit=1)[0]
     wheels = [wheel] if wheel.is_file() else sorted(dest.glob("*.whl"))
-    with zipfile.ZipFile(wheels[0]) as archive:
+    with open_zip(wheels[0]) as archive:
         for member in archive.namelist():
             if member.endswith("/bin/nvcc"):
                 return member.removesuffix("/bin/nvcc")
@@ -275,10 +276,11 @@ def _pip_metadata_only(argv: list[str | Path], what: str) -> cmd.Completed:
     considers (torch with its CUDA libraries: about 4 GB into the temporary folder, each time).
     A pip that no longer knows the feature runs it the plain way."""
     result = cmd.run([*argv[:4], _FAST_DEPS, *argv[4:]], stream=False,
-                     ok_returncodes=range(256), what=what)
+                     ok_returncodes=range(256), what=what, bounds=tool_bounds(LONG))
     output = result.stderr + result.stdout
     if result.returncode != 0 and "invalid choice" in output and "fast-deps" in output:
-        result = cmd.run(argv, stream=False, ok_returncodes=range(256), what=what)
+        result = cmd.run(argv, stream=False, ok_returncodes=range(256), what=what,
+                         bounds=tool_bounds(LONG))
     return result
 
 

@@ -33,7 +33,7 @@ from wheelsmith.toolchain.env import (
     system_cuda_home,
 )
 from wheelsmith.toolchain.profile import Profile, applying
-from wheelsmith.untrusted import local
+from wheelsmith.untrusted import local, tool_bounds
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +294,8 @@ def driver_stub(cuda_home: Path) -> Path | None:
     source, scratch = stubs / f"libcuda-{os.getpid()}.c", stubs / f"libcuda-{os.getpid()}.so"
     try:
         expanded = cmd.run([compiler, "-E", "-P", "-I", cuda_home / "include", header],
-                           stream=False, what="the preprocessing of cuda.h").stdout
+                           stream=False, what="the preprocessing of cuda.h",
+                           bounds=tool_bounds()).stdout
         names = sorted(set(_DRIVER_API_RE.findall(expanded)))
         source.write_text("".join(f"int {name}(void) {{ return {NO_DEVICE}; }}\n"
                                   for name in names))

@@ -29,6 +29,7 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any, TypeVar
 
+from wheelsmith import numbers
 from wheelsmith.errors import UntrustedDataError
 from wheelsmith.untrusted.addresses import WEB, server_url
 from wheelsmith.untrusted.text import clip as clip  # the text helpers, as they were imported
@@ -352,3 +353,21 @@ SLOW_HINT = ("the server is down, overloaded or holds the connection open withou
 def too_slow(source: str, seconds: float, *, verb: str = "did not finish answering",
              hint: str | None = None) -> UntrustedDataError:
     return UntrustedDataError(source, f"{verb} within {seconds:g} s", hint=hint or SLOW_HINT)
+
+
+TOOL_TIMEOUT_ENV = "WHEELSMITH_TOOL_TIMEOUT"
+TOOL_TIMEOUT_S = 300.0  # cuobjdump of a 2 GB extension, auditwheel of a large wheel: seconds
+TOOL_MAX_BYTES = 64 << 20
+LONG = 12  # times a tool's time: a pip resolution, an image pull, a Python importing torch
+TOOL_HINT = ("the command hung or the machine is too busy for it: check the command (one named "
+             f"by a variable, such as $WHEELSMITH_CUOBJDUMP, too); ${TOOL_TIMEOUT_ENV} gives "
+             "such commands longer")
+TOOL_TIMEOUT_BOUNDS = numbers.Bounds(1, 86400, unit="seconds", most="a day")
+
+
+def tool_bounds(times: float = 1) -> Bounds:
+    """What a command whose answer wheelsmith waits for may take (`cmd.run(bounds=...)`):
+    64 MiB of output, within `times` x $WHEELSMITH_TOOL_TIMEOUT seconds (default 300; LONG
+    times that for what takes minutes)."""
+    seconds = numbers.from_env(TOOL_TIMEOUT_ENV, TOOL_TIMEOUT_S, TOOL_TIMEOUT_BOUNDS)
+    return Bounds(TOOL_MAX_BYTES, times * seconds)

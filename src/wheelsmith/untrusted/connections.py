@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 
 from wheelsmith.untrusted.addresses import redact, server_url
+from wheelsmith.untrusted.redaction import keep_header
 
 
 class _Response(http.client.HTTPResponse):
@@ -38,7 +39,9 @@ def basic_auth(url: str) -> str | None:
         return None
     user, _, password = userinfo.partition(":")
     pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
-    return "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+    header = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+    keep_header("Authorization", header)  # never shown, as the URL's userinfo is not
+    return header
 
 
 def without_credentials(url: str) -> str:

@@ -11,9 +11,10 @@ bound (docs/security.md, "Local files").
 - A place about to be written (`check_place`) is checked the same way before anything is
   written, so that a refusal leaves nothing behind.
 - Reads are bounded: `same_bytes` never reads past the size of what it compares with,
-  `sha256_of` streams, and a zip (a wheel) is opened only as a regular file (`open_zip`), a
-  member read whole at most MEMBER_MAX_BYTES (`read_member`). Nothing here reads a file whole
-  without a bound.
+  `sha256_of` streams, and a zip (a wheel, an sdist) is opened only as a regular file
+  (`open_zip`: the one reader of archives), its members checked to share no bytes before one
+  is read, its reads held to a few times its size, a member read whole at most
+  MEMBER_MAX_BYTES (`read_member`). Nothing here reads a file whole without a bound.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import BinaryIO, Literal, cast
 
 from wheelsmith.errors import NotRegularFileError
 from wheelsmith.untrusted import CHUNK, describe_size, inside
+from wheelsmith.untrusted.ziplayout import Budgeted, budget, check_layout
 
 MEMBER_MAX_BYTES = 16 << 20  # a zip member read whole: METADATA, RECORD are KBs to a few MB
 BOMB_RATIO = 50  # unpacked : packed past which an archive is a bomb (gzip makes 1000:1 of zeros)
@@ -158,16 +160,20 @@ def check_place(root: Path, relative: str | Path) -> Path:
 @contextlib.contextmanager
 def open_zip(path: Path) -> Iterator[zipfile.ZipFile]:
     """`path` open as a zip, when it is a regular file (`open_regular`: else a
-    FileSystemError naming it; a missing one: FileNotFoundError). A directory that names a
-    member in bytes that are not the UTF-8 its flag promises: BadZipFile, as any other
-    damage (zipfile raises UnicodeDecodeError)."""
+    FileSystemError naming it; a missing one: FileNotFoundError), its layout checked before
+    any member is read and its reads held to a budget (`ziplayout`: members that overlap, or
+    lie outside the file, are a LayoutError). A directory that names a member in bytes that
+    are not the UTF-8 its flag promises: BadZipFile, as any other damage (zipfile raises
+    UnicodeDecodeError)."""
     with open_regular(path) as handle:
+        reader = Budgeted(handle, budget(os.fstat(handle.fileno()).st_size))
         try:
-            opened = zipfile.ZipFile(handle)
+            opened = zipfile.ZipFile(cast("BinaryIO", reader))
         except UnicodeDecodeError as exc:
             raise zipfile.BadZipFile(f"a member's name is not the UTF-8 its flag says "
                                      f"({exc.reason} at byte {exc.start})") from None
         with opened as zf:
+            check_layout(zf, cast("BinaryIO", reader))
             yield zf
 
 

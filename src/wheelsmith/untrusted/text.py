@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from wheelsmith.untrusted.redaction import redacted
+
 
 def describe_size(count: int) -> str:
     """`16 MiB`, `512 bytes`: a cap as a person reads it."""
@@ -42,8 +44,9 @@ def _escaped(match: re.Match[str]) -> str:
 
 def one_line(text: str) -> str:
     """`text` as one line of a report or a comment: each control character a terminal would
-    obey, a tab and a line break escaped (`\\x1b`, `\\n`); everything else as it is."""
-    return _LINE_BREAKING.sub(_escaped, text)
+    obey, a tab and a line break escaped (`\\x1b`, `\\n`), secrets hidden (`redacted`);
+    everything else as it is."""
+    return _LINE_BREAKING.sub(_escaped, redacted(text))
 
 
 _UNSHOWABLE = re.compile(f"{CONTROLS.pattern}|[\ud800-\udfff]")
@@ -51,8 +54,9 @@ _LINE_BREAKING = re.compile(f"[\t\n]|{_UNSHOWABLE.pattern}")
 
 
 def clip(text: str, limit: int = 60) -> str:
-    """`text` shown in a message: at most `limit` characters, control characters escaped."""
-    shown = text.encode("unicode_escape").decode("ascii")
+    """`text` shown in a message: at most `limit` characters, control characters escaped,
+    secrets hidden before it is cut (`redacted`: no cut leaves half of one)."""
+    shown = redacted(text).encode("unicode_escape").decode("ascii")
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 

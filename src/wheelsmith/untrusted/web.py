@@ -17,7 +17,8 @@
 - Redirects are followed as `Follow` says, each Location read by `server_url` (a redirect to
   anything but a valid http(s) URL is refused naming it); a POST is never redirected.
 - Credentials (`Request.authorization`, or a URL's `user:password@`) go only to the URL they
-  came with, never to where it redirects.
+  came with, never to where it redirects, and are never shown (`redaction.keep_header`),
+  whatever a server echoes of them.
 - Proxies come from the environment (`http_proxy`, `https_proxy`, `no_proxy`), as urllib
   takes them; a proxy is spoken to over plain HTTP (https through a CONNECT tunnel).
 """
@@ -45,12 +46,14 @@ from wheelsmith.untrusted.connections import (
     origin,
     without_credentials,
 )
+from wheelsmith.untrusted.redaction import keep_header
 from wheelsmith.untrusted.text import clip
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 MAX_REDIRECTS = 10  # as urllib, browsers follow at most 20
 ERROR_BODY = 64 << 10  # what is kept of an answer that is not 2xx: a message shows a line of it
 FOLLOWED = ("GET", "HEAD")
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 NOT_HTTP_HINT = "check that the URL names an HTTP server, and the server"
 DOWN_HINT = "check the URL and that the server is up"
 INFLATE = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
@@ -100,6 +103,9 @@ def exchange(request: Request, bounds: Bounds, *, follow: Follow = Follow.ANYWHE
     included; each socket operation waits at most `idle` seconds, default the deadline).
     With `sink`, a 2xx answer's body goes there chunk by chunk instead of into the Answer."""
     shown = redact(request.url)
+    for name, value in (*request.headers, ("Authorization", request.authorization or "")):
+        if name.lower() in CREDENTIAL_HEADERS and value:
+            keep_header(name, value)  # never shown, whatever the server echoes
     url = server_url(request.url, request.url, source=shown, where=None,
                      hint="check the URL")
     talk = _Exchange(request, shown, bounds, follow, idle or bounds.seconds, sink)
