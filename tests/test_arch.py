@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from packaging.version import Version
 
-from wheelsmith.arch import ArchParseError, ArchSet
+from wheelsmith.arch import KNOWN_ARCHS, ArchParseError, ArchSet
 
 
 @pytest.mark.parametrize(
@@ -17,6 +19,10 @@ from wheelsmith.arch import ArchParseError, ArchSet
         (["9.0;12.0+PTX"], "9.0;12.0+PTX", {"sm_90", "sm_120"}, {"sm_120"}, "sm.90.120.ptx.120"),
         (["10.0 12.0"], "10.0;12.0", {"sm_100", "sm_120"}, set(), "sm.100.120"),
         (["9.0a"], "9.0a", {"sm_90a"}, set(), "sm.90a"),
+        (["12.0f"], "12.0", {"sm_120f"}, set(), "sm.120f"),  # torch is told the base
+        (["10.0f;12.0f+PTX"], "10.0;12.0+PTX", {"sm_100f", "sm_120f"}, {"sm_120f"},
+         "sm.100f.120f.ptx.120f"),
+        (["12.0a;12.0f"], "12.0a;12.0", {"sm_120a", "sm_120f"}, set(), "sm.120a.120f"),
     ],
 )
 def test_arch_lists_parse_to_torch_and_cuobjdump_names(
@@ -32,9 +38,9 @@ def test_arch_lists_parse_to_torch_and_cuobjdump_names(
 @pytest.mark.parametrize(
     ("value", "message", "hint"),
     [
-        ("12.0f", "'12.0f': the family suffix 'f' is not accepted by torch's "
-         "TORCH_CUDA_ARCH_LIST", "use '12.0': sm_120 cubins also run on later 12.x GPUs of the "
-         "same family"),
+        ("9.0f", "'9.0f': family 'f' targets exist only from 10.0 on", "use '9.0'"),
+        ("12.0;12.0f", "'12.0' and '12.0f' are both listed: both run on every 12.x GPU from "
+         "12.0 on", "keep one: '12.0f' where its family's features are wanted, else '12.0'"),
         ("13.7", "unknown CUDA arch '13.7'", "known: 5.0, 5.2, 5.3, 6.0, 6.1, 6.2, 7.0, 7.2, "
          "7.5, 8.0, 8.6, 8.7, 8.9, 9.0, 10.0, 10.1, 10.3, 11.0, 12.0, 12.1"),
         ("12.5", "unknown CUDA arch '12.5'", "did you mean '12.1'? known: 5.0, 5.2, 5.3, 6.0, "
@@ -55,6 +61,33 @@ def test_bad_arch_is_refused_with_what_to_write(value: str, message: str, hint: 
         ArchSet.parse([value])
     assert caught.value.message == message
     assert caught.value.hint == hint
+
+
+@given(st.sampled_from(sorted(KNOWN_ARCHS)), st.sampled_from(["", "a", "f"]), st.booleans())
+def test_every_known_arch_with_any_suffix_parses_or_says_why(
+        capability: str, suffix: str, ptx: bool) -> None:
+    """A family target is the family's everywhere wheelsmith names it (sm_XXf, label XXf) and
+    its base wherever a package is told the archs (torch's list, the numbers, CMake's list)."""
+    text = f"{capability}{suffix}{'+PTX' if ptx else ''}"
+    floor = (9, 0) if suffix == "a" else (10, 0) if suffix == "f" else (0, 0)
+    major, minor = map(int, capability.split("."))
+    if (major, minor) < floor:
+        with pytest.raises(ArchParseError, match=f"'{suffix}' targets exist only from"):
+            ArchSet.parse([text])
+        return
+    archs = ArchSet.parse([text])
+    code = f"{major}{minor}"
+    assert archs.sass == {f"sm_{code}{suffix}"}
+    assert archs.ptx == ({f"sm_{code}{suffix}"} if ptx else set())
+    assert archs.label() == f"sm.{code}{suffix}" + (f".ptx.{code}{suffix}" if ptx else "")
+    told = "" if suffix == "f" else suffix
+    assert archs.torch_arch_list() == f"{capability}{told}{'+PTX' if ptx else ''}"
+    assert archs.numbers_list() == f"{code}{told}"
+    assert archs.family_codes == ({code} if suffix == "f" else set())
+    assert ArchSet.label_device_code(f"cu.13.0.{archs.label()}") == (archs.sass, archs.ptx)
+    problems = archs.toolkit_problems(Version("12.8"))
+    assert (suffix == "f") == any("family target, which needs CUDA >= 12.9" in p
+                                  for p in problems)
 
 
 def test_same_arch_twice_is_refused() -> None:

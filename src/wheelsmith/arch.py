@@ -1,8 +1,14 @@
 """CUDA architectures: parse what users write, check it against a toolkit, name it in versions.
 
 Users write compute capabilities the way `TORCH_CUDA_ARCH_LIST` does: `12.0`, `9.0;12.0`,
-`12.0+PTX`, `9.0a`. Everything else (`12.0f`, `sm_120`, `13.7`, `Blackwell`) is refused with a
-message that says what to write instead.
+`12.0+PTX`, `9.0a`, and the family targets CUDA 12.9 added: `12.0f` (code for every GPU of
+compute capability 12.x with minor >= 0, and the features the family shares). Everything else
+(`sm_120`, `13.7`, `Blackwell`) is refused with a message that says what to write instead.
+
+torch's `cpp_extension` does not take a family target in TORCH_CUDA_ARCH_LIST: a package is
+told the base capability (`12.0`) in every form, and the pre-build check turns the build
+files' `compute_120`/`sm_120` targets into `compute_120f`/`sm_120f` before anything is compiled
+(build/prebuild.py, `family_codes`).
 """
 
 from __future__ import annotations
@@ -37,8 +43,10 @@ KNOWN_ARCHS: dict[str, tuple[str, str | None]] = {
     "12.0": ("12.8", None),
     "12.1": ("12.9", None),
 }
-# architecture-specific ("a") variants exist from Hopper on
+# architecture-specific ("a") variants exist from Hopper on, family ("f") ones from Blackwell
 ARCH_SPECIFIC_FROM = (9, 0)
+FAMILY_FROM = (10, 0)
+FAMILY_CUDA = "12.9"  # the first CUDA that compiles family targets
 # one GPU, two numbers: CUDA 13 renamed Jetson Thor's sm_101 to sm_110
 RENAMED = {"10.1": ("11.0", "CUDA 13 calls Jetson Thor 11.0"),
            "11.0": ("10.1", "CUDA 12 calls Jetson Thor 10.1")}
@@ -76,6 +84,11 @@ class Arch:
         return f"sm_{self.code}"
 
     @property
+    def base(self) -> Arch:
+        """The arch a package is told for a family target: `12.0` for `12.0f`."""
+        return Arch(self.major, self.minor, "", self.ptx) if self.suffix == "f" else self
+
+    @property
     def base_sm(self) -> str:
         """`sm_120` for 12.0a too: the name `nvcc --list-gpu-code` lists (no variants)."""
         return f"sm_{self.major}{self.minor}"
@@ -98,17 +111,17 @@ def parse_arch(text: str) -> Arch:
             hint=_did_you_mean(capability) + "known: " + ", ".join(KNOWN_ARCHS),
         )
     arch = Arch(int(match["major"]), int(match["minor"]), suffix, bool(match["ptx"]))
-    if suffix == "f":
-        raise ArchParseError(
-            f"'{raw}': the family suffix 'f' is not accepted by torch's TORCH_CUDA_ARCH_LIST",
-            hint=f"use '{capability}': {arch.sm.rstrip('f')} cubins also run on later "
-            f"{arch.major}.x GPUs of the same family",
-        )
-    if suffix not in ("", "a"):
-        raise ArchParseError(f"'{raw}': unknown suffix '{suffix}'", hint="use '' or 'a'")
+    if suffix not in ("", "a", "f"):
+        raise ArchParseError(f"'{raw}': unknown suffix '{suffix}'",
+                             hint="use '' , 'a' (arch-specific) or 'f' (family)")
     if suffix == "a" and (arch.major, arch.minor) < ARCH_SPECIFIC_FROM:
         raise ArchParseError(
             f"'{raw}': arch-specific 'a' targets exist only from 9.0 on",
+            hint=f"use '{capability}'",
+        )
+    if suffix == "f" and (arch.major, arch.minor) < FAMILY_FROM:
+        raise ArchParseError(
+            f"'{raw}': family 'f' targets exist only from 10.0 on",
             hint=f"use '{capability}'",
         )
     return arch
@@ -157,6 +170,13 @@ class ArchSet:
             if key in archs:
                 raise ArchParseError(f"arch '{entry}' is listed twice")
             archs[key] = arch
+        for arch in archs.values():
+            if arch.suffix == "f" and (arch.major, arch.minor, "") in archs:
+                raise ArchParseError(
+                    f"'{arch.capability}' and '{arch}' are both listed: both run on every "
+                    f"{arch.major}.x GPU from {arch.capability} on",
+                    hint=f"keep one: '{arch}' where its family's features are wanted, else "
+                         f"'{arch.capability}'")
         return cls(tuple(sorted(archs.values())))
 
     def __str__(self) -> str:
@@ -173,12 +193,18 @@ class ArchSet:
         return frozenset(a.sm for a in self.archs if a.ptx)
 
     def torch_arch_list(self) -> str:
-        """The value for TORCH_CUDA_ARCH_LIST."""
-        return ";".join(str(a) for a in self.archs)
+        """The value for TORCH_CUDA_ARCH_LIST (a family target as its base: torch refuses
+        `12.0f`)."""
+        return ";".join(str(a.base) for a in self.archs)
 
     def numbers_list(self) -> str:
         """The `80;90;120` form some packages read (flash-attn's FLASH_ATTN_CUDA_ARCHS)."""
-        return ";".join(a.code for a in self.archs)
+        return ";".join(a.base.code for a in self.archs)
+
+    @property
+    def family_codes(self) -> frozenset[str]:
+        """The base codes (`120`) whose build-file targets become family targets (`120f`)."""
+        return frozenset(a.base.code for a in self.archs if a.suffix == "f")
 
     def label(self) -> str:
         """Local-version segments: `sm.90.120`, plus `.ptx.120` for PTX; numbers stay numeric."""
@@ -204,6 +230,9 @@ class ArchSet:
         """Archs the given CUDA toolkit cannot compile, each as a sentence."""
         problems = []
         for arch in self.archs:
+            if arch.suffix == "f" and cuda < Version(FAMILY_CUDA):
+                problems.append(f"arch {arch} is a family target, which needs CUDA >= "
+                                f"{FAMILY_CUDA}, the toolchain has {cuda}")
             first, dropped = KNOWN_ARCHS[arch.capability]
             renamed = RENAMED.get(arch.capability)
             also = f" ({renamed[1]}: write {renamed[0]})" if renamed else ""

@@ -17,7 +17,7 @@ from pathlib import Path
 from wheelsmith import cmd
 from wheelsmith.arch import Arch
 from wheelsmith.errors import CommandError, VerifyError
-from wheelsmith.untrusted import clip, tool_bounds
+from wheelsmith.untrusted import clip, fatbin, tool_bounds
 from wheelsmith.untrusted.local import open_zip
 from wheelsmith.wheelfile import ZIP_DAMAGE
 
@@ -74,7 +74,23 @@ def read_device_code(so: Path, cuobjdump: Path, name: str | None = None) -> Devi
         match = _ENTRY_RE.match(line.strip())
         if match:
             (sass if match[1] == "ELF" else ptx).add(match[2])
-    return DeviceCode(name or str(so), frozenset(sass), frozenset(ptx))
+    return DeviceCode(name or str(so), family_named(frozenset(sass), fatbin.targets(so)),
+                      frozenset(ptx))
+
+
+def family_named(sass: frozenset[str], entries: frozenset[tuple[str, str]] | None
+                 ) -> frozenset[str]:
+    """cuobjdump's SASS names with each family cubin named as one (`sm_120f`: cuobjdump lists it
+    as `sm_120`), as the fat binary's own entries say (untrusted.fatbin); its names as they are
+    where those entries cannot be read."""
+    if entries is None:
+        return sass
+    elf = {name for kind, name in entries if kind == "ELF"}
+    named = set()
+    for name in sass:
+        variants = {e for e in elf if e in (name, f"{name}f")} if name[-1].isdigit() else set()
+        named |= variants or {name}
+    return frozenset(named)
 
 
 def _unreadable(shown: str, so: Path, said: list[str]) -> VerifyError:
@@ -118,11 +134,14 @@ RANK = {"sass": 2, "ptx": 1, "none": 0}
 
 
 def coverage(code: DeviceCode, target: Arch) -> str:
-    """How well one shared object's device code serves `target`."""
+    """How well one shared object's device code serves `target`: a cubin of the same major
+    and a minor no higher runs on it (a family cubin, `sm_120f`, alike); an arch-specific one
+    (`sm_120a`) only on its own compute capability."""
     for name in code.sass:
         match = SM_RE.match(name)
         if match and int(match[1]) == target.major and int(match[2]) <= target.minor and (
-                not match[3] or (int(match[2]) == target.minor and match[3] == target.suffix)):
+                match[3] in ("", "f") or
+                (int(match[2]) == target.minor and match[3] == target.suffix)):
             return "sass"
     for name in code.ptx:
         match = SM_RE.match(name)

@@ -6,8 +6,10 @@ Each build takes 15-30 s on 2 cores (the first run also creates the toolchain ve
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -478,6 +480,43 @@ def test_the_newest_archs_build_exactly_their_sass(project: Path, toolchain: Too
     assert isinstance(provenance, dict)
     assert provenance["device_code"] == [
         {"path": "tiny_ext/_C.cpython-311-x86_64-linux-gnu.so", "sass": [sass], "ptx": []}]
+
+
+def test_a_family_target_builds_exactly_its_family_cubins_and_serves_the_family(
+        project: Path, toolchain: Toolchain, tmp_path: Path) -> None:
+    """12.0f: torch is told 12.0, the pre-build check makes the build file's targets the
+    family's, and the wheel's cubin is the family's (cuobjdump lists it as sm_120; the fat
+    binary's entry says family). A 12.0f wheel serves 12.1 (doctor, install's offers); a
+    plain 12.0 wheel is not a 12.0f one, nor the other way round."""
+    add_variant(project, "tiny-ext")
+    data = build_json(project, "tiny-ext", "--arch", "12.0f")
+    wheel = Path(str(data["wheel"]))
+    assert wheel.name.startswith("tiny_ext-0.1.0+cu.13.0.torch.2.14.sm.120f-")
+    provenance = data["provenance"]
+    assert isinstance(provenance, dict)
+    assert provenance["device_code"] == [
+        {"path": "tiny_ext/_C.cpython-311-x86_64-linux-gnu.so", "sass": ["sm_120f"], "ptx": []}]
+    run = data["run"]
+    assert isinstance(run, dict)
+    assert [c["sass"] for c in run["prebuild_check"]] == [["sm_120f"]]
+    ok = wheelsmith("verify", str(wheel), "--arch", "12.0f", cwd=project)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.splitlines()[0] == f"ok: {wheel.name} carries exactly 12.0f"
+    plain = wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=project)
+    assert plain.returncode == 10, plain.stdout + plain.stderr
+    site = tmp_path / "site"
+    subprocess.run([str(toolchain.python), "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-index", "--target", str(site), str(wheel)], check=True)
+    for arch, said in (("12.1", "SASS (native)"), ("12.0", "SASS (native)"), ("10.0", "NONE")):
+        doctor = subprocess.run(
+            [sys.executable, "-m", "wheelsmith", "doctor", "--python", str(toolchain.python),
+             "--arch", arch, "--index", "http://127.0.0.1:9"], capture_output=True, text=True,
+            cwd=project, env={**os.environ, "PYTHONPATH": str(site)}, check=False)
+        line = next(x for x in doctor.stdout.splitlines() if x.startswith("tiny-ext"))
+        assert line.endswith(said), (arch, doctor.stdout)
+    older = build_json(project, "tiny-ext", "--arch", "12.0")
+    family = wheelsmith("verify", str(older["wheel"]), "--arch", "12.0f", cwd=project)
+    assert family.returncode == 10, family.stdout + family.stderr
 
 
 def test_system_toolchain_builds_with_an_installed_cuda(project: Path, toolchain: Toolchain,

@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wheelsmith.build import ninjafile, prebuild
+from wheelsmith.build import gencode, ninjafile, prebuild
 
 TARGETS = st.lists(st.from_regex(r"[a-z][a-z0-9_-]{0,8}", fullmatch=True), min_size=1,
                    max_size=4, unique=True)
@@ -54,7 +54,7 @@ def test_cmakes_statements_give_their_objects_sources_and_kinds(
     cuda = [t for t, ls in zip(targets, langs, strict=False) if "CUDA" in ls]
     assert ninjafile.extension_name(text) == (", ".join(cuda) or None)
     assert ninjafile.has_cuda(text) == bool(cuda)
-    found = prebuild.gencode_targets(text)
+    found = gencode.gencode_targets(text)
     assert (found.sass, found.ptx) == ((frozenset({"sm_120"}), frozenset()) if cuda else
                                        (frozenset(), frozenset()))
 
@@ -63,7 +63,7 @@ def test_cmakes_arch_forms_are_read_as_sass_and_ptx() -> None:
     """`120-real` is SASS alone, `120` SASS and PTX, `90a-real` the arch-specific SASS."""
     text, _ = cmake_text(["k"], "", [["CUDA"]], "--generate-code=arch=compute_90a,code=[sm_90a]"
                          " --generate-code=arch=compute_120,code=[compute_120,sm_120]")
-    found = prebuild.gencode_targets(text)
+    found = gencode.gencode_targets(text)
     assert (found.sass, found.ptx) == (frozenset({"sm_90a", "sm_120"}), frozenset({"sm_120"}))
 
 

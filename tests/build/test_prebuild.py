@@ -17,6 +17,7 @@ from wheelsmith.arch import ArchSet
 from wheelsmith.build import compilesetup
 from wheelsmith.build.buildenv import Guard
 from wheelsmith.build.configured import drop_stand_ins, prebuild_outcome
+from wheelsmith.build.gencode import gencode_targets, to_family
 from wheelsmith.build.prebuild import (
     CONFIGURE_ONLY,
     EXPECT_PTX,
@@ -26,7 +27,6 @@ from wheelsmith.build.prebuild import (
     STOOD_IN,
     TIMINGS,
     check,
-    gencode_targets,
     longest_first,
     missing_sources,
     wrapper_script,
@@ -262,3 +262,33 @@ def test_a_failed_configure_only_build_is_a_result_only_where_the_check_stopped_
         assert raised.value is failed
     with pytest.raises(CompileError):  # a full build's failure is never a result
         outcome(Guard(report=report))
+
+
+GENCODE_FORMS = st.sampled_from([
+    "-gencode=arch=compute_{c},code=sm_{c}", "-gencode arch=compute_{c},code=sm_{c}",
+    "-gencode=arch=compute_{c},code=[compute_{c},sm_{c}]",
+    "--generate-code=arch=compute_{c},code=[sm_{c}]", "-arch=sm_{c}"])
+
+
+@given(st.lists(st.tuples(st.sampled_from(["90", "100", "103", "120", "121"]),
+                          st.sampled_from(["", "a", "f"]), GENCODE_FORMS),
+                min_size=1, max_size=6),
+       st.sets(st.sampled_from(["100", "120", "121"]), min_size=1))
+def test_family_targets_are_placed_in_the_build_file_and_nothing_else_changes(
+        flags: list[tuple[str, str, str]], family: set[str]) -> None:
+    """The build file's targets of the family's base codes become family targets, in every
+    form torch and CMake write them; arch-specific and other codes, and words that only look
+    like targets (a source named sm_120_kernel.cu), stay as they were."""
+    text = "cuda_post_cflags = " + " ".join(form.format(c=code + suffix)
+                                            for code, suffix, form in flags)
+    text += " -c csrc/sm_120_kernel.cu -o sm_120_kernel.o\n"
+    placed = to_family(text, frozenset(family))
+    before, after = gencode_targets(text), gencode_targets(placed)
+
+    def made_family(name: str) -> str:
+        return f"{name}f" if name.removeprefix("sm_") in family else name
+
+    assert after.sass == {made_family(n) for n in before.sass}
+    assert after.ptx == {made_family(n) for n in before.ptx}
+    assert placed.endswith(" -c csrc/sm_120_kernel.cu -o sm_120_kernel.o\n")
+    assert to_family(placed, frozenset(family)) == placed  # placed once

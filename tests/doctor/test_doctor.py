@@ -39,6 +39,10 @@ def code(sass: set[str], ptx: set[str] | frozenset[str] = frozenset()) -> Device
         ({"sm_120"}, {"sm_120"}, "10.0", "none"),  # but not downwards
         ({"sm_90a"}, set(), "9.0", "none"),    # an arch-specific cubin serves only 9.0a
         ({"sm_90a"}, set(), "9.0a", "sass"),
+        ({"sm_120f"}, set(), "12.1", "sass"),  # a family cubin runs on the family: 12.x
+        ({"sm_120f"}, set(), "12.0", "sass"),
+        ({"sm_120f"}, set(), "10.0", "none"),
+        ({"sm_121f"}, set(), "12.0", "none"),  # from its own minor up
         (set(), set(), "12.0", "none"),
     ],
 )

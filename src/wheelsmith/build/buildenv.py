@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import cmakebuild, parallel, prebuild, reproducible
+from wheelsmith.build import cmakebuild, gencode, parallel, prebuild, reproducible
 from wheelsmith.build.parallel import Parallelism
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.errors import UsageError
@@ -165,6 +165,8 @@ def guard_env(plan: BuildPlan, guard: Guard) -> dict[str, str]:
     env = {prebuild.EXPECT_SASS: ",".join(sorted(plan.archs.sass)),
            prebuild.EXPECT_PTX: ",".join(sorted(plan.archs.ptx)),
            prebuild.REPORT: str(guard.report)}
+    if plan.archs.family_codes:
+        env[gencode.FAMILY] = ",".join(sorted(plan.archs.family_codes))
     if guard.configure_only:
         env[prebuild.CONFIGURE_ONLY] = "1"
     if guard.timings is not None:

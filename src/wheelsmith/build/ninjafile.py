@@ -6,7 +6,7 @@ CMakeFiles/rules.ninja and named per target and language: `CXX_COMPILER__<target
 `C_COMPILER__...`, `CUDA_COMPILER__...` (the config part differs between CMake releases). Both
 give each object's flags on its statement or in its rule, so the arch targets of the CUDA
 objects are read from the same text (`--generate-code=arch=compute_120,code=[sm_120]` from
-CMake, `-gencode=arch=compute_120,code=sm_120` from torch; prebuild.gencode_targets).
+CMake, `-gencode=arch=compute_120,code=sm_120` from torch; gencode.gencode_targets).
 
 Every compile statement is read as its object, its source and its kind, named by torch's rule
 names whichever generator wrote it (HOST `compile`, CUDA `cuda_compile`), so the pre-build

@@ -33,10 +33,11 @@ import re
 import shlex
 import sys
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from wheelsmith.build import ninjafile, parallel, sample
+from wheelsmith.build.gencode import Targets, family_targets, gencode_targets
 
 MISMATCH = 86
 CONFIGURED = 87  # a configure-only CMake build, stopped after its generate step
@@ -51,40 +52,9 @@ REPORT = "WHEELSMITH_PREBUILD_REPORT"
 CONFIGURE_ONLY = "WHEELSMITH_CONFIGURE_ONLY"
 TIMINGS = "WHEELSMITH_OBJECT_SECONDS"  # a JSON file: an earlier run's seconds per object
 
-_CODE_RE = re.compile(r"arch=compute_(\w+?),code=(\[[^\]]*\]|[\w,]+)")
-_ARCH_RE = re.compile(r"(?:^|\s)-arch[= ]sm_(\d+[af]?)(?=\s|$)")
-_ARCH_PTX_RE = re.compile(r"(?:^|\s)-arch[= ]compute_(\d+[af]?)(?=\s|$)")
 _GIVEN_SPLIT_RE = re.compile(r"(?:^|\s)--?split-compile[= ](\d+)")
 PLAN_LINE = "wheelsmith plan: "
 RESUME_LINE = "wheelsmith resume: "
-
-
-@dataclass(frozen=True, slots=True)
-class Targets:
-    sass: frozenset[str]
-    ptx: frozenset[str]
-
-    def as_dict(self) -> dict[str, list[str]]:
-        return {"sass": sorted(self.sass), "ptx": sorted(self.ptx)}
-
-
-def gencode_targets(ninja_text: str) -> Targets:
-    """SASS and PTX targets (named `sm_XX` for both, as cuobjdump does) of a build.ninja."""
-    sass: set[str] = set()
-    ptx: set[str] = set()
-    for match in _CODE_RE.finditer(ninja_text):
-        for code in match[2].strip("[]").split(","):
-            kind, _, number = code.strip().partition("_")
-            if kind == "sm":
-                sass.add(f"sm_{number}")
-            elif kind == "compute":
-                ptx.add(f"sm_{number}")
-    for match in _ARCH_RE.finditer(ninja_text):  # -arch=sm_90: SASS and PTX for 90
-        sass.add(f"sm_{match[1]}")
-        ptx.add(f"sm_{match[1]}")
-    for match in _ARCH_PTX_RE.finditer(ninja_text):  # -arch=compute_50: PTX for 50 alone
-        ptx.add(f"sm_{match[1]}")
-    return Targets(frozenset(sass), frozenset(ptx))
 
 
 extension_name = ninjafile.extension_name
@@ -203,7 +173,7 @@ def check(argv: list[str]) -> int | None:
     ninja_file = _ninja_file(argv)
     if not _builds(argv, ninja_file):
         return None
-    text = ninja_file.read_text(errors="replace")
+    text = family_targets(ninja_file, os.environ)
     missing = missing_sources(text, ninja_file.parent)
     if missing:  # ninja would stop at them ("missing and no known rule to make it")
         sys.stderr.write(f"{SOURCE_CHECK}{ninja_file.resolve()} compiles {len(missing)} "

@@ -338,7 +338,8 @@ recipes_option = click.option(
 arch_option = click.option(
     "--arch", "archs", multiple=True, metavar="ARCHS",
     help="Compute capability to build/check, e.g. 12.0; repeat or use '9.0;12.0'; "
-         "'+PTX' adds PTX. Default: the recipe's.")
+         "'+PTX' adds PTX, 'f' a family target (12.0f), 'a' an arch-specific one. Default: "
+         "the recipe's.")
 
 
 @click.group(cls=Main)

@@ -55,12 +55,13 @@ class ArchPolicy:
     def render(self, archs: ArchSet) -> str:
         """The value of `env`: `9.0;12.0+PTX` (torch), `90;120` (numbers), or CMake's
         CMAKE_CUDA_ARCHITECTURES list `90a-real;120` (cmake: `-real` is SASS alone, a bare
-        number SASS and PTX), as a CMake option where `env` is CMAKE_ARGS."""
+        number SASS and PTX), as a CMake option where `env` is CMAKE_ARGS. A family target is
+        told as its base (`12.0f` as `120-real`): the pre-build check makes it the family's."""
         if self.format == "torch":
             return archs.torch_arch_list()
         if self.format == "numbers":
             return archs.numbers_list()
-        listed = ";".join(a.code if a.ptx else f"{a.code}-real" for a in archs.archs)
+        listed = ";".join(a.base.code if a.ptx else f"{a.base.code}-real" for a in archs.archs)
         return f"-DCMAKE_CUDA_ARCHITECTURES={listed}" if self.env == CMAKE_ARGS else listed
 
     def unsupported(self, archs: ArchSet) -> list[str]:

@@ -77,6 +77,29 @@ def defines(path: Path, symbol: str) -> bool:
         return False
 
 
+def section_span(path: Path, name: str) -> tuple[int, int] | None:
+    """(offset, size) of the section called `name` in the ELF file at `path` (its contents are
+    not read: a fat binary section runs to hundreds of MB); None where there is none or the
+    tables cannot be read within bounds."""
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        layout = _Layout.of(_read(handle, size, 0, 16) or b"")
+        sections = _sections(handle, size, layout) if layout is not None else None
+        head = _read(handle, size, 16, layout.header.size) if layout is not None else None
+        if layout is None or sections is None or head is None:
+            return None
+        names_index = layout.header.unpack(head)[-1]  # e_shstrndx
+        if not 0 <= names_index < len(sections):
+            return None
+        names = _read(handle, size, sections[names_index][4], sections[names_index][5])
+        wanted = name.encode() + b"\0"
+        for section in sections:
+            at = section[0]
+            if names is not None and names[at:at + len(wanted)] == wanted:
+                return (section[4], section[5]) if section[4] + section[5] <= size else None
+    return None
+
+
 def _read(handle: BinaryIO, size: int, offset: int, length: int) -> bytes | None:
     """`length` bytes at `offset`, or None where they are not all in the file or past the
     table bound."""
