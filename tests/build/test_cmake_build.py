@@ -41,7 +41,8 @@ def cmake_variant(project: Path, name: str = "tiny-cmake",
 
 @pytest.mark.parametrize(("archs", "sass", "ptx"), [("12.0", ["sm_120"], []),
                                                      ("9.0;12.0+PTX", ["sm_120", "sm_90"],
-                                                      ["sm_120"])])
+                                                      ["sm_120"]),
+                                                     ("12.0f+PTX", ["sm_120f"], ["sm_120f"])])
 def test_configure_only_stops_after_cmakes_generate_step(
         project: Path, toolchain: Toolchain, archs: str, sass: list[str], ptx: list[str]) -> None:
     """CMake configures and generates its build.ninja with Ninja, the recipe's `format: cmake`
