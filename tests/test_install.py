@@ -84,17 +84,42 @@ def install_cli(python: Path, *args: str) -> Any:
 
 def test_publishing_where_the_index_does_not_read_fails_saying_where_it_went(
         project: Path, tmp_path: Path, python: Path, built: list[Path | None]) -> None:
+    elsewhere = tmp_path / "elsewhere"
     with serve(tmp_path / "served", tmp_path / "serve.log") as server:
-        result = install_cli(python, "--index", server.url, "--publish")
-    assert built == [Path("index")]  # ./index: not what the server serves
+        result = install_cli(python, "--index", server.url, "--publish", str(elsewhere))
+    assert built == [elsewhere]
     assert result.exit_code == 4, result.output
     assert result.stderr.splitlines()[-2:] == [
-        f"error: {WHEEL} is installed in {python} and published to index "
-        f"({(project / 'index').resolve()}), but --index {server.url} does not serve it: the "
-        "next install will not find it",
+        f"error: {WHEEL} is installed in {python} and published to {elsewhere}, but --index "
+        f"{server.url} does not serve it: the next install will not find it",
         "hint: pass --publish DIR, the DIR that `wheelsmith serve --index DIR` serves (this "
         f"wheel: wheelsmith publish {tmp_path / 'wheelhouse' / WHEEL} --index DIR)"]
-    assert WHEEL in ledger.read(project / "index").by_filename  # it stays published
+    assert WHEEL in ledger.read(elsewhere).by_filename  # it stays published
+
+
+def test_a_bare_publish_with_an_index_over_http_is_refused_before_anything_is_built(
+        project: Path, tmp_path: Path, python: Path, built: list[Path | None]) -> None:
+    """Only the server knows the directory it serves: a bare --publish names none, and is
+    refused in one line before anything is built (it once published to ./index, then failed)."""
+    with serve(tmp_path / "served", tmp_path / "serve.log") as server:
+        result = install_cli(python, "--index", server.url, "--publish")
+    assert (built, result.exit_code) == ([], 4), result.output
+    assert result.stderr.splitlines()[-2:] == [
+        f"error: --publish names no directory, and --index {server.url} is read over HTTP: "
+        "only its server knows the directory it serves",
+        "hint: pass --publish DIR, the DIR that `wheelsmith serve --index DIR` serves (or a "
+        "file:// --index, which is published into)"]
+    assert not (project / "index").exists()
+
+
+def test_a_miss_without_publish_says_the_wheel_was_built_and_not_published(
+        tmp_path: Path, python: Path, built: list[Path | None]) -> None:
+    with serve(tmp_path / "served", tmp_path / "serve.log") as server:
+        result = install_cli(python, "--index", server.url)
+    assert (result.exit_code, built) == (0, [None]), result.output
+    assert (f"installed: {WHEEL} (built; not published: without --publish the next install of "
+            "it builds it again); imports tiny_ext") in result.stderr
+    assert " (not published: --publish DIR publishes it)" in result.stderr
 
 
 def test_publishing_into_the_served_directory_is_read_back_and_passes(
@@ -160,11 +185,12 @@ def test_a_wheel_another_build_published_first_is_installed_from_the_index(
     assert (result.exit_code, result.stdout) == (0, f"{WHEEL}\n"), result.output
     assert [line.split("] ", 1)[1] for line in result.stderr.splitlines()[1:]] == [
         f"index: {server.url}/{CHANNEL}/simple/ has no tiny-ext wheel for Python "
-        f"{sys.version_info[0]}.{sys.version_info[1]} with 12.0 kernels: building one",
+        f"{sys.version_info[0]}.{sys.version_info[1]} with 12.0 kernels: building one, to "
+        f"publish to {served}",
         chosen_for(python),
         f"publish: the index already has {WHEEL} (published by another build); installing "
         "its copy",
-        f"installed: {WHEEL} (index); imports tiny_ext"]
+        f"installed: {WHEEL} (from the index; published by another build); imports tiny_ext"]
     assert record.sha256 == hashlib.sha256(others.read_bytes()).hexdigest()
     assert f"/files/{record.sha256[:2]}/{record.sha256}/{quote(WHEEL)}" in read  # pip's download
     assert (site / "tiny_ext" / "__init__.py").read_bytes() == b"x = 1\n"  # the index's copy
@@ -197,7 +223,7 @@ def test_the_same_bytes_published_by_another_build_are_already_published_and_ins
         chosen_for(python),
         f"publish: already published: {served}/{CHANNEL}/simple/tiny-ext/",
         f"install: {WHEEL} into {python}",
-        f"installed: {WHEEL} (built); imports tiny_ext"]
+        f"installed: {WHEEL} (built; already published to {served}); imports tiny_ext"]
     assert (tmp_path / "site" / "tiny_ext" / "__init__.py").read_bytes() == b"x = 2\n"
 
 
@@ -274,7 +300,7 @@ def test_an_index_exported_to_a_plain_static_server_is_installed_from(
     assert (result.exit_code, result.stdout) == (0, f"{WHEEL}\n"), result.output
     assert [line.split("] ", 1)[1] for line in result.stderr.splitlines()[1:]] == [
         f"index: {WHEEL} (sha256 {sha256[:12]}…)",
-        f"installed: {WHEEL} (index); imports tiny_ext"]
+        f"installed: {WHEEL} (from the index); imports tiny_ext"]
     assert read.count(f"/{CHANNEL}/simple/tiny-ext/") == 3  # ours above, install's, pip's
     assert f"/files/{sha256[:2]}/{sha256}/{quote(WHEEL)}" in read
     assert (tmp_path / "site" / "tiny_ext" / "__init__.py").read_bytes() == b"x = 1\n"

@@ -57,9 +57,20 @@ class Installed:
     channel_url: str
     imports: tuple[str, ...]
     published: str | None = None
+    published_to: Path | None = None  # the index directory a built wheel was published to
+
+    def said(self) -> str:
+        """Where the installed wheel came from, as the last stage line says it."""
+        if self.source == "index":
+            return f"{self.wheel} (from the index{'; ' + self.published if self.published else ''})"
+        if self.published_to is None:
+            return (f"{self.wheel} (built; not published: without --publish the next install "
+                    "of it builds it again)")
+        return f"{self.wheel} (built; {self.published} to {self.published_to})"
 
 
 def install(request: InstallRequest, target: Target, report: Reporter) -> Installed:
+    directory = publish_dir(request)  # a --publish that names no directory it can know: refused
     recipe = repos.resolve_recipe(request.recipe, request.version)
     archs = archs_for(recipe, request.archs, target)
     base = channel_url(request.index_url, target)
@@ -78,8 +89,9 @@ def install(request: InstallRequest, target: Target, report: Reporter) -> Instal
                          hint=f"build and publish one: wheelsmith build {recipe.name}"
                               f"{f' --arch {archs}' if archs.archs else ''} "
                               f"{target.build_options()} --publish, then install again")
-    report.stage("index", f"{missing}: building one")
-    directory = publish_dir(request)
+    report.stage("index", f"{missing}: building one" + (
+        f", to publish to {directory}" if directory is not None else
+        " (not published: --publish DIR publishes it)"))
     done = deliver(_build_request(request, archs, target), report,
                    publish_to=directory, install_into=target, keep_index_copy=True)
     assert done.result.wheel is not None
@@ -91,7 +103,8 @@ def install(request: InstallRequest, target: Target, report: Reporter) -> Instal
     if done.published is not None and directory is not None:
         check_served(done.published, done.result.wheel, directory, request.index_url, target)
     return Installed(done.result.wheel.name, "built", base, done.imports,
-                     done.published.status if done.published else None)
+                     done.published.status if done.published else None,
+                     directory if done.published is not None else None)
 
 
 def read_offers(base: str, project: str, target: Target, archs: ArchSet | None = None,
@@ -129,7 +142,8 @@ def install_index_copy(filename: str, recipe: Recipe, target: Target, *, index: 
 
 def publish_dir(request: InstallRequest) -> Path | None:
     """Where a built wheel is published: --publish DIR; without DIR the directory of a
-    file:// --index, else ./index. None: not asked to publish."""
+    file:// --index. None: not asked to publish. A bare --publish with an --index over HTTP
+    is refused: only its server knows the directory it serves."""
     if not request.publish:
         return None
     if request.publish_to is not None:
@@ -137,7 +151,10 @@ def publish_dir(request: InstallRequest) -> Path | None:
     base, _ = split_channel(request.index_url)
     if base.startswith("file:"):
         return Path(urllib.request.url2pathname(urllib.parse.urlsplit(base).path))
-    return Path("index")
+    raise UsageError(f"--publish names no directory, and --index {base} is read over HTTP: only "
+                     "its server knows the directory it serves",
+                     hint="pass --publish DIR, the DIR that `wheelsmith serve --index DIR` serves "
+                          "(or a file:// --index, which is published into)")
 
 
 def check_served(published: Published, wheel: Path, directory: Path, index: str,

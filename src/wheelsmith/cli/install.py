@@ -38,8 +38,8 @@ from wheelsmith.toolchain import target
 @click.option("--publish", "publish_to", type=click.Path(), is_flag=False, flag_value="",
               default=None, metavar="[DIR]",
               help="When a wheel has to be built, publish it to this index directory "
-                   "(default: the --index directory when it is file://, else ./index); "
-                   "--index must then serve it.")
+                   "(default: the --index directory when it is file://; over HTTP, name the "
+                   "directory its server serves); --index must then serve it.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("wheelhouse"),
               show_default=True, help="Where a wheel built on a miss goes.")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
@@ -74,7 +74,7 @@ def install_command(recipe: tuple[str, str | None], python: Path, index_url: str
             build=BuildRequest(recipe=name, out_dir=out_dir, work_dir=work_dir, jobs=jobs,
                                compile_cache=compile_cache, runner=runner))
         done = install.install(request, environment, reporter)
-        reporter.stage("installed", f"{done.wheel} ({done.source}); imports "
+        reporter.stage("installed", f"{done.said()}; imports "
                                     f"{', '.join(done.imports) or 'nothing'}")
     if as_json:
         emit_json({"ok": True, "wheel": done.wheel, "source": done.source,
