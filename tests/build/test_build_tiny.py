@@ -80,6 +80,22 @@ def test_builds_exactly_sm_120(project: Path, toolchain: Toolchain) -> None:
         "  tiny_ext/_C.cpython-311-x86_64-linux-gnu.so: missing SASS for sm_90"]
 
 
+def test_a_builds_own_warnings_go_to_its_log_not_to_the_users_output(
+        project: Path, toolchain: Toolchain) -> None:
+    """torch warns at import in the toolchain (no NumPy there); the build frontend re-raises
+    the package's build's warnings in wheelsmith's process. Without -v the output is the
+    stages, the progress and the result; the log holds the warning."""
+    add_variant(project, "tiny-ext")
+    result = wheelsmith("build", "tiny-ext", "--arch", "12.0", cwd=project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stray = [line for line in result.stderr.splitlines()  # the stages, the progress, the result
+             if not line.startswith(("==> [", "    compile [")) and
+             not re.fullmatch(r"  \S+\.so: SASS .*", line)]
+    assert stray == []
+    log = next((project / "build" / "wheelsmith").glob("tiny-ext-*/build.log")).read_text()
+    assert "BuildBackendWarning: Failed to initialize NumPy" in log
+
+
 def test_builds_sm_90_and_sm_120_with_ptx(project: Path, toolchain: Toolchain) -> None:
     add_variant(project, "tiny-ext")
     data = build_json(project, "tiny-ext", "--arch", "9.0;12.0+PTX")

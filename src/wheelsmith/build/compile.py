@@ -9,12 +9,14 @@ attaches the log tail and a diagnosis.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
 import re
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,8 +216,9 @@ def build_backend(source: Path, python: Path, dist: Path, run_hook: Callable[...
     ran the package's setup.py once more) and never setuptools' `clean --all` (which deletes
     the build tree a rerun resumes from)."""
     try:
-        ProjectBuilder(source, python_executable=str(python), runner=run_hook).build(
-            "wheel", dist)
+        with _warnings_to(log_path):
+            ProjectBuilder(source, python_executable=str(python), runner=run_hook).build(
+                "wheel", dist)
     except BuildBackendException as exc:
         if isinstance(exc.exception, WheelsmithError):  # the hook's command failed
             raise exc.exception from None
@@ -224,6 +227,22 @@ def build_backend(source: Path, python: Path, dist: Path, run_hook: Callable[...
         raise CompileError(f"the build of {what} cannot start: {exc}", log_file=log_path,
                            hint="check the package's pyproject.toml [build-system] table"
                            ) from None
+
+
+@contextlib.contextmanager
+def _warnings_to(log_path: Path) -> Iterator[None]:
+    """The warnings the build frontend raises for the package's build (BuildBackendWarning:
+    NumPy's, setuptools' deprecations) go to the build's log, and to -v's output."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            with log_path.open("a", encoding="utf-8") as log_file:
+                for warned in caught:
+                    line = f"{warned.category.__name__}: {warned.message}"
+                    log_file.write(f"{line}\n")
+                    log.info("%s", line)
 
 
 @dataclass(frozen=True, slots=True)

@@ -280,6 +280,14 @@ def setup_logging(verbosity: int) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+    # a warning another library raises in wheelsmith's process (the build frontend re-raises
+    # the package's build's as BuildBackendWarning: NumPy's, setuptools' deprecations) is a
+    # detail of the log, not a line of the user's output: shown with -v
+    logging.captureWarnings(True)
+    warned = logging.getLogger("py.warnings")
+    warned.handlers[:] = [handler]
+    warned.setLevel(logging.WARNING if verbosity else logging.ERROR)
+    warned.propagate = False
 
 
 def render_error(error: WheelsmithError, stream: IO[str] | None = None) -> None:
