@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.build.test_buildenv import plan
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import compilesetup
+from wheelsmith.build import compilesetup, ninjafile
 from wheelsmith.build.buildenv import Guard
 from wheelsmith.build.configured import drop_stand_ins, prebuild_outcome
 from wheelsmith.build.gencode import gencode_targets, to_family
@@ -27,8 +27,10 @@ from wheelsmith.build.prebuild import (
     STOOD_IN,
     TIMINGS,
     check,
+    estimate,
     longest_first,
     missing_sources,
+    order_by_earlier_run,
     wrapper_script,
 )
 from wheelsmith.errors import CompileError, ToolchainError
@@ -292,3 +294,35 @@ def test_family_targets_are_placed_in_the_build_file_and_nothing_else_changes(
     assert after.ptx == {made_family(n) for n in before.ptx}
     assert placed.endswith(" -c csrc/sm_120_kernel.cu -o sm_120_kernel.o\n")
     assert to_family(placed, frozenset(family)) == placed  # placed once
+
+
+@given(st.lists(st.one_of(st.none(), st.floats(0, 5000)), min_size=1, max_size=80),
+       st.integers(1, 16))
+def test_an_estimate_lies_between_the_longest_object_and_a_fair_share_plus_it(
+        seconds: list[float | None], jobs: int) -> None:
+    timed = [s for s in seconds if s is not None]
+    mean = sum(timed) / len(timed) if timed else 0.0
+    each = [s if s is not None else mean for s in seconds]
+    found = estimate(seconds, jobs)
+    assert max(each) - 1e-6 <= found <= sum(each) / jobs + max(each) + 1e-6
+    assert found >= sum(each) / jobs - 1e-6
+
+
+def test_a_build_long_on_this_machine_is_said_with_its_ways_out(tmp_path: Path) -> None:
+    """flash-attn's 73 objects at an earlier run's pace on 2 jobs: the estimate and the ways
+    out, once, on the plan line."""
+    build = tmp_path / "build" / "temp.linux-x86_64-cpython-311"
+    sources = [f"k{i}.cu" for i in range(73)]
+    ninja_file = build / "build.ninja"
+    build.mkdir(parents=True)
+    ninja_file.write_text(torch_like_ninja(build, sources))
+    names = [u.output.split(f"/{build.name}/", 1)[-1] for u in ninjafile.units(
+        ninja_file.read_text())]
+    timings = tmp_path / "seconds.json"
+    timings.write_text(json.dumps(dict.fromkeys(names[:40], 120.0)))
+    said = order_by_earlier_run(ninja_file, {TIMINGS: str(timings), "MAX_JOBS": "2"})
+    assert len(names) == 73  # 37 objects of 2 min on the busier job
+    assert said == ("longest first by an earlier run (40 of 73 objects timed); about 1 h 14 min "
+                    "on 2 jobs by those times"
+                    "; long on this machine: a compile farm (--compile-farm URL), a machine with "
+                    "more cores, or a published wheel (wheelsmith install) is faster")

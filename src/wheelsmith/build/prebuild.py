@@ -282,14 +282,43 @@ def order_by_earlier_run(ninja_file: Path, environ: Mapping[str, str]) -> str | 
     if not seconds:
         return None
     text = ninja_file.read_text(errors="replace")
-    ordered, timed = longest_first(text, ninja_file.resolve().parent.name, seconds)
+    build_dir = ninja_file.resolve().parent.name
+    ordered, timed = longest_first(text, build_dir, seconds)
     if not timed:
         return None
     if ordered != text:
         scratch = ninja_file.with_name(f"{ninja_file.name}.wheelsmith-order")
         scratch.write_text(ordered)
         scratch.replace(ninja_file)
-    return f"longest first by an earlier run ({timed} of {sum(count_units(text))} objects timed)"
+    said = f"longest first by an earlier run ({timed} of {sum(count_units(text))} objects timed)"
+    jobs = environ.get("MAX_JOBS", "")
+    if not jobs.isdigit() or int(jobs) < 1:
+        return said
+    names = [u.output.split(f"/{build_dir}/", 1)[-1] for u in ninjafile.units(text)]
+    left = estimate([seconds.get(n) for n in names], int(jobs))
+    return f"{said}; about {_minutes(left)} on {jobs} jobs by those times" + (
+        f"; {LONG_HINT}" if left > LONG_S else "")
+
+
+LONG_S = 1800  # a build longer than this here is said with the ways out
+LONG_HINT = ("long on this machine: a compile farm (--compile-farm URL), a machine with more "
+             "cores, or a published wheel (wheelsmith install) is faster")
+
+
+def estimate(seconds: list[float | None], jobs: int) -> float:
+    """The wall time of compiling objects of these seconds on `jobs` jobs, longest first (an
+    untimed one at the timed ones' mean): the busiest job's total."""
+    timed = [s for s in seconds if s is not None]
+    mean = sum(timed) / len(timed) if timed else 0.0
+    loads = [0.0] * jobs
+    for each in sorted((s if s is not None else mean for s in seconds), reverse=True):
+        loads[loads.index(min(loads))] += each
+    return max(loads)
+
+
+def _minutes(seconds: float) -> str:
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours} h {minutes} min" if hours else f"{max(minutes, 1)} min"
 
 
 def wrapper_script(python: str, real_ninja: str) -> str:

@@ -36,6 +36,9 @@ def _use_color(stream: IO[str]) -> bool:
 
 def _elapsed(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
@@ -119,6 +122,7 @@ class TerminalReporter:
         self.stage_name = ""
         self.done = 0
         self.total = 0
+        self.first_done: tuple[float, int] | None = None  # when the first count came, and it
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.ticker: threading.Thread | None = None
@@ -144,14 +148,20 @@ class TerminalReporter:
             self._clear()
             self.stage_name, self.stage_started = name, time.monotonic()
             self.done = self.total = 0
+            self.first_done = None
             label = f"\033[1m{inert(name)}\033[0m" if self.color else inert(name)
             clock = _elapsed(self.stage_started - self.started)
             _styled(self.stream, f"==> [{clock:>6}] {label}: {inert(detail)}\n")
             self.stream.flush()
 
     def progress(self, done: int, total: int) -> None:
+        """ninja's count; the bar never goes back within one count (a step ninja counted
+        that then failed, a drain's stopped compile), and starts again for another."""
         with self.lock:
-            self.done, self.total = done, total
+            if total != self.total or done > self.done:
+                if total != self.total or self.first_done is None:
+                    self.first_done = (time.monotonic(), done) if done else None
+                self.done, self.total = done, total
             if not self.live:
                 self._plain_line()
             else:
@@ -163,7 +173,19 @@ class TerminalReporter:
         bar = "█" * filled + "·" * (BAR_WIDTH - filled)
         step = f"{self.done}/{self.total}" if self.total else "starting"
         clock = _elapsed(time.monotonic() - self.stage_started)
-        return f"    {self.stage_name} [{bar}] {step} {clock}"
+        return f"    {self.stage_name} [{bar}] {step} {clock}{self._left()}"
+
+    def _left(self) -> str:
+        """`, about 1h12m left`: the objects still to do at the pace of those done so far
+        (counted from the first one done, not from a resume's or the configure's start)."""
+        if self.first_done is None or not self.total or self.done >= self.total:
+            return ""
+        started, at_first = self.first_done
+        finished = self.done - at_first
+        if finished <= 0:
+            return ""
+        pace = (time.monotonic() - started) / finished
+        return f", about {_elapsed(pace * (self.total - self.done))} left"
 
     def _draw(self) -> None:
         _styled(self.stream, "\r\033[K" + inert(self._bar()))
