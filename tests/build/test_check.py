@@ -51,6 +51,34 @@ def test_a_sample_that_fails_names_the_object_and_the_compilers_first_error(
         "(csrc/add_kernel.cu): csrc/add_kernel.cu:6: error: expected an expression")
 
 
+def test_a_cxx20_name_clash_in_a_cuda_file_the_sample_would_not_pick_is_compiled_and_named(
+        project: Path, toolchain: Toolchain) -> None:
+    """A kernel file heavier than the cheapest, whose own header defines `lerp` and which calls
+    it beside `using namespace std`: as C++20 (torch's headers need it) the call also finds
+    std::lerp. The check compiles it because of that definition, and fails naming the clash,
+    where compiling only the cheapest CUDA object said OK."""
+    source = add_variant(project, "clash-ext", (
+        'sources=["csrc/add.cpp", "csrc/add_kernel.cu"]',
+        'sources=["csrc/add.cpp", "csrc/add_kernel.cu", "csrc/blend_kernel.cu"]'))
+    (source / "csrc" / "blend.cuh").write_text(
+        "#pragma once\n"
+        "__host__ __device__ inline float lerp(float a, float b, float t) {\n"
+        "  return a + t * (b - a);\n}\n")
+    (source / "csrc" / "blend_kernel.cu").write_text(
+        "#include <cmath>\n#include \"blend.cuh\"\nusing namespace std;\n"
+        "// a kernel file heavier than add_kernel.cu" + " ." * 400 + "\n"
+        "float blend_host(float a, float b) { return lerp(a, b, 0.5f); }\n")
+    result = wheelsmith("build", "clash-ext", "--arch", "12.0", "--check", "--compile-cache",
+                        "off", cwd=project)
+    assert result.returncode == 9, result.stderr
+    first = error_lines(result.stderr)[0]
+    assert first.startswith("error: the sample compile of clash-ext 0.1.0 failed: csrc/"
+                            "blend_kernel.o (csrc/blend_kernel.cu): csrc/blend_kernel.cu:"), first
+    assert "lerp" in first
+    assert ("a function of the package has the name of one C++20 added to the standard library"
+            in result.stderr)
+
+
 def test_device_code_other_than_the_request_fails_the_check(project: Path,
                                                             toolchain: Toolchain) -> None:
     """build.ninja asks for sm_120 alone (the pre-build check passes); flags nvcc gets from

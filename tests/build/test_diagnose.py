@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wheelsmith.build.diagnose import diagnose
+from wheelsmith.build.diagnose import CXX20_NAMES, diagnose
 
 LINES = {
     "bare-metal-version": "    NameError: name 'bare_metal_version' is not defined",
@@ -89,3 +89,20 @@ def test_a_header_not_found_is_the_sdist_s_omission_or_a_library_off_the_include
                                                   fullmatch=True))
 def test_a_download_the_offline_build_could_not_make_is_named(form: str, url: str) -> None:
     assert [s.name for s in diagnose(form.format(u=url))] == ["download-offline"]
+
+
+CLASH_WORDINGS = (  # nvcc's front end (EDG), g++'s call and g++'s reference
+    'k.cu(12): error: more than one instance of overloaded function "{name}" matches the '
+    "argument list:",
+    "k.cpp:12:5: error: call of overloaded '{name}(float&, float&, float&)' is ambiguous",
+    "k.cpp:3:10: error: reference to '{name}' is ambiguous")
+
+
+@given(st.sampled_from(CXX20_NAMES), st.sampled_from(CLASH_WORDINGS), st.booleans(),
+       st.from_regex(r"[a-z_]{3,12}", fullmatch=True))
+def test_a_cxx20_name_clash_is_named_in_nvccs_and_gccs_words(
+        name: str, wording: str, qualified: bool, other: str) -> None:
+    said = wording.format(name=f"std::{name}" if qualified else name)
+    assert "cxx20-name-clash" in [s.name for s in diagnose(said)]
+    if other not in CXX20_NAMES:
+        assert "cxx20-name-clash" not in [s.name for s in diagnose(wording.format(name=other))]

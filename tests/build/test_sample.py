@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wheelsmith.build.diagnose import first_error, in_tree
+from wheelsmith.build.diagnose import CXX20_NAMES, first_error, in_tree
 from wheelsmith.build.ninjafile import Unit
-from wheelsmith.build.sample import choose, weight
+from wheelsmith.build.sample import choose, own_files, weight
 
 NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,11}", fullmatch=True)
 MESSAGES = st.from_regex(r"[A-Za-z#\"'][ -~]{0,60}", fullmatch=True).map(str.strip).filter(bool)
@@ -119,13 +119,15 @@ def test_the_cheapest_object_of_each_rule_is_chosen_with_the_headers_it_includes
         units.append((f"csrc/{name}{suffix}", rule))
     text = ninja_text(build, units)
     chosen = choose(text, build, {})
-    for rule in ("compile", "cuda_compile"):
-        of_rule = [s for s, r in units if r == rule]
-        picked = [u for u in chosen if u.rule == rule]
-        assert len(picked) == (1 if of_rule else 0)
-        if of_rule:
-            weights = {s: weight(root / s, [root / "include"]) for s in of_rule}
-            assert weights[str(Path(picked[0].source).relative_to(root))] == min(weights.values())
+    hosts = [s for s, r in units if r == "compile"]
+    assert sorted(str(Path(u.source).relative_to(root)) for u in chosen
+                  if u.rule == "compile") == sorted(hosts)  # every host object: cheap
+    of_cuda = [s for s, r in units if r == "cuda_compile"]
+    picked = [u for u in chosen if u.rule == "cuda_compile"]
+    assert len(picked) == (1 if of_cuda else 0)
+    if of_cuda:
+        weights = {s: weight(root / s, [root / "include"]) for s in of_cuda}
+        assert weights[str(Path(picked[0].source).relative_to(root))] == min(weights.values())
 
 
 def test_an_earlier_runs_seconds_choose_over_sizes(tmp_path: Path) -> None:
@@ -136,10 +138,10 @@ def test_an_earlier_runs_seconds_choose_over_sizes(tmp_path: Path) -> None:
     text = ninja_text(build, [("csrc/fwd.cu", "cuda_compile"), ("csrc/bwd.cu", "cuda_compile"),
                               ("csrc/api.cpp", "compile"), ("csrc/ops.cpp", "compile")])
     by_size = choose(text, build, {})
-    assert [Path(u.source).name for u in by_size] == ["api.cpp", "bwd.cu"]
+    assert [Path(u.source).name for u in by_size] == ["api.cpp", "ops.cpp", "bwd.cu"]
     timed = choose(text, build, {"csrc/fwd.o": 40.0, "csrc/bwd.o": 300.0, "csrc/ops.o": 2.0})
-    assert [Path(u.source).name for u in timed] == ["ops.cpp", "fwd.cu"]
-    assert timed[1] == Unit(f"{build}/csrc/fwd.o", f"{tmp_path}/csrc/fwd.cu", "cuda_compile")
+    assert [Path(u.source).name for u in timed] == ["api.cpp", "ops.cpp", "fwd.cu"]
+    assert timed[2] == Unit(f"{build}/csrc/fwd.o", f"{tmp_path}/csrc/fwd.cu", "cuda_compile")
 
 
 def test_paths_in_a_compilers_error_are_given_in_the_source_tree(tmp_path: Path) -> None:
@@ -155,3 +157,51 @@ def test_paths_in_a_compilers_error_are_given_in_the_source_tree(tmp_path: Path)
         "csrc/kernels/lerp.cuh(6): error: x")
     assert in_tree("../../../elsewhere.h:1: error: y", source, None) == (
         "../../../elsewhere.h:1: error: y")
+
+
+DEFINITIONS = st.sampled_from([
+    "__device__ inline float {name}(float a, float b, float t) {{ return a + t * (b - a); }}",
+    "template <typename T>\n__host__ __device__ T {name}(T a, T b) {{\n  return a;\n}}",
+    "static int {name}(int x)\n{{\n  return x;\n}}",
+])
+MENTIONS = st.sampled_from([  # not definitions: a call, a declaration, a comment's words
+    "float y = {name}(a, b, t);", "float {name}(float, float, float);",
+    "// {name}(a, b) is not defined here", "auto f = &{name};"])
+
+
+@given(st.lists(st.tuples(st.sampled_from(sorted(CXX20_NAMES)), st.booleans(),
+                          st.sampled_from(["", "shared.cuh", "own.cuh"])),
+                min_size=1, max_size=6),
+       DEFINITIONS, MENTIONS)
+def test_every_own_file_that_defines_a_cxx20_std_name_gets_a_cuda_object_compiled(
+        tmp_path_factory: pytest.TempPathFactory, kernels: list[tuple[str, bool, str]],
+        definition: str, mention: str) -> None:
+    """A function of the package with a name C++20 gave std (std::lerp, ...) clashes where a
+    call also finds std's: the check compiles the cheapest CUDA object that reads each file
+    defining one (the source or a header of its own), as well as the cheapest of all."""
+    root = tmp_path_factory.mktemp("tree")
+    (root / "csrc").mkdir()
+    (root / "include").mkdir()
+    defining: dict[str, str] = {}
+    units = []
+    for index, (name, defines, header) in enumerate(kernels):
+        body = (definition if defines else mention).format(name=name)
+        if header and defines:
+            (root / "include" / header).write_text(body + "\n")
+            defining.setdefault(f"include/{header}", f"csrc/k{index}.cu")
+            text = f'#include "{header}"\n'
+        else:
+            text = body + "\n"
+            if defines:
+                defining[f"csrc/k{index}.cu"] = f"csrc/k{index}.cu"
+        (root / "csrc" / f"k{index}.cu").write_text(text + "x" * (100 + index))
+        units.append((f"csrc/k{index}.cu", "cuda_compile"))
+    build = root / "build" / "temp.linux-x86_64-cpython-311"
+    chosen = {str(Path(u.source).relative_to(root)) for u in choose(
+        ninja_text(build, units), build, {})}
+    cheapest = min((s for s, _ in units), key=lambda s: weight(root / s, [root / "include"]))
+    for own in defining:
+        readers = [s for s, _ in units if root / own in own_files(root / s, [root / "include"])]
+        assert any(r in chosen for r in readers), (own, chosen)
+    assert cheapest in chosen
+    assert len(chosen) <= 1 + len(defining)

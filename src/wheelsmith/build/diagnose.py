@@ -34,6 +34,14 @@ SOURCES_MISSING = Signature(
 
 # a header the compiler could not open, then the #include line it printed (gcc: `  6 | #include
 # "x.cuh"`, EDG: `  #include "x.cuh"`); "..." for the package's own, <...> for a library's
+# The names C++20 added to the standard library that packages had for functions of their own
+# (extend as found): compiled as C++20, as torch's headers need, a call that also finds std's
+# is ambiguous. The sample compile (sample.py) compiles the CUDA objects that define one.
+CXX20_NAMES = ("lerp", "midpoint", "ssize", "bit_cast", "popcount", "countl_zero",
+               "countr_zero", "countl_one", "countr_one", "has_single_bit", "bit_width",
+               "bit_ceil", "bit_floor", "rotl", "rotr", "to_address", "erase_if",
+               "is_constant_evaluated", "assume_aligned", "byteswap")
+
 _NOT_OPENED = (r'(?:No such file or directory|cannot open source file "[^"\n]*")[ \t]*\n'
                r'[ \t]*(?:\d+[ \t]*\|)?[ \t]*#[ \t]*include[ \t]*')
 
@@ -145,10 +153,10 @@ SIGNATURES = (
     ),
     Signature(
         "cxx20-name-clash",
-        re.compile(r"(?:more than one instance of overloaded function \"|call of overloaded "
-                   r"')(?:std::)?(?:lerp|midpoint|ssize|bit_cast|popcount|countl_zero|"
-                   r"countr_zero|has_single_bit|bit_width|bit_ceil|bit_floor|rotl|rotr|"
-                   r"to_address|erase_if|is_constant_evaluated)\b"),
+        re.compile(  # nvcc's front end (EDG), then g++'s two wordings
+            r"more than one instance of overloaded function \"(?:std::)?(?:{0})\"|"
+            r"call of overloaded '(?:std::)?(?:{0})\(|reference to '(?:std::)?(?:{0})' is "
+            r"ambiguous".format("|".join(CXX20_NAMES))),
         "a function of the package has the name of one C++20 added to the standard library "
         "(std::lerp, std::midpoint, ...): compiled as C++20, as torch's headers need, a call "
         "that also finds the std one (`using namespace std`, or arguments from std) is "

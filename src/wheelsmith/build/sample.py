@@ -1,11 +1,14 @@
 """The sample compile (`build --check`, `recipe new`'s check): a configured build shown to
-compile, for the price of two objects per extension.
+compile, for the price of its host objects and a few CUDA ones per extension.
 
 Configuring proves little: a package's flags can still fail at its first object (mamba-ssm's
 `-std=c++17` against torch 2.14's headers, which need C++20). With WHEELSMITH_SAMPLE_COMPILE
 the pre-build check (prebuild.py), once it has read an extension's build.ninja in a
-configure-only build, has the real ninja compile two of its objects with build.ninja's own
-flags: the cheapest host (C++) object and the cheapest CUDA object, each by an earlier run's
+configure-only build, has the real ninja compile some of its objects with build.ninja's own
+flags: every host (C++) object (cheap beside the CUDA ones), the cheapest CUDA object, and the
+cheapest CUDA object that reads each file of the package's own defining a function named as one
+C++20 gave std (diagnose.CXX20_NAMES: `lerp` clashes with std::lerp where a call also finds
+std's; only compiling it shows whether it does). The cheapest by an earlier run's
 seconds when the work directory holds them (resume.earlier_object_seconds), else by source
 size counted with the headers it includes from its own tree (`#include "..."`: mamba-ssm's nine
 `.cu` files are 400-byte wrappers of a forward or a much heavier backward kernel header). The
@@ -25,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wheelsmith.build.diagnose import first_error
+from wheelsmith.build.diagnose import CXX20_NAMES, first_error
 from wheelsmith.build.ninjafile import CUDA, HOST, Unit, units
 
 SAMPLE = "WHEELSMITH_SAMPLE_COMPILE"
@@ -45,43 +48,69 @@ def include_dirs(ninja_text: str) -> list[Path]:
     return [Path(m[1].strip("'\"")) for m in _INCLUDE_DIR_RE.finditer(ninja_text)]
 
 
-def weight(source: Path, search: list[Path]) -> int:
-    """Bytes of `source` and of every header it includes with quotes, found beside the file
-    that includes it or in `search` (each counted once): what the compiler front end reads of
-    the package's own code."""
-    seen: set[Path] = set()
+def own_files(source: Path, search: list[Path]) -> list[Path]:
+    """`source` and every header it includes with quotes, found beside the file that includes
+    it or in `search` (each once): the package's own code the compiler front end reads."""
+    seen: dict[Path, None] = {}
     todo = [source]
-    total = 0
     while todo and len(seen) < MAX_HEADERS:
         path = todo.pop()
         if path in seen or not path.is_file():
             continue
-        seen.add(path)
-        text = path.read_text(errors="replace")
-        total += len(text.encode())
-        for name in _INCLUDE_RE.findall(text):
+        seen[path] = None
+        for name in _INCLUDE_RE.findall(path.read_text(errors="replace")):
             found = next((d / name for d in [path.parent, *search] if (d / name).is_file()),
                          None)
             if found is not None:
                 todo.append(found.resolve())
-    return total
+    return list(seen)
+
+
+def weight(source: Path, search: list[Path]) -> int:
+    """Bytes of `source` and of its own headers (`own_files`)."""
+    return sum(len(path.read_bytes()) for path in own_files(source, search))
+
+
+# a definition (a body follows its parameter list) of a function named as one C++20 added to
+# std: `__device__ inline float lerp(float a, float b, float t) {`
+_DEFINES_RE = re.compile(r"^[^\n;#=]*?\b(" + "|".join(CXX20_NAMES) +
+                         r")\s*\([^;{}]*\)\s*(?:const\s*)?(?:noexcept\s*)?\{", re.MULTILINE)
+
+
+def clash_at_risk(source: Path, search: list[Path]) -> tuple[Path, int, str] | None:
+    """Where the package's own code of `source` (the source and its own headers) defines a
+    function with the name of one C++20 added to std (diagnose.CXX20_NAMES): (file, line,
+    name); None when it defines none."""
+    for path in own_files(source, search):
+        text = path.read_text(errors="replace")
+        found = _DEFINES_RE.search(text)
+        if found:
+            return path, text.count("\n", 0, found.start(1)) + 1, found[1]
+    return None
 
 
 def choose(ninja_text: str, directory: Path, seconds: Mapping[str, float]) -> tuple[Unit, ...]:
-    """The cheapest object of each rule: by `seconds` (keyed by the object's path under the
-    build directory, as resume.object_seconds names them) where some are timed, else by
-    `weight`; ties go to the first in build.ninja."""
+    """What the check compiles of one build.ninja: every host object (cheap beside the CUDA
+    ones), the cheapest CUDA object, and, for each of the package's own files that defines a
+    function with a C++20 std name (`clash_at_risk`), the cheapest CUDA object that reads it
+    (that clash compiles in no other object the sample would pick). Cheapest: by `seconds`
+    (keyed by the object's path under the build directory, as resume.object_seconds names
+    them) where some are timed, else by `weight`; ties go to the first in build.ninja."""
     every = units(ninja_text)
     search = include_dirs(ninja_text)
-    chosen = []
-    for rule in RULES:
-        candidates = [u for u in every if u.rule == rule]
-        timed = [u for u in candidates if u.as_dict(directory)["object"] in seconds]
-        if timed:
-            chosen.append(min(timed, key=lambda u: seconds[u.as_dict(directory)["object"]]))
-        elif candidates:
-            chosen.append(min(candidates, key=lambda u: weight(directory / u.source, search)))
-    return tuple(chosen)
+
+    def cost(unit: Unit) -> tuple[int, float]:
+        timed = seconds.get(unit.as_dict(directory)["object"])
+        return (0, timed) if timed is not None else (1, weight(directory / unit.source, search))
+
+    cuda = sorted((u for u in every if u.rule == CUDA), key=cost)
+    chosen = [u for u in every if u.rule == HOST] + cuda[:1]
+    risky: dict[Path, Unit] = {}
+    for unit in cuda:
+        found = clash_at_risk(directory / unit.source, search)
+        if found is not None:
+            risky.setdefault(found[0], unit)  # cuda is cheapest first
+    return tuple(dict.fromkeys([*chosen, *risky.values()]))
 
 
 def compile_sample(real_ninja: str, argv: list[str], ninja_file: Path,
