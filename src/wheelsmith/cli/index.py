@@ -94,7 +94,8 @@ def yank_command(filename: str, index_dir: Path, reason: str | None, undo: bool)
 
 @main.group("index")
 def index_group() -> None:
-    """Maintain the local index: verify it, regenerate its pages."""
+    """Maintain the local index: check it, rebuild its pages, export it as a static tree for
+    any web server or object store."""
 
 
 @index_group.command("check")
