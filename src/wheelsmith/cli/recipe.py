@@ -102,14 +102,14 @@ def _read(chosen: sdist.Sdist, tree: Path, base: rebase.Base | None) -> findings
     """What the unpacked sdist says, and the patches made over it (after a shipped recipe's,
     carried over)."""
     setup = setup_py.read_setup(tree)  # the findings name the sdist's own lines
-    side = cmake.read_cmake(tree)
+    profile = select.profile_named(None)
+    side = cmake.read_cmake(tree, buildsystem.held(profile).get("cmake"))
     carried = rebase.carry(base.release, tree) if base is not None else ()
     kept = rebase.renumbered(carried)
     made = patches.written(tree, setup_py.read_setup(tree) if kept else setup,
                            cxx20=check.torch_needs_cxx20(), after=kept,
                            cmake_torch=bool(side and side.cuda_at and side.links_torch),
                            cmake_cuda=bool(side and side.cuda_at))
-    profile = select.profile_named(None)
     return findings.Findings(chosen, sdist.read_metadata(tree), setup, kept + made,
                              base=base, carried=carried, cmake=side,
                              unheld=buildsystem.unheld_imports(tree, profile),

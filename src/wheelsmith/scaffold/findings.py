@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from wheelsmith.inventory import is_shared_object
 from wheelsmith.scaffold.buildsystem import NOTHING_PINNED, Pinned
-from wheelsmith.scaffold.cmake import CMakeSide
+from wheelsmith.scaffold.cmake import POLICY_MINIMUM, CMakeSide
 from wheelsmith.scaffold.extensions import Extension, module_of
 from wheelsmith.scaffold.patches import FORCE_CUDA, GPU_PATCH, Written
 from wheelsmith.scaffold.rebase import Base, Carried
@@ -74,12 +74,22 @@ class Findings:
         return self.written[kept:]
 
     @property
-    def env(self) -> tuple[tuple[str, str, int], ...]:
-        """setup.py's build variables, and FORCE_CUDA=1 where a written patch reads it."""
-        own = self.setup.env
-        forced = any(GPU_PATCH.stem in w.file for w in self.written) and FORCE_CUDA not in {
-            var for var, _, _ in own}
-        return (*own, (FORCE_CUDA, "1", self.setup.needs_gpu_line or 0)) if forced else own
+    def env(self) -> tuple[tuple[str, str, str], ...]:
+        """The recipe's build variables, each with what in the sdist asks for it (`file:line`:
+        its comment): setup.py's, FORCE_CUDA=1 where a written patch reads it, CMake's policy
+        minimum where a CMake file asks for an older policy version than the toolchain's CMake
+        takes."""
+        found = {var: (value, f"setup.py:{line}") for var, value, line in self.setup.env}
+        patch = next((w.file for w in self.written if GPU_PATCH.stem in w.file), None)
+        if patch is not None and FORCE_CUDA not in found:
+            found[FORCE_CUDA] = ("1", f"setup.py:{self.setup.needs_gpu_line or 0}: "
+                                      f"{patch} makes it stand in for a GPU")
+        policies = self.cmake.old_policies if self.cmake else ()
+        if policies:
+            more = f" (and {len(policies) - 1} more)" if len(policies) > 1 else ""
+            found[POLICY_MINIMUM[0]] = (POLICY_MINIMUM[1], f"{policies[0][0]}: "
+                                                           f"{policies[0][1]}{more}")
+        return tuple((var, value, note) for var, (value, note) in found.items())
 
     @property
     def pure(self) -> bool:

@@ -263,15 +263,15 @@ def _recipe_lines(found: Findings) -> list[str]:
     if metadata.homepage:
         lines.append(f"homepage: {_quoted(metadata.homepage)}")
     lines += _arch_lines(found)
-    env = [(var, value) for var, value, _ in found.env] + (
-        [("CMAKE_ARGS", found.cmake.cmake_args())] if found.cmake and found.cmake.switches
-        else [])
+    env = [*found.env, *([("CMAKE_ARGS", found.cmake.cmake_args(), "its CMake options")]
+                         if found.cmake and found.cmake.switches else [])]
     build_dir = found.setup.build_dir_var[0] if found.cmake and found.setup.build_dir_var \
         else None
     if env or found.host_only or build_dir or found.requires.pins:
         lines.append("build:")
     if env:
-        lines += ["  env:", *[f"    {var}: {_quoted(value)}" for var, value in env]]
+        lines += ["  env:", *[f"    {var}: {_quoted(value)}  # {one_line(note)}"
+                              for var, value, note in env]]
     if build_dir:
         lines.append(f"  build_dir_env: {build_dir}")
     if found.host_only:
