@@ -25,6 +25,7 @@ from wheelsmith.scaffold import (
     render,
     sdist,
     setup_py,
+    switches,
 )
 from wheelsmith.toolchain import select
 
@@ -119,7 +120,8 @@ def _read(chosen: sdist.Sdist, tree: Path, base: rebase.Base | None) -> findings
                              requires=buildsystem.pinned(tree, profile),
                              has_setup_py=(tree / "setup.py").is_file(),
                              toolchain=profile.name,
-                             switches=env_reads.build_switches(tree))
+                             switches=env_reads.build_switches(tree),
+                             switched=switches.cuda_switches(tree))
 
 
 def _checked(chosen: sdist.Sdist, destination: Path, kind: str) -> check.Checked:

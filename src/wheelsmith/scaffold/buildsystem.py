@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name
 
 from wheelsmith.build import cmakebuild
 from wheelsmith.errors import UntrustedDataError, WheelsmithError
-from wheelsmith.scaffold.setup_py import caught_imports
+from wheelsmith.scaffold.imports import caught_imports
 from wheelsmith.toolchain import overlay
 from wheelsmith.toolchain.profile import Profile
 from wheelsmith.untrusted import parse_python

@@ -17,6 +17,7 @@ from wheelsmith.scaffold.patches import FORCE_CUDA, GPU_PATCH, Written
 from wheelsmith.scaffold.rebase import Base, Carried
 from wheelsmith.scaffold.sdist import Metadata, Sdist
 from wheelsmith.scaffold.setup_py import Setup
+from wheelsmith.scaffold.switches import Switch
 from wheelsmith.toolchain.overlay import pin_name
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ class Findings:
     has_setup_py: bool = True  # else pyproject.toml alone (a pure backend, or CMake's)
     # the variables its build reads that a recipe may set, each with its file:line
     switches: tuple[tuple[str, str], ...] = ()
+    # those that may turn its CUDA build on (switches.py): setup.py's, its own modules'
+    switched: tuple[Switch, ...] = ()
 
     @property
     def unheld_left(self) -> tuple[tuple[str, str, int], ...]:
@@ -75,11 +78,15 @@ class Findings:
 
     @property
     def env(self) -> tuple[tuple[str, str, str], ...]:
-        """The recipe's build variables, each with what in the sdist asks for it (`file:line`:
-        its comment): setup.py's, FORCE_CUDA=1 where a written patch reads it, CMake's policy
-        minimum where a CMake file asks for an older policy version than the toolchain's CMake
-        takes."""
-        found = {var: (value, f"setup.py:{line}") for var, value, line in self.setup.env}
+        """The recipe's build variables, each with what in the sdist asks for it (`file:line`
+        and why: its comment): the CUDA switches of setup.py and of the modules of its own it
+        runs, FORCE_CUDA=1 where a written patch reads it, CMake's policy minimum where a
+        CMake file asks for an older policy version than the toolchain's CMake takes."""
+        told = {s.name: s for s in self.switched if s.value is not None}
+        found = {var: (value, told[var].note if var in told and told[var].value == value
+                       else f"setup.py:{line}") for var, value, line in self.setup.env}
+        for switch in told.values():
+            found.setdefault(switch.name, (switch.value or "", switch.note))
         patch = next((w.file for w in self.written if GPU_PATCH.stem in w.file), None)
         if patch is not None and FORCE_CUDA not in found:
             found[FORCE_CUDA] = ("1", f"setup.py:{self.setup.needs_gpu_line or 0}: "
@@ -90,6 +97,18 @@ class Findings:
             found[POLICY_MINIMUM[0]] = (POLICY_MINIMUM[1], f"{policies[0][0]}: "
                                                            f"{policies[0][1]}{more}")
         return tuple((var, value, note) for var, (value, note) in found.items())
+
+    @property
+    def undecided(self) -> tuple[Switch, ...]:
+        """The switches of its build whose value turning CUDA on could not be told."""
+        return tuple(s for s in self.switched if s.value is None)
+
+    @property
+    def told(self) -> tuple[Switch, ...]:
+        """The switches told from the modules of its own that setup.py runs (setup.py's are
+        its own lines)."""
+        own = {var for var, _, _ in self.setup.env}
+        return tuple(s for s in self.switched if s.value is not None and s.name not in own)
 
     @property
     def pure(self) -> bool:

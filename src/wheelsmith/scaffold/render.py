@@ -31,6 +31,7 @@ from wheelsmith.scaffold.patches import (
 from wheelsmith.scaffold.rebase import Base
 from wheelsmith.scaffold.sdist import Sdist
 from wheelsmith.scaffold.setup_py import Setup
+from wheelsmith.scaffold.switches import switch_lines
 from wheelsmith.toolchain.overlay import pin_name
 from wheelsmith.untrusted.text import clip, one_line
 
@@ -62,6 +63,7 @@ def _build_lines(found: Findings) -> list[str]:
         does = "from source instead of fetching a prebuilt wheel" if var.endswith(
             "FORCE_BUILD") else "its CUDA extensions where no GPU is visible"
         lines.append(f'{_at(line)}{var} == "{value}" builds {does}: build.env {var}: "{value}"')
+    lines += switch_lines(found.told, found.undecided)
     if setup.gencode:
         also = f" (it reads TORCH_CUDA_ARCH_LIST too, line {setup.arch_list_line})" \
             if setup.arch_list_line else ""
