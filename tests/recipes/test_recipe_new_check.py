@@ -277,6 +277,33 @@ def test_switches_a_module_of_its_own_reads_are_set_before_the_check(
         recipe.read_text()
 
 
+def test_numpy_that_setup_py_imports_unrequired_is_pinned_and_the_check_builds_with_it(
+        tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older package's setup.py imports numpy for its headers and no build requirement
+    names it: the build, with the toolchain's packages only, stopped at `import numpy`. recipe
+    new pins it in build.requires (with pip, as pyproject.toml's are), and the check builds
+    with it and compiles the sample against its headers."""
+    setup = "import glob\nimport numpy\n" + (FIXTURES / "tiny-ext" / "setup.py").read_text(
+        ).replace('name="tiny-ext"', 'name="PROJECT"').replace(
+        '"csrc/add_kernel.cu"', '*glob.glob("csrc/kernels/*.cu")').replace(
+        "extra_compile_args=", "include_dirs=[numpy.get_include()],\n            "
+                               "extra_compile_args=")
+    tree = make_tree(tmp_path, "numpy-headers", setup)
+    host = tree / "csrc" / "add.cpp"  # the host sample compiles only with numpy's headers
+    host.write_text('#include "numpy/numpyconfig.h"\nstatic_assert(NPY_ABI_VERSION > 0, "np");\n'
+                    + host.read_text())
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", serve(tmp_path, tree))
+    made = wheelsmith("recipe", "new", "numpy-headers==0.1.0", "--recipes", "mine", cwd=tmp_path)
+    assert made.returncode == 0, made.stdout + made.stderr
+    recipe = load_recipe(tmp_path / "mine" / "recipes" / "numpy-headers.yaml")
+    [numpy] = [pin for pin in recipe.build_requires if pin.startswith("numpy==")]
+    said = made.stdout.splitlines()
+    assert "setup.py:2: it imports numpy, which no build requirement names and the toolchain " \
+           f"{toolchain.name} lacks: build.requires {numpy}" in said
+    assert any(line.startswith("check: build.ninja targets _C: SASS sm_120, compiled add.o")
+               for line in said), said
+
+
 def test_headers_of_the_libraries_torch_s_wheels_bring_are_on_the_include_path(
         tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
     """cuDNN's and NCCL's headers come with torch's wheels (site-packages/nvidia/), not with

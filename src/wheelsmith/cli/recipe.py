@@ -85,7 +85,7 @@ def recipe_new(package: tuple[str, str | None], repo: Path | None, configure: bo
                    "host_only": list(found.host_only), "missing": list(setup.missing),
                    "patches_written": [p.file for p in found.written],
                    "build_requires": list(found.requires.pins),
-                   "patches_needed": [p.stem for p, _ in patches.needed(setup, found.written)],
+                   "patches_needed": [p.stem for p, _ in found.needed],
                    "check": checked.line if checked else None, "findings": lines})
     elif not as_json:
         for line in lines:

@@ -13,7 +13,14 @@ from wheelsmith.inventory import is_shared_object
 from wheelsmith.scaffold.buildsystem import NOTHING_PINNED, Pinned
 from wheelsmith.scaffold.cmake import POLICY_MINIMUM, CMakeSide
 from wheelsmith.scaffold.extensions import Extension, module_of
-from wheelsmith.scaffold.patches import FORCE_CUDA, GPU_PATCH, Written
+from wheelsmith.scaffold.patches import (
+    FORCE_CUDA,
+    GPU_PATCH,
+    PSUTIL_PATCH,
+    StandardPatch,
+    Written,
+    needed,
+)
 from wheelsmith.scaffold.rebase import Base, Carried
 from wheelsmith.scaffold.sdist import Metadata, Sdist
 from wheelsmith.scaffold.setup_py import Setup
@@ -56,6 +63,14 @@ class Findings:
         pin (its resolution failed)."""
         pinned = {pin_name(pin) for pin in self.requires.pins}
         return tuple(u for u in self.unheld if pin_name(u[1]) not in pinned)
+
+    @property
+    def needed(self) -> tuple[tuple[StandardPatch, int], ...]:
+        """The standard patches to write by hand (patches.needed), less the one that takes
+        psutil out where build.requires pins it."""
+        pinned = {pin_name(pin) for pin in self.requires.pins}
+        return tuple((patch, line) for patch, line in needed(self.setup, self.written)
+                     if not (patch is PSUTIL_PATCH and "psutil" in pinned))
 
     @property
     def cmake_cuda(self) -> bool:

@@ -1,18 +1,21 @@
-"""What setup.py runs of the sdist's own Python, read without running it: setup.py, then each
-module of the sdist it imports (its packages' `__init__.py` first, relative imports resolved),
-followed through their own imports. setup.py's imports count wherever they are (its functions
-run in the build); a module's only where they run when it is imported (not in its functions).
-For `recipe new`'s reader of the variables that switch CUDA on (switches.py)."""
+"""What setup.py runs of the sdist's own Python, and what that imports from outside the sdist,
+read without running it: setup.py, then each module of the sdist it imports (its packages'
+`__init__.py` first, relative imports resolved), followed through their own imports. setup.py's
+imports count wherever they are (its functions run in the build); a module's only where they
+run when it is imported (not in its functions). For `recipe new`'s readers of the variables
+that switch CUDA on (switches.py) and of the build requirements setup.py imports
+(buildsystem.py)."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith.errors import UntrustedDataError
-from wheelsmith.scaffold.extensions import dotted
+from wheelsmith.scaffold.extensions import dotted, vendor_branches
 from wheelsmith.untrusted import parse_python
 
 MAX_MODULES = 400  # of the sdist's modules followed (deepspeed's setup.py runs ~60)
@@ -36,6 +39,18 @@ class Source:
                       key=lambda n: (n.lineno, n.col_offset))
 
 
+@dataclass(frozen=True, slots=True)
+class Import:
+    """A module of outside the sdist that setup.py runs an import of."""
+
+    name: str  # as imported: numpy.distutils.core
+    where: str  # setup.py:3
+
+    @property
+    def top(self) -> str:
+        return self.name.split(".")[0]
+
+
 def setup_run(tree: Path) -> list[Source]:
     """setup.py and the sdist's modules it runs, in the order it imports them (none without a
     setup.py Python can read)."""
@@ -51,6 +66,25 @@ def setup_run(tree: Path) -> list[Source]:
                 found[key] = nxt
                 queue.append(nxt)
     return list(found.values())[:MAX_MODULES]
+
+
+def outside_imports(tree: Path) -> tuple[Import, ...]:
+    """What setup.py runs imports of modules outside the sdist and the standard library, each
+    where it is first imported; not one inside a `try:` that catches its ImportError, nor one
+    in another vendor's branch (`if IS_ROCM:`)."""
+    found: dict[str, Import] = {}
+    for source in setup_run(tree):
+        skipped = caught_imports(source.module) | vendor_branches(source.module)
+        for node in source.imports():
+            if id(node) in skipped or (isinstance(node, ast.ImportFrom) and node.level):
+                continue
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [f"{node.module}.{a.name}" for a in node.names] if node.module else []
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and not _own(tree, top):
+                    found.setdefault(name, Import(name, f"{source.path}:{node.lineno}"))
+    return tuple(found.values())
 
 
 def caught_imports(module: ast.Module) -> set[int]:

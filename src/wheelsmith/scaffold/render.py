@@ -16,6 +16,7 @@ from wheelsmith.errors import NoDeviceCodeError, UsageError, WheelsmithError
 from wheelsmith.files import atomic_write_bytes, atomic_write_text
 from wheelsmith.inventory import is_shared_object
 from wheelsmith.recipes.sources import carried_data
+from wheelsmith.scaffold.buildsystem import requires_lines
 from wheelsmith.scaffold.cmake import arch_lines, cmake_lines
 from wheelsmith.scaffold.env_reads import deciding_first
 from wheelsmith.scaffold.extensions import Extension
@@ -26,7 +27,6 @@ from wheelsmith.scaffold.patches import (
     FORCE_CUDA,
     GPU_PATCH,
     RUNTIME_PKG_RESOURCES,
-    needed,
 )
 from wheelsmith.scaffold.rebase import Base
 from wheelsmith.scaffold.sdist import Sdist
@@ -179,15 +179,11 @@ def report_lines(found: Findings) -> list[str]:
     configure-only check found; what came from the sdist shown as one line, never obeyed."""
     lines = [f"sdist: {found.sdist.filename} sha256 {found.sdist.sha256}", *_base_lines(found),
              *_build_lines(found), *_extension_lines(found), *_source_lines(found)]
-    for patch, line in needed(found.setup, found.written):
+    for patch, line in found.needed:
         example = patch.example()
         lines.append(f"{_at(line)}patch needed: {patch.stem}: {patch.reason}" + (
             f" (start from {example})" if example else ""))
-    lines += [f"build.requires: {', '.join(found.requires.pins)}: the build requirements the "
-              f"toolchain {found.toolchain} lacks, with what they need (pyproject.toml), "
-              "installed beside it for each build"] if found.requires.pins else []
-    lines += [f"build.requires: not written, pip could not pin {found.requires.failed}"
-              ] if found.requires.failed else []
+    lines += requires_lines(found.requires, found.toolchain)
     lines += [f"setup.py:{line}: patch needed: it imports {module}, a build requirement "
               f"({requirement}) the toolchain {found.toolchain} does not hold: wheelsmith "
               "builds with the toolchain's packages only, never an environment it downloads; "
@@ -209,8 +205,8 @@ def report_lines(found: Findings) -> list[str]:
               f"{', ...' if len(found.prebuilt) > 3 else ''}): a wheel that holds one is refused "
               "(wheelsmith builds from source): patch them out and build them from their "
               "sources, or the package has no source build"] if found.prebuilt else []
-    if not needed(found.setup, found.written) and not found.written and not found.unheld_left \
-            and not found.thc and not found.prebuilt:
+    if not found.needed and not found.written and not found.unheld_left \
+            and not found.thc and not found.prebuilt and not found.requires.distutils:
         lines.append("patches: none of the standard ones is needed")
     lines += [f"smoke: {name} is not a module name: left out of smoke.import"
               for name in found.not_modules]
