@@ -163,9 +163,9 @@ def served_variant(tmp_path: Path, name: str, edit: Callable[[Path], None]) -> s
     `tmp_path`: the index's URL."""
     tree = tmp_path / "sdists" / f"{name.replace('-', '_')}-0.1.0"
     shutil.copytree(FIXTURES / "tiny-cmake", tree)
-    edit(tree)
     setup = tree / "setup.py"
     setup.write_text(setup.read_text().replace('name="tiny-cmake"', f'name="{name}"'))
+    edit(tree)
     (tree / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n")
     return sdist_index(tmp_path / "served", tree, name)
 
@@ -237,21 +237,38 @@ def test_recipe_new_names_the_cmake_error_a_setup_py_went_on_past(
         "newer thing"), error
 
 
+SCIKIT_BUILD = """[build-system]
+requires = ["scikit-build-core"]
+build-backend = "scikit_build_core.build"
+
+[project]
+name = "NAME"
+version = "0.1.0"
+
+[tool.scikit-build]
+cmake.source-dir = "csrc"
+"""
+
+
+@pytest.mark.parametrize("name", ["tiny-cmake-old", "tiny-cmake-old-skbuild"])
 def test_recipe_new_lets_cmake_4_configure_a_project_that_asks_for_an_old_policy_version(
         project: Path, toolchain: Toolchain, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """A project whose cmake_minimum_required asks for 3.1 (CMake 4.4 refuses anything below
-    3.5): recipe new names the call, writes CMAKE_POLICY_VERSION_MINIMUM into the recipe and its
-    real check configures and compiles the sample; the same recipe without it fails there,
-    naming CMake's error."""
+    3.5), run by its setup.py or by scikit-build-core: recipe new names the call, writes
+    CMAKE_POLICY_VERSION_MINIMUM into the recipe's build.env, which reaches CMake either way,
+    and its real check configures and compiles the sample; the same recipe without it fails
+    there, naming CMake's error."""
     def old_policy(tree: Path) -> None:  # its arch list from CUDAARCHS, as recipe new asks
         lists = tree / "csrc" / "CMakeLists.txt"
         lists.write_text("".join(line for line in lists.read_text().replace(
             "VERSION 3.20", "VERSION 3.1").splitlines(keepends=True)
             if "CUDA_ARCHITECTURES" not in line))
-    monkeypatch.setenv("WHEELSMITH_INDEX_URL", served_variant(tmp_path, "tiny-cmake-old",
-                                                              old_policy))
-    made = wheelsmith("recipe", "new", "tiny-cmake-old==0.1.0", "--recipes", "mine", cwd=project)
+        if name.endswith("skbuild"):
+            (tree / "setup.py").unlink()
+            (tree / "pyproject.toml").write_text(SCIKIT_BUILD.replace("NAME", name))
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", served_variant(tmp_path, name, old_policy))
+    made = wheelsmith("recipe", "new", f"{name}==0.1.0", "--recipes", "mine", cwd=project)
     assert made.returncode == 0, made.stdout + made.stderr
     said = made.stdout.splitlines()
     assert 'csrc/CMakeLists.txt:1: cmake_minimum_required(VERSION 3.1) asks for a CMake policy ' \
@@ -259,13 +276,13 @@ def test_recipe_new_lets_cmake_4_configure_a_project_that_asks_for_an_old_policy
            'CMAKE_POLICY_VERSION_MINIMUM: "3.5"' in said
     assert "check: build.ninja targets tinycmake: SASS sm_120, compiled version.cpp.o and " \
            "add_kernel.cu.o" in said
-    recipe = project / "mine" / "recipes" / "tiny-cmake-old.yaml"
+    recipe = project / "mine" / "recipes" / f"{name}.yaml"
     assert dict(load_recipe(recipe).env) == {"CMAKE_POLICY_VERSION_MINIMUM": "3.5"}
 
     recipe.write_text(re.sub(r"  env:\n    CMAKE_POLICY_VERSION_MINIMUM: .*\n", "",
-                             recipe.read_text()))
+                             recipe.read_text()).replace("build:\nsmoke:", "smoke:"))
     assert load_recipe(recipe).env == ()
-    result = wheelsmith("build", "tiny-cmake-old", "--recipes", "mine", "--check", cwd=project)
+    result = wheelsmith("build", name, "--recipes", "mine", "--check", cwd=project)
     assert result.returncode == 9, result.stderr[-3000:]
     error = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
     assert error.endswith("the compiler's first error: csrc/CMakeLists.txt:1: error: "
