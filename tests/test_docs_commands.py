@@ -175,7 +175,8 @@ README = [
     Step(f"pip install --index-url {LOCAL_INDEX}/cu130-torch2.14/simple/ --no-deps causal-conv1d",
          pip_installed),
     Step(f"wheelsmith install causal-conv1d --python ~/train/.venv/bin/python --arch 12.0 "
-         f"--index {LOCAL_INDEX}", ok("(from the index); imports causal_conv1d, causal_conv1d_cuda")),
+         f"--index {LOCAL_INDEX}",
+         ok("(from the index); imports causal_conv1d, causal_conv1d_cuda")),
     Step("wheelsmith doctor --python ~/train/.venv/bin/python --arch 12.0", DOCTOR),
     Step("wheelsmith nightly", nightly_built),
     Step("wheelsmith recipe new torch-scatter==2.1.2 --recipes ~/my-recipes", recipe_written),

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import FIXTURES, header_tarball, sdist_index, wheelsmith
+from wheelsmith.recipes.model import load_recipe
 from wheelsmith.scaffold import patches
 from wheelsmith.toolchain.env import Toolchain
 
@@ -156,6 +159,18 @@ CMAKE_CAUSE = ("the build went on past this error: csrc/CMakeLists.txt:1: error:
                "value.")
 
 
+def served_variant(tmp_path: Path, name: str, edit: Callable[[Path], None]) -> str:
+    """The tiny CMake package, `edit`ed and named `name`, as an sdist on a file:// index under
+    `tmp_path`: the index's URL."""
+    tree = tmp_path / "sdists" / f"{name.replace('-', '_')}-0.1.0"
+    shutil.copytree(FIXTURES / "tiny-cmake", tree)
+    setup = tree / "setup.py"
+    setup.write_text(setup.read_text().replace('name="tiny-cmake"', f'name="{name}"'))
+    edit(tree)
+    (tree / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n")
+    return sdist_index(tmp_path / "served", tree, name)
+
+
 def _swallow_cmake(source: Path) -> None:
     """The tiny CMake package with a policy version CMake 4 refuses and a setup.py that goes on
     when CMake fails, as some do."""
@@ -201,16 +216,17 @@ def test_recipe_new_names_the_cmake_error_a_setup_py_went_on_past(
         project: Path, toolchain: Toolchain, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """recipe new's check of an sdist whose setup.py ignores CMake's failure: the same cause,
-    CMake's error at its file:line, not 'nothing to compile'."""
-    tree = tmp_path / "sdists" / "tiny_cmake_swallows-0.1.0"
-    shutil.copytree(FIXTURES / "tiny-cmake", tree)
-    _swallow_cmake(tree)
-    setup = tree / "setup.py"
-    setup.write_text(setup.read_text().replace('name="tiny-cmake"', 'name="tiny-cmake-swallows"'))
-    (tree / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: tiny-cmake-swallows\n"
-                                   "Version: 0.1.0\n")
+    CMake's error at its file:line, not 'nothing to compile'. (The old policy version its
+    CMakeLists.txt asks for is one the recipe lets CMake take: the error is the project's
+    own.)"""
+    def fails(tree: Path) -> None:
+        _swallow_cmake(tree)
+        lists = tree / "csrc" / "CMakeLists.txt"
+        lists.write_text(lists.read_text().replace(
+            "add_library(", 'message(FATAL_ERROR "this package needs a newer thing")\n'
+                            "add_library("))
     monkeypatch.setenv("WHEELSMITH_INDEX_URL",
-                       sdist_index(tmp_path / "served", tree, "tiny-cmake-swallows"))
+                       served_variant(tmp_path, "tiny-cmake-swallows", fails))
     result = wheelsmith("recipe", "new", "tiny-cmake-swallows==0.1.0", "--recipes", "mine",
                         cwd=project)
     assert result.returncode == 9, result.stdout + result.stderr
@@ -218,7 +234,64 @@ def test_recipe_new_names_the_cmake_error_a_setup_py_went_on_past(
     assert error.startswith(
         "error: the check of the new recipe failed: the check of tiny-cmake-swallows 0.1.0 found "
         "nothing to compile for the GPU: its build generated no build.ninja with CUDA rules; "
-        f"{CMAKE_CAUSE}"), error
+        "the build went on past this error: csrc/CMakeLists.txt:3: error: this package needs a "
+        "newer thing"), error
+
+
+SCIKIT_BUILD = """[build-system]
+requires = ["scikit-build-core"]
+build-backend = "scikit_build_core.build"
+
+[project]
+name = "NAME"
+version = "0.1.0"
+
+[tool.scikit-build]
+cmake.source-dir = "csrc"
+"""
+
+
+@pytest.mark.parametrize("name", ["tiny-cmake-old", "tiny-cmake-old-skbuild"])
+def test_recipe_new_lets_cmake_4_configure_a_project_that_asks_for_an_old_policy_version(
+        project: Path, toolchain: Toolchain, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """A project whose cmake_minimum_required asks for 3.1 (CMake 4.4 refuses anything below
+    3.5), run by its setup.py or by scikit-build-core: recipe new names the call, writes
+    CMAKE_POLICY_VERSION_MINIMUM into the recipe's build.env, which reaches CMake either way,
+    and its real check configures and compiles the sample; the same recipe without it fails
+    there, naming CMake's error."""
+    def old_policy(tree: Path) -> None:  # its arch list from CUDAARCHS, as recipe new asks
+        lists = tree / "csrc" / "CMakeLists.txt"
+        lists.write_text("".join(line for line in lists.read_text().replace(
+            "VERSION 3.20", "VERSION 3.1").splitlines(keepends=True)
+            if "CUDA_ARCHITECTURES" not in line))
+        if name.endswith("skbuild"):
+            (tree / "setup.py").unlink()
+            (tree / "pyproject.toml").write_text(SCIKIT_BUILD.replace("NAME", name))
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", served_variant(tmp_path, name, old_policy))
+    made = wheelsmith("recipe", "new", f"{name}==0.1.0", "--recipes", "mine", cwd=project)
+    assert made.returncode == 0, made.stdout + made.stderr
+    said = made.stdout.splitlines()
+    assert 'csrc/CMakeLists.txt:1: cmake_minimum_required(VERSION 3.1) asks for a CMake policy ' \
+           "version older than the toolchain's CMake takes (3.5): build.env " \
+           'CMAKE_POLICY_VERSION_MINIMUM: "3.5"' in said
+    assert "check: build.ninja targets tinycmake: SASS sm_120, compiled version.cpp.o and " \
+           "add_kernel.cu.o" in said
+    recipe = project / "mine" / "recipes" / f"{name}.yaml"
+    assert dict(load_recipe(recipe).env) == {"CMAKE_POLICY_VERSION_MINIMUM": "3.5"}
+
+    recipe.write_text(re.sub(r"  env:\n    CMAKE_POLICY_VERSION_MINIMUM: .*\n", "",
+                             recipe.read_text()).replace("build:\nsmoke:", "smoke:"))
+    assert load_recipe(recipe).env == ()
+    result = wheelsmith("build", name, "--recipes", "mine", "--check", cwd=project)
+    assert result.returncode == 9, result.stderr[-3000:]
+    error = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
+    assert error.endswith("the compiler's first error: csrc/CMakeLists.txt:1: error: "
+                          "Compatibility with CMake < 3.5 has been removed from CMake. Update the "
+                          "VERSION argument <min> value. Or, use the <min>...<max> syntax to tell "
+                          "CMake that the project requires at least <min> but has been updated "
+                          "to work with policies introduced by <max> or earlier. Or, add "
+                          "-DCMAKE_POLICY_VERSION_MINIMUM=3.5 to try configuring anyway."), error
 
 
 @pytest.mark.build

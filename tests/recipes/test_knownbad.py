@@ -37,16 +37,15 @@ def test_rules_match_package_version_toolchain_and_arch(package: str, version: s
 
 def test_bad_table_is_reported_with_positions(tmp_path: Path) -> None:
     table = tmp_path / FILE
-    table.write_text("- package: x\n  versions: '>>1'\n  archs: ['12.0f']\n  action: block\n"
+    table.write_text("- package: x\n  versions: '>>1'\n  archs: ['9.0f']\n  action: block\n"
                      "  reason: r\n  link: http://example.com\n")
     with pytest.raises(RecipeError) as caught:
         load(table)
     assert [p.render() for p in caught.value.problems] == [
         f"{table}:2:13: '[0].versions' is not a version specifier: '>>1'\n    hint: write e.g. "
         "'>=1.5.3,<1.8'",
-        f"{table}:3:11: '12.0f': the family suffix 'f' is not accepted by torch's "
-        "TORCH_CUDA_ARCH_LIST\n    hint: use '12.0': sm_120 cubins also run on later 12.x GPUs "
-        "of the same family",
+        f"{table}:3:11: '9.0f': family 'f' targets exist only from 10.0 on\n    hint: use "
+        "'9.0'",
         f"{table}:4:11: '[0].action' must be one of refuse, warn; got 'block'",
         f"{table}:6:9: '[0].link' must be an https:// link to the upstream report; got "
         "'http://example.com'"]

@@ -197,13 +197,16 @@ def test_a_machine_without_the_toolchain_makes_it_and_the_check_runs(
 
 def test_a_check_that_compiles_nothing_for_the_gpu_fails_and_says_why(
         tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A package that builds CUDA only when a switch of its own says so (vllm's
-    VLLM_TARGET_DEVICE, deepspeed's ops at first use): the check once printed `no build.ninja
-    with CUDA rules`, exited 0 and left a recipe whose wheel would hold no device code."""
+    """A package that builds CUDA only when a switch of its own says so, with a value no
+    reading of it tells (compared only with other devices' names): the check once printed `no
+    build.ninja with CUDA rules`, exited 0 and left a recipe whose wheel would hold no device
+    code. recipe new says it could not tell the value, and the check's hint names the
+    variable."""
     setup = (FIXTURES / "tiny-ext" / "setup.py").read_text().replace(
         'name="tiny-ext"', 'name="PROJECT"').replace(
-        "ext_modules=[", 'ext_modules=[] if os.environ.get("TINY_TARGET") != "gpu" else [')
-    assert "TINY_TARGET" in setup
+        "ext_modules=[", 'ext_modules=[] if os.environ.get("TINY_DEVICE", "cpu") in ("cpu", '
+                         '"tpu") else [')
+    assert "TINY_DEVICE" in setup
     setup = "import os\n" + setup
     monkeypatch.setenv("WHEELSMITH_INDEX_URL",
                        serve(tmp_path, make_tree(tmp_path, "no-gpu-ops", setup)))
@@ -214,13 +217,91 @@ def test_a_check_that_compiles_nothing_for_the_gpu_fails_and_says_why(
         "error: the check of the new recipe failed: the check of no-gpu-ops 0.1.0 found "
         "nothing to compile for the GPU: its build generated no build.ninja with CUDA rules, "
         "so its wheel would hold no device code")
-    line = 1 + next(i for i, text in enumerate(setup.splitlines()) if "TINY_TARGET" in text)
+    line = 1 + next(i for i, text in enumerate(setup.splitlines()) if "TINY_DEVICE" in text)
+    assert f'setup.py:{line}: TINY_DEVICE may decide whether its CUDA build is made (compared ' \
+           'with "cpu", "tpu"), but which value turns it on cannot be told from how it is read: ' \
+           "set it in build.env if the check finds nothing to compile for the GPU" in \
+           made.stdout.splitlines()
     assert said[1].startswith(
-        f"hint: its build reads TINY_TARGET (setup.py:{line}): set the ones that turn its CUDA "
+        f"hint: its build reads TINY_DEVICE (setup.py:{line}): set the ones that turn its CUDA "
         "build on in the recipe's build.env (a value such as 1 or cuda); the package decides "
         "while it builds whether to compile CUDA: set the switch it reads (FORCE_CUDA, "
         "<PKG>_TARGET_DEVICE, ...) in the recipe's build.env;"), said[1]
     assert (tmp_path / "mine" / "recipes" / "no-gpu-ops.yaml").is_file()
+
+
+CONFIG = """import os
+
+KNOWN = ["cpu", "cuda", "xpu"]
+
+
+def accelerator():
+    name = os.environ.get("TINY_ACCELERATOR", "cpu")
+    if name not in KNOWN:
+        raise ValueError(name)
+    return name
+"""
+
+
+def test_switches_a_module_of_its_own_reads_are_set_before_the_check(
+        tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
+    """deepspeed's shape: its CUDA ops are built only with the accelerator a module of its own
+    reads chosen as cuda (DS_ACCELERATOR) and its ops switch read as int() on (DS_BUILD_OPS):
+    recipe new writes both into build.env, each with the file:line that reads it, before the
+    check, which then compiles the sample."""
+    setup = "import os\nimport sys\nsys.path.insert(0, os.path.dirname(__file__))\n" + \
+        "from tiny_build.config import accelerator\n" + \
+        'BUILD_OPS = int(os.environ.get("TINY_BUILD_OPS", 0))\nimport glob\n' + \
+        (FIXTURES / "tiny-ext" / "setup.py").read_text().replace(
+            'name="tiny-ext"', 'name="PROJECT"').replace(
+            "ext_modules=[", 'ext_modules=[] if not BUILD_OPS or accelerator() != "cuda" else ['
+        ).replace('"csrc/add_kernel.cu"', '*glob.glob("csrc/kernels/*.cu")')
+    tree = make_tree(tmp_path, "own-switches", setup)
+    (tree / "tiny_build").mkdir()
+    (tree / "tiny_build" / "__init__.py").write_text("")
+    (tree / "tiny_build" / "config.py").write_text(CONFIG)
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", serve(tmp_path, tree))
+    made = wheelsmith("recipe", "new", "own-switches==0.1.0", "--recipes", "mine", cwd=tmp_path)
+    assert made.returncode == 0, made.stdout + made.stderr
+    said = made.stdout.splitlines()
+    assert 'tiny_build/config.py:7: TINY_ACCELERATOR (compared with "cuda") turns its CUDA build ' \
+           'on: build.env TINY_ACCELERATOR: "cuda"' in said
+    assert 'setup.py:5: TINY_BUILD_OPS == "1" builds its CUDA extensions where no GPU is ' \
+           'visible: build.env TINY_BUILD_OPS: "1"' in said
+    assert any(line.startswith("check: build.ninja targets _C: SASS sm_120, compiled ")
+               for line in said), said
+    recipe = tmp_path / "mine" / "recipes" / "own-switches.yaml"
+    assert dict(load_recipe(recipe).env) == {"TINY_ACCELERATOR": "cuda", "TINY_BUILD_OPS": "1"}
+    assert '    TINY_BUILD_OPS: "1"  # setup.py:5: read as int()\n' in recipe.read_text()
+    assert '    TINY_ACCELERATOR: "cuda"  # tiny_build/config.py:7: compared with "cuda"\n' in \
+        recipe.read_text()
+
+
+def test_numpy_that_setup_py_imports_unrequired_is_pinned_and_the_check_builds_with_it(
+        tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older package's setup.py imports numpy for its headers and no build requirement
+    names it: the build, with the toolchain's packages only, stopped at `import numpy`. recipe
+    new pins it in build.requires (with pip, as pyproject.toml's are), and the check builds
+    with it and compiles the sample against its headers."""
+    setup = "import glob\nimport numpy\n" + (FIXTURES / "tiny-ext" / "setup.py").read_text(
+        ).replace('name="tiny-ext"', 'name="PROJECT"').replace(
+        '"csrc/add_kernel.cu"', '*glob.glob("csrc/kernels/*.cu")').replace(
+        "extra_compile_args=", "include_dirs=[numpy.get_include()],\n            "
+                               "extra_compile_args=")
+    tree = make_tree(tmp_path, "numpy-headers", setup)
+    host = tree / "csrc" / "add.cpp"  # the host sample compiles only with numpy's headers
+    host.write_text('#include "numpy/numpyconfig.h"\nstatic_assert(NPY_ABI_VERSION > 0, "np");\n'
+                    + host.read_text())
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", serve(tmp_path, tree))
+    made = wheelsmith("recipe", "new", "numpy-headers==0.1.0", "--recipes", "mine", cwd=tmp_path)
+    assert made.returncode == 0, made.stdout + made.stderr
+    recipe = load_recipe(tmp_path / "mine" / "recipes" / "numpy-headers.yaml")
+    [numpy] = [pin for pin in recipe.build_requires if pin.startswith("numpy==")]
+    said = made.stdout.splitlines()
+    assert "setup.py:2: it imports numpy, which no build requirement names and the toolchain " \
+           f"{toolchain.name} lacks: build.requires {numpy}" in said
+    assert any(line.startswith("check: build.ninja targets _C: SASS sm_120, compiled add.o")
+               for line in said), said
 
 
 def test_headers_of_the_libraries_torch_s_wheels_bring_are_on_the_include_path(

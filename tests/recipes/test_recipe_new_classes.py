@@ -231,7 +231,9 @@ def test_a_build_that_needs_a_visible_gpu_honours_force_cuda(
         f'setup.py:{line}: CUDA only with a GPU visible: build.env FORCE_CUDA: "1": wrote '
         "0001-honour-force-cuda.patch: FORCE_CUDA=1 stands in for the GPU build machines lack "
         "(setup.py builds CUDA only where torch.cuda.is_available())")
-    assert 'build:\n  env:\n    FORCE_CUDA: "1"\n' in recipe_body(found)
+    assert ('build:\n  env:\n    FORCE_CUDA: "1"  # setup.py:'
+            f'{line}: 0001-honour-force-cuda.patch makes it stand in for a GPU\n'
+            ) in recipe_body(found)
     patched = applied(tree, found, tmp_path_factory.mktemp("patched"))
     assert built_without_a_gpu(patched, {"FORCE_CUDA": "1"}) == "cuda"
     assert built_without_a_gpu(patched, {"FORCE_CUDA": "0"}) == built_without_a_gpu(setup, {})

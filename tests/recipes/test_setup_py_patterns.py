@@ -124,7 +124,7 @@ def test_force_cuda_a_cpp_twin_and_no_ninja_give_env_host_only_and_the_ninja_pat
     body = recipe_body(found)
     assert body.split("versions:")[0] == (
         'arch:\n  env: TORCH_CUDA_ARCH_LIST\n  format: torch\n  default: ["12.0"]\n'
-        'build:\n  env:\n    FORCE_CUDA: "1"\n  host_only: ["demo/_*_cpu*.so"]\n'
+        'build:\n  env:\n    FORCE_CUDA: "1"  # setup.py:9\n  host_only: ["demo/_*_cpu*.so"]\n'
         'smoke:\n  import: ["demo"]\n')
     assert "      - file: 0001-use-ninja.patch\n" in body
     patched = applied(tree, found, tmp_path)

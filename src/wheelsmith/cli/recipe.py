@@ -25,6 +25,7 @@ from wheelsmith.scaffold import (
     render,
     sdist,
     setup_py,
+    switches,
 )
 from wheelsmith.toolchain import select
 
@@ -84,7 +85,7 @@ def recipe_new(package: tuple[str, str | None], repo: Path | None, configure: bo
                    "host_only": list(found.host_only), "missing": list(setup.missing),
                    "patches_written": [p.file for p in found.written],
                    "build_requires": list(found.requires.pins),
-                   "patches_needed": [p.stem for p, _ in patches.needed(setup, found.written)],
+                   "patches_needed": [p.stem for p, _ in found.needed],
                    "check": checked.line if checked else None, "findings": lines})
     elif not as_json:
         for line in lines:
@@ -102,14 +103,14 @@ def _read(chosen: sdist.Sdist, tree: Path, base: rebase.Base | None) -> findings
     """What the unpacked sdist says, and the patches made over it (after a shipped recipe's,
     carried over)."""
     setup = setup_py.read_setup(tree)  # the findings name the sdist's own lines
-    side = cmake.read_cmake(tree)
+    profile = select.profile_named(None)
+    side = cmake.read_cmake(tree, buildsystem.held(profile).get("cmake"))
     carried = rebase.carry(base.release, tree) if base is not None else ()
     kept = rebase.renumbered(carried)
     made = patches.written(tree, setup_py.read_setup(tree) if kept else setup,
                            cxx20=check.torch_needs_cxx20(), after=kept,
                            cmake_torch=bool(side and side.cuda_at and side.links_torch),
                            cmake_cuda=bool(side and side.cuda_at))
-    profile = select.profile_named(None)
     return findings.Findings(chosen, sdist.read_metadata(tree), setup, kept + made,
                              base=base, carried=carried, cmake=side,
                              unheld=buildsystem.unheld_imports(tree, profile),
@@ -119,7 +120,8 @@ def _read(chosen: sdist.Sdist, tree: Path, base: rebase.Base | None) -> findings
                              requires=buildsystem.pinned(tree, profile),
                              has_setup_py=(tree / "setup.py").is_file(),
                              toolchain=profile.name,
-                             switches=env_reads.build_switches(tree))
+                             switches=env_reads.build_switches(tree),
+                             switched=switches.cuda_switches(tree))
 
 
 def _checked(chosen: sdist.Sdist, destination: Path, kind: str) -> check.Checked:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -16,7 +16,7 @@ from packaging.utils import canonicalize_name
 
 from wheelsmith.build import cmakebuild
 from wheelsmith.errors import UntrustedDataError, WheelsmithError
-from wheelsmith.scaffold.setup_py import caught_imports
+from wheelsmith.scaffold.imports import caught_imports, outside_imports
 from wheelsmith.toolchain import overlay
 from wheelsmith.toolchain.profile import Profile
 from wheelsmith.untrusted import parse_python
@@ -118,13 +118,27 @@ def unheld_imports(tree: Path, profile: Profile) -> tuple[tuple[str, str, int], 
 
 
 @dataclass(frozen=True, slots=True)
+class Imported:
+    """A module setup.py runs an import of (itself, or a module of its own it imports) that no
+    build requirement names and the toolchain lacks: the requirement pip is asked for in its
+    place and where it is first imported."""
+
+    module: str
+    requirement: str
+    where: str
+
+
+@dataclass(frozen=True, slots=True)
 class Pinned:
     """What `recipe new` writes as build.requires: the pins (the build requirements the
-    toolchain lacks, with every package they need that it lacks too), or why there are
-    none."""
+    toolchain lacks, and what setup.py imports that none names, with every package they need
+    that it lacks too), or why there are none."""
 
     pins: tuple[str, ...] = ()
     failed: str = ""
+    imported: tuple[Imported, ...] = ()  # pinned with the rest, unless `unpinned` says why not
+    unpinned: str = ""
+    distutils: str = ""  # where setup.py imports numpy.distutils: no numpy is pinned for it
 
 
 NOTHING_PINNED = Pinned()
@@ -133,16 +147,55 @@ NOTHING_PINNED = Pinned()
 # what installs or runs a build, never imported by one (natten lists `build`): wheelsmith is
 # the frontend
 FRONTENDS = ("build", "pip", "installer", "pyproject-hooks")
+# a module whose project has another name (the others are named as their module: numpy, pybind11)
+PROJECTS = {"yaml": "pyyaml", "PIL": "pillow", "cv2": "opencv-python-headless",
+            "sklearn": "scikit-learn", "attr": "attrs", "dateutil": "python-dateutil",
+            "git": "gitpython", "pkg_resources": "setuptools", "distutils": "setuptools",
+            "_distutils_hack": "setuptools", "google": "protobuf"}
+NUMPY_DISTUTILS = "numpy.distutils"  # NumPy 2 removed it; no NumPy has it for Python 3.12
+_PROJECT_RE = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
+
+
+def imported(tree: Path, profile: Profile) -> tuple[tuple[Imported, ...], str]:
+    """What setup.py runs imports of (imports.py) that no build requirement of pyproject.toml
+    names and the toolchain lacks (nor a package of it: `nvidia` of nvidia-cublas), each once;
+    and where it imports numpy.distutils ("": nowhere), for which numpy is not taken."""
+    taken = {*held(profile), *(canonicalize_name(r.name) for r in requirements(tree)),
+             *FRONTENDS}
+    found: dict[str, Imported] = {}
+    outside = outside_imports(tree)
+    for module in outside:
+        project = canonicalize_name(PROJECTS.get(module.top, module.top))
+        if _PROJECT_RE.fullmatch(project) and project not in taken and \
+                module.top not in cmakebuild.BACKENDS and \
+                not any(h.startswith(f"{project}-") for h in taken):
+            found.setdefault(project, Imported(module.top, project, module.where))
+    distutils = next((m.where for m in outside if m.name == NUMPY_DISTUTILS
+                      or m.name.startswith(f"{NUMPY_DISTUTILS}.")), "")
+    return tuple(i for i in found.values() if not (distutils and i.requirement == "numpy")), \
+        distutils
 
 
 def pinned(tree: Path, profile: Profile) -> Pinned:
     """pyproject.toml's build requirements the toolchain lacks (not the CMake backends
-    wheelsmith provides, nor a frontend), resolved by pip against the index it uses, wheels
-    only, for this Python: each `NAME==VERSION`, the toolchain's own packages left out."""
+    wheelsmith provides, nor a frontend), and what setup.py imports that none names
+    (`imported`), resolved by pip against the index it uses, wheels only, for this Python:
+    each `NAME==VERSION`, the toolchain's own packages left out. Where pip cannot resolve them
+    together, pyproject.toml's are resolved alone (a module's project may have another name)."""
     wanted = [str(r) for r in requirements(tree)
               if canonicalize_name(r.name) not in held(profile)
               and canonicalize_name(r.name) not in FRONTENDS
               and r.name.replace("-", "_").lower() not in cmakebuild.BACKENDS]
+    modules, distutils = imported(tree, profile)
+    both = replace(_resolved(wanted + [m.requirement for m in modules], profile),
+                   imported=modules, distutils=distutils)
+    if not both.failed or not modules:
+        return both
+    return replace(_resolved(wanted, profile), imported=modules, distutils=distutils,
+                   unpinned=both.failed)
+
+
+def _resolved(wanted: list[str], profile: Profile) -> Pinned:
     if not wanted:
         return NOTHING_PINNED
     try:
@@ -154,3 +207,29 @@ def pinned(tree: Path, profile: Profile) -> Pinned:
     return Pinned(pins=tuple(sorted(f"{canonicalize_name(name)}=={version}"
                                     for name, version in found
                                     if canonicalize_name(name) not in have)))
+
+
+def requires_lines(requires: Pinned, toolchain: str) -> list[str]:
+    """`recipe new`'s findings on build.requires: what it pins and why (for the toolchain
+    named), what pip could not pin, numpy.distutils."""
+    imported = requires.imported if not requires.unpinned else ()
+    pins = {overlay.pin_name(pin): pin for pin in requires.pins}
+    lines = [f"build.requires: {', '.join(requires.pins)}: the build requirements the "
+             f"toolchain {toolchain} lacks, with what they need (pyproject.toml"
+             f"{'; what setup.py imports' if imported else ''}), installed beside it for each "
+             "build"] if requires.pins else []
+    lines += [f"{i.where}: it imports {i.module}, which no build requirement names and the "
+              f"toolchain {toolchain} lacks: build.requires {pins[i.requirement]}"
+              for i in imported if i.requirement in pins]
+    lines += [f"build.requires: not written, pip could not pin {requires.failed}"
+              ] if requires.failed else []
+    lines += ["build.requires: pip could not pin what setup.py imports ("
+              + ", ".join(f"{i.module} at {i.where}" for i in requires.imported)
+              + f"): {requires.unpinned}; add each module's project to build.requires "
+              "(NAME==VERSION), or patch setup.py to build without it"] \
+        if requires.unpinned else []
+    lines += [f"{requires.distutils}: patch needed: it imports numpy.distutils, which NumPy 2 "
+              "removed (no NumPy has it for Python 3.12 or later), so no numpy is pinned for "
+              "it: port setup.py to setuptools (numpy.get_include() gives NumPy's headers) "
+              "in a patch"] if requires.distutils else []
+    return lines

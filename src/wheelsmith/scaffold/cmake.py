@@ -42,6 +42,16 @@ DOWNLOAD_RE = re.compile(r"\b(FetchContent_Declare|ExternalProject_Add)\s*\(\s*(
                          r"\"?([^\s\")]*)", re.IGNORECASE)
 SKIPPED = {"test", "tests", "examples", "docs", "benchmarks"}
 MAX_BYTES = 1 << 21  # of one CMake file: llama.cpp's largest is 40 KB
+MAX_FILES = 5000  # CMake files of one sdist read for their policy version (llama.cpp: ~150)
+# what sets a CMake policy version: cmake_minimum_required(VERSION min[...max]) and
+# cmake_policy(VERSION min[...max]); CMake takes max where it is given, else min (its docs).
+# A command's name is any case, its VERSION keyword upper case; `#` starts a comment.
+POLICY_RE = re.compile(r"^[ \t]*((?i:cmake_minimum_required|cmake_policy))[ \t]*\(\s*VERSION\s+"
+                       r"(\d+(?:\.\d+)*)(?:\.\.\.(\d+(?:\.\d+)*))?(?=[\s)])", re.MULTILINE)
+# CMake 4 refuses a policy version older than 3.5, unless this variable (of the environment
+# where it configures a new build tree, or a -D option) gives the oldest one to take instead:
+# build/diagnose.py's cmake-policy-minimum names the same setting
+POLICY_MINIMUM = ("CMAKE_POLICY_VERSION_MINIMUM", "3.5")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +63,8 @@ class CMakeSide:
     links_torch: bool
     lists: bool = True  # the sdist holds a CMakeLists.txt (marlin-kernels' has none)
     downloads: tuple[tuple[str, str, str], ...] = ()  # (`file:line`, call(NAME), from where)
+    # (`file:line`, the call) of each policy version older than the toolchain's CMake takes
+    old_policies: tuple[tuple[str, str], ...] = ()
 
     def cmake_args(self) -> str:
         """The switches as CMake options (`-DGGML_CUDA=ON -DGGML_NATIVE=OFF`)."""
@@ -81,8 +93,9 @@ def _where(tree: Path, file: Path, text: str, start: int) -> str:
     return f"{file.relative_to(tree)}:{_line(text, start)}"
 
 
-def read_cmake(tree: Path) -> CMakeSide | None:
-    """The CMake side of `tree`, or None when its build does not run CMake."""
+def read_cmake(tree: Path, cmake_version: str | None = None) -> CMakeSide | None:
+    """The CMake side of `tree`, or None when its build does not run CMake; `cmake_version`:
+    the toolchain's CMake (None: the newest's rules)."""
     if not cmakebuild.uses_cmake(tree):
         return None
     backend = cmakebuild.backend(tree) or ""
@@ -120,7 +133,42 @@ def read_cmake(tree: Path) -> CMakeSide | None:
                       if _reached(enclosing_ifs(t, m.start()), turned_on))
     return CMakeSide(how, passes, cuda_at, tuple(first[n] for n in dict.fromkeys(
         n for n, _, _ in switches)) if passes else (), links,
-        any(p.name == "CMakeLists.txt" for p in files), downloads)
+        any(p.name == "CMakeLists.txt" for p in files), downloads,
+        old_policies(tree, cmake_version))
+
+
+def old_policies(tree: Path, cmake_version: str | None = None) -> tuple[tuple[str, str], ...]:
+    """Each call in the sdist's CMake files that asks for a policy version older than
+    `cmake_version` takes (CMake 4 refuses those below 3.5; None: the newest CMake's rule):
+    (`file:line`, the call). Every CMake file of the sdist is read, its third-party trees and
+    tests too: CMake configures a vendored project (an old pybind11 under third_party/) through
+    add_subdirectory, and a test tree where its option is on; the setting that lets CMake 4
+    take an old version changes nothing for a file that asks for a newer one."""
+    major = (cmake_version or "").split(".")[0]
+    if major.isdigit() and int(major) < 4:
+        return ()
+    floor = _version(POLICY_MINIMUM[1])
+    found = []
+    for file in _every_file(tree):
+        text = _head(file)
+        for m in POLICY_RE.finditer(text):
+            if _version(m[3] or m[2]) < floor:
+                asked = f"{m[2]}...{m[3]}" if m[3] else m[2]
+                found.append((_where(tree, file, text, m.start(1)), f"{m[1]}(VERSION {asked})"))
+    return tuple(found)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def _every_file(tree: Path) -> list[Path]:
+    """The sdist's CMake files (CMakeLists.txt, *.cmake) in every directory, no link, the
+    first MAX_FILES."""
+    found = [p for p in sorted(tree.rglob("*")) if (p.name == "CMakeLists.txt" or
+                                                    p.suffix == ".cmake")
+             and not p.is_symlink() and p.is_file()]
+    return found[:MAX_FILES]
 
 
 IF_RE = re.compile(r"^[ \t]*(if|elseif|else|endif)\s*\((.*)", re.IGNORECASE | re.MULTILINE)
@@ -185,6 +233,9 @@ def cmake_lines(side: CMakeSide) -> list[str]:
         why = "turns CUDA on (off by default)" if value == "ON" else \
             "optimises for the build machine (its CPU; its GPU, which it lacks)"
         lines.append(f"{at}: option {name} {why}: build.env CMAKE_ARGS -D{name}={value}")
+    lines += [f"{at}: {call} asks for a CMake policy version older than the toolchain's CMake "
+              f"takes ({POLICY_MINIMUM[1]}): build.env {POLICY_MINIMUM[0]}: "
+              f'"{POLICY_MINIMUM[1]}"' for at, call in side.old_policies]
     lines += [f"{at}: carry needed: {call} downloads {clip(origin)} while CMake runs: build "
               "machines are offline and a build must be the same every time; "
               + carry_advice(call, side.passes_args) for at, call, origin in side.downloads]

@@ -11,12 +11,20 @@ from typing import TYPE_CHECKING
 
 from wheelsmith.inventory import is_shared_object
 from wheelsmith.scaffold.buildsystem import NOTHING_PINNED, Pinned
-from wheelsmith.scaffold.cmake import CMakeSide
+from wheelsmith.scaffold.cmake import POLICY_MINIMUM, CMakeSide
 from wheelsmith.scaffold.extensions import Extension, module_of
-from wheelsmith.scaffold.patches import FORCE_CUDA, GPU_PATCH, Written
+from wheelsmith.scaffold.patches import (
+    FORCE_CUDA,
+    GPU_PATCH,
+    PSUTIL_PATCH,
+    StandardPatch,
+    Written,
+    needed,
+)
 from wheelsmith.scaffold.rebase import Base, Carried
 from wheelsmith.scaffold.sdist import Metadata, Sdist
 from wheelsmith.scaffold.setup_py import Setup
+from wheelsmith.scaffold.switches import Switch
 from wheelsmith.toolchain.overlay import pin_name
 
 if TYPE_CHECKING:
@@ -46,6 +54,8 @@ class Findings:
     has_setup_py: bool = True  # else pyproject.toml alone (a pure backend, or CMake's)
     # the variables its build reads that a recipe may set, each with its file:line
     switches: tuple[tuple[str, str], ...] = ()
+    # those that may turn its CUDA build on (switches.py): setup.py's, its own modules'
+    switched: tuple[Switch, ...] = ()
 
     @property
     def unheld_left(self) -> tuple[tuple[str, str, int], ...]:
@@ -53,6 +63,14 @@ class Findings:
         pin (its resolution failed)."""
         pinned = {pin_name(pin) for pin in self.requires.pins}
         return tuple(u for u in self.unheld if pin_name(u[1]) not in pinned)
+
+    @property
+    def needed(self) -> tuple[tuple[StandardPatch, int], ...]:
+        """The standard patches to write by hand (patches.needed), less the one that takes
+        psutil out where build.requires pins it."""
+        pinned = {pin_name(pin) for pin in self.requires.pins}
+        return tuple((patch, line) for patch, line in needed(self.setup, self.written)
+                     if not (patch is PSUTIL_PATCH and "psutil" in pinned))
 
     @property
     def cmake_cuda(self) -> bool:
@@ -74,12 +92,38 @@ class Findings:
         return self.written[kept:]
 
     @property
-    def env(self) -> tuple[tuple[str, str, int], ...]:
-        """setup.py's build variables, and FORCE_CUDA=1 where a written patch reads it."""
-        own = self.setup.env
-        forced = any(GPU_PATCH.stem in w.file for w in self.written) and FORCE_CUDA not in {
-            var for var, _, _ in own}
-        return (*own, (FORCE_CUDA, "1", self.setup.needs_gpu_line or 0)) if forced else own
+    def env(self) -> tuple[tuple[str, str, str], ...]:
+        """The recipe's build variables, each with what in the sdist asks for it (`file:line`
+        and why: its comment): the CUDA switches of setup.py and of the modules of its own it
+        runs, FORCE_CUDA=1 where a written patch reads it, CMake's policy minimum where a
+        CMake file asks for an older policy version than the toolchain's CMake takes."""
+        told = {s.name: s for s in self.switched if s.value is not None}
+        found = {var: (value, told[var].note if var in told and told[var].value == value
+                       else f"setup.py:{line}") for var, value, line in self.setup.env}
+        for switch in told.values():
+            found.setdefault(switch.name, (switch.value or "", switch.note))
+        patch = next((w.file for w in self.written if GPU_PATCH.stem in w.file), None)
+        if patch is not None and FORCE_CUDA not in found:
+            found[FORCE_CUDA] = ("1", f"setup.py:{self.setup.needs_gpu_line or 0}: "
+                                      f"{patch} makes it stand in for a GPU")
+        policies = self.cmake.old_policies if self.cmake else ()
+        if policies:
+            more = f" (and {len(policies) - 1} more)" if len(policies) > 1 else ""
+            found[POLICY_MINIMUM[0]] = (POLICY_MINIMUM[1], f"{policies[0][0]}: "
+                                                           f"{policies[0][1]}{more}")
+        return tuple((var, value, note) for var, (value, note) in found.items())
+
+    @property
+    def undecided(self) -> tuple[Switch, ...]:
+        """The switches of its build whose value turning CUDA on could not be told."""
+        return tuple(s for s in self.switched if s.value is None)
+
+    @property
+    def told(self) -> tuple[Switch, ...]:
+        """The switches told from the modules of its own that setup.py runs (setup.py's are
+        its own lines)."""
+        own = {var for var, _, _ in self.setup.env}
+        return tuple(s for s in self.switched if s.value is not None and s.name not in own)
 
     @property
     def pure(self) -> bool:

@@ -16,6 +16,7 @@ from wheelsmith.errors import NoDeviceCodeError, UsageError, WheelsmithError
 from wheelsmith.files import atomic_write_bytes, atomic_write_text
 from wheelsmith.inventory import is_shared_object
 from wheelsmith.recipes.sources import carried_data
+from wheelsmith.scaffold.buildsystem import requires_lines
 from wheelsmith.scaffold.cmake import arch_lines, cmake_lines
 from wheelsmith.scaffold.env_reads import deciding_first
 from wheelsmith.scaffold.extensions import Extension
@@ -26,11 +27,11 @@ from wheelsmith.scaffold.patches import (
     FORCE_CUDA,
     GPU_PATCH,
     RUNTIME_PKG_RESOURCES,
-    needed,
 )
 from wheelsmith.scaffold.rebase import Base
 from wheelsmith.scaffold.sdist import Sdist
 from wheelsmith.scaffold.setup_py import Setup
+from wheelsmith.scaffold.switches import switch_lines
 from wheelsmith.toolchain.overlay import pin_name
 from wheelsmith.untrusted.text import clip, one_line
 
@@ -62,6 +63,7 @@ def _build_lines(found: Findings) -> list[str]:
         does = "from source instead of fetching a prebuilt wheel" if var.endswith(
             "FORCE_BUILD") else "its CUDA extensions where no GPU is visible"
         lines.append(f'{_at(line)}{var} == "{value}" builds {does}: build.env {var}: "{value}"')
+    lines += switch_lines(found.told, found.undecided)
     if setup.gencode:
         also = f" (it reads TORCH_CUDA_ARCH_LIST too, line {setup.arch_list_line})" \
             if setup.arch_list_line else ""
@@ -177,15 +179,11 @@ def report_lines(found: Findings) -> list[str]:
     configure-only check found; what came from the sdist shown as one line, never obeyed."""
     lines = [f"sdist: {found.sdist.filename} sha256 {found.sdist.sha256}", *_base_lines(found),
              *_build_lines(found), *_extension_lines(found), *_source_lines(found)]
-    for patch, line in needed(found.setup, found.written):
+    for patch, line in found.needed:
         example = patch.example()
         lines.append(f"{_at(line)}patch needed: {patch.stem}: {patch.reason}" + (
             f" (start from {example})" if example else ""))
-    lines += [f"build.requires: {', '.join(found.requires.pins)}: the build requirements the "
-              f"toolchain {found.toolchain} lacks, with what they need (pyproject.toml), "
-              "installed beside it for each build"] if found.requires.pins else []
-    lines += [f"build.requires: not written, pip could not pin {found.requires.failed}"
-              ] if found.requires.failed else []
+    lines += requires_lines(found.requires, found.toolchain)
     lines += [f"setup.py:{line}: patch needed: it imports {module}, a build requirement "
               f"({requirement}) the toolchain {found.toolchain} does not hold: wheelsmith "
               "builds with the toolchain's packages only, never an environment it downloads; "
@@ -207,8 +205,8 @@ def report_lines(found: Findings) -> list[str]:
               f"{', ...' if len(found.prebuilt) > 3 else ''}): a wheel that holds one is refused "
               "(wheelsmith builds from source): patch them out and build them from their "
               "sources, or the package has no source build"] if found.prebuilt else []
-    if not needed(found.setup, found.written) and not found.written and not found.unheld_left \
-            and not found.thc and not found.prebuilt:
+    if not found.needed and not found.written and not found.unheld_left \
+            and not found.thc and not found.prebuilt and not found.requires.distutils:
         lines.append("patches: none of the standard ones is needed")
     lines += [f"smoke: {name} is not a module name: left out of smoke.import"
               for name in found.not_modules]
@@ -263,15 +261,15 @@ def _recipe_lines(found: Findings) -> list[str]:
     if metadata.homepage:
         lines.append(f"homepage: {_quoted(metadata.homepage)}")
     lines += _arch_lines(found)
-    env = [(var, value) for var, value, _ in found.env] + (
-        [("CMAKE_ARGS", found.cmake.cmake_args())] if found.cmake and found.cmake.switches
-        else [])
+    env = [*found.env, *([("CMAKE_ARGS", found.cmake.cmake_args(), "its CMake options")]
+                         if found.cmake and found.cmake.switches else [])]
     build_dir = found.setup.build_dir_var[0] if found.cmake and found.setup.build_dir_var \
         else None
     if env or found.host_only or build_dir or found.requires.pins:
         lines.append("build:")
     if env:
-        lines += ["  env:", *[f"    {var}: {_quoted(value)}" for var, value in env]]
+        lines += ["  env:", *[f"    {var}: {_quoted(value)}  # {one_line(note)}"
+                              for var, value, note in env]]
     if build_dir:
         lines.append(f"  build_dir_env: {build_dir}")
     if found.host_only:

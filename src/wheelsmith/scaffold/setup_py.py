@@ -30,20 +30,12 @@ from wheelsmith.scaffold.extensions import (
     strings,
     vendor_branches,
 )
+from wheelsmith.scaffold.imports import caught_imports
+from wheelsmith.scaffold.switches import setup_switches
 from wheelsmith.untrusted import parse_python
 
 GENCODE_RE = re.compile(r"arch=compute_(\d+[af]?),code=sm_\d+[af]?")
 ARCH_FLAG_RE = re.compile(r"^-arch[= ](?:compute|sm)_(\d+[af]?)$")  # nvcc -arch=compute_50
-# variables that make setup.py build its CUDA extensions where no GPU is visible
-FORCE_RE = re.compile(r"(^|_)FORCE_BUILD$|(^|_)FORCE_CUDA(_EXT|_EXTENSIONS?)?$|^WITH_CUDA$"
-                      r"|^BUILD_CUDA_EXT$")
-# a switch that turns the CUDA build on by its name's words: TLA_BUILD_LEGACY_CUDA, USE_GPU,
-# ENABLE_CUDA_KERNELS; not one that turns it off or names a place or a version
-SWITCH_WORDS = {"BUILD", "FORCE", "WITH", "ENABLE", "USE", "COMPILE"}
-CUDA_WORDS = {"CUDA", "GPU", "KERNELS", "EXT", "EXTENSION", "EXTENSIONS"}
-NOT_A_SWITCH = {"SKIP", "DISABLE", "NO", "WITHOUT", "ONLY", "ARCH", "ARCHS", "HOME", "PATH",
-                "DIR", "ROOT", "VERSION", "LIST"}  # FORCE_ONLY_CUDA drops the CPU extensions
-OFF_WORDS = {"0", "false", "off", "no", "n", ""}  # a comparison with one of them is the off side
 ARCH_KNOB_RE = re.compile(r"^[A-Z][A-Z0-9_]*_CUDA_ARCHS?$|^[A-Z][A-Z0-9_]*_ARCH_LIST$")
 DOWNLOADS = ("urlretrieve", "urlopen", "requests.get", "urllib.request.urlretrieve")
 # what every wheelsmith toolchain holds: setup_requires of these needs no download
@@ -107,8 +99,7 @@ def read_setup(tree: Path) -> Setup:
                  if ARCH_KNOB_RE.match(v) and v != "TORCH_CUDA_ARCH_LIST"), None)
     elsewhere = vendor_branches(module)  # not the CUDA build's
     found = Setup(
-        env=tuple((v, _on_value(v, value), line) for v, (line, value) in reads.items()
-                  if cuda_switch(v)),
+        env=setup_switches(module),
         gencode=tuple(sorted({cc for cc, _ in gencode}, key=_cc_key)),
         gencode_line=min((line for _, line in gencode), default=None),
         arch_list_line=reads_arch_list(module),
@@ -167,23 +158,6 @@ def reads_arch_list(module: ast.Module) -> int | None:
                 and n.value == "TORCH_CUDA_ARCH_LIST" and id(n) not in written), default=None)
 
 
-def cuda_switch(variable: str) -> bool:
-    """Whether a variable setup.py reads turns its CUDA build on where no GPU is visible: a
-    known name (FORCE_CUDA, <PKG>_FORCE_BUILD, WITH_CUDA) or one whose words say so."""
-    words = set(variable.upper().split("_"))
-    return bool(FORCE_RE.search(variable)) or (
-        bool(words & SWITCH_WORDS) and bool(words & CUDA_WORDS) and not words & NOT_A_SWITCH)
-
-
-def _on_value(variable: str, compared: str | None) -> str:
-    """The value that turns the switch on: the string setup.py compares it with, unless that
-    is an off word (`os.getenv("USE_CUDA", "1") == "0"`); else what the Dao-AILab packages
-    compare with (TRUE) or 1."""
-    if compared is not None and compared.strip().lower() not in OFF_WORDS:
-        return compared
-    return "TRUE" if variable.endswith("FORCE_BUILD") else "1"
-
-
 def _cc_key(cc: str) -> tuple[int, str]:
     digits = cc.rstrip("af")
     return int(digits), cc[len(digits):]
@@ -230,20 +204,6 @@ def _used_unset(module: ast.Module, name: str) -> int | None:
 
 
 # --- what a build machine lacks: a GPU, pkg_resources, a module only try/except asks for ----
-
-
-def caught_imports(module: ast.Module) -> set[int]:
-    """The imports inside a `try:` whose handlers catch their ImportError."""
-    caught = ("ImportError", "ModuleNotFoundError", "Exception", "BaseException")
-    inside: set[int] = set()
-    for node in ast.walk(module):
-        if isinstance(node, ast.Try) and any(
-                h.type is None or any(isinstance(n, ast.expr) and dotted(n) in caught
-                                      for n in ast.walk(h.type))
-                for h in node.handlers):
-            inside.update(id(n) for stmt in node.body for n in ast.walk(stmt)
-                          if isinstance(n, ast.Import | ast.ImportFrom))
-    return inside
 
 
 def pkg_resources_imports(module: ast.Module) -> list[tuple[int, ast.Import | ast.ImportFrom]]:
