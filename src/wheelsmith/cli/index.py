@@ -101,12 +101,14 @@ def index_group() -> None:
 @index_option
 @json_option
 def index_check(index_dir: Path, as_json: bool) -> None:
-    """Re-verify every file against the ledger and every page against the ledger."""
+    """Re-verify every file and every page against the ledger; nothing is written (`index
+    rebuild` repairs pages)."""
     directories(("--index", index_dir))
     report = index.check(index_dir)
     if as_json:
         emit_json({"ok": not report.problems, "files": report.files,
-                    "problems": report.problems, "notes": report.notes})
+                   "problems": report.problems, "notes": report.notes,
+                   "pages_behind": report.behind})
     else:
         for note in report.notes:
             click.echo(f"note: {note}", err=True)
@@ -116,7 +118,9 @@ def index_check(index_dir: Path, as_json: bool) -> None:
                               hint="pages: `wheelsmith index rebuild`; files: restore them "
                                    "from a backup (the ledger has their sha256)")
     if not as_json:
-        click.echo(f"ok: {report.files} file(s) match the ledger; every page is current")
+        pages_are = (f"{report.behind} page(s) are behind it, for the next writer (see the "
+                     "notes)") if report.behind else "every page is current"
+        click.echo(f"ok: {report.files} file(s) match the ledger; {pages_are}")
 
 
 @index_group.command("rebuild")
