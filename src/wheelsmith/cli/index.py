@@ -104,6 +104,7 @@ def index_check(index_dir: Path, as_json: bool) -> None:
     """Re-verify every file and every page against the ledger; nothing is written (`index
     rebuild` repairs pages)."""
     directories(("--index", index_dir))
+    console.progress().stopping = "nothing was changed (index check only reads)"
     report = index.check(index_dir)
     if as_json:
         emit_json({"ok": not report.problems, "files": report.files,
