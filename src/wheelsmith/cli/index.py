@@ -19,7 +19,7 @@ from wheelsmith.cli._common import (
 from wheelsmith.errors import IndexDriftError
 from wheelsmith.index import export, ledger, publish, upload
 from wheelsmith.index import store as index
-from wheelsmith.index.listener import authority, listen
+from wheelsmith.index.listener import CONNECTIONS, authority, listen, per_client_default
 from wheelsmith.index.serve import IDLE_S, banner
 from wheelsmith.untrusted import local
 
@@ -162,10 +162,19 @@ def index_export(dest: Path, index_dir: Path, base_url: str | None, as_json: boo
               type=click.IntRange(1, 3600), metavar="SECONDS",
               help="Close a connection that has not sent a whole request, or has taken no "
                    "part of its reply, for this long.")
-def serve_command(index_dir: Path, host: str, port: int, idle_s: int) -> None:
+@click.option("--connections", default=CONNECTIONS, show_default=True,
+              type=click.IntRange(1, 65536), metavar="N",
+              help="Serve at most N connections at once; more are answered 503 at once.")
+@click.option("--connections-per-client", "per_client", type=click.IntRange(1, 65536),
+              metavar="N", help="Serve at most N connections of one client (one address; "
+              "an IPv6 client: its /64) at once; more are answered 503 at once. Default: an "
+              f"eighth of --connections ({per_client_default(CONNECTIONS)}).")
+def serve_command(index_dir: Path, host: str, port: int, idle_s: int, connections: int,
+                  per_client: int | None) -> None:
     """Serve the index read-only over HTTP (HTML/JSON negotiation, .metadata, no PyPI)."""
     directories(("--index", index_dir))
-    server = listen(index_dir, host, port, idle_s=idle_s)  # nothing is created if it cannot
+    server = listen(index_dir, host, port, idle_s=idle_s, connections=connections,
+                    per_client=per_client)  # nothing is created if it cannot
     console.progress().stopping = (f"stopped serving {index_dir}; serving only reads the "
                                    "index, and has no work directory")
     try:
