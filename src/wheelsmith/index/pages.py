@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 import json
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from packaging.version import Version
@@ -121,14 +121,29 @@ def page_paths(channel: str, project: str, *, lists: bool) -> list[Path]:
         else found
 
 
-def all_pages(state: IndexState, link: Link = file_url) -> dict[Path, bytes]:
-    """Every page the ledger implies (what `index rebuild` writes; `index export` with its
-    own links). Project pages first, then channel lists, the root page last: the order a
-    writer that must never list what is not there yet writes them in."""
-    projects: dict[Path, bytes] = {}
-    lists: dict[Path, bytes] = {}
+def each_page(state: IndexState, link: Link = file_url) -> Iterator[tuple[Path, bytes]]:
+    """Every page the ledger implies, one at a time (what `index rebuild` writes; `index
+    export` with its own links; `index check` holds one at a time). Project pages first, then
+    channel lists, the root page last: the order a writer that must never list what is not
+    there yet writes them in."""
     for channel, names in state.channels.items():
         for project in names:
-            projects.update(project_pages(state, channel, project, link))
-        lists.update(channel_pages(state, channel))
-    return {**projects, **lists, Path("index.html"): root_html(sorted(state.channels))}
+            yield from project_pages(state, channel, project, link).items()
+    for channel in state.channels:
+        yield from channel_pages(state, channel).items()
+    yield Path("index.html"), root_html(sorted(state.channels))
+
+
+def each_path(state: IndexState) -> Iterator[Path]:
+    """Where each page `each_page` renders lies, in its order (nothing rendered)."""
+    for channel, names in state.channels.items():
+        for project in names:
+            yield from page_paths(channel, project, lists=False)
+    for channel in state.channels:
+        yield from (Path(channel) / "simple" / name for name in ("index.html", "index.json"))
+    yield Path("index.html")
+
+
+def all_pages(state: IndexState, link: Link = file_url) -> dict[Path, bytes]:
+    """`each_page`, all of them at once."""
+    return dict(each_page(state, link))

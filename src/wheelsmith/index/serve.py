@@ -9,8 +9,9 @@ cache headers.
 Its clients are not trusted. Each connection carries one request (HTTP/1.0 replies), whose head
 must arrive whole within the idle timeout and `HEAD_BYTES`; a reply whose client takes nothing
 for the idle timeout is cut. Malformed requests get 400, 414, 431 or 501; at most `connections`
-are served at once (beyond them: 503). Every request, however it ended, is one log line; a bug
-is one line too (its traceback only with -vv), never a dead thread or a traceback in the log.
+are served at once, and `per_client` of one client (beyond them: 503; listener.py). Every
+request, however it ended, is one log line; a bug is one line too (its traceback only with
+-vv), never a dead thread or a traceback in the log.
 """
 
 from __future__ import annotations
