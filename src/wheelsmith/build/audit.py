@@ -89,18 +89,6 @@ class Audit:
                 for o in self.objects if o.runtime}
         return ", ".join(said[key] for key in sorted(said)) or None
 
-    def summary(self) -> dict[str, Any]:
-        """What the index serves with the file."""
-        tag = (self.tag or {}).get("tag")
-        return {"cuda_runtime": sorted({str(o.runtime_major or o.runtime)
-                                        for o in self.objects if o.runtime}),
-                "driver_min": self.driver.get("version"), "manylinux": tag,
-                "manylinux_set_by": [s["version"] for s in (self.tag or {}).get(
-                    "set_by", [])],
-                "torch": self.resolution.torch if self.resolution else None,
-                "sass": sorted({sm for d in self.device for sm in d.sass}),
-                "ptx": sorted({sm for d in self.device for sm in d.ptx})}
-
 
 def audit_wheel(wheel: Path, device: list[DeviceCode], cuobjdump: Path, env: TorchEnv | None,
                 policies: list[manylinux.Policy] | None, *, not_resolved: str = "") -> Audit:

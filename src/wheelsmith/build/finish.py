@@ -252,7 +252,8 @@ def made_by(filename: str, plan: BuildPlan) -> bool:
 
 
 def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
-                      compiled: Compiled, *, work: Path, seconds: float) -> dict[str, Any]:
+                      compiled: Compiled, *, work: Path, seconds: float,
+                      vendored: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """The record stamped into the wheel (`<dist-info>/wheelsmith.json`)."""
     recipe, release, toolchain = plan.recipe, plan.release, plan.toolchain
     return {
@@ -274,6 +275,7 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
         **reproducible.promise(setup.parallelism, setup.env),
         "device_code": [d.as_dict() for d in checked.inventory],
         **({"audit": checked.audit} if checked.audit is not None else {}),
+        **({"vendored": vendored} if vendored else {}),  # the SBOM names them (sbom.py)
         "build": {**_build_record(setup.parallelism, seconds, compiled),
                   "object_seconds": compiled.object_seconds},
         "smoke": checked.smoke_output.strip().splitlines(),
