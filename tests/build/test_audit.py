@@ -241,3 +241,24 @@ def test_vendored_cutlass_is_found_by_its_version_header(tmp_path: Path) -> None
         "evidence": "csrc/cutlass/include/cutlass/version.h"}]
     header.write_text("#define CUTLASS_MAJOR 3\n")  # no version it can name
     assert sbom.vendored(tmp_path / "src") == []
+
+
+DRIVER_API = """
+extern int cuInit(unsigned);
+extern int cuWheelsmithNoSuchCall(void);
+int PyInit__driver(void) { return cuInit(0) + cuWheelsmithNoSuchCall(); }
+"""
+
+
+@pytest.mark.toolchain
+def test_what_an_object_needs_of_the_driver_is_read_from_the_stub_where_there_is_one(
+        tmp_path: Path, toolchain: Toolchain) -> None:
+    site = site_of(toolchain)
+    stub = site / "nvidia" / "cu13" / "lib" / "stubs" / "libcuda.so"
+    driver = compile_shared(tmp_path / "driver", DRIVER_API, soname="_driver.so", links=(stub,))
+    found = resolve([("pkg/_driver.so", driver)], TorchEnv(site, toolchain.python))
+    assert [u.symbol for u in found.unresolved] == ["cuWheelsmithNoSuchCall"]
+    assert (found.resolved, found.left_to_driver) == (1, 0)
+    bare = copy_of_site(site, tmp_path / "site", cuda=False)  # no stubs: the driver's call
+    found = resolve([("pkg/_driver.so", driver)], TorchEnv(bare, toolchain.python))
+    assert (found.ok, found.left_to_driver) == (True, 2)

@@ -176,15 +176,17 @@ def describe(audit: Audit) -> list[str]:
     if audit.resolution is None:
         lines.append(f"symbols: not resolved ({audit.not_resolved})")
     else:
-        lines.append(f"symbols: {audit.resolution.resolved} resolved against torch "
-                     f"{audit.resolution.torch}'s libraries and its CUDA libraries, "
-                     f"{len(audit.resolution.unresolved)} undefined")
+        found = audit.resolution
+        lines.append(f"symbols: {found.resolved} resolved against torch {found.torch}'s "
+                     f"libraries and its CUDA libraries, {len(found.unresolved)} undefined" + (
+                         f", {found.left_to_driver} left to the driver (no stub of its "
+                         "library here)" if found.left_to_driver else ""))
     return lines
 
 
 def describe_manylinux(found: dict[str, Any] | None) -> str:
     if found is None:
-        return "not determined (no manylinux policy data: auditwheel is not installed)"
+        return "not determined (no manylinux policy data for its platform: auditwheel's)"
     setters = "; ".join(f"{s['version']} ({', '.join(s['symbols'][:3])}"
                         f"{', ...' if len(s['symbols']) > 3 else ''})" for s in found["set_by"])
     if found["tag"] is None:

@@ -9,7 +9,10 @@ not there and is no torch or CUDA library is the system's (libc, libstdc++: the 
 check owns them, and a symbol versioned for one is not looked up here); the driver's libcuda
 comes with the driver. What stays undefined — a symbol no library in scope exports, a torch or
 CUDA library that is not there — refuses the wheel: it would fail at import with `undefined
-symbol`. Weak references may stay undefined (the loader leaves them null).
+symbol`. Weak references may stay undefined (the loader leaves them null). The driver's
+library is read from the CUDA stubs the environment has (`nvidia/*/lib/stubs/libcuda.so`,
+which export its API); where it has none, what an object that links the driver leaves
+undefined is left to the driver and counted, not refused.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from wheelsmith.untrusted.elf import dynamic_symbols
 from wheelsmith.untrusted.linkage import Linkage, linkage
 
 DRIVER = ("libcuda.so*", "libnvidia-*.so*")  # the driver's: installed with it, never a wheel's
+DRIVER_UNREAD = ""  # in `scope`'s missing list: a driver library with no stub to read
 TORCH_LIBRARY = ("libtorch*.so*", "libc10*.so*")
 
 
@@ -95,6 +99,7 @@ class Resolution:
     resolved: int  # symbols found
     unresolved: tuple[Unresolved, ...]
     missing: tuple[tuple[str, str], ...]  # (object, a torch or CUDA library it links, not there)
+    left_to_driver: int = 0  # undefined in an object that links a driver with no stub here
 
     @property
     def ok(self) -> bool:
@@ -108,7 +113,8 @@ class Resolution:
         return {"torch": self.torch, "resolved": self.resolved,
                 "unresolved": [{"object": u.object, "symbol": u.symbol, "demangled": u.shown,
                                 "library": u.library} for u in self.unresolved],
-                "missing_libraries": [{"object": o, "library": s} for o, s in self.missing]}
+                "missing_libraries": [{"object": o, "library": s} for o, s in self.missing],
+                "left_to_the_driver": self.left_to_driver}
 
 
 @dataclass
@@ -125,6 +131,12 @@ class _Libraries:
         return next((d / soname for d in (*dirs, *self.env.search_dirs())
                      if (d / soname).is_file()), None)
 
+    def stub(self, soname: str) -> Path | None:
+        """The environment's stub of a driver library (it exports the driver's API)."""
+        return next((d / "stubs" / name for d in self.env.search_dirs()
+                     for name in (soname, soname.split(".so", maxsplit=1)[0] + ".so")
+                     if (d / "stubs" / name).is_file()), None)
+
     def read(self, path: Path) -> tuple[frozenset[str], Linkage | None]:
         if path not in self.exports:
             self.exports[path] = dynamic_symbols(path) or frozenset()
@@ -133,17 +145,22 @@ class _Libraries:
 
     def scope(self, start: Linkage, origin: Path) -> tuple[frozenset[str], list[str]]:
         """The exports of everything `start` links, breadth first, and the torch or CUDA
-        libraries it links that are not there."""
+        libraries it links that are not there (a driver library without a stub here:
+        `DRIVER_UNREAD`)."""
         names: set[str] = set()
         missing: list[str] = []
         seen: set[str] = set()
         queue = deque((soname, start.runpath, origin) for soname in start.needed)
         while queue:
             soname, runpath, where = queue.popleft()
-            if soname in seen or any(fnmatch.fnmatchcase(soname, p) for p in DRIVER):
+            if soname in seen:
                 continue
             seen.add(soname)
-            path = self.find(soname, runpath, where)
+            driver = any(fnmatch.fnmatchcase(soname, p) for p in DRIVER)
+            path = self.stub(soname) if driver else self.find(soname, runpath, where)
+            if driver and path is None:
+                missing.append(DRIVER_UNREAD)
+                continue
             if path is None:
                 missing += [soname] if provided_by_torch_or_cuda(soname) else []
                 continue
@@ -172,7 +189,7 @@ def resolve(objects: list[tuple[str, Path]], env: TorchEnv) -> Resolution:
     libraries = _Libraries(env)
     read = {name: libraries.read(path) for name, path in objects}
     python = python_exports(env.python) if env.python is not None else frozenset()
-    found = 0
+    found = driver = 0
     unresolved: list[tuple[str, str, str]] = []
     missing: list[tuple[str, str]] = []
     for name, _ in objects:
@@ -180,22 +197,27 @@ def resolve(objects: list[tuple[str, Path]], env: TorchEnv) -> Resolution:
         if linked is None:
             continue
         scope, absent = libraries.scope(linked, env.site / Path(name).parent)  # installed
-        missing += [(name, soname) for soname in absent]
+        missing += [(name, soname) for soname in absent if soname != DRIVER_UNREAD]
         others = frozenset().union(*(e for n, (e, _) in read.items() if n != name))
         for item in linked.imports:
             if item.weak or (item.library is not None and not _in_env(libraries, item.library)):
                 continue
             if item.name in scope or item.name in others or item.name in python:
                 found += 1
-                continue
-            torch_libs = [n for n in linked.needed
-                          if any(fnmatch.fnmatchcase(n, p) for p in TORCH_LIBRARY)]
-            unresolved.append((name, item.name, item.library or " or ".join(torch_libs) or
-                               "the libraries it links"))
+            elif DRIVER_UNREAD in absent and item.library is None:
+                driver += 1
+            else:
+                unresolved.append((name, item.name, item.library or _torch_libraries(linked)))
     shown = demangle([symbol for _, symbol, _ in unresolved])
     return Resolution(env.torch_version(), found,
                       tuple(Unresolved(o, s, shown.get(s, s), lib) for o, s, lib in unresolved),
-                      tuple(missing))
+                      tuple(missing), driver)
+
+
+def _torch_libraries(linked: Linkage) -> str:
+    """The torch libraries an object links: where an unversioned symbol of it should be."""
+    return " or ".join(n for n in linked.needed if any(
+        fnmatch.fnmatchcase(n, p) for p in TORCH_LIBRARY)) or "the libraries it links"
 
 
 def _in_env(libraries: _Libraries, soname: str) -> bool:
