@@ -262,3 +262,17 @@ def test_what_an_object_needs_of_the_driver_is_read_from_the_stub_where_there_is
     bare = copy_of_site(site, tmp_path / "site", cuda=False)  # no stubs: the driver's call
     found = resolve([("pkg/_driver.so", driver)], TorchEnv(bare, toolchain.python))
     assert (found.ok, found.left_to_driver) == (True, 2)
+
+
+@pytest.mark.toolchain
+def test_the_cuda_runtime_import_torch_loads_globally_serves_an_object_that_does_not_link_it(
+        tmp_path: Path, toolchain: Toolchain) -> None:
+    unlinked = compile_shared(tmp_path / "unlinked", "extern int cudaGetDeviceCount(int*);\n"
+                              "int PyInit__u(void) { int n; return cudaGetDeviceCount(&n); }\n",
+                              soname="_u.so")
+    site = site_of(toolchain)
+    found = resolve([("pkg/_u.so", unlinked)], TorchEnv(site, toolchain.python))
+    assert (found.ok, found.resolved) == (True, 1)  # libtorch_global_deps.so links libcudart
+    bare = copy_of_site(site, tmp_path / "site", cuda=False)
+    found = resolve([("pkg/_u.so", unlinked)], TorchEnv(bare, toolchain.python))
+    assert [u.symbol for u in found.unresolved] == ["cudaGetDeviceCount"]

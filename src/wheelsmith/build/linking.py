@@ -3,16 +3,17 @@ undefined is looked up where the loader would find it, read from the ELF files t
 
 The environment is a site-packages directory (its `torch/lib` and `nvidia/*/lib`) and a
 Python. An object's scope is what it links (DT_NEEDED), found through its own RUNPATH and
-those directories, and what those link in turn; then the wheel's other objects and the
-Python's own exports (the C API an extension uses is the interpreter's). A library that is
-not there and is no torch or CUDA library is the system's (libc, libstdc++: the manylinux
-check owns them, and a symbol versioned for one is not looked up here); the driver's libcuda
-comes with the driver. What stays undefined — a symbol no library in scope exports, a torch or
-CUDA library that is not there — refuses the wheel: it would fail at import with `undefined
-symbol`. Weak references may stay undefined (the loader leaves them null). The driver's
-library is read from the CUDA stubs the environment has (`nvidia/*/lib/stubs/libcuda.so`,
-which export its API); where it has none, what an object that links the driver leaves
-undefined is left to the driver and counted, not refused.
+those directories, and what those link in turn; then the wheel's other objects, the Python's
+own exports (the C API an extension uses is the interpreter's) and what `import torch` loads
+into the global scope (`libtorch_global_deps.so` and what it links: the CUDA runtime). A
+library that is not there and is no torch or CUDA library is the system's (libc, libstdc++:
+the manylinux check owns them, and a symbol versioned for one is not looked up here). What
+stays undefined — a symbol no library in scope exports, a torch or CUDA library that is not
+there — refuses the wheel: it would fail at import with `undefined symbol`. Weak references
+may stay undefined (the loader leaves them null). The driver's library comes with the driver:
+it is read from the CUDA stubs the environment has (`nvidia/*/lib/stubs/libcuda.so`, which
+export its API); where it has none, what an object that links the driver leaves undefined is
+left to the driver and counted, not refused.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from wheelsmith.untrusted.linkage import Linkage, linkage
 DRIVER = ("libcuda.so*", "libnvidia-*.so*")  # the driver's: installed with it, never a wheel's
 DRIVER_UNREAD = ""  # in `scope`'s missing list: a driver library with no stub to read
 TORCH_LIBRARY = ("libtorch*.so*", "libc10*.so*")
+GLOBAL_DEPS = "libtorch_global_deps.so"
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +191,8 @@ def resolve(objects: list[tuple[str, Path]], env: TorchEnv) -> Resolution:
     libraries = _Libraries(env)
     read = {name: libraries.read(path) for name, path in objects}
     python = python_exports(env.python) if env.python is not None else frozenset()
+    # `import torch` loads this library, and what it links, with RTLD_GLOBAL (the CUDA runtime)
+    loaded, _ = libraries.scope(Linkage((GLOBAL_DEPS,), (), {}), env.site / "torch" / "lib")
     found = driver = 0
     unresolved: list[tuple[str, str, str]] = []
     missing: list[tuple[str, str]] = []
@@ -202,7 +206,8 @@ def resolve(objects: list[tuple[str, Path]], env: TorchEnv) -> Resolution:
         for item in linked.imports:
             if item.weak or (item.library is not None and not _in_env(libraries, item.library)):
                 continue
-            if item.name in scope or item.name in others or item.name in python:
+            if item.name in scope or item.name in others or item.name in python or \
+                    item.name in loaded:
                 found += 1
             elif DRIVER_UNREAD in absent and item.library is None:
                 driver += 1
