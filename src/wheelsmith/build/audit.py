@@ -177,8 +177,10 @@ def describe(audit: Audit) -> list[str]:
         lines.append(f"symbols: not resolved ({audit.not_resolved})")
     else:
         found = audit.resolution
-        lines.append(f"symbols: {found.resolved} resolved against torch {found.torch}'s "
-                     f"libraries and its CUDA libraries, {len(found.unresolved)} undefined" + (
+        against = (f"torch {found.torch}'s libraries and its CUDA libraries" if found.torch
+                   else "the environment's CUDA libraries (it has no torch)")
+        lines.append(f"symbols: {found.resolved} resolved against {against}, "
+                     f"{len(found.unresolved)} undefined" + (
                          f", {found.left_to_driver} left to the driver (no stub of its "
                          "library here)" if found.left_to_driver else ""))
     return lines
@@ -203,7 +205,7 @@ def check(label: str, audit: Audit, platform: str) -> None:
     found = audit.resolution
     if found is not None and not found.ok:
         raise VerifyError(
-            f"{label} does not load against torch {found.torch}: "
+            f"{label} does not load against {found.where}: "
             f"{len(found.unresolved)} symbol(s) undefined, {len(found.missing)} library(ies) "
             "missing", findings=found.findings(),
             hint="it was built against another torch or CUDA major than this environment's: "

@@ -107,8 +107,13 @@ class Resolution:
     def ok(self) -> bool:
         return not self.unresolved and not self.missing
 
+    @property
+    def where(self) -> str:
+        """The environment, as messages name it."""
+        return f"torch {self.torch}" if self.torch else "its environment (which has no torch)"
+
     def findings(self) -> list[str]:
-        return [f"{obj}: links {soname}, which torch {self.torch}'s environment does not have"
+        return [f"{obj}: links {soname}, which {self.where} does not have"
                 for obj, soname in self.missing] + [u.describe() for u in self.unresolved]
 
     def as_dict(self) -> dict[str, object]:
