@@ -23,7 +23,8 @@ FOUNDATION = {"wheelsmith", "wheelsmith.__init__", "wheelsmith.arch", "wheelsmit
               "wheelsmith.untrusted.local", "wheelsmith.untrusted.provenance",
               "wheelsmith.untrusted.connections", "wheelsmith.untrusted.elf",
               "wheelsmith.untrusted.markup", "wheelsmith.untrusted.ziplayout",
-              "wheelsmith.untrusted.redaction", "wheelsmith.untrusted.fatbin"}
+              "wheelsmith.untrusted.redaction", "wheelsmith.untrusted.fatbin",
+              "wheelsmith.untrusted.linkage"}
 # What each part may import besides itself (docs/architecture.md, "What may import what").
 ALLOWED = {
     "foundation": set(),

@@ -11,11 +11,13 @@ import re
 import subprocess
 import sys
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
 
+from tests.build.test_audit import copy_of_site
 from tests.conftest import (
     SMALL_FS,
     add_variant,
@@ -40,6 +42,20 @@ def error_lines(stderr: str) -> list[str]:
     lines = stderr.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("error: "))
     return lines[start:]
+
+
+C10_SINGLETON = "_ZN3c1019UndefinedTensorImpl10_singletonE"
+
+
+def torch_lacking(toolchain: Toolchain, folder: Path, symbol: str) -> Path:
+    """The Python of a venv whose site-packages holds the toolchain's torch libraries and CUDA
+    libraries, but a libc10.so that no longer exports `symbol`."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    site = next(folder.glob("lib/python3*/site-packages"))
+    assert toolchain.site is not None
+    site.rmdir()
+    copy_of_site(toolchain.site, site, without=symbol)
+    return folder / "bin" / "python"
 
 
 def build_json(project: Path, *args: str) -> dict[str, object]:
@@ -68,8 +84,28 @@ def test_builds_exactly_sm_120(project: Path, toolchain: Toolchain) -> None:
 
     ok = wheelsmith("verify", str(wheel), "--arch", "12.0", cwd=project)
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.splitlines()[:2] == [f"ok: {wheel.name} carries exactly 12.0",
-                                          "  the release its provenance records: tiny-ext 0.1.0"]
+    so = "tiny_ext/_C.cpython-311-x86_64-linux-gnu.so"
+    assert ok.stdout.splitlines()[:7] == [
+        f"ok: {wheel.name} carries exactly 12.0",
+        "  the release its provenance records: tiny-ext 0.1.0",
+        f"  {so}: SASS sm_120; PTX -",
+        "  CUDA runtime: 13 (libcudart.so.13)",
+        "  oldest driver: 580.65.06 (set by cubins of CUDA 13.0 (any CUDA 13 driver runs them))",
+        f"  manylinux: manylinux_2_34_x86_64, set by GLIBC_2.32 (__libc_single_threaded in "
+        f"{so}): manylinux_2_31_x86_64 does not list it",
+        "  symbols: 26 resolved against torch 2.14.1's libraries and its CUDA libraries, "
+        "0 undefined"]
+    assert provenance["audit"]["symbols"]["resolved"] == 26
+    with zipfile.ZipFile(wheel) as zf:
+        assert f"{wheel.name.split('-cp')[0]}.dist-info/sboms/tiny-ext.cdx.json" in zf.namelist()
+    refused = wheelsmith("verify", str(wheel), "--python", str(torch_lacking(
+        toolchain, project.parent / "lacking", C10_SINGLETON)), cwd=project)
+    assert refused.returncode == 10, refused.stderr
+    assert error_lines(refused.stderr)[:2] == [
+        f"error: {wheel.name} does not load against torch 2.14.1: 1 symbol(s) undefined, 0 "
+        "library(ies) missing",
+        f"  {so}: c10::UndefinedTensorImpl::_singleton (from libc10.so or libtorch_cpu.so) is "
+        "not defined"]
     recorded = wheelsmith("verify", str(wheel), cwd=project)  # no flags: its provenance's
     assert recorded.stdout.splitlines()[0] == f"ok: {wheel.name} carries exactly 12.0"
 

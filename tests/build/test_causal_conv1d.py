@@ -83,3 +83,12 @@ def test_real_build_for_sm_120_killed_after_its_first_object_resumes(
     assert b"Requires-Dist: torch==2.14.*\n" in metadata
     assert b"Requires-Dist: torch\n" not in metadata
     assert list((tmp_path / "out").iterdir()) == [wheel]
+    so = "causal_conv1d_cuda.cpython-311-x86_64-linux-gnu.so"
+    verified = subprocess.run([sys.executable, "-m", "wheelsmith", "verify", str(wheel)],
+                              cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout.splitlines()[3:6] == [  # its bwd cubin is compressed: extracted
+        "  CUDA runtime: 13 (libcudart.so.13)",
+        "  oldest driver: 580.65.06 (set by cubins of CUDA 13.0 (any CUDA 13 driver runs them))",
+        f"  manylinux: manylinux_2_34_x86_64, set by GLIBC_2.32 (__libc_single_threaded in "
+        f"{so}): manylinux_2_31_x86_64 does not list it"]

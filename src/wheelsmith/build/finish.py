@@ -19,9 +19,10 @@ from packaging.version import Version
 
 from wheelsmith import __version__, locations
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import compilecache, manylinux, reproducible, shipped
+from wheelsmith.build import audit, compilecache, manylinux, reproducible, shipped
 from wheelsmith.build.compile import Compiled, log_path_of
 from wheelsmith.build.compilesetup import CompileSetup, read_guard_report
+from wheelsmith.build.linking import TorchEnv
 from wheelsmith.build.parallel import Parallelism
 from wheelsmith.build.plan import BuildPlan
 from wheelsmith.build.request import RUNNER_INFO, BuildRequest, Reporter
@@ -50,6 +51,7 @@ class Checked:
     inventory: list[DeviceCode]
     smoke_output: str
     platform: dict[str, Any]  # manylinux.py's assessment: the tag and how it was found
+    audit: dict[str, Any] | None = None  # audit.py's, of the binaries; None: a pure wheel
 
 
 def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
@@ -57,14 +59,21 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
     """The release it is, nothing the sdist shipped prebuilt, the device-code gate, the
     platform tag (manylinux.py), then the smoke test."""
     report.stage("verify", f"release and device code of {raw.name}")
-    inventory = check_built(plan, raw, cuobjdump_for(plan.toolchain, request.python), work)
-    platform = manylinux.assess(raw, auditwheel_for(plan.toolchain, request.python))
+    cuobjdump = cuobjdump_for(plan.toolchain, request.python)
+    inventory = check_built(plan, raw, cuobjdump, work)
+    auditwheel = auditwheel_for(plan.toolchain, request.python)
+    platform = manylinux.assess(raw, auditwheel)
     report.stage("platform", platform.describe())
+    audited = audit_built(plan, raw, inventory, cuobjdump=cuobjdump, auditwheel=auditwheel,
+                          tag=platform.tag)
+    if audited is not None:
+        report.stage("audit", "; ".join(audit.describe(audited)))
+    recorded = audited.as_dict() if audited is not None else None
     toolchain = plan.toolchain
     if toolchain.target_site is not None:
         report.stage("smoke", f"import under qemu-user ({toolchain.platform}) against torch "
                               f"{toolchain.torch_version}")
-        return Checked(inventory, smoke_emulated(plan, raw, work), platform.as_dict())
+        return Checked(inventory, smoke_emulated(plan, raw, work), platform.as_dict(), recorded)
     needs, runtime = runtime_requirements(plan, raw)
     report.stage("smoke", (f"import against torch {toolchain.torch_version}"
                            if toolchain.torch_version else "import against the toolchain's CUDA "
@@ -76,7 +85,26 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
         env = target.probe(request.target)
         report.stage("smoke", f"import in {request.target} against its torch {env.torch}")
         smoke_output += "\n" + smoke_in(plan, raw, [request.target], env.pip(), work)
-    return Checked(inventory, smoke_output, platform.as_dict())
+    return Checked(inventory, smoke_output, platform.as_dict(), recorded)
+
+
+def audit_built(plan: BuildPlan, raw: Path, inventory: list[DeviceCode], *, cuobjdump: Path,
+                auditwheel: Path | None, tag: str) -> audit.Audit | None:
+    """The binary audit of a plan's wheel (none for a pure recipe's), its imports resolved
+    against the toolchain's torch; refused where one stays undefined or its symbol versions
+    need more than `tag` allows."""
+    if plan.recipe.kind == "pure":
+        return None
+    toolchain = plan.toolchain
+    env = TorchEnv(toolchain.site, toolchain.python) if toolchain.site is not None and \
+        toolchain.target_site is None else None
+    why = ("a cross build: the target's import test under qemu-user loads it"
+           if toolchain.target_site is not None else "the toolchain's site-packages is not known")
+    arch = audit.arch_of(WheelName.parse(raw.name).platform)
+    audited = audit.audit_wheel(raw, inventory, cuobjdump, env,
+                                manylinux.policies_for(auditwheel, arch), not_resolved=why)
+    audit.check(raw.name, audited, tag)
+    return audited
 
 
 def runtime_requirements(plan: BuildPlan, raw: Path) -> tuple[overlay.RuntimeNeeds, Path | None]:
@@ -159,10 +187,19 @@ def check_built(plan: BuildPlan, wheel: Path, cuobjdump: Path, work: Path) -> li
 
 
 def verify(wheel: Path, archs: ArchSet, *, python: Path, host_only: tuple[str, ...] = (),
-           release: Release | None = None) -> list[DeviceCode]:
-    """`wheelsmith verify`: the post-build check, on any wheel; `release`: the one its
+           release: Release | None = None, env: TorchEnv | None = None,
+           no_env: str = "") -> tuple[list[DeviceCode], audit.Audit]:
+    """`wheelsmith verify`: the post-build check, on any wheel, and its binary audit, its
+    imports resolved against `env` (None: `no_env` says why not); `release`: the one its
     provenance records."""
-    return verify_wheel(wheel, archs, cuobjdump_for(None, python), host_only, release)
+    cuobjdump = cuobjdump_for(None, python)
+    inventory = verify_wheel(wheel, archs, cuobjdump, host_only, release)
+    platform = WheelName.parse(wheel.name).platform
+    arch = audit.arch_of(platform)
+    audited = audit.audit_wheel(wheel, inventory, cuobjdump, env, manylinux.policies_for(
+        auditwheel_for(None, python), arch), not_resolved=no_env)
+    audit.check(wheel.name, audited, platform)
+    return inventory, audited
 
 
 def source_epoch(root: Path) -> int:
@@ -215,7 +252,8 @@ def made_by(filename: str, plan: BuildPlan) -> bool:
 
 
 def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
-                      compiled: Compiled, *, work: Path, seconds: float) -> dict[str, Any]:
+                      compiled: Compiled, *, work: Path, seconds: float,
+                      vendored: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """The record stamped into the wheel (`<dist-info>/wheelsmith.json`)."""
     recipe, release, toolchain = plan.recipe, plan.release, plan.toolchain
     return {
@@ -236,6 +274,8 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
         "extra_env": dict(plan.extra_env),
         **reproducible.promise(setup.parallelism, setup.env),
         "device_code": [d.as_dict() for d in checked.inventory],
+        **({"audit": checked.audit} if checked.audit is not None else {}),
+        **({"vendored": vendored} if vendored else {}),  # the SBOM names them (sbom.py)
         "build": {**_build_record(setup.parallelism, seconds, compiled),
                   "object_seconds": compiled.object_seconds},
         "smoke": checked.smoke_output.strip().splitlines(),

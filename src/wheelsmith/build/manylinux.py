@@ -214,3 +214,43 @@ def _problems(policy: Policy, arch: str, report: dict[str, Any],
     problems += [f"uses blacklisted symbols of {lib}"
                  for lib in upgrade.get("blacklisted_symbols", {})]
     return problems + [f"needs {symbol}" for symbol in policy.missing(needed)]
+
+
+def evidence(needs: dict[str, dict[str, list[str]]], policies: list[Policy], arch: str
+             ) -> dict[str, Any]:
+    """The manylinux tag the symbol versions in `needs` (library -> version -> the symbols
+    that ask for it, each `name in object`) allow, and what sets it: the versions the next
+    more compatible policy does not list, with the symbols that need them. `policies` most
+    compatible first; torch's and CUDA's libraries are not in `needs`."""
+    needed = {lib: set(versions) for lib, versions in needs.items()}
+    refused: Policy | None = None
+    for policy in policies:
+        missing = policy.missing(needed)
+        if not missing:
+            setters = refused.missing(needed) if refused is not None else []
+            return {"tag": f"{policy.name}_{arch}", "glibc": policy.glibc,
+                    "set_by": [{"version": version, "symbols": _askers(needs, version)}
+                               for version in setters],
+                    "next_refused": f"{refused.name}_{arch}" if refused else None}
+        refused = policy
+    last = refused.missing(needed) if refused is not None else []
+    return {"tag": None, "glibc": None,
+            "set_by": [{"version": version, "symbols": _askers(needs, version)}
+                       for version in last],
+            "next_refused": f"{refused.name}_{arch}" if refused else None}
+
+
+def _askers(needs: dict[str, dict[str, list[str]]], version: str) -> list[str]:
+    return sorted({symbol for versions in needs.values() for symbol in versions.get(version, [])})
+
+
+def policies_for(auditwheel: Path | None, arch: str) -> list[Policy] | None:
+    """auditwheel's policies for `arch`, most compatible first; None where there are none
+    (no auditwheel, no policy data)."""
+    if auditwheel is None:
+        return None
+    try:
+        return load_policies(auditwheel, arch)[0]
+    except (_Undetermined, OSError, ValueError, KeyError) as exc:
+        log.warning("no manylinux policy data: %s", exc)
+        return None

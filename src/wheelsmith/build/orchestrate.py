@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from wheelsmith import __version__, locations, locks
-from wheelsmith.build import buildenv, reproducible, resume, shipped
+from wheelsmith.build import buildenv, reproducible, resume, sbom, shipped
 from wheelsmith.build.compile import compile_package, log_path_of
 from wheelsmith.build.compilesetup import compile_setup, refuse_without_ninja
 from wheelsmith.build.configured import went_on_past
@@ -169,7 +169,8 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
         went_on_past(exc, log_path, source)
         raise
     provenance, run = reproducible.split_record(provenance_record(
-        plan, checked, setup, compiled, work=work, seconds=round(time.monotonic() - started, 1)))
+        plan, checked, setup, compiled, work=work, seconds=round(time.monotonic() - started, 1),
+        vendored=sbom.vendored(source)))
     report.stage("stamp", plan.local_label())
     wheel = write_output(plan, compiled.raw, request, provenance, epoch)
     reproducible.write_run(work, run)

@@ -3,7 +3,8 @@
 The label encodes CUDA, torch and the arch set in numeric dotted segments
 (`1.7.0+cu.13.0.torch.2.14.sm.120`); `Requires-Dist` pins torch to the toolchain's
 major.minor; the platform tag is the one manylinux.py found (filename and WHEEL `Tag:` lines);
-`<dist-info>/wheelsmith.json` holds the provenance. The rewrite is deterministic.
+`<dist-info>/wheelsmith.json` holds the provenance, `<dist-info>/sboms/` the SBOM made from
+it (sbom.py, PEP 770). The rewrite is deterministic.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import Version
 
 from wheelsmith import wheelfile
+from wheelsmith.build import sbom
 from wheelsmith.untrusted.provenance import PROVENANCE_FILE
 from wheelsmith.wheelfile import WheelName
 
@@ -70,7 +72,8 @@ def stamp(raw: Path, out_dir: Path, *, label: str, torch_requirement: str | None
         edits={"METADATA": lambda text: edit_metadata(text, version=name.version,
                                                       torch_requirement=torch_requirement),
                "WHEEL": lambda text: wheelfile.set_tags(text, name.tag_lines())},
-        extra={PROVENANCE_FILE: (json.dumps(provenance, indent=2, sort_keys=True) + "\n").encode()},
+        extra={PROVENANCE_FILE: (json.dumps(provenance, indent=2, sort_keys=True) + "\n").encode(),
+               sbom.file_name(name): sbom.document(name, provenance)},
         epoch=epoch,
     )
     return target

@@ -42,6 +42,7 @@ from wheelsmith.untrusted import (
     name_problem,
     parse_json,
 )
+from wheelsmith.untrusted.provenance import check_summary
 
 LEDGER = "ledger.jsonl"
 MAX_LINE = 64 << 10  # bytes in one line: publish writes a few hundred (a file name: <= 255)
@@ -80,6 +81,7 @@ class FileRecord:
     version: str
     key: str | None = None  # the wheelsmith content key, when the wheel has provenance
     archs: str | None = None  # the arch set it was built for, when the wheel has provenance
+    binaries: dict[str, Any] | None = None  # its binary audit's summary (provenance.py)
 
     @property
     def path(self) -> str:
@@ -181,7 +183,8 @@ def _entry(node: Node) -> FileRecord | Yank:
             _specifier, "a version specifier (Requires-Python)"))),
         version=intern(node["version"].text()),  # checked above, kept as it was written
         key=node.optional("key", lambda n: n.text(KEY_RE, "a content key")),
-        archs=node.optional("archs", lambda n: intern(n.text(ARCHS_RE, "an arch set"))))
+        archs=node.optional("archs", lambda n: intern(n.text(ARCHS_RE, "an arch set"))),
+        binaries=node.optional("binaries", check_summary))
 
 
 def _upload_time(text: str) -> str:
@@ -363,7 +366,11 @@ def append(root: Path, entry: dict[str, Any], source: str) -> None:
 
 
 def publish_entry(record: FileRecord) -> dict[str, Any]:
-    return {"action": "publish", **asdict(record)}
+    """A publish line: the record's fields, `binaries` only where the wheel has them."""
+    fields = asdict(record)
+    if fields["binaries"] is None:
+        del fields["binaries"]
+    return {"action": "publish", **fields}
 
 
 def yank_entry(record: FileRecord, reason: str | None) -> dict[str, Any]:

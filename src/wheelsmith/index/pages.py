@@ -20,6 +20,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from wheelsmith.index import variants
 from wheelsmith.index.ledger import FileRecord, IndexState, ProjectState
 
 API_VERSION = "1.1"
@@ -70,6 +71,9 @@ def project_json(name: str, project: ProjectState, link: Link = file_url) -> byt
             "yanked": yanked if yanked != "" else True,
             "size": record.size,
             "upload-time": record.upload_time,
+            # a key of the index's own (PEP 691 keeps names with a leading underscore for
+            # them): what the binaries say of where the file runs
+            **({"_wheelsmith": {"binaries": record.binaries}} if record.binaries else {}),
         })
     versions = sorted({r.version for r in project.files.values()}, key=Version)
     data = {"meta": {"api-version": API_VERSION}, "name": name, "versions": versions,
@@ -110,7 +114,8 @@ def project_pages(state: IndexState, channel: str, project: str,
     data = state.channels[channel][project]
     base = Path(channel) / "simple" / project
     return {base / "index.html": project_html(project, data, link),
-            base / "index.json": project_json(project, data, link)}
+            base / "index.json": project_json(project, data, link),
+            **{base / name: page for name, page in variants.pages(data).items()}}
 
 
 def page_paths(channel: str, project: str, *, lists: bool) -> list[Path]:
