@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from wheelsmith import __version__, locations, numbers
 from wheelsmith.arch import ArchParseError, ArchSet
-from wheelsmith.build.buildenv import protection
+from wheelsmith.builder.buildenv import protection
 from wheelsmith.cli import console, interrupts
 from wheelsmith.errors import UsageError, WheelsmithError, machine_error
 from wheelsmith.recipes import repos

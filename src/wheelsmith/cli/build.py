@@ -12,12 +12,12 @@ import click
 from packaging.version import Version
 
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import audit, compilesetup, finish
-from wheelsmith.build.linking import env_of_python, env_of_toolchain
-from wheelsmith.build.rebuild import EnvEntry, judge_env, plan_rebuild, recorded_archs
-from wheelsmith.build.rebuild import rebuild as rebuild_wheel
-from wheelsmith.build.request import BuildRequest, BuildResult, from_json
-from wheelsmith.build.verify import Release
+from wheelsmith.builder import audit, compilesetup, finish
+from wheelsmith.builder.linking import env_of_python, env_of_toolchain
+from wheelsmith.builder.rebuild import EnvEntry, judge_env, plan_rebuild, recorded_archs
+from wheelsmith.builder.rebuild import rebuild as rebuild_wheel
+from wheelsmith.builder.request import BuildRequest, BuildResult, from_json
+from wheelsmith.builder.verify import Release
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     DRAIN_HELP,
@@ -155,7 +155,7 @@ def build(recipe: tuple[str, str | None], archs: tuple[str, ...], python: str | 
 @main.command("build-request", hidden=True)
 @click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 def build_request(file: Path) -> None:
-    """Run the build a container runner wrote to FILE (build/request.py's JSON)."""
+    """Run the build a container runner wrote to FILE (builder/request.py's JSON)."""
     _deliver(from_json(file.read_text()), publish_to=None, install_into=None, as_json=False)
 
 

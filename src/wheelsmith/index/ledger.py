@@ -50,7 +50,7 @@ PROJECT_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # a normalized name (PEP 5
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # what `now` writes
 TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
-KEY_RE = re.compile(r"[0-9A-Za-z]{1,128}")  # a content key (sha256 hex, as build/plan.py makes)
+KEY_RE = re.compile(r"[0-9A-Za-z]{1,128}")  # a content key (sha256 hex, as builder/plan.py makes)
 ARCHS_RE = re.compile(r"[0-9A-Za-z.;,+ ]{0,200}")  # an arch set as --arch takes it
 MAX_SIZE = (1 << 63) - 1
 
