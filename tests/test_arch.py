@@ -52,8 +52,10 @@ def test_arch_lists_parse_to_torch_and_cuobjdump_names(
         ("Blackwell", "'Blackwell' names a group of GPUs, not an arch",
          "list the archs explicitly, e.g. '10.0;12.0' (B200 + RTX 50 / RTX PRO 6000)"),
         ("8.0a", "'8.0a': arch-specific 'a' targets exist only from 9.0 on", "use '8.0'"),
-        ("12.0+ptx", "'12.0+ptx' is not a CUDA arch", "write MAJOR.MINOR, optionally with 'a' "
-         "or '+PTX': e.g. '12.0', '9.0;12.0+PTX'"),
+        ("12.0+ptx", "'12.0+ptx' is not a CUDA arch", "write MAJOR.MINOR, optionally with 'a', "
+         "'f' or '+PTX': e.g. '12.0', '9.0;12.0f+PTX'"),
+        ("12.0x", "'12.0x': unknown suffix 'x'",
+         "write '12.0', '12.0a' (arch-specific) or '12.0f' (family)"),
     ],
 )
 def test_bad_arch_is_refused_with_what_to_write(value: str, message: str, hint: str) -> None:
@@ -61,6 +63,21 @@ def test_bad_arch_is_refused_with_what_to_write(value: str, message: str, hint: 
         ArchSet.parse([value])
     assert caught.value.message == message
     assert caught.value.hint == hint
+
+
+@given(st.sampled_from(sorted(KNOWN_ARCHS)), st.sampled_from(["", "sm_", "compute_"]),
+       st.sampled_from(["", "a", "f"]), st.booleans())
+def test_an_arch_written_as_cmake_or_nvcc_numbers_is_told_its_dotted_form(
+        capability: str, prefix: str, suffix: str, short: bool) -> None:
+    """`120`, `sm_90a`, `compute_100f` and a major alone (`12`: 12.0, not CUDA 1.2's arch)."""
+    major, minor = capability.split(".")
+    alone = (short and minor == "0" and len(major) == 2
+             and f"{major[0]}.{major[1]}" not in KNOWN_ARCHS)
+    digits = major if alone else f"{major}{minor}"
+    with pytest.raises(ArchParseError) as caught:
+        ArchSet.parse([f"{prefix}{digits}{suffix}"])
+    assert caught.value.hint == ("write MAJOR.MINOR as TORCH_CUDA_ARCH_LIST does: did you mean "
+                                 f"'{capability}{suffix}'?")
 
 
 @given(st.sampled_from(sorted(KNOWN_ARCHS)), st.sampled_from(["", "a", "f"]), st.booleans())

@@ -113,7 +113,8 @@ def parse_arch(text: str) -> Arch:
     arch = Arch(int(match["major"]), int(match["minor"]), suffix, bool(match["ptx"]))
     if suffix not in ("", "a", "f"):
         raise ArchParseError(f"'{raw}': unknown suffix '{suffix}'",
-                             hint="use '' , 'a' (arch-specific) or 'f' (family)")
+                             hint=f"write '{capability}', '{capability}a' (arch-specific) or "
+                                  f"'{capability}f' (family)")
     if suffix == "a" and (arch.major, arch.minor) < ARCH_SPECIFIC_FROM:
         raise ArchParseError(
             f"'{raw}': arch-specific 'a' targets exist only from 9.0 on",
@@ -135,10 +136,12 @@ def _did_you_mean(text: str) -> str:
 def _explain_unparsable(raw: str) -> ArchParseError:
     numbers = re.fullmatch(r"(?:sm_|compute_)?(\d+)(\d)([a-z]?)", raw)
     if numbers:
-        guess = f"{numbers[1]}.{numbers[2]}{numbers[3]}"
+        guesses = (f"{numbers[1]}.{numbers[2]}", f"{numbers[1]}{numbers[2]}.0")  # 120, 12
+        known = [g for g in guesses if g in KNOWN_ARCHS] or guesses[:1]
         return ArchParseError(
             f"'{raw}' is not a compute capability",
-            hint=f"write MAJOR.MINOR as TORCH_CUDA_ARCH_LIST does: did you mean '{guess}'?",
+            hint=f"write MAJOR.MINOR as TORCH_CUDA_ARCH_LIST does: did you mean "
+                 f"'{known[0]}{numbers[3]}'?",
         )
     if raw.lower() in {"native", "all", "all-major", "blackwell", "hopper", "ada", "ampere"}:
         return ArchParseError(
@@ -147,7 +150,8 @@ def _explain_unparsable(raw: str) -> ArchParseError:
         )
     return ArchParseError(
         f"'{raw}' is not a CUDA arch",
-        hint="write MAJOR.MINOR, optionally with 'a' or '+PTX': e.g. '12.0', '9.0;12.0+PTX'",
+        hint="write MAJOR.MINOR, optionally with 'a', 'f' or '+PTX': e.g. '12.0', "
+             "'9.0;12.0f+PTX'",
     )
 
 
