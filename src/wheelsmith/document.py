@@ -111,7 +111,9 @@ def load(path: Path, display: str | None = None) -> Document:
         data = local.read_at_most(path, MAX_BYTES)  # a FIFO or a device: refused, never read
     except NotRegularFileError as exc:
         raise RecipeError([Problem(name, 1, 1, f"cannot read: {exc.reason}",
-                                   "a recipe, profile or matrix is a regular file")]) from exc
+                                   "wheelsmith reads its YAML (recipes, profiles, matrix, "
+                                   "known-bad rules) only from regular files: name one, or "
+                                   "move this one out of the way")]) from exc
     except OSError as exc:
         raise RecipeError([Problem(name, 1, 1, f"cannot read: {exc.strerror}")]) from exc
     if len(data) > MAX_BYTES:

@@ -8,6 +8,7 @@ package.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import tempfile
@@ -56,6 +57,18 @@ def is_shared_object(name: str) -> bool:
     return base.endswith(".so") or ".so." in base
 
 
+CUOBJDUMP_ENV = "WHEELSMITH_CUOBJDUMP"
+
+
+def _named(cuobjdump: Path) -> str:
+    """The cuobjdump as messages name it: by its variable where it came from one (a stop at
+    the tools' deadline then names what to change)."""
+    given = os.environ.get(CUOBJDUMP_ENV)
+    if given and Path(given) == cuobjdump:
+        return f"cuobjdump (${CUOBJDUMP_ENV}={cuobjdump})"
+    return f"cuobjdump ({cuobjdump})"
+
+
 def read_device_code(so: Path, cuobjdump: Path, name: str | None = None) -> DeviceCode:
     """List the cubins and PTX in `so` (deduplicated: linked objects repeat per arch). A file
     cuobjdump cannot read (not an ELF shared object, a broken fatbin) is a VerifyError naming
@@ -63,7 +76,7 @@ def read_device_code(so: Path, cuobjdump: Path, name: str | None = None) -> Devi
     shown = name or str(so)
     try:
         result = cmd.run([cuobjdump, "--list-elf", "--list-ptx", so], stream=False,
-                         ok_returncodes=(0, NO_DEVICE_CODE), what=f"cuobjdump ({cuobjdump})",
+                         ok_returncodes=(0, NO_DEVICE_CODE), what=_named(cuobjdump),
                          bounds=tool_bounds())
     except CommandError as exc:
         raise _unreadable(shown, so, exc.tail or [exc.message]) from exc
@@ -157,7 +170,7 @@ def _extracted_toolkits(so: Path, cuobjdump: Path, shown: str) -> set[tuple[int,
     with tempfile.TemporaryDirectory(prefix="wheelsmith-cubins-") as tmp:
         try:
             cmd.run([cuobjdump, "-xelf", "all", so.absolute()], cwd=Path(tmp), stream=False,
-                    what=f"cuobjdump ({cuobjdump})", bounds=tool_bounds())
+                    what=_named(cuobjdump), bounds=tool_bounds())
         except CommandError as exc:
             raise _unreadable(shown, so, exc.tail or [exc.message]) from exc
         return {fatbin.cubin_toolkit(path) for path in sorted(Path(tmp).glob("*.cubin"))}

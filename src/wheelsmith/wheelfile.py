@@ -20,6 +20,7 @@ import io
 import re
 import stat
 import time
+import unicodedata
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -176,12 +177,30 @@ def _unsafe_members(zf: zipfile.ZipFile) -> list[str]:
     names = zf.namelist()
     if len(set(names)) != len(names):
         problems.append("duplicate member names")
+    problems += _colliding(names)
     for member in zf.infolist():
         problems += _member_problems(member)
     unpacked = sum(m.file_size for m in zf.infolist())
     packed = sum(m.compress_size for m in zf.infolist())
     if expands_too_far(unpacked, packed, BOMB_FLOOR):
         problems.append(f"unpacks to {unpacked} bytes from {packed}: looks like a zip bomb")
+    return problems
+
+
+def _colliding(names: list[str]) -> list[str]:
+    """Member names that are one file where the installer writes them: a file system that
+    ignores case (Windows, macOS) or normalises Unicode (macOS: NFC and NFD forms of one name
+    are one name). Compared as Unicode's canonical caseless match (NFD, casefold, NFD)."""
+    first: dict[str, str] = {}
+    problems = []
+    for name in dict.fromkeys(names):  # an exact duplicate is said once, above
+        key = unicodedata.normalize("NFD", unicodedata.normalize("NFD", name).casefold())
+        if key in first:
+            problems.append(f"member names {clip(first[key], 200)} and {clip(name, 200)} are "
+                            "one file on a file system that ignores case or normalises Unicode "
+                            "(Windows, macOS): one would overwrite the other")
+        else:
+            first[key] = name
     return problems
 
 

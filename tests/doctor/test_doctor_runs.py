@@ -28,7 +28,7 @@ from wheelsmith.doctor.examine import examine
 from wheelsmith.doctor.fastpath import ModelView, Need, model_type_of
 from wheelsmith.doctor.judge import Knowledge, built_for_torch, knowledge
 from wheelsmith.doctor.report import PackageReport, Report
-from wheelsmith.errors import RecipeError
+from wheelsmith.errors import RecipeError, UsageError
 from wheelsmith.recipes.knownbad import load, load_runtime
 from wheelsmith.toolchain.target import Target
 from wheelsmith.untrusted.text import CONTROLS
@@ -221,6 +221,40 @@ def test_model_type_and_model_directory_together_are_refused(tmp_path: Path) -> 
                             text=True, cwd=REPO, check=False)
     assert (result.returncode, result.stderr) == (
         4, "error: give --model-type or --model, not both\n")
+
+
+SHELL = st.lists(st.sampled_from(["$(", ")", "`", ";", "|", "&&", ">", "<", "{", "}", '"', "'",
+                                   " ", "\n", "~", "*", "rm -rf", "echo", '{"a": 1}']),
+                 min_size=1, max_size=6).map("".join)
+NOT_A_TYPE = st.one_of(st.text(max_size=30), SHELL, st.builds("qwen3_5{}".format, SHELL)
+                       ).filter(lambda t: not fastpath.MODEL_TYPE_RE.fullmatch(t))
+
+
+def _refusal(value: str) -> str:
+    shown = value.encode("unicode_escape").decode("ascii")
+    shown = shown if len(shown) <= 60 else shown[:59] + "…"
+    return (f"error: --model-type: '{shown}' is not a model type; a model type is "
+            "transformers' name for it, as in a checkpoint's config.json: ASCII letters, "
+            "digits and _ . - (qwen3_5, mamba2, falcon_h1)\n")
+
+
+@given(NOT_A_TYPE)
+def test_a_model_type_that_is_no_name_is_refused_in_one_line_naming_the_option(
+        value: str) -> None:
+    """Shell text as --model-type reached transformers' check and came back as "expected a
+    string, found an object"."""
+    with pytest.raises(UsageError) as caught:
+        fastpath.model_type_given(value)
+    assert (f"error: {caught.value.message}\n", caught.value.hint) == (_refusal(value), None)
+
+
+def test_shell_text_as_model_type_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    for value in ("$(rm -rf ~); echo {\"a\": 1}", "qwen3_5 && true", "`id`", ""):
+        result = subprocess.run(
+            [sys.executable, "-m", "wheelsmith", "doctor", "--python", str(tmp_path / "none"),
+             "--model-type", value], capture_output=True, text=True, cwd=REPO, check=False,
+            timeout=60)
+        assert (result.returncode, result.stderr, result.stdout) == (4, _refusal(value), "")
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.recipes.test_setup_py_patterns import SDIST, recipe_body, tree_with
-from wheelsmith.builder.buildenv import protection
 from wheelsmith.builder.diagnose import SIGNATURES
+from wheelsmith.recipes.envnames import protection
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.scaffold import render, setup_py
 from wheelsmith.scaffold.cmake import POLICY_MINIMUM, cmake_lines, old_policies, read_cmake

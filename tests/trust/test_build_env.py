@@ -6,6 +6,7 @@ cannot drift; and what a recipe sets is refused too, before anything is fetched.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import stat
 from pathlib import Path
@@ -24,14 +25,14 @@ from wheelsmith.builder.buildenv import (
     build_env,
     check_extra_env,
     choose_parallelism,
-    protection,
     recipe_sets,
 )
 from wheelsmith.builder.compilecache import CompileCache
 from wheelsmith.builder.compilefarm import CompileFarm, Session
 from wheelsmith.builder.plan import BuildPlan, archs_for
 from wheelsmith.cli._common import parse_env
-from wheelsmith.errors import UsageError
+from wheelsmith.errors import RecipeError, UsageError
+from wheelsmith.recipes.envnames import protection
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.toolchain.env import Toolchain
 
@@ -80,6 +81,65 @@ def test_build_env_refuses_every_protected_name_in_any_case_naming_it_and_why(
 @given(name=KNOB, value=SHELL_TEXT)
 def test_build_env_passes_a_packages_own_knobs_as_they_are(name: str, value: str) -> None:
     assert parse_env((f"{name}={value}",)) == ((name, value),)
+
+
+def _recipe_setting(path: Path, build: dict[str, str], release: dict[str, str]) -> Path:
+    """A recipe whose build.env and whose release's env are `build` and `release`; one
+    variable a line, so that each name's line is its index + 7 (build) or + 12 (release)."""
+    def lines(env: dict[str, str], indent: str) -> list[str]:
+        return [f"{indent}{name}: {json.dumps(value)}" for name, value in env.items()]
+    path.write_text("\n".join([
+        "package: demo", "arch:", "  env: TORCH_CUDA_ARCH_LIST", "build:",
+        "  memory_per_job_gb: 1", "  env:", *lines(build or {"DEMO_KNOB": "1"}, "    "),
+        "versions:", '  - version: "1.0"', "    source: {path: .}", "    env:",
+        *lines(release or {"DEMO_KNOB": "1"}, "      "), ""]))
+    return path
+
+
+@given(name=PROTECTED, knob=KNOB, value=SHELL_TEXT, in_release=st.booleans())
+def test_a_recipe_env_setting_a_protected_name_is_refused_at_its_line(
+        tmp_path_factory: pytest.TempPathFactory, name: str, knob: str, value: str,
+        in_release: bool) -> None:
+    """A recipe's env is applied after what wheelsmith sets: PATH, LD_PRELOAD or PYTHONPATH
+    there replaced the toolchain's, and check-recipes said nothing."""
+    env = {knob: "TRUE", name: value}
+    file = _recipe_setting(tmp_path_factory.mktemp("r") / "demo.yaml",
+                           {} if in_release else env, env if in_release else {})
+    with pytest.raises(RecipeError) as refused:
+        load_recipe(file)
+    why = protection(name)
+    assert why is not None
+    assert [(p.line, p.message) for p in refused.value.problems] == [
+        (13 if in_release else 8, f"{name}: {why.why}; a recipe's env cannot set it")]
+
+
+@given(knob=KNOB, value=SHELL_TEXT)
+def test_a_recipe_env_passes_a_packages_own_knobs(
+        tmp_path_factory: pytest.TempPathFactory, knob: str, value: str) -> None:
+    file = _recipe_setting(tmp_path_factory.mktemp("r") / "demo.yaml", {knob: value},
+                           {knob: value})
+    loaded = load_recipe(file)
+    assert (loaded.env, loaded.releases[0].env) == (((knob, value),), ((knob, value),))
+
+
+def test_check_recipes_names_each_protected_variable_a_recipe_sets_by_file_and_line(
+        tmp_path: Path) -> None:
+    file = _recipe_setting(tmp_path / "demo.yaml", {"DEMO_FORCE_BUILD": "TRUE",
+                                                    "LD_PRELOAD": "/tmp/x.so"},
+                           {"PYTHONPATH": "/tmp/site"})
+    outcome = run_bounded("check-recipes", str(file), cwd=tmp_path, seconds=60)
+    assert_orderly(outcome, seconds=30)
+    paths = ("it changes where programs, libraries, headers or modules come from; a recipe's "
+             "env cannot set it")
+    hint = ("    hint: the toolchain profile provides the compilers, CUDA and Python "
+            "(--toolchain, --python, --platform); a package that needs another path gets it "
+            "from a recipe patch. A recipe's env is for the package's own knobs, e.g. "
+            "FLASH_ATTENTION_FORCE_BUILD: \"TRUE\" (docs/cli.md, 'The build's environment')")
+    shown = file.name  # check-recipes names a file under the current directory relative
+    assert (outcome.returncode, outcome.stderr.splitlines()) == (3, [
+        f"error: 2 problems in {shown}", f"  {shown}:8:5: LD_PRELOAD: {paths}", hint,
+        f"  {shown}:13:7: PYTHONPATH: {paths}", hint,
+        "hint: the schema is printed by `wheelsmith schema`"]), outcome.describe()
 
 
 @pytest.mark.parametrize(("name", "why", "instead"), [
@@ -207,9 +267,9 @@ def test_a_recipe_knob_in_build_env_is_refused_before_the_toolchain_or_a_fetch(
 
 def test_the_documented_protected_table_names_every_rule() -> None:
     """docs/cli.md lists the protected names and patterns; each rule's first one is there."""
-    from wheelsmith.builder import buildenv  # noqa: PLC0415 - the rules table itself
+    from wheelsmith.recipes import envnames  # noqa: PLC0415 - the rules table itself
 
     text = (REPO / "docs" / "cli.md").read_text()
     section = text.split("## The build's environment", 1)[1].split("\n## ", 1)[0]
-    for patterns, _, _ in buildenv._RULES:  # the table the docs mirror
+    for patterns, _, _ in envnames._RULES:  # the table the docs mirror
         assert f"`{patterns[0]}`" in section, patterns[0]

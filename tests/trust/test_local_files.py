@@ -450,7 +450,10 @@ USER_FILES: dict[str, tuple[str, Callable[[Path, Path], list[str]]]] = {
     "a matrix": ("matrix.yaml", lambda _t, p: ["matrix", "--matrix", str(p)]),
     "a report among the reports": ("reports/a.json", _support_dir),
     "the README whose table is rewritten": ("README.md", _support_readme),
+    "a checkpoint's config.json": ("model/config.json", lambda _t, p: [
+        "doctor", "--arch", "9.0", "--model", str(p.parent), "--index", DEAD_INDEX]),
 }
+DEAD_INDEX = "http://127.0.0.1:9/simple/"  # doctor's fixes are checked against it: none answers
 REPORT = Path(__file__).parents[2] / "docs" / "evidence" / "reports" / \
     "2026-12-04-2-core-support-nightly.json"
 
@@ -468,7 +471,27 @@ def test_a_file_the_user_names_that_is_no_regular_file_is_refused_and_never_read
     NAMED_KINDS[kind](place)
     outcome = run_bounded(*command(tmp_path, place), cwd=tmp_path, seconds=60)
     assert_orderly(outcome, seconds=30)
-    assert outcome.returncode in (3, 22), outcome.describe()  # a YAML problem; the machine's
+    assert outcome.returncode in (3, 4, 22), outcome.describe()  # YAML; input; the machine's
     shown = "a FIFO (named pipe)" if kind == "a FIFO (named pipe)" else "a character device"
     assert f"it is {shown}, not a regular file" in outcome.stderr, outcome.describe()
     assert str(place.name) in outcome.stderr
+
+
+@pytest.mark.parametrize("kind", sorted(NAMED_KINDS))
+def test_known_bad_rules_that_are_no_regular_file_are_refused_never_taken_for_none(
+        tmp_path: Path, kind: str) -> None:
+    """A FIFO or a link to /dev/zero as known-bad.yaml read as "no rules": doctor and build
+    ran as if nothing were known bad."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "toolchains").symlink_to(Path(__file__).parents[2] / "toolchains")
+    NAMED_KINDS[kind](home / "known-bad.yaml")
+    outcome = run_bounded("doctor", "--arch", "9.0", "--index", DEAD_INDEX, cwd=tmp_path,
+                          env={**os.environ, "WHEELSMITH_HOME": str(home)}, seconds=60)
+    assert_orderly(outcome, seconds=30)
+    shown = "a FIFO (named pipe)" if kind == "a FIFO (named pipe)" else "a character device"
+    assert (outcome.returncode, outcome.stderr.splitlines()) == (3, [
+        f"error: 1 problem in {home / 'known-bad.yaml'}",
+        f"  {home / 'known-bad.yaml'}:1:1: cannot read: it is {shown}, not a regular file",
+        "    hint: wheelsmith reads its YAML (recipes, profiles, matrix, known-bad rules) only "
+        "from regular files: name one, or move this one out of the way"]), outcome.describe()

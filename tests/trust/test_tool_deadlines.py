@@ -1,6 +1,7 @@
 """A command whose answer wheelsmith reads has a deadline and a byte cap (`cmd.run(bounds=...)`,
 `untrusted.tool_bounds`), a tool named by a variable too: a `$WHEELSMITH_CUOBJDUMP` that never
-ends, or never stops printing, ends `verify` at its bound in one line naming it (exit 21), its
+ends, or never stops printing, ends `verify` at its bound in one line naming it by the
+variable (exit 21), its
 whole tree stopped. (tests/trust/test_call_sites.py holds every other call site to the same.)"""
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ def test_a_cuobjdump_named_by_the_environment_ends_verify_at_its_bound(tmp_path:
                           seconds=60, address_space=4 << 30)
     assert_orderly(outcome, seconds=15)
     assert outcome.returncode == 21, outcome.describe()
-    assert outcome.stderr.splitlines() == [f"error: cuobjdump ({tool}): {said}",
-                                           f"hint: {TOOL_HINT}"], outcome.describe()
+    assert outcome.stderr.splitlines() == [
+        f"error: cuobjdump ($WHEELSMITH_CUOBJDUMP={tool}): {said}", f"hint: {TOOL_HINT}"], \
+        outcome.describe()
     assert left_after(mark, 10) == []
 
 

@@ -8,13 +8,13 @@ and MAX_JOBS / NVCC_THREADS (and, in the pre-build check, nvcc's split-compile) 
 from cores, memory and the files to compile.
 
 What wheelsmith sets is its own: a build's `--env` adds variables, it never overrides one
-(`protection`: the names, patterns and why; `check_extra_env`: what the recipe and build_env
-set). A wheel's provenance may carry less still (builder/rebuild.py).
+(recipes/envnames.py: the names, patterns and why, which a recipe's build.env may not set
+either; `check_extra_env`: what the recipe and build_env set). A wheel's provenance may
+carry less still (builder/rebuild.py).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import shlex
 from collections.abc import Iterable, Mapping
@@ -25,14 +25,17 @@ from wheelsmith.arch import ArchSet
 from wheelsmith.builder import cmakebuild, gencode, parallel, prebuild, reproducible
 from wheelsmith.builder.parallel import Parallelism
 from wheelsmith.builder.plan import BuildPlan
-from wheelsmith.errors import UsageError
+from wheelsmith.recipes.envnames import (
+    NO_PROXY,
+    PASS_THROUGH,
+    PROXIES,
+    Protection,
+    protection,
+)
 from wheelsmith.recipes.model import CMAKE_ARGS, Recipe, Release
 from wheelsmith.toolchain.platform import cross_env
 
-PASS_THROUGH = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "TERM")
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: connections are refused at once
-PROXIES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy")
-NO_PROXY = ("no_proxy", "NO_PROXY")
 OFFLINE = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_NO_INPUT": "1",
            "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 # Flags wheelsmith sets after the build's own --env and recipe: its flags first, the build's
@@ -195,79 +198,6 @@ def recipe_sets(recipe: Recipe, release: Release, archs: ArchSet, source: Path |
     if any(options):
         env[CMAKE_ARGS] = " ".join(filter(None, options))
     return env
-
-
-# --- what a build's --env may not set ------------------------------------------------------
-# Each rule: name patterns (matched in any case), why they are wheelsmith's, what to use
-# instead. The names build_env itself sets are all here (tests/trust/test_env_protected.py
-# checks every variable it sets, in every kind of build); check_extra_env also refuses what
-# the recipe sets, and at build time whatever else build_env set.
-_PROGRAMS = ("the toolchain profile provides the compilers, CUDA and Python (--toolchain, "
-             "--python, --platform); a package that needs another path gets it from a recipe "
-             "patch")
-_RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (
-    (("WHEELSMITH_*",), "it is wheelsmith's own setting",
-     "set it in wheelsmith's own environment (docs/cli.md, Environment)"),
-    (("*ARCH*",), "the archs come from --arch, through the recipe's arch knob", "use --arch"),
-    (("PYTORCH_*", "TORCH_*"), "wheelsmith sets torch's build settings (torch writes "
-     "PYTORCH_NVCC into build.ninja, where a shell runs it)",
-     "use --arch, --toolchain or --compile-cache"),
-    (("CUDA*", "NVCC"), "the CUDA toolkit is the toolchain's (CUDA_HOME is always set from it)",
-     "use --toolchain"),
-    (("CC", "CXX", "CPP", "LD", "AR", "AS", "NM", "RANLIB", "STRIP", "OBJCOPY", "HOSTCXX",
-      "LDSHARED", "LDCXXSHARED", "LDFLAGS"),
-     "it picks the compiler or linker (a cross build's are wheelsmith's)", _PROGRAMS),
-    (("*PATH", "*_HOME", "*_ROOT", "*_DIR", "*_DIRS", "LD_*"),
-     "it changes where programs, libraries, headers or modules come from", _PROGRAMS),
-    (("*PROXY", "PIP_*", "UV_*", *PROXIES, *NO_PROXY, *OFFLINE),
-     "the build is offline: wheelsmith points its network and pip nowhere",
-     "nothing is downloaded during a build; the recipe's source is fetched before it"),
-    (("PYTHON*", "_PYTHON*", "SETUPTOOLS_*", "DISTUTILS_*"),
-     "the Python, the wheel's tags and suffix are the toolchain's",
-     "use --python or --platform"),
-    (("MAX_JOBS", "NVCC_THREADS"), "wheelsmith chooses the parallelism from cores and memory",
-     "use --jobs (and --split-compile)"),
-    (("CCACHE_*", "SCCACHE_*"), "the compile cache and farm are wheelsmith's",
-     "use --compile-cache or --compile-farm"),
-    (("SOURCE_DATE_EPOCH",), "the wheel's times come from its sdist (same inputs, same bytes)",
-     "nothing to set: the source fixes it"),
-    (("NINJA*",), "wheelsmith reads ninja's progress and checks its build files before it runs",
-     "nothing to set"),
-    (("CMAKE_GENERATOR", "CMAKE_MAKE_PROGRAM", "CMAKE_*_LAUNCHER", "CMAKE_BUILD_PARALLEL_LEVEL",
-      "CMAKE_TOOLCHAIN_FILE", "SKBUILD_*"),
-     "a CMake build runs with Ninja, wheelsmith's compile launchers, jobs and build directory",
-     "use --jobs or --compile-cache; CMake options go in the recipe's CMAKE_ARGS"),
-    (("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "GIT_*", "PERL5OPT", "PERL5LIB",
-      "RUBYOPT", "NODE_OPTIONS", "GLIBC_TUNABLES", "MALLOC_*", "HOSTALIASES", "LOCALDOMAIN",
-      "RES_OPTIONS", "NLSPATH"),
-     "the shell, git or the C library read it in every command the build runs",
-     "nothing to set for a package's build"),
-    (PASS_THROUGH, "wheelsmith passes it from its own environment", "set it for wheelsmith"),
-)
-ENV_DOC = "docs/cli.md, 'The build's environment'"
-
-
-@dataclass(frozen=True, slots=True)
-class Protection:
-    """Why a variable is wheelsmith's: a build's --env may not set it."""
-
-    name: str
-    why: str
-    instead: str
-
-    def error(self) -> UsageError:
-        return UsageError(f"--env {self.name}: {self.why}; a build's --env cannot override it",
-                          hint=f"{self.instead}. --env is for a package's own knobs, e.g. "
-                               f"NVCC_APPEND_FLAGS=--split-compile=0 ({ENV_DOC})")
-
-
-def protection(name: str) -> Protection | None:
-    """Why `name` (in any case) is wheelsmith's, or None: a build may be given it."""
-    upper = name.upper()
-    for patterns, why, instead in _RULES:
-        if any(fnmatch.fnmatchcase(upper, pattern.upper()) for pattern in patterns):
-            return Protection(name, why, instead)
-    return None
 
 
 def check_extra_env(extra_env: Iterable[tuple[str, str]], recipe: Mapping[str, str],

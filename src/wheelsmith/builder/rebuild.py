@@ -13,7 +13,7 @@ known profile, an arch list: `plan_rebuild`), and of its environment only build 
 applied by themselves (`judge_env`): the packages' switches (`KNOBS`, plain words) and nvcc's
 extra flags from a vocabulary that names no program or path (`FLAG_KNOBS`). Any other
 variable is applied only when the user repeats it (`--env NAME=VALUE`, the same value); what
-wheelsmith sets itself (buildenv.protection) never is.
+wheelsmith sets itself (recipes/envnames.py) never is.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from packaging.version import InvalidVersion, Version
 from wheelsmith import locations
 from wheelsmith.arch import ArchParseError, ArchSet
 from wheelsmith.builder import parallel, reproducible, runner
-from wheelsmith.builder.buildenv import ENV_DOC, protection
 from wheelsmith.builder.compilesetup import split_setting
 from wheelsmith.builder.request import BuildRequest, Reporter
 from wheelsmith.builder.verify import require_valid
 from wheelsmith.errors import VerifyError
 from wheelsmith.files import sha256_file
+from wheelsmith.recipes.envnames import ENV_DOC, protection
 from wheelsmith.toolchain.profile import SYSTEM, profile_files
 from wheelsmith.untrusted import ENV_NAME_RE, clip, local
 from wheelsmith.untrusted.provenance import Provenance, read_provenance

@@ -22,10 +22,10 @@ from packaging.version import InvalidVersion, Version
 
 from wheelsmith import __version__, locations, numbers
 from wheelsmith.arch import ArchParseError, ArchSet
-from wheelsmith.builder.buildenv import protection
 from wheelsmith.cli import console, interrupts
 from wheelsmith.errors import UsageError, WheelsmithError, machine_error
 from wheelsmith.recipes import repos
+from wheelsmith.recipes.envnames import protection
 from wheelsmith.toolchain.target import refuse_free_threaded
 from wheelsmith.untrusted import ENV_NAME_RE
 from wheelsmith.untrusted.addresses import given_url
@@ -201,7 +201,7 @@ DRAIN_HELP = ("The last SECONDS of the time limit start no compile, so those in 
 
 def parse_env(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """`--env KEY=VALUE` values; one without '=', or naming a variable wheelsmith sets
-    itself (buildenv.protection), is an error naming it."""
+    itself (recipes/envnames.py), is an error naming it."""
     pairs = []
     for value in values:
         key, sep, text = value.partition("=")

@@ -62,6 +62,8 @@ def doctor(arch_value: str | None, index_url: str, python: Path, need: tuple[str
 
     if model_type and model_dir:
         raise UsageError("give --model-type or --model, not both")
+    if model_type is not None:
+        fastpath.model_type_given(model_type)  # before anything runs: one line, or nothing
     info = examine.probe(python)
     if arch_value:
         arch, source = _single_arch(arch_value), "--arch"

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from wheelsmith import cmd, locations
-from wheelsmith.errors import UntrustedDataError
-from wheelsmith.untrusted import Bounds, Node, clip, parse_json
+from wheelsmith.errors import NotRegularFileError, UntrustedDataError, UsageError
+from wheelsmith.untrusted import Bounds, Node, clip, local, parse_json
 
 log = logging.getLogger(__name__)
 
@@ -154,35 +154,55 @@ MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a transformers config.json is a few KB
 MODEL_TYPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # transformers': "qwen3_5"
 
 
+def model_type_given(value: str) -> str:
+    """--model-type's value, when it is a model type's name (it is shown in the report and
+    handed to transformers); anything else, shell text included: one line naming the option."""
+    if MODEL_TYPE_RE.fullmatch(value):
+        return value
+    raise UsageError(f"--model-type: '{clip(value)}' is not a model type; a model type is "
+                     "transformers' name for it, as in a checkpoint's config.json: ASCII "
+                     "letters, digits and _ . - (qwen3_5, mamba2, falcon_h1)")
+
+
 def model_type_of(directory: Path) -> ModelView:
     """--model DIR: the `model_type` of its config.json (nothing is downloaded)."""
     config = directory / "config.json"
     view = ModelView("--model", None, config=str(config))
-    if not config.is_file():
-        view.error, view.message = "config-missing", f"{directory} has no config.json"
-        return view
-    try:  # a model's config is someone else's: bounded, and parsed at any depth
-        if config.stat().st_size > MAX_CONFIG_BYTES:
-            raise UntrustedDataError(str(config), f"larger than {MAX_CONFIG_BYTES} bytes")
-        data = parse_json(config.read_bytes(), str(config)).value
-    except OSError as exc:
-        view.error, view.message = "config-unreadable", f"{config} is not readable JSON: {exc}"
-        return view
-    except UntrustedDataError as exc:
-        view.error, view.message = "config-unreadable", \
-            f"{config} is not readable JSON: {exc.problem}"
+    data = _config(directory, view)
+    if view.error is not None:
         return view
     model_type = data.get("model_type") if isinstance(data, dict) else None
     if not isinstance(model_type, str) or not model_type:
         view.error, view.message = "no-model-type", f"{config} has no model_type"
-        return view
-    if not MODEL_TYPE_RE.fullmatch(model_type):  # shown in the report, and asked of transformers
+    elif not MODEL_TYPE_RE.fullmatch(model_type):  # shown in the report, asked of transformers
         view.error, view.message = "no-model-type", (
             f"{config}: its model_type '{clip(model_type)}' is not a model type's name (ASCII "
             "letters, digits and _ . -)")
-        return view
-    view.model_type = model_type
+    else:
+        view.model_type = model_type
     return view
+
+
+def _config(directory: Path, view: ModelView) -> Any:
+    """The JSON of DIR/config.json; what keeps it from being read: `view`'s error."""
+    config = directory / "config.json"
+    try:  # a model's config is someone else's: a regular file, bounded, parsed at any depth
+        raw = local.read_at_most(config, MAX_CONFIG_BYTES)  # a FIFO, a device: never read
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise UntrustedDataError(str(config), f"larger than {MAX_CONFIG_BYTES} bytes")
+        return parse_json(raw, str(config)).value
+    except FileNotFoundError:
+        view.error, view.message = "config-missing", f"{directory} has no config.json"
+    except NotRegularFileError as exc:
+        view.error, view.message = "config-unreadable", (
+            f"{config}: {exc.reason}; a checkpoint's config.json is read only as a regular "
+            "file (a FIFO or a device could block or never end)")
+    except OSError as exc:
+        view.error, view.message = "config-unreadable", f"{config} is not readable JSON: {exc}"
+    except UntrustedDataError as exc:
+        view.error, view.message = "config-unreadable", \
+            f"{config} is not readable JSON: {exc.problem}"
+    return None
 
 
 def ask_transformers(python: Path, view: ModelView) -> ModelView:

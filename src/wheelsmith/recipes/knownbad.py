@@ -116,8 +116,8 @@ def load_runtime(path: Path) -> list[RuntimeRule]:
 
 
 def _load(path: Path) -> tuple[list[Rule], list[RuntimeRule]]:
-    if not path.is_file():
-        return [], []
+    if not path.exists() and not path.is_symlink():  # none: no rules; a FIFO, a device or a
+        return [], []  # link to one is there, and document.load refuses it (never "no rules")
     doc = document.load(path)
     data = document.validate(doc, SCHEMA)
     build: list[Rule] = []

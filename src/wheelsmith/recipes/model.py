@@ -22,6 +22,7 @@ from wheelsmith.arch import ArchParseError, ArchSet, parse_arch
 from wheelsmith.document import Document, KeyPath
 from wheelsmith.errors import UsageError
 from wheelsmith.files import sha256_file
+from wheelsmith.recipes.envnames import protection
 from wheelsmith.recipes.schema import RECIPE_SCHEMA
 from wheelsmith.recipes.sources import (
     CarriedSource,
@@ -127,6 +128,16 @@ def load_recipe(path: Path, display: str | None = None) -> Recipe:
     return recipe
 
 
+def _wheelsmiths(doc: Document, where: KeyPath, env: dict[str, str]) -> None:
+    """Each variable of a recipe's env that is wheelsmith's (a loader's, an interpreter's, the
+    toolchain's: recipes/envnames.py), a problem at its key: set last, it would override what
+    wheelsmith set for the build (PATH, LD_PRELOAD, PYTHONPATH, CUDA_HOME, MAX_JOBS...)."""
+    for name in env:
+        found = protection(name)
+        if found is not None:
+            doc.at_key((*where, name), *found.in_recipe())
+
+
 def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
     """Check meaning and build the model; `data` holds only structurally valid parts."""
     name = data.get("package", "")
@@ -143,6 +154,7 @@ def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
         supported=_arch_set(doc, arch["supported"], ("arch", "supported"))
         if "supported" in arch else None,
     )
+    _wheelsmiths(doc, ("build", "env"), build.get("env", {}))
     sets = {policy.env, CMAKE_ARGS, *build.get("env", {}),
             *filter(None, [build.get("build_dir_env")])}
     releases = tuple(_release(doc, path, name, i, entry, sets=sets) for i, entry in
@@ -247,6 +259,7 @@ def _release(doc: Document, path: Path, package: str, index: int,
     patches = _patches(doc, path, package, version,
                        entries=entry.get("patches", []), base=base)
     env = tuple(sorted(entry.get("env", {}).items()))
+    _wheelsmiths(doc, (*base, "env"), entry.get("env", {}))
     carried = parse_carried(doc, path, entry.get("carry", []), base, env={*sets, *dict(env)})
     return Release(version=version, source=source, patches=patches, env=env, carried=carried)
 

@@ -10,8 +10,8 @@ import ast
 import re
 from pathlib import Path
 
-from wheelsmith.builder.buildenv import protection
 from wheelsmith.errors import UntrustedDataError
+from wheelsmith.recipes.envnames import protection
 from wheelsmith.scaffold.extensions import dotted
 from wheelsmith.scaffold.owntree import own_files
 from wheelsmith.untrusted import ENV_NAME_RE, parse_python
@@ -79,7 +79,7 @@ def build_switches(tree: Path) -> tuple[tuple[str, str], ...]:
     """The variables the build reads that a recipe may set, each with where it is first read
     (`setup.py:128`): in setup.py, then in the sdist's own modules it imports (deepspeed
     chooses its accelerator, and so whether any CUDA op exists, in accelerator/ from
-    DS_ACCELERATOR). What wheelsmith sets itself (buildenv.protection) is left out."""
+    DS_ACCELERATOR). What wheelsmith sets itself (recipes/envnames.py) is left out."""
     setup = tree / "setup.py"
     if not setup.is_file():
         return ()

@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelsmith import locations
+from wheelsmith import inventory, locations
 from wheelsmith.errors import ToolchainError
 from wheelsmith.files import atomic_write_text, exclusive_lock
 from wheelsmith.toolchain.env import Toolchain, find_cuobjdump, system_cuobjdump
@@ -27,7 +27,7 @@ def cuobjdump_for(toolchain: Toolchain | None, python: Path) -> Path:
     """Which cuobjdump reads device code, first found of: $WHEELSMITH_CUOBJDUMP, the
     toolchain's own, an installed CUDA toolkit's, else the default profile's pinned tools venv
     (installed from PyPI on first use)."""
-    explicit = os.environ.get("WHEELSMITH_CUOBJDUMP")
+    explicit = os.environ.get(inventory.CUOBJDUMP_ENV)
     if explicit:
         return Path(explicit)
     if toolchain is not None and toolchain.cuobjdump is not None:

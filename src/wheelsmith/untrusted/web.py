@@ -29,6 +29,7 @@ import contextlib
 import enum
 import http.client
 import re
+import ssl
 import time
 import urllib.parse
 import urllib.request
@@ -40,6 +41,7 @@ from wheelsmith.errors import SourceError, UntrustedDataError, WheelsmithError
 from wheelsmith.untrusted import CHUNK, SLOW_HINT, Bounds, too_big, too_slow
 from wheelsmith.untrusted.addresses import redact, server_url
 from wheelsmith.untrusted.connections import (
+    PlainProbe,
     Watchdog,
     basic_auth,
     connection,
@@ -56,6 +58,7 @@ FOLLOWED = ("GET", "HEAD")
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 NOT_HTTP_HINT = "check that the URL names an HTTP server, and the server"
 DOWN_HINT = "check the URL and that the server is up"
+TLS_HINT = "check that the server speaks HTTPS at that port, and its certificate"
 INFLATE = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 MAX_CODINGS = 3
 CODING_HINT = ("wheelsmith asks for an uncompressed answer (Accept-Encoding: identity): check "
@@ -151,20 +154,35 @@ class _Exchange:
 
     def _connect(self, url: str) -> tuple[http.client.HTTPConnection, str, dict[str, str]]:
         parts = urllib.parse.urlsplit(url)
-        conn, target, extra = connection(parts, self.idle)
-        conn._create_connection = self.watchdog.connect  # type: ignore[attr-defined]
+        conn, target, extra = connection(parts, self.idle, self.watchdog)
+        probe = PlainProbe(parts, self.watchdog)  # asks plain HTTP if the handshake lasts
         try:
             conn.connect()
         except http.client.HTTPException as exc:  # a proxy's answer to CONNECT that is no HTTP
             conn.close()
             raise self._failed(exc) from None
         except (OSError, ValueError) as exc:  # refused, no such host, TLS, a proxy's refusal
+            reached = conn.sock is not None  # the TCP connection was made: TLS failed on it
             conn.close()
+            if reached and parts.scheme == "https" and probe.plain():
+                raise self._plain(parts) from None
             if self.watchdog.fired:
                 raise too_slow(self.shown, self.bounds.seconds) from None
+            if reached and isinstance(exc, ssl.SSLError):
+                raise SourceError(f"the TLS handshake with {self.shown} failed: "
+                                  f"{_ssl_reason(exc)}", hint=TLS_HINT) from exc
             raise SourceError(f"nothing answers at {self.shown}: {exc}", hint=DOWN_HINT) \
                 from exc
+        finally:
+            probe.cancel()
         return conn, target, extra
+
+    def _plain(self, parts: urllib.parse.SplitResult) -> UntrustedDataError:
+        """An https URL whose port speaks plain HTTP: final (asking again cannot help)."""
+        plain = urllib.parse.urlunsplit(parts._replace(scheme="http"))
+        return UntrustedDataError(self.shown, "the TLS handshake failed: the server there "
+                                              "answers plain HTTP, not HTTPS",
+                                  hint=f"speaks plain HTTP? use {redact(plain)}")
 
     @contextlib.contextmanager
     def _mapped(self) -> Iterator[None]:
@@ -258,6 +276,11 @@ class _Exchange:
             raise UntrustedDataError(self.shown, f"ended its answer {response.length} bytes "
                                                  "short of its Content-Length",
                                      hint=NOT_HTTP_HINT)
+
+
+def _ssl_reason(exc: ssl.SSLError) -> str:
+    """What OpenSSL said, without the place in Python's C source it was said from."""
+    return clip(re.sub(r" \(_ssl\.c:\d+\)$", "", str(exc)), 120)
 
 
 def _malformed(exc: Exception) -> str:
