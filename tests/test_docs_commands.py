@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import docblocks
 from tests.conftest import REPO, add_variant
 from tests.index import test_doc_commands
 from wheelsmith import locations
@@ -332,3 +333,42 @@ def test_make_demo_builds_verifies_installs_and_imports() -> None:
     assert f"ok: {WHEEL_STEM}.whl carries exactly 12.0" in result.stdout
     assert "imported causal_conv1d 1.7.0 with torch 2.14.1" in result.stdout
 
+
+
+def from_the_package_index(doc: str) -> bool:
+    """A page whose commands that run here install from the package index (a server's own
+    packages): slow."""
+    return any(command.startswith("pip install") and "--index-url" not in command
+               and not docblocks.skip_reason(command)
+               for block in docblocks.blocks(doc) if not block.skip for command in block.commands)
+
+
+@pytest.mark.parametrize("doc", [
+    pytest.param(doc, marks=[pytest.mark.slow] if from_the_package_index(doc) else [])
+    for doc in docblocks.guides()])
+def test_the_guides_commands_run_as_written(tmp_path: Path, doc: str) -> None:
+    """Each guide's shell blocks, in page order, with what the rule in tests/docblocks.py leaves
+    out; a page none of whose commands can run here is skipped, naming why."""
+    blocks = docblocks.blocks(doc)
+    left_out = [f"{block.name}: {block.skip}" for block in blocks if block.skip]
+    running = [block for block in blocks if not block.skip]
+    if not any(not docblocks.skip_reason(c) for block in running for c in block.commands):
+        pytest.skip("; ".join(left_out + [f"{b.name}: `{c}`: {docblocks.skip_reason(c)}"
+                                          for b in running for c in b.commands]))
+    page = docblocks.Page(tmp_path, doc)
+    try:
+        for block in running:
+            left_out += page.run(block)
+    finally:
+        page.stop()
+    print("\n".join(left_out))
+
+
+def test_a_guide_block_that_is_not_run_says_why() -> None:
+    for doc in docblocks.guides():
+        text = (REPO / doc).read_text()
+        for marked in re.findall(r"^<!-- not run by the docs test:.*$\n(.*)$", text, re.MULTILINE):
+            assert re.fullmatch(r"```(sh|console)", marked), (doc, marked)
+        for block in docblocks.blocks(doc):
+            assert block.skip.strip() == block.skip
+            assert not block.skip or len(block.skip) > 10, block.name
