@@ -15,6 +15,13 @@ and `test_make_demo_builds_verifies_installs_and_imports`. Three run elsewhere, 
 here check that they do: `make test` is what CI runs (`.ci/run`); `make fuzz` is the trust tests
 (`make test` runs them on a fixed budget) under the soak's profile; each `pip install` line from
 the local index is also run by tests/index/test_doc_commands.py, in `make test`.
+
+The guides under docs/ are run block by block, in page order, by
+`test_the_guides_commands_run_as_written`, with the rule of tests/docblocks.py for what cannot
+run here (a block marked `<!-- not run by the docs test: REASON -->`; a command that compiles,
+needs a user's torch environment, downloads torch or reaches another host), each left out with
+its reason; a page whose commands install a server from the package index (publishing.md's
+devpi-server and pypiserver) is slow.
 """
 
 from __future__ import annotations
