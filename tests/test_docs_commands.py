@@ -15,6 +15,13 @@ and `test_make_demo_builds_verifies_installs_and_imports`. Three run elsewhere, 
 here check that they do: `make test` is what CI runs (`.ci/run`); `make fuzz` is the trust tests
 (`make test` runs them on a fixed budget) under the soak's profile; each `pip install` line from
 the local index is also run by tests/index/test_doc_commands.py, in `make test`.
+
+The guides under docs/ are run block by block, in page order, by
+`test_the_guides_commands_run_as_written`, with the rule of tests/docblocks.py for what cannot
+run here (a block marked `<!-- not run by the docs test: REASON -->`; a command that compiles,
+needs a user's torch environment, downloads torch or reaches another host), each left out with
+its reason; a page whose commands install a server from the package index (publishing.md's
+devpi-server and pypiserver) is slow.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import docblocks
 from tests.conftest import REPO, add_variant
 from tests.index import test_doc_commands
 from wheelsmith import locations
@@ -332,3 +340,42 @@ def test_make_demo_builds_verifies_installs_and_imports() -> None:
     assert f"ok: {WHEEL_STEM}.whl carries exactly 12.0" in result.stdout
     assert "imported causal_conv1d 1.7.0 with torch 2.14.1" in result.stdout
 
+
+
+def from_the_package_index(doc: str) -> bool:
+    """A page whose commands that run here install from the package index (a server's own
+    packages): slow."""
+    return any(command.startswith("pip install") and "--index-url" not in command
+               and not docblocks.skip_reason(command)
+               for block in docblocks.blocks(doc) if not block.skip for command in block.commands)
+
+
+@pytest.mark.parametrize("doc", [
+    pytest.param(doc, marks=[pytest.mark.slow] if from_the_package_index(doc) else [])
+    for doc in docblocks.guides()])
+def test_the_guides_commands_run_as_written(tmp_path: Path, doc: str) -> None:
+    """Each guide's shell blocks, in page order, with what the rule in tests/docblocks.py leaves
+    out; a page none of whose commands can run here is skipped, naming why."""
+    blocks = docblocks.blocks(doc)
+    left_out = [f"{block.name}: {block.skip}" for block in blocks if block.skip]
+    running = [block for block in blocks if not block.skip]
+    if not any(not docblocks.skip_reason(c) for block in running for c in block.commands):
+        pytest.skip("; ".join(left_out + [f"{b.name}: `{c}`: {docblocks.skip_reason(c)}"
+                                          for b in running for c in b.commands]))
+    page = docblocks.Page(tmp_path, doc)
+    try:
+        for block in running:
+            left_out += page.run(block)
+    finally:
+        page.stop()
+    print("\n".join(left_out))
+
+
+def test_a_guide_block_that_is_not_run_says_why() -> None:
+    for doc in docblocks.guides():
+        text = (REPO / doc).read_text()
+        for marked in re.findall(r"^<!-- not run by the docs test:.*$\n(.*)$", text, re.MULTILINE):
+            assert re.fullmatch(r"```(sh|console)", marked), (doc, marked)
+        for block in docblocks.blocks(doc):
+            assert block.skip.strip() == block.skip
+            assert not block.skip or len(block.skip) > 10, block.name
