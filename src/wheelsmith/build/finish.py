@@ -19,7 +19,7 @@ from packaging.version import Version
 
 from wheelsmith import __version__, locations
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import compilecache, manylinux, reproducible, shipped
+from wheelsmith.build import compilecache, hostlibs, manylinux, reproducible, shipped
 from wheelsmith.build.compile import Compiled, log_path_of
 from wheelsmith.build.compilesetup import CompileSetup, read_guard_report
 from wheelsmith.build.parallel import Parallelism
@@ -53,10 +53,13 @@ class Checked:
 
 
 def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
-                report: Reporter) -> Checked:
-    """The release it is, nothing the sdist shipped prebuilt, the device-code gate, the
-    platform tag (manylinux.py), then the smoke test."""
+                report: Reporter, *, libraries: tuple[hostlibs.Provided, ...] = ()
+                ) -> Checked:
+    """The release it is, nothing the sdist shipped prebuilt, none of its host libraries'
+    shared objects, the device-code gate, the platform tag (manylinux.py), then the smoke
+    test (with the host libraries' wheels the stamped wheel will require)."""
     report.stage("verify", f"release and device code of {raw.name}")
+    shipped.refuse_vendored(raw, libraries)
     inventory = check_built(plan, raw, cuobjdump_for(plan.toolchain, request.python), work)
     platform = manylinux.assess(raw, auditwheel_for(plan.toolchain, request.python))
     report.stage("platform", platform.describe())
@@ -65,7 +68,7 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
         report.stage("smoke", f"import under qemu-user ({toolchain.platform}) against torch "
                               f"{toolchain.torch_version}")
         return Checked(inventory, smoke_emulated(plan, raw, work), platform.as_dict())
-    needs, runtime = runtime_requirements(plan, raw)
+    needs, runtime = runtime_requirements(plan, raw, hostlibs.requirements(libraries))
     report.stage("smoke", (f"import against torch {toolchain.torch_version}"
                            if toolchain.torch_version else "import against the toolchain's CUDA "
                            "runtime (no torch)") + describe_needs(needs))
@@ -79,13 +82,15 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
     return Checked(inventory, smoke_output, platform.as_dict())
 
 
-def runtime_requirements(plan: BuildPlan, raw: Path) -> tuple[overlay.RuntimeNeeds, Path | None]:
-    """The wheel's runtime requirements the toolchain lacks (pinned as pip resolves them) and
+def runtime_requirements(plan: BuildPlan, raw: Path, extra: tuple[str, ...] = ()
+                         ) -> tuple[overlay.RuntimeNeeds, Path | None]:
+    """The wheel's runtime requirements (and `extra`, what stamping adds) the toolchain lacks
+    (pinned as pip resolves them) and
     the directory they are installed in, for its smoke test: a user's pip installs them with
     the wheel, so its import may use them. What cannot be had (not on the index, no index: a
     container's build, an offline machine) is left out, each with why, and the smoke test
     goes on with the rest."""
-    needs = overlay.runtime_needs(raw, plan.toolchain)
+    needs = overlay.runtime_needs(raw, plan.toolchain, extra)
     try:
         return needs, overlay.ensure(needs.pins, plan.toolchain, locations.cache_dir(),
                                      what=f"what {raw.name} requires")
@@ -226,6 +231,8 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
                    "package": recipe.name, "version": release.version},
         "source": plan.key_inputs()["recipe"]["source"],
         **({"carried": plan.key_inputs()["recipe"]["carry"]} if release.carried else {}),
+        **({"libraries": [found.record() for found in setup.libraries]}
+           if setup.libraries else {}),
         "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],
         "toolchain": {**toolchain.identity(), "channel": toolchain.channel(),
                       # which toolkit compiled it (a toolchain's own: relative to it)
@@ -260,14 +267,17 @@ def _build_record(parallelism: Parallelism, seconds: float, compiled: Compiled
 
 
 def write_output(plan: BuildPlan, raw: Path, request: BuildRequest,
-                 provenance: dict[str, Any], epoch: int) -> Path:
-    """Stamp into a scratch directory inside the output, then move the finished file in."""
+                 provenance: dict[str, Any], epoch: int, *, requires: tuple[str, ...] = ()
+                 ) -> Path:
+    """Stamp into a scratch directory inside the output, then move the finished file in;
+    `requires`: the host libraries' wheels it requires."""
     out_dir = request.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     with scratch_dir(out_dir) as scratch:
         stamped = stamp(raw, scratch, label=plan.local_label(),
                         torch_requirement=plan.torch_requirement(), provenance=provenance,
-                        epoch=epoch, platform=provenance["platform"]["tag"])
+                        epoch=epoch, platform=provenance["platform"]["tag"],
+                        requires=requires)
         return place(stamped, out_dir, rebuild=request.rebuild)
 
 
