@@ -21,7 +21,7 @@ ARG PROFILE=cu130-torch2.14
 ARG PROFILE_KEY=unknown
 ARG PYTHON=3.11
 ARG BASE_ID=unknown
-# how the toolchain is made beyond its pins (build/container.py: LAYOUT); the toolchain step
+# how the toolchain is made beyond its pins (builder/container.py: LAYOUT); the toolchain step
 # names it, so a new layout is a new step for the layer cache
 ARG LAYOUT=2
 LABEL dev.wheelsmith.profile="${PROFILE}" \

@@ -69,6 +69,7 @@ test-transformers: $(BIN)/.installed
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/index_publish.py
+	$(BIN)/python bench/index_check.py
 	$(BIN)/python bench/nightly_cache.py
 	$(BIN)/python bench/build_speed.py
 

@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from wheelsmith import locations  # noqa: E402
-from wheelsmith.build import resume  # noqa: E402
+from wheelsmith.builder import resume  # noqa: E402
 from wheelsmith.recipes.fetch import cached_path  # noqa: E402
 from wheelsmith.recipes.model import load_recipe  # noqa: E402
 from wheelsmith.recipes.sources import PypiSource, UrlSource  # noqa: E402

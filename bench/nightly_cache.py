@@ -25,9 +25,9 @@ from pathlib import Path
 
 from wheelsmith import locations
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import orchestrate
-from wheelsmith.build.buildenv import machine_size
-from wheelsmith.build.request import BuildRequest, QuietReporter
+from wheelsmith.builder import orchestrate
+from wheelsmith.builder.buildenv import machine_size
+from wheelsmith.builder.request import BuildRequest, QuietReporter
 from wheelsmith.fleet import matrix
 from wheelsmith.recipes import repos
 from wheelsmith.toolchain.profile import default_profile_name

@@ -2,7 +2,7 @@
 Python and then for a second one (same profile: torch, CUDA), with one empty compile cache.
 
 The second build should take every CUDA object that does not include Python.h from the cache
-(build/pathview.py) and compile only the bindings again. Reported per build: the compile
+(builder/pathview.py) and compile only the bindings again. Reported per build: the compile
 stage's seconds (from its stage line to verify's), the CPU seconds of the whole build, and
 what each source file got from the cache, and how long each object took (ninja's log); then
 the second build's compile time and CPU seconds as shares of the first's. Target for
@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from wheelsmith.build import resume
+from wheelsmith.builder import resume
 from wheelsmith.toolchain.profile import default_profile_name
 
 REPO = Path(__file__).resolve().parents[1]

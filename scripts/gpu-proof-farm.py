@@ -38,7 +38,7 @@ sys.path[:0] = [str(REPO / "src"), str(REPO)]
 from tests.farm import running_farm  # noqa: E402
 
 from wheelsmith import locations  # noqa: E402
-from wheelsmith.build import compilefarm, resume  # noqa: E402
+from wheelsmith.builder import compilefarm, resume  # noqa: E402
 from wheelsmith.recipes.fetch import cached_path  # noqa: E402
 
 

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from wheelsmith import locations
-from wheelsmith.build import container
+from wheelsmith.builder import container
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.profile import load_profile
 from wheelsmith.toolchain.tools import auditwheel_for

@@ -2,7 +2,7 @@
 marker of its own into the environment of what it starts, which descendants inherit unless
 their environment is rebuilt (a package's build gets an allow-listed one), and those that do
 not carry it run in the test's directory or name a marked wheelsmith as their owner
-(procs.OWNER_ENV: a build's compilers run in the path view, build/pathview.py, a directory
+(procs.OWNER_ENV: a build's compilers run in the path view, builder/pathview.py, a directory
 every build shares)."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.leftovers import left_after
-from wheelsmith.build.pathview import ROOT, PathView
+from wheelsmith.builder.pathview import ROOT, PathView
 
 # causal-conv1d's first object takes minutes on 2 idle cores, several times that beside a load
 FIRST_OBJECT_WITHIN_S = 3600

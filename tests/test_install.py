@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from tests.conftest import add_variant, serve, static_server
 from tests.wheels import make_wheel
 from wheelsmith import install
-from wheelsmith.build import runner
-from wheelsmith.build.request import BuildRequest, BuildResult, QuietReporter
+from wheelsmith.builder import runner
+from wheelsmith.builder.request import BuildRequest, BuildResult, QuietReporter
 from wheelsmith.cli import main
 from wheelsmith.deliver import Delivered, deliver
 from wheelsmith.errors import FileConflictError
@@ -36,7 +36,7 @@ WHEEL = f"tiny_ext-0.1.0+cu.13.0.torch.2.14.sm.120-{PY}-{PY}-linux_x86_64.whl"
 
 @pytest.fixture
 def built(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path | None]:
-    """install's build replaced (builds are tested in tests/build): a tiny-ext wheel in
+    """install's build replaced (builds are tested in tests/builder): a tiny-ext wheel in
     --out, published for real where install asks; returns where it was asked to publish."""
     add_variant(project, "tiny-ext")
     asked: list[Path | None] = []

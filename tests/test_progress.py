@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import time
 
 import pytest
 from hypothesis import given
@@ -24,7 +25,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(console.time, "monotonic", fake)
+    monkeypatch.setattr(time, "monotonic", fake)
     return fake
 
 

@@ -8,7 +8,7 @@ compute capability 12.x with minor >= 0, and the features the family shares). Ev
 torch's `cpp_extension` does not take a family target in TORCH_CUDA_ARCH_LIST: a package is
 told the base capability (`12.0`) in every form, and the pre-build check turns the build
 files' `compute_120`/`sm_120` targets into `compute_120f`/`sm_120f` before anything is compiled
-(build/prebuild.py, `family_codes`).
+(builder/prebuild.py, `family_codes`).
 """
 
 from __future__ import annotations

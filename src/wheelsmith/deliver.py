@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith import cmd
-from wheelsmith.build import resume, runner
-from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
-from wheelsmith.build.runner import Prepared
-from wheelsmith.build.smoke import SMOKE_SCRIPT
+from wheelsmith.builder import resume, runner
+from wheelsmith.builder.request import BuildRequest, BuildResult, Reporter
+from wheelsmith.builder.runner import Prepared
+from wheelsmith.builder.smoke import SMOKE_SCRIPT
 from wheelsmith.errors import FileConflictError, OutOfTimeError, VerifyError
 from wheelsmith.index.publish import Published, publish
 from wheelsmith.index.rules import Advice

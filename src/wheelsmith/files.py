@@ -160,14 +160,36 @@ def exclusive_lock(path: Path, on_busy: Callable[[], None] | None = None, *,
     The file is opened as a regular file (untrusted.local: a FIFO there never blocks the
     open, a device or a directory is refused naming it); `follow=False`: not through a link."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with local.open_regular(path, "lock", follow=follow) as handle:
+    with local.open_regular(path, "lock", follow=follow) as handle, \
+            _flocked(handle.fileno(), fcntl.LOCK_EX, on_busy):
+        yield
+
+
+@contextlib.contextmanager
+def shared_lock(path: Path, *, follow: bool = True) -> Iterator[None]:
+    """Hold a shared flock on `path` for the block, as a reader beside `exclusive_lock`'s
+    writers (it waits while one writes; writers wait while it reads). Nothing is written:
+    the file is opened for reading, and where there is none, no writer has ever run and
+    the block runs without one. Opened as `exclusive_lock` opens it."""
+    with contextlib.ExitStack() as stack:
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if on_busy is not None:
-                on_busy()
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            handle = stack.enter_context(local.open_regular(path, "read", follow=follow))
+        except FileNotFoundError:
+            handle = None
+        if handle is not None:
+            stack.enter_context(_flocked(handle.fileno(), fcntl.LOCK_SH, None))
+        yield
+
+
+@contextlib.contextmanager
+def _flocked(fd: int, kind: int, on_busy: Callable[[], None] | None) -> Iterator[None]:
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        if on_busy is not None:
+            on_busy()
+        fcntl.flock(fd, kind)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from wheelsmith import cmd
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import plan
-from wheelsmith.build.request import BuildRequest, Reporter
+from wheelsmith.builder import plan
+from wheelsmith.builder.request import BuildRequest, Reporter
 from wheelsmith.deliver import check_imports, deliver
 from wheelsmith.errors import SourceError, UntrustedDataError, UsageError
 from wheelsmith.index.offers import Offer, channel_url, newest, offers, split_channel

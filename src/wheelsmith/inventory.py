@@ -7,10 +7,11 @@ package.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,19 +106,61 @@ def _unreadable(shown: str, so: Path, said: list[str]) -> VerifyError:
 
 def wheel_inventory(wheel: Path, cuobjdump: Path) -> list[DeviceCode]:
     """Device code of every shared object in a wheel, in member order."""
+    with shared_objects(wheel) as objects:
+        return [read_device_code(path, cuobjdump, member) for member, path in objects]
+
+
+@contextlib.contextmanager
+def shared_objects(wheel: Path) -> Iterator[list[tuple[str, Path]]]:
+    """Every shared object of a wheel (its member name, a copy in a temporary directory that
+    lasts as long as the context), in member order. Each copy keeps its member's file name in
+    a directory of its own, so what one finds beside it is only itself."""
     try:
         with open_zip(wheel) as zf, tempfile.TemporaryDirectory() as tmp:
-            members = [n for n in zf.namelist() if is_shared_object(n)]
             found = []
-            for index, member in enumerate(members):
-                target = Path(tmp) / f"{index}.so"
+            for index, member in enumerate(n for n in zf.namelist() if is_shared_object(n)):
+                target = Path(tmp) / str(index) / "lib.so"
+                target.parent.mkdir()
                 with zf.open(member) as source, target.open("wb") as sink:
                     shutil.copyfileobj(source, sink)  # in pieces: a .so may be a GB
-                found.append(read_device_code(target, cuobjdump, member))
-            return found
+                found.append((member, target))
+            yield found
     except ZIP_DAMAGE as exc:
         raise VerifyError(f"{wheel.name} is not a valid wheel: {clip(str(exc), 200)}",
                           findings=[]) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Toolkits:
+    """Which toolkits made an object's device code: its cubins' (`.note.nv.cuinfo`, "13.0")
+    and its PTX's ISA versions ("9.0", from the fat binary's entries)."""
+
+    cubins: frozenset[str]
+    ptx_isa: frozenset[str]
+
+
+def read_toolkits(so: Path, cuobjdump: Path, name: str | None = None) -> Toolkits:
+    """The toolkits of the device code in `so`: each cubin read in place, and those whose
+    payload is compressed extracted by cuobjdump (`-xelf all`, into a temporary directory) and
+    read from there; a cubin whose note cannot be read is left out."""
+    entries = fatbin.entries(so) or frozenset()
+    cubins = [e for e in entries if e.kind == "ELF"]
+    found = {fatbin.toolkit_of(so, e) for e in cubins}
+    if None in found:
+        found = {*found - {None}, *_extracted_toolkits(so, cuobjdump, name or str(so))}
+    return Toolkits(frozenset(f"{v[0]}.{v[1]}" for v in found if v is not None),
+                    frozenset(f"{e.version[0]}.{e.version[1]}" for e in entries
+                              if e.kind == "PTX"))
+
+
+def _extracted_toolkits(so: Path, cuobjdump: Path, shown: str) -> set[tuple[int, int] | None]:
+    with tempfile.TemporaryDirectory(prefix="wheelsmith-cubins-") as tmp:
+        try:
+            cmd.run([cuobjdump, "-xelf", "all", so.absolute()], cwd=Path(tmp), stream=False,
+                    what=f"cuobjdump ({cuobjdump})", bounds=tool_bounds())
+        except CommandError as exc:
+            raise _unreadable(shown, so, exc.tail or [exc.message]) from exc
+        return {fatbin.cubin_toolkit(path) for path in sorted(Path(tmp).glob("*.cubin"))}
 
 
 def tree_inventory(root: Path, files: Iterable[Path], cuobjdump: Path) -> list[DeviceCode]:

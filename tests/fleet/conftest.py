@@ -15,10 +15,10 @@ import pytest
 from packaging.version import Version
 
 from tests.wheels import make_wheel
-from wheelsmith.build import orchestrate
-from wheelsmith.build.finish import write_output
-from wheelsmith.build.plan import BuildPlan
-from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
+from wheelsmith.builder import orchestrate
+from wheelsmith.builder.finish import write_output
+from wheelsmith.builder.plan import BuildPlan
+from wheelsmith.builder.request import BuildRequest, BuildResult, Reporter
 from wheelsmith.errors import CompileError
 from wheelsmith.toolchain.env import Toolchain
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from wheelsmith.build import compilefarm
+from wheelsmith.builder import compilefarm
 from wheelsmith.errors import RecipeError
 from wheelsmith.fleet import nightly
 from wheelsmith.fleet.matrix import Cell, load

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from tests.conftest import add_variant
 from tests.fleet.conftest import PLATFORM, StandIn
 from tests.wheels import wheel_with_provenance
-from wheelsmith.build import runner
+from wheelsmith.builder import runner
 from wheelsmith.cli.nightly import nightly_command
 from wheelsmith.errors import FileConflictError, PublishError
 from wheelsmith.fleet import matrix, nightly, report

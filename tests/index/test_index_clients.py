@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import serve
 from tests.wheels import make_wheel
-from wheelsmith.build.stamp import stamp
+from wheelsmith.builder.stamp import stamp
 from wheelsmith.index import ledger
 from wheelsmith.index.publish import publish, yank
 

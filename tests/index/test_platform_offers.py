@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import serve
 from tests.wheels import make_wheel
 from wheelsmith.arch import parse_arch
-from wheelsmith.build.request import BuildRequest, QuietReporter
+from wheelsmith.builder.request import BuildRequest, QuietReporter
 from wheelsmith.doctor.fixes import fix_lines
 from wheelsmith.errors import UsageError
 from wheelsmith.index.offers import offers

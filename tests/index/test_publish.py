@@ -253,12 +253,17 @@ def test_interrupted_publish_is_finished_by_the_next_writer(wheels: Path, root: 
     ledger.append(root, ledger.publish_entry(candidate.record), second.name)  # pages not yet
     page = root / CHANNEL / "simple" / "demo-ext" / "index.json"
     assert second.name not in page.read_text()
-    report = index.check(root)
-    assert report.problems == []
-    assert report.notes == ["recovered: regenerated pages the last writer did not finish: "
-                            "[('cu130-torch2.14', 'demo-ext')]"]
+    report = index.check(root)  # says so, and leaves it to a writer
+    assert (report.problems, report.behind) == ([], 2)
+    assert report.notes == [f"page {CHANNEL}/simple/demo-ext/index.{kind} is behind the ledger: "
+                            "a writer was interrupted before it wrote it (the next publish or "
+                            "yank, or `wheelsmith index rebuild`, writes it)"
+                            for kind in ("html", "json")]
+    assert second.name not in page.read_text()
+    assert index.recover(root) == ["regenerated pages the last writer did not finish: "
+                                   "[('cu130-torch2.14', 'demo-ext')]"]
     assert second.name in page.read_text()
-    assert index.check(root).notes == []
+    assert index.check(root) == index.CheckReport(files=2, problems=[], notes=[])
 
 
 def test_torn_ledger_line_is_cut_by_the_next_writer(wheels: Path, root: Path) -> None:

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import sdist_index, wheelsmith
-from wheelsmith.build.plan import BuildPlan
+from wheelsmith.builder.plan import BuildPlan
 from wheelsmith.errors import RecipeError, ToolchainError, UsageError
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.toolchain import overlay

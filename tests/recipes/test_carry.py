@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests.conftest import Served, header_tarball
 from tests.recipes.test_fetch import hardlink, hostile_tar, symlink
 from wheelsmith.arch import ArchSet
-from wheelsmith.build.buildenv import check_extra_env, recipe_sets
+from wheelsmith.builder.buildenv import check_extra_env, recipe_sets
 from wheelsmith.errors import RecipeError, SourceError, UsageError
 from wheelsmith.files import sha256_file
 from wheelsmith.recipes.fetch import carry_in

@@ -2,8 +2,8 @@
 version older than 3.5, often in a project it vendors (an old pybind11 under third_party/):
 `recipe new` names each such call in every CMake file of the sdist with its file:line, and the
 recipe gets the one setting that lets CMake take it (CMAKE_POLICY_VERSION_MINIMUM, which
-build/diagnose.py names for the same error). Generated CMake files; the real configure is in
-tests/build/test_cmake_build.py."""
+builder/diagnose.py names for the same error). Generated CMake files; the real configure is in
+tests/builder/test_cmake_build.py."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.recipes.test_setup_py_patterns import SDIST, recipe_body, tree_with
-from wheelsmith.build.buildenv import protection
-from wheelsmith.build.diagnose import SIGNATURES
+from wheelsmith.builder.buildenv import protection
+from wheelsmith.builder.diagnose import SIGNATURES
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.scaffold import render, setup_py
 from wheelsmith.scaffold.cmake import POLICY_MINIMUM, cmake_lines, old_policies, read_cmake

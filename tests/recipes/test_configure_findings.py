@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.recipes.test_setup_py_patterns import PYG, findings, recipe_body, tree_with
 from wheelsmith.arch import ArchSet
-from wheelsmith.build.verify import findings as gate_findings
+from wheelsmith.builder.verify import findings as gate_findings
 from wheelsmith.inventory import DeviceCode
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.scaffold import render

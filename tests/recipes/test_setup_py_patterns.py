@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelsmith.build.compilesetup import ninja_switched_off
+from wheelsmith.builder.compilesetup import ninja_switched_off
 from wheelsmith.recipes.patch import apply_one
 from wheelsmith.scaffold import patches, render, setup_py
 from wheelsmith.scaffold.findings import Findings

@@ -1,6 +1,6 @@
 """CUDA 13.0's math headers against glibc 2.42: the backport of CUDA 13.2's rsqrt declarations
 (a toolchain venv gets it only where the machine's glibc is 2.42 or newer). The build that
-needs it, cp314 with torch 2.14 in the forky image, is tests/build/test_new_pythons.py."""
+needs it, cp314 with torch 2.14 in the forky image, is tests/builder/test_new_pythons.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelsmith.build.reproducible import RANDOM_SEED
+from wheelsmith.builder.reproducible import RANDOM_SEED
 from wheelsmith.errors import ToolchainError
 from wheelsmith.toolchain import glibc_headers
 from wheelsmith.toolchain.env import Toolchain

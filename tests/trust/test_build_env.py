@@ -18,7 +18,7 @@ from packaging.version import Version
 from tests.conftest import REPO
 from tests.hostile import assert_orderly, run_bounded
 from wheelsmith.arch import ArchSet
-from wheelsmith.build.buildenv import (
+from wheelsmith.builder.buildenv import (
     EXTENDED,
     Guard,
     build_env,
@@ -27,9 +27,9 @@ from wheelsmith.build.buildenv import (
     protection,
     recipe_sets,
 )
-from wheelsmith.build.compilecache import CompileCache
-from wheelsmith.build.compilefarm import CompileFarm, Session
-from wheelsmith.build.plan import BuildPlan, archs_for
+from wheelsmith.builder.compilecache import CompileCache
+from wheelsmith.builder.compilefarm import CompileFarm, Session
+from wheelsmith.builder.plan import BuildPlan, archs_for
 from wheelsmith.cli._common import parse_env
 from wheelsmith.errors import UsageError
 from wheelsmith.recipes.model import load_recipe
@@ -207,7 +207,7 @@ def test_a_recipe_knob_in_build_env_is_refused_before_the_toolchain_or_a_fetch(
 
 def test_the_documented_protected_table_names_every_rule() -> None:
     """docs/cli.md lists the protected names and patterns; each rule's first one is there."""
-    from wheelsmith.build import buildenv  # noqa: PLC0415 - the rules table itself
+    from wheelsmith.builder import buildenv  # noqa: PLC0415 - the rules table itself
 
     text = (REPO / "docs" / "cli.md").read_text()
     section = text.split("## The build's environment", 1)[1].split("\n## ", 1)[0]

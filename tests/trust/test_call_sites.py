@@ -121,9 +121,9 @@ SPAWNING = {"subprocess.run", "subprocess.Popen", "subprocess.call", "subprocess
 # only: it runs in the build's Python), which runs the real ninja under the build's time limit.
 STARTED_ELSEWHERE = {
     ("resources/supervise.py", "os.execvp"): "the supervisor becomes the command it supervises",
-    ("build/prebuild.py", "os.execv"): "the launcher becomes the real ninja",
-    ("build/ninjafile.py", "subprocess.run"): "ninja's dry run (timeout=)",
-    ("build/sample.py", "subprocess.run"): "the sample compile: a build step",
+    ("builder/prebuild.py", "os.execv"): "the launcher becomes the real ninja",
+    ("builder/ninjafile.py", "subprocess.run"): "ninja's dry run (timeout=)",
+    ("builder/sample.py", "subprocess.run"): "the sample compile: a build step",
 }
 
 
@@ -135,7 +135,7 @@ def test_commands_start_only_through_cmd_run() -> None:
 
 
 def test_the_dry_run_of_the_launcher_has_a_deadline() -> None:
-    dry = [site for site in sites() if site.module == "build/ninjafile.py"
+    dry = [site for site in sites() if site.module == "builder/ninjafile.py"
            and dotted(site.call.func) == "subprocess.run"]
     assert [site.keyword("timeout") is not None for site in dry] == [True]
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import leftovers
-from tests.build.test_compile_farm import stage_lines
+from tests.builder.test_compile_farm import stage_lines
 from tests.conftest import add_variant
 from tests.hostile import (
     HOSTILE_MODES,
@@ -30,7 +30,7 @@ from tests.hostile import (
     run_bounded,
     serving,
 )
-from wheelsmith.build import compilefarm
+from wheelsmith.builder import compilefarm
 from wheelsmith.toolchain.env import Toolchain
 
 pytestmark = pytest.mark.skipif(compilefarm.find_sccache() is None,

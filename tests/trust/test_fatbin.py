@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wheelsmith.inventory import family_named, read_device_code
+from wheelsmith.inventory import Toolkits, family_named, read_device_code, read_toolkits
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.untrusted import fatbin
 
@@ -96,3 +96,22 @@ def test_a_file_without_the_section_has_no_entries_to_show(tmp_path: Path) -> No
     ls = shutil.which("ls")
     assert ls is not None
     assert fatbin.targets(Path(ls)) is None
+
+
+@pytest.mark.toolchain
+@pytest.mark.parametrize("compress", ["none", "size"])
+def test_each_cubin_says_which_toolkit_compiled_it(toolchain: Toolchain, tmp_path: Path,
+                                                   compress: str) -> None:
+    """`.note.nv.cuinfo` (`toolkit=13.0` in cuobjdump -elf): read in place from a cubin the fat
+    binary holds as it is, from cuobjdump's extraction of a compressed one; PTX's ISA from its
+    entry."""
+    made = nvcc(toolchain, tmp_path / "k.o", "-gencode", "arch=compute_120,code=[sm_120,"
+                "compute_120]", f"--compress-mode={compress}")
+    entries = fatbin.entries(made) or frozenset()
+    cubin = next(e for e in entries if e.kind == "ELF")
+    assert cubin.compressed is (compress == "size")
+    assert fatbin.toolkit_of(made, cubin) == (None if cubin.compressed else (13, 0))
+    assert {e.version for e in entries if e.kind == "PTX"} == {(9, 0)}
+    assert toolchain.cuobjdump is not None
+    assert read_toolkits(made, toolchain.cuobjdump) == Toolkits(frozenset({"13.0"}),
+                                                               frozenset({"9.0"}))

@@ -14,12 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import serve
-from tests.hostile import assert_orderly, run_bounded, sentinel
+from tests.hostile import assert_orderly, returned_or_raised, run_bounded, sentinel
 from tests.wheels import make_wheel
+from wheelsmith.errors import UntrustedDataError
 from wheelsmith.index import ledger
 from wheelsmith.index.publish import publish
+from wheelsmith.untrusted import inside
 
 CHANNEL = "cu130-torch2.14"
 INFO = "demo_ext-1.0.0-cp311-cp311-linux_x86_64.whl"
@@ -140,3 +144,42 @@ def test_serve_redirects_only_a_page_path_it_serves(tmp_path: Path) -> None:
             f"/{CHANNEL}/simple%0a", f"/{CHANNEL}/simple/demo-ext%0a", f"/{CHANNEL}/simple")]
     assert answers == [b"HTTP/1.0 404 Not Found", b"HTTP/1.0 404 Not Found",
                        b"HTTP/1.0 301 Moved Permanently"]
+
+
+# --- inside: each part looked at, links resolved --------------------------------------------
+
+NAMES = st.sampled_from(["a", "b", "c"])
+TARGETS = st.sampled_from(["a", "b/c", "..", "../out", "/", ".", "a/../..", "c", "b"])
+TREES = st.lists(st.tuples(st.lists(NAMES, min_size=1, max_size=3).map("/".join),
+                           st.sampled_from(["dir", "file", "link"]), TARGETS), max_size=8)
+RELATIVES = st.lists(st.sampled_from(["a", "b", "c", ".", "..", ""]), min_size=1,
+                     max_size=5).map("/".join)
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tree=TREES, relative=RELATIVES)
+def test_inside_accepts_a_path_exactly_when_it_resolves_inside_its_root(
+        tmp_path_factory: pytest.TempPathFactory, tree: list[tuple[str, str, str]],
+        relative: str) -> None:
+    """`inside` looks at each part and resolves from the first link on (the index check
+    hashes a file per ledger line through it): it says what resolving the whole path says,
+    for directories, files, links in and out of the root, to the root itself and in loops."""
+    root = tmp_path_factory.mktemp("inside") / "root"
+    root.mkdir()
+    for place, kind, target in tree:
+        path = root / place
+        if path.parent.is_dir() and not path.parent.is_symlink() and not path.exists() \
+                and not path.is_symlink():
+            if kind == "dir":
+                path.mkdir()
+            elif kind == "file":
+                path.touch()
+            else:
+                path.symlink_to(target)
+    try:
+        expected = (root / relative).resolve().is_relative_to(root.resolve())
+    except (RuntimeError, OSError):  # a loop of links
+        expected = False
+    outcome = returned_or_raised(lambda: inside(root, relative), UntrustedDataError)
+    assert isinstance(outcome, Path) == expected, (tree, relative)

@@ -6,6 +6,8 @@ stopped serving, a build kept its finished objects and put nothing in --out."""
 from __future__ import annotations
 
 import json
+import os
+import random
 import re
 import signal
 import subprocess
@@ -20,6 +22,7 @@ from hypothesis import strategies as st
 from tests.hostile import HostileServer, Reply
 from tests.wheels import make_wheel
 from wheelsmith.cli.console import NAMES_SHOWN, Progress
+from wheelsmith.index.publish import publish as publish_wheel
 
 INTERRUPTED = 130
 
@@ -154,6 +157,129 @@ def _running(command: bytes) -> bool:
         except OSError:
             continue
     return False
+
+
+# --- at any moment of start-up ---------------------------------------------------------------
+
+# Marks, for the test, the moment the interpreter's own start is over (site's last step, just
+# before `-m wheelsmith` runs): a byte on the pipe the test gave.
+READY = """import os
+_fd = os.environ.pop("WHEELSMITH_TEST_READY_FD", None)
+if _fd is not None:
+    os.write(int(_fd), b"r")
+    os.close(int(_fd))
+"""
+HOLD_WAIT_S = 0.2  # from the interpreter's ready, at most, for wheelsmith to hold the interrupts
+DELAYS = 8  # per command: the start-up's length cut in as many strata, a delay drawn in each
+
+
+def _holds_interrupts(pid: int) -> bool:
+    """Whether the process blocks SIGINT and SIGTERM (/proc/PID/status SigBlk)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    blocked = int(next(line.split()[1] for line in status.splitlines()
+                       if line.startswith("SigBlk:")), 16)
+    wanted = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+    return blocked & wanted == wanted
+
+
+LAUNCHERS = {"python -m wheelsmith": [sys.executable, "-m", "wheelsmith"],
+             "the console script": [str(Path(sys.executable).parent / "wheelsmith")]}
+
+
+def _started(args: list[str], cwd: Path, ready_dir: Path,
+             launcher: str = "python -m wheelsmith") -> subprocess.Popen[str]:
+    """`wheelsmith ARGS`, returned once wheelsmith holds the interrupts (its first line), or
+    HOLD_WAIT_S after the interpreter's own start: what comes before that no program catches."""
+    read, write = os.pipe()
+    env = dict(os.environ, PYTHONPATH=str(ready_dir), WHEELSMITH_TEST_READY_FD=str(write))
+    proc = subprocess.Popen([*LAUNCHERS[launcher], *args], cwd=cwd, env=env,
+                            pass_fds=(write,), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    os.close(write)
+    with os.fdopen(read, "rb") as ready:
+        assert ready.read(1) == b"r", proc.communicate()
+    deadline = time.monotonic() + HOLD_WAIT_S
+    while not _holds_interrupts(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def ready_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("ready")
+    (folder / "sitecustomize.py").write_text(READY)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def start_up_s(ready_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> float:
+    """How long wheelsmith takes from holding the interrupts to its command (its imports and
+    its options: `--version` is answered as the options are parsed), the longest of 3."""
+    lengths = []
+    for _ in range(3):
+        proc = _started(["--version"], tmp_path_factory.mktemp("start"), ready_dir)
+        began = time.monotonic()
+        proc.communicate(timeout=120)
+        lengths.append(time.monotonic() - began)
+    return max(lengths)
+
+
+def _commands(tmp_path: Path) -> dict[str, list[str]]:
+    """Commands that are at work past their start-up (serve and build until stopped), and
+    their arguments."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    batch = [str(make_wheel(wheels, f"w{n:03d}")) for n in range(200)]
+    checked = tmp_path / "checked"
+    for wheel in batch:
+        publish_wheel(Path(wheel), checked, channel="t")
+    sleeper = tmp_path / "python-that-sleeps"
+    sleeper.write_text("#!/bin/sh\nexec sleep 318\n")
+    sleeper.chmod(0o755)
+    return {"publish": ["publish", "--index", "index{n}", "--channel", "t", *batch],
+            "index check": ["index", "check", "--index", str(checked)],
+            "serve": ["serve", "--index", str(checked), "--port", "0"],
+            "build": ["build", "causal-conv1d", "--python", str(sleeper), "--out", "out{n}",
+                      "--work-dir", "work{n}"]}
+
+
+FINISHED = {"publish": "published: w199-", "index check": "ok: 200 file(s)"}  # last lines
+
+
+@pytest.mark.parametrize(("command", "launcher"), [
+    *((command, "python -m wheelsmith") for command in ("publish", "index check", "serve",
+                                                        "build")),
+    ("publish", "the console script"), ("serve", "the console script")])
+def test_an_interrupt_at_any_moment_of_start_up_is_one_line_and_exit_130(
+        tmp_path: Path, ready_dir: Path, start_up_s: float, command: str,
+        launcher: str) -> None:
+    """SIGTERM and SIGINT in turn, at delays drawn across the whole start-up (the imports, the
+    options, the command's first steps), from the moment wheelsmith holds the interrupts: a
+    SIGTERM during the imports killed publish (-15, nothing said), a SIGINT printed the
+    import's traceback."""
+    args = _commands(tmp_path)[command]
+    rng = random.Random(f"{command}-start-up")
+    outcomes = []
+    for n in range(DELAYS):
+        signum = (signal.SIGTERM, signal.SIGINT)[n % 2]
+        delay = start_up_s * 1.2 * (n + rng.random()) / DELAYS
+        proc = _started([a.format(n=n) for a in args], tmp_path, ready_dir, launcher)
+        time.sleep(delay)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=120)
+        said = [line for line in err.splitlines() if line.startswith("interrupted: ")]
+        outcomes.append((f"{signum.name} at {delay:.3f} s", proc.returncode, said, err))
+        if proc.returncode == 0:  # its work was done, its last line printed, as it came
+            assert not said, outcomes[-1]
+            assert out.splitlines()[-1].startswith(FINISHED[command]), outcomes[-1]
+            continue
+        assert (proc.returncode, len(said)) == (INTERRUPTED, 1), outcomes[-1]
+        assert "Traceback" not in err, outcomes[-1]
+        assert "Aborted!" not in err, outcomes[-1]
+    assert sum(rc == INTERRUPTED for _, rc, _, _ in outcomes) >= DELAYS // 2, outcomes
 
 
 # an object whose constructor the signal cut short (as zipfile.ZipFile's, mid-publish) fails in

@@ -22,7 +22,7 @@ from tests.conftest import SMALL_FS, add_variant, wheelsmith_on_small_fs
 from tests.hostile import Outcome, assert_orderly, run_bounded
 from tests.wheels import make_wheel
 from wheelsmith import locations
-from wheelsmith.build import diagnose, pathview
+from wheelsmith.builder import diagnose, pathview
 from wheelsmith.errors import DiskFullError, FileSystemError, machine_error
 
 OTHER = "move it out of the way or use another directory"

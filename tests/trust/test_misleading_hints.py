@@ -22,8 +22,8 @@ from tests.hostile import assert_orderly, run_bounded
 from tests.trust.test_rebuild_provenance import provenance, wheel_with
 from wheelsmith import cmd
 from wheelsmith.arch import ArchSet, parse_arch
-from wheelsmith.build.compile import offline_prefix
-from wheelsmith.build.verify import check, findings
+from wheelsmith.builder.compile import offline_prefix
+from wheelsmith.builder.verify import check, findings
 from wheelsmith.cli import doctor_view
 from wheelsmith.doctor.examine import examine
 from wheelsmith.doctor.fastpath import ModelView

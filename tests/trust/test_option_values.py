@@ -27,7 +27,7 @@ from tests.hostile import (
 )
 from tests.wheels import make_wheel
 from wheelsmith import numbers, untrusted
-from wheelsmith.build import resume
+from wheelsmith.builder import resume
 from wheelsmith.cli import main
 from wheelsmith.cli._common import Number
 from wheelsmith.errors import UsageError

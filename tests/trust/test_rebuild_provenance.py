@@ -19,8 +19,8 @@ from tests.hostile import assert_orderly, run_bounded
 from tests.trust.test_build_env import KNOB, PROTECTED, SHELL_TEXT
 from tests.wheels import make_wheel
 from wheelsmith.arch import ArchSet
-from wheelsmith.build.plan import BuildPlan
-from wheelsmith.build.rebuild import judge_env, plan_rebuild
+from wheelsmith.builder.plan import BuildPlan
+from wheelsmith.builder.rebuild import judge_env, plan_rebuild
 from wheelsmith.errors import UntrustedDataError, VerifyError
 from wheelsmith.recipes.repos import resolve_recipe
 from wheelsmith.toolchain.env import Toolchain

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from tests.conftest import REPO, add_variant, wheelsmith
 from tests.hostile import assert_orderly, run_bounded
 from tests.wheels import make_wheel
-from wheelsmith.build import parallel, reproducible
-from wheelsmith.build.rebuild import differences, plan_rebuild
+from wheelsmith.builder import parallel, reproducible
+from wheelsmith.builder.rebuild import differences, plan_rebuild
 from wheelsmith.toolchain.env import Toolchain
 
 needs_ccache = pytest.mark.skipif(shutil.which("ccache") is None,

@@ -14,6 +14,8 @@ import os
 import re
 import socket
 import string
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -35,7 +37,7 @@ CHANNEL = "cu130-torch2.14"
 PAGE = f"/{CHANNEL}/simple/demo-ext/"
 IDLE_S = 2  # the servers here: --idle-timeout 2
 ALLOWED = {200, 301, 400, 404, 406, 414, 431, 501, 505}
-REQUEST_LINE = re.compile(r'127\.0\.0\.1 "(?P<line>[^\n]*)" (?P<status>\d{3}|-) '
+REQUEST_LINE = re.compile(r'127(?:\.\d{1,3}){3} "(?P<line>[^\n]*)" (?P<status>\d{3}|-) '
                           r'accept="[^\n]*?"(?:; (?P<note>[^\n]+))?')
 
 
@@ -88,7 +90,7 @@ def status(reply: bytes) -> int | None:
 
 def request_lines(server: Server) -> list[str]:
     return [line for line in server.log.read_text(errors="replace").splitlines()
-            if line.startswith("127.0.0.1 ")]
+            if re.match(r"127(\.\d{1,3}){3} ", line)]
 
 
 def assert_log_orderly(server: Server) -> None:
@@ -209,7 +211,9 @@ def threads(pid: int) -> int:
 def test_a_flood_of_idle_connections_neither_blocks_others_nor_keeps_threads(
         server: Server) -> None:
     before = len(request_lines(server))
-    flood = [socket.create_connection(address(server), timeout=30) for _ in range(500)]
+    flood = [socket.create_connection(address(server), timeout=30,  # 50 clients, 10 each
+                                      source_address=(f"127.0.1.{n % 50 + 1}", 0))
+             for n in range(500)]
     try:
         start = time.monotonic()
         good_request(server)
@@ -260,7 +264,7 @@ def test_a_client_that_stops_a_download_is_one_log_line(tmp_path: Path) -> None:
 def test_connections_beyond_the_limit_are_answered_503_at_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root = published_index(tmp_path / "index", tmp_path / "wheels")
-    server = listen(root, "127.0.0.1", 0, idle_s=IDLE_S, connections=4)
+    server = listen(root, "127.0.0.1", 0, idle_s=IDLE_S, connections=4, per_client=5)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     running = Server(f"http://127.0.0.1:{server.server_address[1]}", tmp_path / "none")
     caplog.set_level(logging.INFO, logger="wheelsmith")
@@ -280,6 +284,58 @@ def test_connections_beyond_the_limit_are_answered_503_at_once(
         server.server_close()
     refused = [r.getMessage() for r in caplog.records if '" 503 ' in r.getMessage()]
     assert refused == ['127.0.0.1 "-" 503 accept="-"; 4 connections are open']
+
+
+HOG = "127.0.0.2"  # another address of this machine's loopback: another client
+PIP_ENV = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+PIP_ENV.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+
+
+def _answered_at_once(sock: socket.socket) -> bytes | None:
+    """What the server sent on `sock` within a second; None when it sent nothing."""
+    sock.settimeout(1)
+    try:
+        return sock.recv(1 << 10)
+    except TimeoutError:
+        return None
+
+
+def test_one_client_holding_idle_connections_beyond_its_share_leaves_room_for_pip(
+        tmp_path: Path) -> None:
+    """A client that opens more idle connections than all the server takes (30, where it
+    takes 24 at once) holds only its share (an eighth: 3); the rest are answered 503 at once,
+    and pip, from another address, downloads a wheel meanwhile (its page, its metadata, the
+    file: each a 200). Every connection of one client counted against all: 300 idle ones
+    from one client filled serve's limit and every other client got 503 until they timed
+    out."""
+    (tmp_path / "wheels").mkdir()
+    wheel = make_wheel(tmp_path / "wheels", "demo-ext", "1.0.0", tags="py3-none-any")
+    publish(wheel, tmp_path / "index", channel=CHANNEL)
+    with serve(tmp_path / "index", tmp_path / "serve.log", "--idle-timeout", "20",
+               "--connections", "24") as running:
+        hog = [socket.create_connection(address(running), timeout=30,
+                                        source_address=(HOG, 0)) for _ in range(30)]
+        try:
+            answers = [_answered_at_once(sock) for sock in hog]
+            refused = [a for a in answers if a is not None]
+            assert len(refused) == 27, answers
+            assert all(a.startswith(b"HTTP/1.0 503 Service Unavailable\r\n") for a in refused)
+            fetched = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir",
+                 "--index-url", f"{running.url}/{CHANNEL}/simple/", "--dest",
+                 str(tmp_path / "got"), "demo-ext"], capture_output=True, text=True,
+                env=PIP_ENV, timeout=120, check=False)
+            assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+            assert [p.name for p in (tmp_path / "got").iterdir()] == [wheel.name]
+        finally:
+            for sock in hog:
+                sock.close()
+    log = running.log.read_text()
+    served = [m.group("status") for m in map(REQUEST_LINE.fullmatch, request_lines(running))
+              if m is not None and m.group("line").startswith("GET ")]
+    assert served == ["200"] * 3, log  # the project's page, the wheel's metadata, the wheel
+    assert log.count(f'{HOG} "-" 503 accept="-"; this client holds 3 connections, its share '
+                     "(--connections-per-client)") == 27, log
 
 
 def test_a_bug_while_answering_is_a_500_and_one_line_and_the_server_goes_on(

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.hostile import assert_orderly, returned_or_raised, run_bounded
-from wheelsmith.build.compilesetup import ninja_switched_off
+from wheelsmith.builder.compilesetup import ninja_switched_off
 from wheelsmith.errors import UntrustedDataError
 from wheelsmith.scaffold import patches
 from wheelsmith.scaffold.setup_py import read_setup

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.hostile import assert_orderly, run_bounded
 from wheelsmith import document
-from wheelsmith.build import baseimage
+from wheelsmith.builder import baseimage
 from wheelsmith.errors import MAX_LISTED, RecipeError, WheelsmithError
 from wheelsmith.fleet import matrix
 from wheelsmith.recipes import knownbad, repos

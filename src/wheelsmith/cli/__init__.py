@@ -10,6 +10,6 @@ from wheelsmith.cli import (  # noqa: F401
     recipe,
     toolchain,
 )
-from wheelsmith.cli._common import main
+from wheelsmith.cli._common import entry, main
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]

@@ -12,7 +12,6 @@ import errno
 import json
 import os
 import re
-import signal
 import urllib.parse
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -23,8 +22,8 @@ from packaging.version import InvalidVersion, Version
 
 from wheelsmith import __version__, locations, numbers
 from wheelsmith.arch import ArchParseError, ArchSet
-from wheelsmith.build.buildenv import protection
-from wheelsmith.cli import console
+from wheelsmith.builder.buildenv import protection
+from wheelsmith.cli import console, interrupts
 from wheelsmith.errors import UsageError, WheelsmithError, machine_error
 from wheelsmith.recipes import repos
 from wheelsmith.toolchain.target import refuse_free_threaded
@@ -32,16 +31,15 @@ from wheelsmith.untrusted import ENV_NAME_RE
 from wheelsmith.untrusted.addresses import given_url
 from wheelsmith.untrusted.text import clip
 
-INTERRUPTED = 130  # 128 + SIGINT, as shells report it
-
 
 class Main(click.Group):
     """Catches WheelsmithError once, renders it, and exits with its code; the machine's own
-    errors (a full disk, a read-only file system, a file in the way, ...) the same way."""
+    errors (a full disk, a read-only file system, a file in the way, ...) the same way. An
+    interrupt raises KeyboardInterrupt only in here (`interrupts.raised`)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            with console.inert_output(), console.unraisable_to_log():
+            with console.inert_output(), console.unraisable_to_log(), interrupts.raised():
                 return self._invoke(ctx)
         except KeyboardInterrupt:  # one that came as the command ended, past its handlers
             pass
@@ -66,8 +64,14 @@ class Main(click.Group):
 
 
 def _interrupted(ctx: click.Context) -> NoReturn:
-    click.echo(f"\ninterrupted: {console.progress().said()}", err=True)
-    ctx.exit(INTERRUPTED)
+    interrupts.say(console.progress().said())
+    ctx.exit(interrupts.INTERRUPTED)
+
+
+def entry() -> NoReturn:
+    """The `wheelsmith` command (`wheelsmith.__main__.run` blocked Ctrl-C and SIGTERM before
+    any import): `main`, with the interrupts held outside Main.invoke (`interrupts.held`)."""
+    interrupts.held(lambda: main(prog_name="wheelsmith"))
 
 
 def _exit_with(ctx: click.Context, error: WheelsmithError) -> None:
@@ -348,12 +352,8 @@ arch_option = click.option(
 def main(verbose: int) -> None:
     """Build verified CUDA-extension wheels for Blackwell (sm_120, sm_100) and Hopper."""
     console.setup_logging(verbose)
-    signal.signal(signal.SIGTERM, _terminated)  # clean up (containers, temp files) as on Ctrl-C
 
 
-def _terminated(*_: object) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough: let the clean-up finish
-    raise KeyboardInterrupt
 
 
 

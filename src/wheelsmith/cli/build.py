@@ -12,11 +12,12 @@ import click
 from packaging.version import Version
 
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import compilesetup, finish
-from wheelsmith.build.rebuild import EnvEntry, judge_env, plan_rebuild, recorded_archs
-from wheelsmith.build.rebuild import rebuild as rebuild_wheel
-from wheelsmith.build.request import BuildRequest, BuildResult, from_json
-from wheelsmith.build.verify import Release
+from wheelsmith.builder import audit, compilesetup, finish
+from wheelsmith.builder.linking import env_of_python, env_of_toolchain
+from wheelsmith.builder.rebuild import EnvEntry, judge_env, plan_rebuild, recorded_archs
+from wheelsmith.builder.rebuild import rebuild as rebuild_wheel
+from wheelsmith.builder.request import BuildRequest, BuildResult, from_json
+from wheelsmith.builder.verify import Release
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     DRAIN_HELP,
@@ -154,7 +155,7 @@ def build(recipe: tuple[str, str | None], archs: tuple[str, ...], python: str | 
 @main.command("build-request", hidden=True)
 @click.argument("file", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 def build_request(file: Path) -> None:
-    """Run the build a container runner wrote to FILE (build/request.py's JSON)."""
+    """Run the build a container runner wrote to FILE (builder/request.py's JSON)."""
     _deliver(from_json(file.read_text()), publish_to=None, install_into=None, as_json=False)
 
 
@@ -220,12 +221,17 @@ def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:
                    "build knob (the same value; nothing is added to what it sets).")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
               show_default=True, help="With --rebuild: sources, logs and the rebuilt wheel.")
+@click.option("--python", "python", type=click.Path(path_type=Path, exists=True,
+                                                    dir_okay=False), metavar="PATH",
+              help="The Python environment whose torch and CUDA libraries each wheel's "
+                   "undefined symbols are resolved against. Default: the toolchain its "
+                   "provenance names, where that toolchain's venv is in the cache.")
 @runner_option
 @recipes_option
 @json_option
 def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[str, ...],
-           rebuild: bool, env: tuple[str, ...], work_dir: Path, runner: str,
-           as_json: bool) -> None:
+           rebuild: bool, env: tuple[str, ...], work_dir: Path, python: Path | None,
+           runner: str, as_json: bool) -> None:
     """Check that each WHEEL carries SASS for exactly --arch (and PTX iff +PTX); no recipe
     is read. With --rebuild, check that building it again gives the same bytes."""
     if rebuild:
@@ -238,16 +244,21 @@ def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[st
         raise click.UsageError("--env goes with --rebuild: it accepts a variable the wheel's "
                                "provenance sets for the rebuild")
     results = []
+    given = env_of_python(python) if python is not None else None
     for wheel in wheels:
         recorded = read_provenance(wheel)
         requested, allowed = _verify_request(wheel, recorded, archs, host_only)
         release = Release(recorded.recipe, recorded.version) if recorded is not None and \
             recorded.recipe and recorded.version else None
-        inventory = finish.verify(wheel, requested, python=Path(sys.executable),
-                                  host_only=allowed, release=release)
+        torch_env = given or (env_of_toolchain(recorded.toolchain, recorded.python)
+                              if recorded is not None else None)
+        inventory, audited = finish.verify(
+            wheel, requested, python=Path(sys.executable), host_only=allowed, release=release,
+            env=torch_env, no_env=NO_TORCH_ENV)
         environment = recorded.extra_env if recorded is not None else None
         results.append({"wheel": str(wheel), "archs": str(requested), "host_only": list(allowed),
                         "device_code": [d.as_dict() for d in inventory],
+                        "audit": audited.as_dict(),
                         "release": dataclasses.asdict(release) if release else None,
                         "environment": environment})
         if not as_json:
@@ -257,11 +268,17 @@ def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[st
                        "  release: not checked (no wheelsmith provenance records one)")
             for item in inventory:
                 _echo_device_code(item.as_dict(), err=False)
+            for line in audit.describe(audited):
+                click.echo(f"  {line}")
             if environment is not None:
                 _echo_env("  environment from its provenance", judge_env(environment, {}),
                           err=False)
     if as_json:
         emit_json({"ok": True, "wheels": results})
+
+
+NO_TORCH_ENV = ("no torch environment to resolve them against: --python PATH names one; by "
+                "default the toolchain its provenance names, whose venv is not here")
 
 
 def _verify_request(wheel: Path, recorded: Provenance | None, archs: tuple[str, ...],

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from wheelsmith import locations
-from wheelsmith.build import baseimage, container, images
+from wheelsmith.builder import baseimage, container, images
 from wheelsmith.cli._common import emit_json, json_option, main, writable
 from wheelsmith.errors import UsageError
 from wheelsmith.toolchain import select

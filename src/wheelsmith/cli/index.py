@@ -19,7 +19,7 @@ from wheelsmith.cli._common import (
 from wheelsmith.errors import IndexDriftError
 from wheelsmith.index import export, ledger, publish, upload
 from wheelsmith.index import store as index
-from wheelsmith.index.listener import authority, listen
+from wheelsmith.index.listener import CONNECTIONS, authority, listen, per_client_default
 from wheelsmith.index.serve import IDLE_S, banner
 from wheelsmith.untrusted import local
 
@@ -102,12 +102,15 @@ def index_group() -> None:
 @index_option
 @json_option
 def index_check(index_dir: Path, as_json: bool) -> None:
-    """Re-verify every file against the ledger and every page against the ledger."""
+    """Re-verify every file and every page against the ledger; nothing is written (`index
+    rebuild` repairs pages)."""
     directories(("--index", index_dir))
+    console.progress().stopping = "nothing was changed (index check only reads)"
     report = index.check(index_dir)
     if as_json:
         emit_json({"ok": not report.problems, "files": report.files,
-                    "problems": report.problems, "notes": report.notes})
+                   "problems": report.problems, "notes": report.notes,
+                   "pages_behind": report.behind})
     else:
         for note in report.notes:
             click.echo(f"note: {note}", err=True)
@@ -117,7 +120,9 @@ def index_check(index_dir: Path, as_json: bool) -> None:
                               hint="pages: `wheelsmith index rebuild`; files: restore them "
                                    "from a backup (the ledger has their sha256)")
     if not as_json:
-        click.echo(f"ok: {report.files} file(s) match the ledger; every page is current")
+        pages_are = (f"{report.behind} page(s) are behind it, for the next writer (see the "
+                     "notes)") if report.behind else "every page is current"
+        click.echo(f"ok: {report.files} file(s) match the ledger; {pages_are}")
 
 
 @index_group.command("rebuild")
@@ -158,10 +163,19 @@ def index_export(dest: Path, index_dir: Path, base_url: str | None, as_json: boo
               type=click.IntRange(1, 3600), metavar="SECONDS",
               help="Close a connection that has not sent a whole request, or has taken no "
                    "part of its reply, for this long.")
-def serve_command(index_dir: Path, host: str, port: int, idle_s: int) -> None:
+@click.option("--connections", default=CONNECTIONS, show_default=True,
+              type=click.IntRange(1, 65536), metavar="N",
+              help="Serve at most N connections at once; more are answered 503 at once.")
+@click.option("--connections-per-client", "per_client", type=click.IntRange(1, 65536),
+              metavar="N", help="Serve at most N connections of one client (one address; "
+              "an IPv6 client: its /64) at once; more are answered 503 at once. Default: an "
+              f"eighth of --connections ({per_client_default(CONNECTIONS)}).")
+def serve_command(index_dir: Path, host: str, port: int, idle_s: int, connections: int,
+                  per_client: int | None) -> None:
     """Serve the index read-only over HTTP (HTML/JSON negotiation, .metadata, no PyPI)."""
     directories(("--index", index_dir))
-    server = listen(index_dir, host, port, idle_s=idle_s)  # nothing is created if it cannot
+    server = listen(index_dir, host, port, idle_s=idle_s, connections=connections,
+                    per_client=per_client)  # nothing is created if it cannot
     console.progress().stopping = (f"stopped serving {index_dir}; serving only reads the "
                                    "index, and has no work directory")
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from wheelsmith import install
-from wheelsmith.build.request import BuildRequest
+from wheelsmith.builder.request import BuildRequest
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     JOBS,

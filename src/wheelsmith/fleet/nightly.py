@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import compilefarm, runner
-from wheelsmith.build.finish import made_by
-from wheelsmith.build.plan import BuildPlan
-from wheelsmith.build.request import BuildRequest, BuildResult, QuietReporter, Reporter
+from wheelsmith.builder import compilefarm, runner
+from wheelsmith.builder.finish import made_by
+from wheelsmith.builder.plan import BuildPlan
+from wheelsmith.builder.request import BuildRequest, BuildResult, QuietReporter, Reporter
 from wheelsmith.deliver import deliver
 from wheelsmith.errors import MissingToolkitError, OutOfTimeError, UsageError, WheelsmithError
 from wheelsmith.fleet import verdict

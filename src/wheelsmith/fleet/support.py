@@ -31,7 +31,7 @@ from packaging.version import InvalidVersion, Version
 
 from wheelsmith import locations
 from wheelsmith.arch import ArchParseError, ArchSet
-from wheelsmith.build.plan import NO_TORCH
+from wheelsmith.builder.plan import NO_TORCH
 from wheelsmith.errors import UsageError
 from wheelsmith.files import atomic_write_text
 from wheelsmith.recipes import knownbad

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wheelsmith.build.finish import made_by
-from wheelsmith.build.plan import BuildPlan
+from wheelsmith.builder.finish import made_by
+from wheelsmith.builder.plan import BuildPlan
 from wheelsmith.errors import PublishError
 from wheelsmith.fleet.matrix import Cell
 from wheelsmith.index import ledger, rules

@@ -15,6 +15,7 @@ it (`check_entry`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from sys import intern
 from typing import Any, BinaryIO
 
 from packaging.specifiers import SpecifierSet
@@ -40,6 +42,7 @@ from wheelsmith.untrusted import (
     name_problem,
     parse_json,
 )
+from wheelsmith.untrusted.provenance import check_summary
 
 LEDGER = "ledger.jsonl"
 MAX_LINE = 64 << 10  # bytes in one line: publish writes a few hundred (a file name: <= 255)
@@ -47,7 +50,7 @@ PROJECT_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")  # a normalized name (PEP 5
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # what `now` writes
 TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
-KEY_RE = re.compile(r"[0-9A-Za-z]{1,128}")  # a content key (sha256 hex, as build/plan.py makes)
+KEY_RE = re.compile(r"[0-9A-Za-z]{1,128}")  # a content key (sha256 hex, as builder/plan.py makes)
 ARCHS_RE = re.compile(r"[0-9A-Za-z.;,+ ]{0,200}")  # an arch set as --arch takes it
 MAX_SIZE = (1 << 63) - 1
 
@@ -78,6 +81,7 @@ class FileRecord:
     version: str
     key: str | None = None  # the wheelsmith content key, when the wheel has provenance
     archs: str | None = None  # the arch set it was built for, when the wheel has provenance
+    binaries: dict[str, Any] | None = None  # its binary audit's summary (provenance.py)
 
     @property
     def path(self) -> str:
@@ -96,14 +100,26 @@ class IndexState:
     """The ledger folded: channel -> project -> files and yanks."""
 
     channels: dict[str, dict[str, ProjectState]] = field(default_factory=dict)
-    by_filename: dict[str, FileRecord] = field(default_factory=dict)
+    by_filename: dict[str, FileRecord] = field(default_factory=dict)  # its latest publish
+    # a file published in more than one channel: the channels besides its latest publish's
+    elsewhere: dict[str, dict[str, None]] = field(default_factory=dict)  # (an ordered set)
 
     def project(self, channel: str, project: str) -> ProjectState:
         return self.channels.setdefault(channel, {}).setdefault(project, ProjectState())
 
     def add(self, record: FileRecord) -> None:
         self.project(record.channel, record.project).files[record.filename] = record
+        earlier = self.by_filename.get(record.filename)
+        if earlier is not None and earlier.channel != record.channel:
+            others = self.elsewhere.setdefault(record.filename, {})
+            others[earlier.channel] = None
+            others.pop(record.channel, None)
         self.by_filename[record.filename] = record
+
+    def channels_of(self, filename: str) -> list[str]:
+        """Every channel that lists `filename` (none when it was never published)."""
+        record = self.by_filename.get(filename)
+        return [] if record is None else [record.channel, *self.elsewhere.get(filename, ())]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +164,7 @@ def _entry(node: Node) -> FileRecord | Yank:
         raise node["action"].fail(f"'{clip(action)}' is not publish, yank or unyank")
     project = node["project"].text(PROJECT_RE, "a normalized project name")
     version = node["version"].parsed(Version, "a version")
-    filename = node["filename"].parsed(_wheel_filename, "a wheel's file name")
-    name, filed = parse_wheel_filename(filename)[:2]
+    filename, name, filed = node["filename"].parsed(_wheel_filename, "a wheel's file name")
     if (name, filed) != (project, version):
         raise node["filename"].fail(f"'{clip(filename)}' is not a file of {project} "
                                     f"{clip(str(version))}, as the line's project and "
@@ -157,37 +172,41 @@ def _entry(node: Node) -> FileRecord | Yank:
     size = node["size"].integer()
     if size > MAX_SIZE:
         raise node["size"].fail(f"{size} is not the size of a file")
-    return FileRecord(
-        channel=node["channel"].parsed(channel_name, "a channel name"), project=project,
-        filename=filename, sha256=node["sha256"].text(SHA256_RE, "a sha256"), size=size,
+    return FileRecord(  # the values many lines share are held once (sys.intern)
+        channel=intern(node["channel"].parsed(channel_name, "a channel name")),
+        project=intern(project), filename=filename,
+        sha256=node["sha256"].text(SHA256_RE, "a sha256"), size=size,
         upload_time=node["upload_time"].parsed(_upload_time, "a UTC time as publish writes "
                                                "it (YYYY-MM-DDTHH:MM:SS.ffffffZ)"),
         metadata_sha256=node["metadata_sha256"].text(SHA256_RE, "a sha256"),
-        requires_python=node.optional("requires_python", lambda n: n.parsed(
-            _specifier, "a version specifier (Requires-Python)")),
-        version=node["version"].text(),  # checked above, kept as it was written
+        requires_python=node.optional("requires_python", lambda n: intern(n.parsed(
+            _specifier, "a version specifier (Requires-Python)"))),
+        version=intern(node["version"].text()),  # checked above, kept as it was written
         key=node.optional("key", lambda n: n.text(KEY_RE, "a content key")),
-        archs=node.optional("archs", lambda n: n.text(ARCHS_RE, "an arch set")))
+        archs=node.optional("archs", lambda n: intern(n.text(ARCHS_RE, "an arch set"))),
+        binaries=node.optional("binaries", check_summary))
 
 
 def _upload_time(text: str) -> str:
     if not (text.isascii() and TIME_RE.fullmatch(text)):
         raise ValueError(text)
-    datetime.strptime(text, TIME_FORMAT)  # a month 13: ValueError
+    datetime.fromisoformat(text[:-1])  # the form TIME_FORMAT writes; a month 13: ValueError
     return text
 
 
+@functools.lru_cache(maxsize=64)  # a few Requires-Python values, on many lines
 def _specifier(text: str) -> str:
     SpecifierSet(text)  # InvalidSpecifier is a ValueError
     return text
 
 
-def _wheel_filename(text: str) -> str:
+def _wheel_filename(text: str) -> tuple[str, str, Version]:
+    """`text`, the project and the version it names (a plain name that is a wheel's)."""
     problem = name_problem(text)
     if problem is not None:
         raise ValueError(problem)
-    parse_wheel_filename(text)  # InvalidWheelFilename is a ValueError
-    return text
+    name, version = parse_wheel_filename(text)[:2]  # InvalidWheelFilename is a ValueError
+    return text, name, version
 
 
 def _drift(where: str, problem: str) -> IndexDriftError:
@@ -278,29 +297,44 @@ def repair_torn_tail(root: Path) -> bool:
     but damage (an IndexDriftError), and nothing is cut."""
     with contextlib.ExitStack() as stack:
         path, handle = _opened(stack, root, "update")
-        if handle is None:
+        cut = None if handle is None else _torn_at(handle.fileno(), path)
+        if handle is None or cut is None:
             return False
-        size = os.fstat(handle.fileno()).st_size
-        start = max(0, size - MAX_LINE - 1)
-        tail = os.pread(handle.fileno(), size - start, start)
-        if not tail or tail.endswith(b"\n"):
-            return False
-        cut = tail.rfind(b"\n")
-        if cut == -1 and start > 0:
-            raise _drift(str(path), f"it ends in a line longer than {describe_size(MAX_LINE)}: "
-                                    "damage, not a line a dying writer tore")
-        handle.truncate(start + cut + 1)
+        handle.truncate(cut)
         os.fsync(handle.fileno())
     return True
+
+
+def torn_tail(root: Path) -> bool:
+    """Whether the ledger ends in a torn line (`repair_torn_tail` would cut it); nothing is
+    written."""
+    with contextlib.ExitStack() as stack:
+        path, handle = _opened(stack, root)
+        return handle is not None and _torn_at(handle.fileno(), path) is not None
+
+
+def _torn_at(fd: int, path: Path) -> int | None:
+    """Where a torn last line starts (None: the ledger ends in a newline, or is empty)."""
+    size = os.fstat(fd).st_size
+    start = max(0, size - MAX_LINE - 1)
+    tail = os.pread(fd, size - start, start)
+    if not tail or tail.endswith(b"\n"):
+        return None
+    cut = tail.rfind(b"\n")
+    if cut == -1 and start > 0:
+        raise _drift(str(path), f"it ends in a line longer than {describe_size(MAX_LINE)}: "
+                                "damage, not a line a dying writer tore")
+    return start + cut + 1
 
 
 def size(root: Path) -> int:
     return local.size_of(at(root), follow=False) or 0
 
 
-def touched_since(root: Path, offset: int) -> list[tuple[str, str]]:
+def touched_since(root: Path, offset: int, state: IndexState) -> list[tuple[str, str]]:
     """(channel, project) pairs whose pages the ledger lines after byte `offset` change (an
-    offset inside a line, as a ledger edited by hand leaves it, counts from the start)."""
+    offset inside a line, as a ledger edited by hand leaves it, counts from the start);
+    `state`: the whole ledger folded. Each file's channels are looked up once."""
     with contextlib.ExitStack() as stack:
         path, handle = _opened(stack, root)
         if handle is None:
@@ -311,16 +345,14 @@ def touched_since(root: Path, offset: int) -> list[tuple[str, str]]:
         first = sum(os.pread(fd, min(CHUNK, offset - at_), at_).count(b"\n")
                     for at_ in range(0, offset, CHUNK)) + 1
         handle.seek(offset)
-        state = read(root)
         touched: dict[tuple[str, str], None] = {}
+        seen: set[str] = set()  # each file's channels once, however many lines name it
         for number, line in _lines(handle, path, first):
-            entry = parse_line(line, f"{path}:{number}")
-            record = state.by_filename.get(entry.filename)
-            if record is None:
-                continue
-            for channel, projects in state.channels.items():
-                if record.filename in projects.get(record.project, ProjectState()).files:
-                    touched[(channel, record.project)] = None
+            name = parse_line(line, f"{path}:{number}").filename
+            if name not in seen and (record := state.by_filename.get(name)) is not None:
+                seen.add(name)
+                touched.update(dict.fromkeys((c, record.project)
+                                             for c in state.channels_of(name)))
     return list(touched)
 
 
@@ -334,7 +366,11 @@ def append(root: Path, entry: dict[str, Any], source: str) -> None:
 
 
 def publish_entry(record: FileRecord) -> dict[str, Any]:
-    return {"action": "publish", **asdict(record)}
+    """A publish line: the record's fields, `binaries` only where the wheel has them."""
+    fields = asdict(record)
+    if fields["binaries"] is None:
+        del fields["binaries"]
+    return {"action": "publish", **fields}
 
 
 def yank_entry(record: FileRecord, reason: str | None) -> dict[str, Any]:

@@ -1,13 +1,16 @@
 """Where `wheelsmith serve` listens: the address (errors that name it and what to do) and
-the connections, a thread each, at most `connections` at once (more are answered 503 at once,
-so a flood of idle connections never blocks the next client); a bug in a request's thread is
-one log line, its traceback only with -vv."""
+the connections, a thread each, at most `connections` at once and at most `per_client` of one
+client (its address; an IPv6 client: its /64, the network one host is given): more are
+answered 503 at once, so neither a flood of idle connections nor one client holding many of
+them blocks the next client, and each idle one ends at the idle timeout. A bug in a request's
+thread is one log line, its traceback only with -vv."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import http.server
+import ipaddress
 import logging
 import socket
 import sys
@@ -21,39 +24,80 @@ from wheelsmith.index.serve import IDLE_S, make_handler
 log = logging.getLogger(__name__)
 
 CONNECTIONS = 1024  # served at once; more are answered 503
+SHARE = 8  # one client may hold an eighth of them by default (uv downloads 50 files at once)
+
+
+def per_client_default(connections: int) -> int:
+    return max(1, connections // SHARE)
+
+
+def client_of(host: str) -> str:
+    """Whose a connection from `host` is: its address; an IPv6 address's /64 (the network
+    one host is given, from which it can take any address); an IPv4-mapped one, the IPv4."""
+    try:
+        ip = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 class IndexServer(http.server.ThreadingHTTPServer):
-    """A thread per connection, at most `connections` at once (more are answered 503); a bug
-    in a request's thread is one log line."""
+    """A thread per connection, at most `connections` at once and `per_client` of one client
+    (more are answered 503); a bug in a request's thread is one log line."""
 
     daemon_threads = True
     request_queue_size = 128
 
     def __init__(self, address: tuple[Any, ...], handler: type[http.server.BaseHTTPRequestHandler],
-                 *, family: socket.AddressFamily, connections: int) -> None:
+                 *, family: socket.AddressFamily, connections: int, per_client: int) -> None:
         self.address_family = family  # IPv4 or IPv6, as the host resolved
-        self.connections = connections
-        self._slots = threading.BoundedSemaphore(connections)
+        self.connections, self.per_client = connections, per_client
+        self._open: dict[str, int] = {}  # client -> its connections open (none: absent)
+        self._total = 0
+        self._lock = threading.Lock()
         super().__init__(address, handler)
 
     def process_request(self, request: socket.socket,  # type: ignore[override]
                         client_address: tuple[str, int]) -> None:
-        if not self._slots.acquire(blocking=False):
-            self._refuse(request, client_address, f"{self.connections} connections are open")
+        client = client_of(client_address[0])
+        refused = self._take(client)
+        if refused is not None:
+            self._refuse(request, client_address, refused)
             return
         try:
             super().process_request(request, client_address)
         except RuntimeError:  # no thread could be started
-            self._slots.release()
+            self._give_back(client)
             self._refuse(request, client_address, "no thread could be started")
+
+    def _take(self, client: str) -> str | None:
+        """A connection for `client`; why not, when it has its share or all are open."""
+        with self._lock:
+            held = self._open.get(client, 0)
+            if held >= self.per_client:
+                return (f"this client holds {held} connections, its share "
+                        "(--connections-per-client)")
+            if self._total >= self.connections:
+                return f"{self.connections} connections are open"
+            self._open[client], self._total = held + 1, self._total + 1
+        return None
+
+    def _give_back(self, client: str) -> None:
+        with self._lock:
+            held, self._total = self._open.pop(client) - 1, self._total - 1
+            if held:
+                self._open[client] = held
 
     def process_request_thread(self, request: socket.socket,  # type: ignore[override]
                                client_address: tuple[str, int]) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._give_back(client_of(client_address[0]))
 
     def _refuse(self, request: socket.socket, client_address: tuple[str, int],
                 why: str) -> None:
@@ -81,9 +125,9 @@ def authority(host: str, port: int) -> str:
 
 
 def listen(root: Path, host: str, port: int, *, idle_s: float = IDLE_S,
-           connections: int = CONNECTIONS) -> IndexServer:
-    """The server for `root`, listening on `host`:`port`; UsageError naming the address when
-    it cannot."""
+           connections: int = CONNECTIONS, per_client: int | None = None) -> IndexServer:
+    """The server for `root`, listening on `host`:`port` (`per_client` by default an eighth
+    of `connections`); UsageError naming the address when it cannot."""
     where = authority(host, port)
     try:
         family, _, _, _, address = socket.getaddrinfo(
@@ -94,7 +138,8 @@ def listen(root: Path, host: str, port: int, *, idle_s: float = IDLE_S,
                          hint=HOST_HINT) from None
     try:
         return IndexServer(address, make_handler(root, idle_s), family=family,
-                           connections=connections)
+                           connections=connections, per_client=per_client or
+                           per_client_default(connections))
     except OSError as exc:
         raise bind_error(exc, where) from None
 

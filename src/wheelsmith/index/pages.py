@@ -15,11 +15,12 @@ from __future__ import annotations
 import html
 import json
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from packaging.version import Version
 
+from wheelsmith.index import variants
 from wheelsmith.index.ledger import FileRecord, IndexState, ProjectState
 
 API_VERSION = "1.1"
@@ -70,6 +71,9 @@ def project_json(name: str, project: ProjectState, link: Link = file_url) -> byt
             "yanked": yanked if yanked != "" else True,
             "size": record.size,
             "upload-time": record.upload_time,
+            # a key of the index's own (PEP 691 keeps names with a leading underscore for
+            # them): what the binaries say of where the file runs
+            **({"_wheelsmith": {"binaries": record.binaries}} if record.binaries else {}),
         })
     versions = sorted({r.version for r in project.files.values()}, key=Version)
     data = {"meta": {"api-version": API_VERSION}, "name": name, "versions": versions,
@@ -110,7 +114,8 @@ def project_pages(state: IndexState, channel: str, project: str,
     data = state.channels[channel][project]
     base = Path(channel) / "simple" / project
     return {base / "index.html": project_html(project, data, link),
-            base / "index.json": project_json(project, data, link)}
+            base / "index.json": project_json(project, data, link),
+            **{base / name: page for name, page in variants.pages(data).items()}}
 
 
 def page_paths(channel: str, project: str, *, lists: bool) -> list[Path]:
@@ -121,14 +126,29 @@ def page_paths(channel: str, project: str, *, lists: bool) -> list[Path]:
         else found
 
 
-def all_pages(state: IndexState, link: Link = file_url) -> dict[Path, bytes]:
-    """Every page the ledger implies (what `index rebuild` writes; `index export` with its
-    own links). Project pages first, then channel lists, the root page last: the order a
-    writer that must never list what is not there yet writes them in."""
-    projects: dict[Path, bytes] = {}
-    lists: dict[Path, bytes] = {}
+def each_page(state: IndexState, link: Link = file_url) -> Iterator[tuple[Path, bytes]]:
+    """Every page the ledger implies, one at a time (what `index rebuild` writes; `index
+    export` with its own links; `index check` holds one at a time). Project pages first, then
+    channel lists, the root page last: the order a writer that must never list what is not
+    there yet writes them in."""
     for channel, names in state.channels.items():
         for project in names:
-            projects.update(project_pages(state, channel, project, link))
-        lists.update(channel_pages(state, channel))
-    return {**projects, **lists, Path("index.html"): root_html(sorted(state.channels))}
+            yield from project_pages(state, channel, project, link).items()
+    for channel in state.channels:
+        yield from channel_pages(state, channel).items()
+    yield Path("index.html"), root_html(sorted(state.channels))
+
+
+def each_path(state: IndexState) -> Iterator[Path]:
+    """Where each page `each_page` renders lies, in its order (nothing rendered)."""
+    for channel, names in state.channels.items():
+        for project in names:
+            yield from page_paths(channel, project, lists=False)
+    for channel in state.channels:
+        yield from (Path(channel) / "simple" / name for name in ("index.html", "index.json"))
+    yield Path("index.html")
+
+
+def all_pages(state: IndexState, link: Link = file_url) -> dict[Path, bytes]:
+    """`each_page`, all of them at once."""
+    return dict(each_page(state, link))

@@ -89,7 +89,8 @@ def inspect(wheel: Path, channel: str | None) -> Candidate:
         sha256=local.sha256_of(wheel), size=size, upload_time=ledger.now(),
         metadata_sha256=sha256_bytes(metadata), requires_python=headers.get("Requires-Python"),
         version=str(name.version), key=provenance.key if provenance else None,
-        archs=provenance.archs if provenance else None)
+        archs=provenance.archs if provenance else None,
+        binaries=provenance.binaries if provenance else None)
     # what the ledger's readers would refuse is never written (21, naming the wheel)
     ledger.check_entry(ledger.publish_entry(record), f"{wheel.name} (its ledger line)")
     return Candidate(wheel, record, metadata)

@@ -1,6 +1,7 @@
 """A read-only HTTP server for the index: PEP 691 content negotiation, `.metadata`, no escapes.
 
-Only four kinds of path exist: `/`, `/<channel>/simple/`, `/<channel>/simple/<project>/` and
+Only five kinds of path exist: `/`, `/<channel>/simple/`, `/<channel>/simple/<project>/`, a
+project's `<name>-<version>-variants.json` beside its pages (index/variants.py) and
 `/files/<xx>/<sha256>/<filename>[.metadata]`. Everything else is a 404 — never a redirect to
 PyPI, never a directory listing, never a file outside the index root. Any static server can
 serve the same tree (see docs/index-and-clients.md); this one adds JSON/HTML negotiation and
@@ -9,8 +10,9 @@ cache headers.
 Its clients are not trusted. Each connection carries one request (HTTP/1.0 replies), whose head
 must arrive whole within the idle timeout and `HEAD_BYTES`; a reply whose client takes nothing
 for the idle timeout is cut. Malformed requests get 400, 414, 431 or 501; at most `connections`
-are served at once (beyond them: 503). Every request, however it ended, is one log line; a bug
-is one line too (its traceback only with -vv), never a dead thread or a traceback in the log.
+are served at once, and `per_client` of one client (beyond them: 503; listener.py). Every
+request, however it ended, is one log line; a bug is one line too (its traceback only with
+-vv), never a dead thread or a traceback in the log.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ _NAME = r"[a-z0-9][a-z0-9._-]*"
 PAGE_RE = re.compile(rf"^/(?P<channel>{_NAME})/simple/(?:(?P<project>{_NAME})/)?$")
 NO_SLASH_RE = re.compile(rf"^/{_NAME}/simple(?:/{_NAME})?$")
 FILE_RE = re.compile(r"^/files/[0-9a-f]{2}/[0-9a-f]{64}/[^/\x00]+$")
+VARIANTS_RE = re.compile(rf"^/{_NAME}/simple/{_NAME}/[A-Za-z0-9_.+!-]+-variants\.json$")
 CHUNK = 1 << 16  # a reply is written in pieces of this size, each within the idle timeout
 IDLE_S = 30.0  # the default idle timeout
 HEAD_BYTES = 1 << 17  # a request line and its headers, together (each line: at most 64 KiB)
@@ -95,10 +98,17 @@ def route(root: Path, raw_path: str, accept: str | None) -> Response:
         return Response(301, location=target + "/")
     if PAGE_RE.fullmatch(path):
         return _page(root, path.lstrip("/"), negotiate(accept, query))
+    return _static(root, path)
+
+
+def _static(root: Path, path: str) -> Response:
+    """A published file or its metadata, or a project's variants file; else 404."""
     if FILE_RE.fullmatch(path):
         ctype = "text/plain; charset=utf-8" if path.endswith(".metadata") else (
             "application/octet-stream")
         return _file(root, path.lstrip("/"), ctype, FILE_CACHE)
+    if VARIANTS_RE.fullmatch(path):
+        return _file(root, path.lstrip("/"), "application/json", PAGE_CACHE)
     return Response(404)
 
 

@@ -6,7 +6,7 @@ a bare name is the toolchain's own copy, which the build is pointed at), or an a
 install prefix (include/, lib/) fetched by url and sha256, named by `name`. `cuda` limits an
 entry to the toolchains of one CUDA major, so one recipe names the `-cu12` and `-cu13` wheels
 of a library for the channels of each. The build's side (installing, pointing the build at
-them, the gates of the wheel) is build/hostlibs.py.
+them, the gates of the wheel) is builder/hostlibs.py.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from wheelsmith.build import cmakebuild
+from wheelsmith.builder import cmakebuild
 from wheelsmith.errors import UntrustedDataError, WheelsmithError
 from wheelsmith.scaffold.imports import caught_imports, outside_imports
 from wheelsmith.toolchain import overlay

@@ -1,6 +1,6 @@
 """The new recipe's check: `build --check` of it (setup.py up to its build.ninja, the pre-build
 check, then the cheapest host and CUDA object of each extension compiled for real:
-build/sample.py), with the default toolchain of the recipe's kind, made first where this
+builder/sample.py), with the default toolchain of the recipe's kind, made first where this
 machine lacks it: a recipe written unchecked misses what only a configured build shows (a
 package that builds the arch-specific variant of the arch it is given). What it reads back
 goes into the recipe: an extension whose build.ninja has only C++ rules (a CUDAExtension of
@@ -26,10 +26,10 @@ from packaging.version import Version
 
 from wheelsmith import locations
 from wheelsmith.arch import ArchSet
-from wheelsmith.build import orchestrate
-from wheelsmith.build.configured import arch_specific, configured_name
-from wheelsmith.build.request import BuildRequest, BuildResult, Reporter
-from wheelsmith.build.sample import sampled_text
+from wheelsmith.builder import orchestrate
+from wheelsmith.builder.configured import arch_specific, configured_name
+from wheelsmith.builder.request import BuildRequest, BuildResult, Reporter
+from wheelsmith.builder.sample import sampled_text
 from wheelsmith.errors import VerifyError, WheelsmithError
 from wheelsmith.recipes import repos
 from wheelsmith.scaffold.sdist import Sdist

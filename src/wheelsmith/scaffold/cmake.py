@@ -1,5 +1,5 @@
 """The CMake side of an sdist, read for `recipe new` (never run): whether its build runs CMake
-(the build machinery's own test, build/cmakebuild.py: scikit-build-core or scikit-build by
+(the build machinery's own test, builder/cmakebuild.py: scikit-build-core or scikit-build by
 pyproject.toml's build-backend, or a setup.py that calls `cmake`), where its CMake project
 enables CUDA, the switches a build machine needs (a CUDA option that is off by default, such as
 llama.cpp's GGML_CUDA; an option that optimises for the machine it builds on, GGML_NATIVE, made
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelsmith.build import cmakebuild
+from wheelsmith.builder import cmakebuild
 from wheelsmith.recipes.patch import file_diff, read_exactly
 from wheelsmith.scaffold.owntree import own_files
 from wheelsmith.scaffold.setup_py import OLD_STD_RE
@@ -50,7 +50,7 @@ POLICY_RE = re.compile(r"^[ \t]*((?i:cmake_minimum_required|cmake_policy))[ \t]*
                        r"(\d+(?:\.\d+)*)(?:\.\.\.(\d+(?:\.\d+)*))?(?=[\s)])", re.MULTILINE)
 # CMake 4 refuses a policy version older than 3.5, unless this variable (of the environment
 # where it configures a new build tree, or a -D option) gives the oldest one to take instead:
-# build/diagnose.py's cmake-policy-minimum names the same setting
+# builder/diagnose.py's cmake-policy-minimum names the same setting
 POLICY_MINIMUM = ("CMAKE_POLICY_VERSION_MINIMUM", "3.5")
 
 

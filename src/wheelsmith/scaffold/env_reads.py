@@ -10,7 +10,7 @@ import ast
 import re
 from pathlib import Path
 
-from wheelsmith.build.buildenv import protection
+from wheelsmith.builder.buildenv import protection
 from wheelsmith.errors import UntrustedDataError
 from wheelsmith.scaffold.extensions import dotted
 from wheelsmith.scaffold.owntree import own_files

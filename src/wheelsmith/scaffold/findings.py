@@ -49,7 +49,7 @@ class Findings:
     toolchain: str = ""
     excluded: tuple[tuple[str, str], ...] = ()  # (requirement, the version the toolchain holds)
     thc: tuple[tuple[str, int], ...] = ()  # where its sources include THC/THC.h (aten_api.py)
-    prebuilt: tuple[str, ...] = ()  # the ELF files the sdist ships (build/shipped.py)
+    prebuilt: tuple[str, ...] = ()  # the ELF files the sdist ships (builder/shipped.py)
     requires: Pinned = NOTHING_PINNED  # build.requires: what the toolchain lacks, pinned
     has_setup_py: bool = True  # else pyproject.toml alone (a pure backend, or CMake's)
     # the variables its build reads that a recipe may set, each with its file:line

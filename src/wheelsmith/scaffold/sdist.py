@@ -12,7 +12,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from wheelsmith import locations
-from wheelsmith.build import shipped
+from wheelsmith.builder import shipped
 from wheelsmith.errors import UsageError, WheelsmithError
 from wheelsmith.recipes import fetch, simple
 from wheelsmith.recipes.sources import PypiSource
@@ -126,5 +126,5 @@ def _text(path: Path) -> str:
 
 def prebuilt_binaries(tree: Path) -> tuple[str, ...]:
     """The ELF files (shared objects, objects, cubins) the unpacked sdist ships: a wheel that
-    holds one is refused (build/shipped.py)."""
+    holds one is refused (builder/shipped.py)."""
     return tuple(path.relative_to(tree).as_posix() for path in shipped.elf_files(tree))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeGuard
 
-from wheelsmith.build.cmakebuild import backend, uses_cmake
+from wheelsmith.builder.cmakebuild import backend, uses_cmake
 from wheelsmith.errors import SourceError
 from wheelsmith.scaffold.env_reads import env_name, env_reads, local_modules
 from wheelsmith.scaffold.extensions import (

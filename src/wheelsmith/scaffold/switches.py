@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelsmith.build.buildenv import protection
+from wheelsmith.builder.buildenv import protection
 from wheelsmith.scaffold.env_reads import env_name
 from wheelsmith.scaffold.extensions import callee, dotted
 from wheelsmith.scaffold.imports import setup_run

@@ -38,7 +38,7 @@ class Toolchain:
     # a cross build's target site (platform.py): the target's torch and CUDA runtime
     target_site: Path | None = None
     # the site-packages torch is imported from, when known (a profile's venv): the build sees
-    # it at a path that does not name the Python (build/pathview.py)
+    # it at a path that does not name the Python (builder/pathview.py)
     site: Path | None = None
     # the include directories of the libraries torch's wheels bring beside the CUDA toolkit
     # (cuDNN, NCCL, cuSPARSELt, NVSHMEM under site-packages/nvidia/): on the build's CPATH

@@ -1,7 +1,7 @@
 """Packages added beside a toolchain's, never in place of one: a recipe's build requirements
 (`build.requires`: what its build imports that the toolchain does not hold, vllm's
 setuptools-rust, a hatchling backend), the wheels of its host libraries (`build.libraries`:
-NVIDIA's NCCL or a CUDA header, build/hostlibs.py) and a wheel's runtime requirements for its
+NVIDIA's NCCL or a CUDA header, builder/hostlibs.py) and a wheel's runtime requirements for its
 smoke test (torch-linear-assignment imports scipy). Each set is pinned, installed once per
 toolchain venv and pin set into a directory of its own, which the build or the smoke test
 finds on PYTHONPATH (a host library by its path) beside the toolchain's site-packages; the

@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import ast
 import codecs
+import functools
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from pathlib import Path
 from typing import Any, TypeVar
 
 from wheelsmith import numbers
 from wheelsmith.errors import UntrustedDataError
 from wheelsmith.untrusted.addresses import WEB, server_url
+from wheelsmith.untrusted.paths import inside as inside  # a path taken from data, checked
+from wheelsmith.untrusted.text import CONTROLS
 from wheelsmith.untrusted.text import clip as clip  # the text helpers, as they were imported
 from wheelsmith.untrusted.text import control_in as control_in
 from wheelsmith.untrusted.text import describe_size as describe_size
@@ -83,20 +85,6 @@ def name_problem(name: str) -> str | None:
     return next((why for wrong, why in checks if wrong), None)
 
 
-def inside(root: Path, relative: str | Path) -> Path:
-    """`root / relative`, after checking that it resolves inside `root` (links included)."""
-    base = root.resolve()
-    try:
-        ok = (base / relative).resolve().is_relative_to(base)
-    except (RuntimeError, OSError):  # a loop of links
-        ok = False
-    if not ok:
-        raise UntrustedDataError(str(relative), f"leads outside {root}",
-                                 hint="a path taken from data never leaves its root: the data "
-                                      "is damaged or hostile; nothing was read or written there")
-    return root / relative
-
-
 def _kind(value: object) -> str:
     if isinstance(value, (dict, list, bool)) or value is None:
         return {dict: "an object", list: "a list", bool: "true/false"}.get(type(value), "null")
@@ -109,9 +97,14 @@ def key_path(path: str, key: str | int) -> str:
     name is data too, shown quoted and escaped (`extra_env["A B"]`)."""
     if isinstance(key, int):
         return f"{path}[{key}]"
-    if not PLAIN_KEY_RE.fullmatch(key):
+    if not (len(key) <= 64 and _plain_key(key)):
         return f"{path}[{clip(json.dumps(key), 40)}]"
     return f"{path}.{key}" if path else key
+
+
+@functools.lru_cache(maxsize=256)  # the keys of a document's objects repeat
+def _plain_key(key: str) -> bool:
+    return PLAIN_KEY_RE.fullmatch(key) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,10 +294,19 @@ def parse_json(data: bytes | str, source: str, *, max_objects: int | None = None
         raise UntrustedDataError(source, "its JSON nests too deeply") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a number too long
         raise UntrustedDataError(source, f"not valid JSON ({clip(str(exc), 100)})") from None
-    controlled = _controlled(value, source)
+    controlled = _controlled(value, source) if _may_hold_controls(text) else None
     if controlled is not None:
         raise controlled
     return Node(value, source)
+
+
+def _may_hold_controls(text: str) -> bool:
+    """Whether a string in the JSON document `text` may hold a control character or a lone
+    surrogate: without an escape (a backslash), each string's characters are the document's
+    own, so a document with none of them has none in any string (and the walk that names the
+    first one is skipped)."""
+    return "\\" in text or CONTROLS.search(text) is not None or \
+        SURROGATE.search(text) is not None
 
 
 def parse_python(text: str, source: str) -> ast.Module:

@@ -128,16 +128,22 @@ def sha256_of(path: Path, *, follow: bool = True) -> str:
 def sha256_at_most(path: Path, max_bytes: int | None, *, follow: bool = True) -> str | None:
     """`sha256_of`, or None when the file is larger than `max_bytes` (it is then not read
     past the cap: it cannot be what the caller expects)."""
-    digest = hashlib.sha256()
     with open_regular(path, follow=follow) as handle:
         if max_bytes is not None and os.fstat(handle.fileno()).st_size > max_bytes:
             return None
-        read = 0
-        while chunk := handle.read(CHUNK):
-            read += len(chunk)
-            if max_bytes is not None and read > max_bytes:
-                return None
-            digest.update(chunk)
+        return sha256_read(handle, max_bytes)
+
+
+def sha256_read(handle: BinaryIO, max_bytes: int | None = None) -> str | None:
+    """The sha256 of what is left to read of `handle`, read in pieces; None as soon as more
+    than `max_bytes` were read."""
+    digest = hashlib.sha256()
+    read = 0
+    while chunk := handle.read(CHUNK):
+        read += len(chunk)
+        if max_bytes is not None and read > max_bytes:
+            return None
+        digest.update(chunk)
     return digest.hexdigest()
 
 

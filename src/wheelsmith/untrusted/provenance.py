@@ -13,7 +13,15 @@ from typing import Any
 from packaging.version import Version
 
 from wheelsmith.errors import UntrustedDataError
-from wheelsmith.untrusted import ENV_NAME_RE, Node, channel_name, clip, describe_size, parse_json
+from wheelsmith.untrusted import (
+    ENV_NAME_RE,
+    Node,
+    channel_name,
+    clip,
+    describe_size,
+    key_path,
+    parse_json,
+)
 from wheelsmith.untrusted.local import MEMBER_MAX_BYTES, MemberTooLarge, open_zip, read_member
 from wheelsmith.wheelfile import UNREADABLE, dist_info_dir
 
@@ -37,6 +45,7 @@ class Provenance:
     host_only: tuple[str, ...]  # shared objects allowed to carry no device code (globs)
     extra_env: dict[str, str]  # --env NAME=VALUE of the build
     record: dict[str, Any]
+    binaries: dict[str, Any] | None = None  # its audit's summary (`binary_summary`)
 
     @classmethod
     def parse(cls, node: Node) -> Provenance:
@@ -59,10 +68,58 @@ class Provenance:
             archs=node.optional("archs_requested", Node.text),
             host_only=tuple(n.text() for n in node.optional("host_only", Node.items) or ()),
             extra_env={name: value.text() for name, value in env.items()},
-            record={key: value.value for key, value in node.entries().items()})
+            record={key: value.value for key, value in node.entries().items()},
+            binaries=binary_summary(node) if node.get("audit") is not None else None)
 
 
 _PYTHON_RE = re.compile(r"\d+\.\d+")
+RUNTIME_RE = re.compile(r"\d{1,3}|static")
+DRIVER_RE = re.compile(r"\d{1,4}(\.\d{1,4}){0,3}")
+TAG_RE = re.compile(r"[a-z0-9_]{1,80}")
+SYMBOL_VERSION_RE = re.compile(r"[A-Z]{1,16}_[0-9.]{1,20}")
+TORCH_RE = re.compile(r"[0-9A-Za-z.+!]{1,40}")
+SM_RE = re.compile(r"sm_\d{2,4}[af]?")
+SUMMARY_ITEMS = 64
+
+
+def binary_summary(node: Node) -> dict[str, Any]:
+    """What a provenance's `audit` and `device_code` say of where the wheel runs, in the form
+    the index serves (`check_summary`): the CUDA runtime majors ("static": linked in), the
+    oldest driver, the manylinux tag its symbol versions allow and the versions that set it,
+    the torch its symbols were resolved against, its SASS and PTX targets."""
+    audit = node["audit"]
+    tag, symbols = audit.get("manylinux"), audit.get("symbols")
+    runtimes = {o.optional("cuda_runtime", Node.text) for o in audit["objects"].items()}
+    majors = sorted({r.removeprefix("libcudart.so.") if r != "static" else r
+                     for r in runtimes if r})
+    code = node.optional("device_code", Node.items) or []
+    summary = {
+        "cuda_runtime": majors,
+        "driver_min": audit["driver"].optional("version", Node.text),
+        "manylinux": tag.optional("tag", Node.text) if tag is not None else None,
+        "manylinux_set_by": [s["version"].text() for s in tag["set_by"].items()]
+        if tag is not None else [],
+        "torch": symbols.optional("torch", Node.text) if symbols is not None else None,
+        "sass": sorted({sm.text() for d in code for sm in d["sass"].items()}),
+        "ptx": sorted({sm.text() for d in code for sm in d["ptx"].items()})}
+    return check_summary(Node(summary, node.source, key_path(node.path, "audit")))
+
+
+def check_summary(node: Node) -> dict[str, Any]:
+    """A binary summary, every field checked by form (it reaches the index's pages)."""
+    def listed(key: str, pattern: re.Pattern[str], what: str) -> list[str]:
+        return [n.text(pattern, what) for n in node[key].items(SUMMARY_ITEMS)]
+
+    def single(key: str, pattern: re.Pattern[str], what: str) -> str | None:
+        return node.optional(key, lambda n: n.text(pattern, what))
+
+    return {"cuda_runtime": listed("cuda_runtime", RUNTIME_RE, "a CUDA major or static"),
+            "driver_min": single("driver_min", DRIVER_RE, "a driver version"),
+            "manylinux": single("manylinux", TAG_RE, "a platform tag"),
+            "manylinux_set_by": listed("manylinux_set_by", SYMBOL_VERSION_RE,
+                                       "a symbol version"),
+            "torch": single("torch", TORCH_RE, "a torch version"),
+            "sass": listed("sass", SM_RE, "an arch"), "ptx": listed("ptx", SM_RE, "an arch")}
 
 
 def _version(node: Node) -> str:
