@@ -68,7 +68,7 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
     platform = manylinux.assess(raw, auditwheel)
     report.stage("platform", platform.describe())
     audited = audit_built(plan, raw, inventory, cuobjdump=cuobjdump, auditwheel=auditwheel,
-                          tag=platform.tag)
+                          tag=platform.tag, libraries=hostlibs.lib_dirs(libraries))
     if audited is not None:
         report.stage("audit", "; ".join(audit.describe(audited)))
     recorded = audited.as_dict() if audited is not None else None
@@ -92,15 +92,16 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
 
 
 def audit_built(plan: BuildPlan, raw: Path, inventory: list[DeviceCode], *, cuobjdump: Path,
-                auditwheel: Path | None, tag: str) -> audit.Audit | None:
+                auditwheel: Path | None, tag: str, libraries: tuple[Path, ...] = ()
+                ) -> audit.Audit | None:
     """The binary audit of a plan's wheel (none for a pure recipe's), its imports resolved
-    against the toolchain's torch; refused where one stays undefined or its symbol versions
-    need more than `tag` allows."""
+    against the toolchain's torch and the host libraries' directories (`libraries`); refused
+    where one stays undefined or its symbol versions need more than `tag` allows."""
     if plan.recipe.kind == "pure":
         return None
     toolchain = plan.toolchain
-    env = TorchEnv(toolchain.site, toolchain.python) if toolchain.site is not None and \
-        toolchain.target_site is None else None
+    env = TorchEnv(toolchain.site, toolchain.python, libraries) \
+        if toolchain.site is not None and toolchain.target_site is None else None
     why = ("a cross build: the target's import test under qemu-user loads it"
            if toolchain.target_site is not None else "the toolchain's site-packages is not known")
     arch = audit.arch_of(WheelName.parse(raw.name).platform)
@@ -145,8 +146,14 @@ def smoke_in(plan: BuildPlan, raw: Path, python: list[str | Path], pip: list[str
                       archs=plan.archs, scratch=work / "smoke", log_path=log_path_of(work),
                       sites=sites, install_options=options, left_out=left_out,
                       libraries=() if plan.toolchain.torch_version else
-                      cuda_runtime_dirs(plan.toolchain.cuda_home),
+                      (*cuda_runtime_dirs(plan.toolchain.cuda_home), *wheel_lib_dirs(sites)),
                       load_shared=plan.recipe.kind == "cuda")
+
+
+def wheel_lib_dirs(sites: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The library directories NVIDIA's wheels installed in `sites` have (a host library the
+    wheel requires, nvidia/nccl/lib): where a package that links no torch finds them."""
+    return tuple(lib for site in sites for lib in sorted(site.glob("nvidia/*/lib")))
 
 
 def cuda_runtime_dirs(cuda_home: Path) -> tuple[Path, ...]:

@@ -3,13 +3,15 @@ no Python package, provided before it compiles.
 
 - A wheel the toolchain does not hold (`nvidia-cuda-profiler-api==13.0.85`) is installed,
   pinned and without its dependencies, beside the toolchain's packages (toolchain/overlay.py:
-  once per toolchain venv and pin set, from the index pip uses). The finished wheel requires
-  it (Requires-Dist, `hostlibs.Provided.requirement`): a user's pip installs it too.
+  once per toolchain venv and pin set, from the index pip uses).
 - A wheel the toolchain holds (torch's NCCL and cuDNN) is its copy, reused: nothing is
-  installed and nothing required (the wheel's torch pin brings it). Another version is
-  refused before anything is fetched: torch loads its own at run time, so a build against
-  another would say what did not happen. A bare name (`nvidia-nccl-cu13`) means the
-  toolchain's copy, whichever version its profile pins.
+  installed. Another version is refused before anything is fetched: torch loads its own at
+  run time, so a build against another would say what did not happen. A bare name
+  (`nvidia-nccl-cu13`) means the toolchain's copy, whichever version its profile pins.
+- Either way the finished wheel requires the wheel it was built against (Requires-Dist,
+  `Provided.requirement`: that version or newer within its major, the shared objects' ABI),
+  so a user's pip installs it too; the build's binary audit and smoke test find its shared
+  objects where that install puts them.
 - An archive (url, sha256) of an install prefix is fetched and unpacked once into the cache.
 
 Where each lies is read from its files, never assumed: a wheel's from its RECORD, an
@@ -100,12 +102,15 @@ class Provided:
         return f"{self.library.name} ({self.library.archive.url if self.library.archive else ''})"
 
     def requirement(self) -> str | None:
-        """What the finished wheel requires of it: an installed wheel's project at this
-        version or newer within its major (its shared objects' ABI); None for the toolchain's
-        copy (torch requires it) and an archive (no wheel to require)."""
-        if self.origin != INSTALLED or self.version is None:
+        """What the finished wheel requires of it: its wheel's project at this version or
+        newer within its major (its shared objects' ABI); None for an archive (no wheel to
+        require: linked statically, or the user's to provide)."""
+        if self.origin == ARCHIVE or self.version is None:
             return None
         return f"{self.library.project}>={self.version},=={self.version.split('.')[0]}.*"
+
+    def lib_dirs(self) -> tuple[Path, ...]:
+        return tuple(p.lib for p in self.prefixes if p.lib is not None)
 
     def describe(self) -> str:
         where = ", ".join(str(p.root.relative_to(self.site)) if p.root != self.site else "."
@@ -114,8 +119,13 @@ class Provided:
 
     def record(self) -> dict[str, Any]:
         """What the provenance says of it."""
+        archive = self.library.archive
         return {"library": self.library.describe(), "from": self.origin,
+                **({"project": self.library.project} if self.library.project else {}),
                 **({"version": self.version} if self.version else {}),
+                **({"requires": self.requirement()} if self.requirement() else {}),
+                **({"name": self.library.name, "url": archive.url, "sha256": archive.sha256}
+                   if archive is not None else {}),
                 "prefixes": [p.root.relative_to(self.site).as_posix() for p in self.prefixes],
                 "variables": sorted(v for p in self.prefixes for v in p.variables())}
 
@@ -328,6 +338,11 @@ def _check_variables(recipe: Recipe, found: list[Provided]) -> None:
                 taken[name] = provided.library.where
 
 
+def linker_name(soname: str) -> str:
+    """The name a `-l` finds a shared object by: libnccl.so for libnccl.so.2."""
+    return re.sub(r"(\.so)(\.\d+)+$", r"\1", soname)
+
+
 def link_names(found: list[Provided], links: Path) -> None:
     """In `links`/lib, a link by its linker name (libnccl.so) to each versioned shared object
     (libnccl.so.2) of a library directory that lacks it; made anew each build."""
@@ -335,7 +350,7 @@ def link_names(found: list[Provided], links: Path) -> None:
     (links / "lib").mkdir(parents=True)
     for provided in found:
         for so in provided.shared:
-            name = re.sub(r"(\.so)(\.\d+)+$", r"\1", so.name)
+            name = linker_name(so.name)
             target = links / "lib" / name
             if name != so.name and not (so.parent / name).exists() and not target.exists():
                 target.symlink_to(so)
@@ -360,6 +375,13 @@ def include_dirs(found: tuple[Provided, ...]) -> list[Path]:
 
 def requirements(found: tuple[Provided, ...]) -> tuple[str, ...]:
     return tuple(sorted(filter(None, (provided.requirement() for provided in found))))
+
+
+def lib_dirs(found: tuple[Provided, ...]) -> tuple[Path, ...]:
+    """Every library directory of the host libraries: where the binary audit and a torch-free
+    wheel's smoke test find their shared objects (as a user's pip install of the required
+    wheels puts them)."""
+    return tuple(dict.fromkeys(d for provided in found for d in provided.lib_dirs()))
 
 
 def path_maps(found: tuple[Provided, ...]) -> list[tuple[Path, str]]:

@@ -48,6 +48,7 @@ class TorchEnv:
 
     site: Path
     python: Path | None
+    libraries: tuple[Path, ...] = ()  # more library directories: a build's host libraries'
 
     def torch_version(self) -> str | None:
         """The torch distribution's version, as its .dist-info directory names it."""
@@ -55,7 +56,8 @@ class TorchEnv:
         return found[0].name.removesuffix(".dist-info").partition("-")[2] if found else None
 
     def search_dirs(self) -> tuple[Path, ...]:
-        return (self.site / "torch" / "lib", *sorted(self.site.glob("nvidia/*/lib")))
+        return (self.site / "torch" / "lib", *sorted(self.site.glob("nvidia/*/lib")),
+                *self.libraries)
 
 
 def env_of_python(python: Path) -> TorchEnv:

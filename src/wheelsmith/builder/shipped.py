@@ -8,7 +8,7 @@ package's build passed it through. bitsandbytes 0.42.0's sdist holds 21 prebuilt
 before anything is built, beside the prepared source's marker (a resumed build's own objects
 are never in it; --fresh drops both), and the host's checks of the wheel read it.
 
-A host library is the user's to install: the wheel requires its wheel (or torch brings it), so
+A host library is the user's to install: the wheel requires its wheel, so
 a wheel member that is one of its shared objects, by name (libnccl.so.2) or byte for byte, is
 a copy the package's build made of it, and is refused.
 """
@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from wheelsmith.builder import resume
-from wheelsmith.builder.hostlibs import ARCHIVE, TOOLCHAIN, Provided
+from wheelsmith.builder.hostlibs import ARCHIVE, Provided, linker_name
 from wheelsmith.errors import VerifyError
 from wheelsmith.files import atomic_write_text
 from wheelsmith.untrusted import local
@@ -96,7 +96,8 @@ def _elf_digest(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str | None:
 def refuse_vendored(wheel: Path, libraries: tuple[Provided, ...]) -> None:
     """A VerifyError when the wheel holds a shared object of one of its host libraries: by
     its name, or its bytes under another name."""
-    by_name = {so.name: (found, so) for found in libraries for so in found.shared}
+    by_name = {name: (found, so) for found in libraries for so in found.shared
+               for name in (so.name, linker_name(so.name))}
     if not by_name:
         return
     by_size: dict[int, list[tuple[Provided, Path]]] = {}
@@ -122,8 +123,6 @@ def _vendored(wheel: Path, member: str, found: Provided, so: Path) -> VerifyErro
     what = f"{found.what} ({found.library.where})"
     if found.origin == ARCHIVE:
         instead = "link its static library (lib*.a) instead, or leave it out of the wheel"
-    elif found.origin == TOOLCHAIN:
-        instead = "torch brings it: the wheel's torch pin installs it"
     else:
         instead = f"the wheel requires {found.requirement()} instead: a user's pip installs it"
     return VerifyError(

@@ -15,13 +15,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from wheelsmith import document
 from wheelsmith.document import Document, KeyPath
 from wheelsmith.recipes.sources import UrlSource
 
+NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508's project name
+UNPINNED = re.compile(r"[*,;@<>!~\[\]\s]")  # a wildcard, a second clause, a marker, a URL
 CUDA_SUFFIX = re.compile(r"-cu(\d+)$")  # nvidia-nccl-cu13: a wheel of one CUDA major
 WHERE = ("build", "libraries")
 
@@ -132,19 +135,32 @@ def _library(doc: Document, index: int, entry: dict[str, Any]) -> HostLibrary | 
 def _wheel(doc: Document, path: KeyPath, value: str) -> str | None:
     """NAME==VERSION (or ===), or a bare NAME: no range, extras, URL or markers."""
     shown = document.render_path(path)
-    try:
-        requirement = Requirement(value)
-    except InvalidRequirement as exc:
-        doc.at_value(path, f"'{shown}' is not a requirement: {exc}", "write NAME==VERSION")
-        return None
-    operators = [spec.operator for spec in requirement.specifier]
-    if requirement.url or requirement.extras or requirement.marker is not None or \
-            operators not in ([], ["=="], ["==="]) or "*" in str(requirement.specifier):
+    value = value.strip()
+    name = re.match(r"[\w.-]*", value)[0]  # type: ignore[index]
+    rest = value[len(name):].strip()
+    operator = next((op for op in ("===", "==") if rest.startswith(op)), "")
+    version = rest[len(operator):].strip()
+    if not NAME.fullmatch(name):
+        doc.at_value(path, f"'{shown}' does not start with a project name: '{value}'",
+                     "write NAME==VERSION, e.g. nvidia-nccl-cu13==2.30.7")
+    elif rest and (not operator or UNPINNED.search(version)):
         doc.at_value(path, f"'{shown}' is not pinned to one version: '{value}'",
                      "write NAME==VERSION (no range, extras, markers or URL: `cuda` picks the "
                      "toolchains), or NAME alone for the toolchain's own copy")
-        return None
-    return value
+    elif operator and not _is_version(version):
+        doc.at_value(path, f"'{shown}': '{version}' is not a version ({value})",
+                     f"write {name}==VERSION, a release on the index pip uses")
+    else:
+        return f"{name}{operator}{version}"
+    return None
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def library_data(library: HostLibrary) -> dict[str, Any]:
@@ -152,4 +168,4 @@ def library_data(library: HostLibrary) -> dict[str, Any]:
     data: dict[str, Any] = {"wheel": library.wheel} if library.wheel else {
         "archive": {"url": library.archive.url, "sha256": library.archive.sha256}
         if library.archive else {}, "name": library.name}
-    return data | ({"cuda": library.cuda} if library.cuda is not None else {})
+    return data | ({"cuda": str(library.cuda)} if library.cuda is not None else {})
