@@ -102,6 +102,8 @@ def test_a_build_given_the_nccl_wheel_compiles_against_it_and_its_wheel_requires
     audited = provenance["audit"]["objects"][0]
     assert "libnccl.so.2" in audited["needed"]
     assert provenance["audit"]["symbols"]["missing_libraries"] == []
+    verified = wheelsmith("verify", str(wheel), cwd=project)
+    assert verified.returncode == 0, verified.stderr
 
 
 def test_a_wheel_that_carries_a_copy_of_its_host_library_is_refused(
