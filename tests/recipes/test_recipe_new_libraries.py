@@ -7,7 +7,9 @@ nothing for a header the sdist holds."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,8 +18,10 @@ from hypothesis import strategies as st
 
 from tests.conftest import REPO
 from tests.recipes.test_setup_py_patterns import findings, recipe_body, tree_with
+from wheelsmith.recipes.model import load_recipe
 from wheelsmith.scaffold import render
 from wheelsmith.scaffold.libraries import KNOWN, detect
+from wheelsmith.scaffold.rebase import Base
 from wheelsmith.toolchain.profile import load_profile
 
 TORCH = load_profile(REPO / "toolchains" / "cu130-torch2.14.yaml")
@@ -155,3 +159,23 @@ def test_recipe_new_writes_the_entry_and_the_finding(tmp_path: Path) -> None:
     assert yaml.safe_load("package: demo\n" + body)["build"]["libraries"] == [
         {"wheel": "nvidia-nccl-cu13"}]
     assert NCCL_PIN.startswith("nvidia-nccl-cu13==")
+
+
+@given(entries=st.lists(st.sampled_from([
+    {"wheel": "nvidia-nccl-cu13==2.30.7", "cuda": "13"},
+    {"wheel": "nvidia-nccl-cu12==2.27.5", "cuda": "12"},
+    {"archive": {"url": "https://example.invalid/hdf5.tgz", "sha256": "2" * 64},
+     "name": "hdf5"}]), min_size=1, max_size=3, unique_by=json.dumps))
+def test_a_newer_version_keeps_the_base_recipes_libraries(
+        tmp_path_factory: pytest.TempPathFactory, entries: list[dict[str, Any]]) -> None:
+    """recipe new for a newer version of a shipped recipe writes its build.libraries again,
+    entries that load back as the same libraries."""
+    file = tmp_path_factory.mktemp("r") / "tiny-ext.yaml"
+    file.write_text(f"package: tiny-ext\nbuild:\n  libraries: {json.dumps(entries)}\n"
+                    'versions:\n  - version: "0.1.0"\n    source:\n      pypi: tiny-ext\n'
+                    f'      sha256: "{"0" * 64}"\n')
+    base = load_recipe(file)
+    lines = render.base_recipe_lines(Base(base, base.releases[0]), {}, ())
+    file.write_text("\n".join(lines) + '\nversions:\n  - version: "0.2.0"\n    source:\n'
+                    f'      pypi: tiny-ext\n      sha256: "{"1" * 64}"\n')
+    assert load_recipe(file).libraries == base.libraries

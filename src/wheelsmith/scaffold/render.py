@@ -319,7 +319,7 @@ def base_recipe_lines(base: Base, env: dict[str, str], host_only: tuple[str, ...
               *([f"  host_only: {_listed(globs)}"] if globs else [])]
     pins = {pin_name(p): p for p in (*requires, *recipe.build_requires)}
     lines += [f"  requires: {_listed(sorted(pins.values()))}"] if pins else []
-    lines += ["  libraries:", *[f"    - {_flow(library_data(lib))[1:-1]}"
+    lines += ["  libraries:", *[f"    - {_flow(library_data(lib))}"
                                 for lib in recipe.libraries]] if recipe.libraries else []
     lines += ["smoke:", f"  import: {_listed(list(recipe.smoke_imports))}"]
     if recipe.smoke_gpu:
