@@ -24,7 +24,9 @@ RECORD: dict[str, Any] = {  # what a build records, in short
     "schema": 1, "key": "ab" * 32,
     "recipe": {"package": "demo-ext", "version": "1.0.0", "file": "demo-ext.yaml"},
     "toolchain": {"name": "cu130-torch2.14", "python": "3.11", "channel": "cu130-torch2.14"},
-    "archs_requested": "12.0", "host_only": [], "extra_env": {"DEMO_FORCE_BUILD": "TRUE"}}
+    "archs_requested": "12.0", "host_only": [], "extra_env": {"DEMO_FORCE_BUILD": "TRUE"},
+    "libraries": [{"library": "nvidia-nccl-cu13==2.30.7", "from": "installed",
+                   "project": "nvidia-nccl-cu13", "version": "2.30.7"}]}
 
 
 def stamped(directory: Path, provenance: bytes, name: str = "demo-ext") -> Path:
@@ -59,6 +61,12 @@ REFUSED = {  # a record, and what is said of it
                                 "extra_env.CC: expected a string, found a list"),
     "an environment name with a space": (edited(extra_env={"A B": "1"}),
                                          "extra_env: 'A B' is not a variable name"),
+    "a host library whose project is a path": (
+        edited(libraries=[{"from": "installed", "project": "../x", "version": "1"}]),
+        "libraries[0].project: '../x' is not a plain file name (it holds a path separator)"),
+    "a host library installed without its version": (
+        edited(libraries=[{"from": "installed", "project": "nvidia-nccl-cu13"}]),
+        "libraries[0]: a library installed for the build names no project and version"),
     "not JSON": (b"{not json", "not valid JSON (Expecting property name enclosed in double "
                                "quotes: line 1 column 2 (char 1))"),
     "JSON nested too deeply": (b"[" * 100_000 + b"]" * 100_000, "its JSON nests too deeply"),
@@ -134,6 +142,7 @@ def test_any_record_is_a_typed_provenance_with_plain_names_or_one_error_naming_t
     assert all(ENV_NAME_RE.fullmatch(k) and isinstance(v, str)
                for k, v in read.extra_env.items())
     assert all(isinstance(glob, str) for glob in read.host_only)
+    assert all(name_problem(name) is None for name, _ in read.libraries)
 
 
 def test_a_wheel_without_provenance_has_none(tmp_path: Path) -> None:

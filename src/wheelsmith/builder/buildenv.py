@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith.arch import ArchSet
-from wheelsmith.builder import cmakebuild, gencode, parallel, prebuild, reproducible
+from wheelsmith.builder import cmakebuild, gencode, hostlibs, parallel, prebuild, reproducible
 from wheelsmith.builder.parallel import Parallelism
 from wheelsmith.builder.plan import BuildPlan
 from wheelsmith.recipes.envnames import (
@@ -33,6 +33,7 @@ from wheelsmith.recipes.envnames import (
     protection,
 )
 from wheelsmith.recipes.model import CMAKE_ARGS, Recipe, Release
+from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.platform import cross_env
 
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: connections are refused at once
@@ -105,12 +106,15 @@ def build_env(
     source: Path | None = None,
     cmake: bool = False,
     requires: Path | None = None,
+    libraries: tuple[hostlibs.Provided, ...] = (),
+    links: Path | None = None,
 ) -> dict[str, str]:
     """`launchers`: first on PATH, the pre-build check's `ninja` and the compile cache's
     `c++`. `source`: the tree being built, whose path (and the toolchain's) the compilers map
     to fixed names (reproducible.py; a path view rewrites them with the rest). `cmake`: the
     build runs CMake (cmakebuild.py). `requires`: the recipe's build requirements
-    (toolchain/overlay.py), importable after the toolchain's packages."""
+    (toolchain/overlay.py), importable after the toolchain's packages. `libraries`: its host
+    libraries (hostlibs.py), their linker names in `links`."""
     toolchain = plan.toolchain
     env = {k: base[k] for k in PASS_THROUGH if k in base}
     path = [str(p) for p in toolchain.bin_dirs] + [base.get("PATH", "/usr/bin:/bin")]
@@ -136,8 +140,7 @@ def build_env(
         # configured for the build
         TORCH_NO_COMPILER_WRAPPER="1",
     )
-    if toolchain.library_includes:  # gcc reads CPATH, and nvcc preprocesses with it
-        env["CPATH"] = os.pathsep.join(map(str, toolchain.library_includes))
+    env.update(libraries_env(plan.toolchain, libraries, links))
     if requires is not None:  # a path view puts the toolchain's site-packages before it
         env["PYTHONPATH"] = str(requires) if toolchain.site is None else \
             os.pathsep.join([str(toolchain.site), str(requires)])
@@ -153,12 +156,25 @@ def build_env(
     check_extra_env(plan.extra_env, recipe, env)  # what is set up to here is not --env's
     env.update(dict(plan.extra_env))
     if source is not None:
-        env.update(reproducible.compiler_env(reproducible.path_maps(toolchain, source), env))
+        maps = reproducible.path_maps(toolchain, source, hostlibs.path_maps(libraries))
+        env.update(reproducible.compiler_env(maps, env))
         if cmake:
             env.update(cmakebuild.cmake_env(
                 env, source=source, nvcc=toolchain.nvcc, jobs=parallelism.jobs,
                 launchers=launchers, build_dir_env=plan.recipe.build_dir_env,
                 prefix_flags=shlex.split(env.get("CPPFLAGS", ""))))
+    return env
+
+
+def libraries_env(toolchain: Toolchain, libraries: tuple[hostlibs.Provided, ...],
+                  links: Path | None) -> dict[str, str]:
+    """CPATH (gcc reads it, and nvcc preprocesses with it): the headers of the libraries
+    torch's wheels bring, then those of the host libraries; and what the host libraries add
+    (hostlibs.environment)."""
+    env = hostlibs.environment(libraries, links)
+    includes = dict.fromkeys([*toolchain.library_includes, *hostlibs.include_dirs(libraries)])
+    if includes:
+        env["CPATH"] = os.pathsep.join(map(str, includes))
     return env
 
 

@@ -20,6 +20,7 @@ from wheelsmith.builder import (
     cmakebuild,
     compilecache,
     compilefarm,
+    hostlibs,
     parallel,
     pathview,
     prebuild,
@@ -48,6 +49,7 @@ class CompileSetup:
     farm_note: str = ""
     view: pathview.PathView | None = None  # the paths the compile sees (pathview.py)
     source: Path = Path()  # the source tree (real)
+    libraries: tuple[hostlibs.Provided, ...] = ()  # the recipe's host libraries (hostlibs.py)
 
     @property
     def source_seen(self) -> Path:
@@ -71,7 +73,8 @@ class CompileSetup:
 
 
 def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int,
-                  source: Path) -> CompileSetup:
+                  source: Path, *, libraries: tuple[hostlibs.Provided, ...] = ()
+                  ) -> CompileSetup:
     farm, health, note = farm_session(request, work)
     # --configure-only leaves build files to read and run by hand: they name the real paths
     view = None if request.configure_only else pathview.resolve(
@@ -99,9 +102,10 @@ def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int
     env = buildenv.build_env(plan, parallelism, source_date_epoch=epoch, base=os.environ,
                              guard=guard, compile_cache=compiler_env, launchers=launchers,
                              source=source, cmake=cmakebuild.uses_cmake(source),
-                             requires=requires)
+                             requires=requires, libraries=libraries,
+                             links=work / hostlibs.LINKS if libraries else None)
     return CompileSetup(view.env(env) if view else env, parallelism, guard, cache, farm, note,
-                        view, source)
+                        view, source, libraries)
 
 
 def split_setting(value: str | None) -> str:

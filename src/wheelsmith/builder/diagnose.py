@@ -61,8 +61,9 @@ SIGNATURES = (
         "a source includes a library's header (`#include <...>`) that is not on the include "
         "path: the compilers search the toolchain's CUDA toolkit, torch, the libraries "
         "torch's wheels bring (cuDNN, NCCL, cuSPARSELt, NVSHMEM) and the system's headers",
-        "patch the package to build without the library, or give the recipe its include "
-        "directory in build.env (CXXFLAGS and NVCC_PREPEND_FLAGS: `-I...`)",
+        "name the library in the recipe's build.libraries (NVIDIA's wheel of it, e.g. "
+        "nvidia-nccl-cu13==VERSION, or an archive of its install prefix; `wheelsmith recipe "
+        "new` writes the entry from the #include), or patch the package to build without it",
     ),
     Signature(
         "download-offline",

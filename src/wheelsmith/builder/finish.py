@@ -19,7 +19,7 @@ from packaging.version import Version
 
 from wheelsmith import __version__, locations
 from wheelsmith.arch import ArchSet
-from wheelsmith.builder import audit, compilecache, manylinux, reproducible, shipped
+from wheelsmith.builder import audit, compilecache, hostlibs, manylinux, reproducible, shipped
 from wheelsmith.builder.compile import Compiled, log_path_of
 from wheelsmith.builder.compilesetup import CompileSetup, read_guard_report
 from wheelsmith.builder.linking import TorchEnv
@@ -55,17 +55,20 @@ class Checked:
 
 
 def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
-                report: Reporter) -> Checked:
-    """The release it is, nothing the sdist shipped prebuilt, the device-code gate, the
-    platform tag (manylinux.py), then the smoke test."""
+                report: Reporter, *, libraries: tuple[hostlibs.Provided, ...] = ()
+                ) -> Checked:
+    """The release it is, nothing the sdist shipped prebuilt, none of its host libraries'
+    shared objects, the device-code gate, the platform tag (manylinux.py), then the smoke
+    test (with the host libraries' wheels the stamped wheel will require)."""
     report.stage("verify", f"release and device code of {raw.name}")
+    shipped.refuse_vendored(raw, libraries)
     cuobjdump = cuobjdump_for(plan.toolchain, request.python)
     inventory = check_built(plan, raw, cuobjdump, work)
     auditwheel = auditwheel_for(plan.toolchain, request.python)
     platform = manylinux.assess(raw, auditwheel)
     report.stage("platform", platform.describe())
     audited = audit_built(plan, raw, inventory, cuobjdump=cuobjdump, auditwheel=auditwheel,
-                          tag=platform.tag)
+                          tag=platform.tag, libraries=hostlibs.lib_dirs(libraries))
     if audited is not None:
         report.stage("audit", "; ".join(audit.describe(audited)))
     recorded = audited.as_dict() if audited is not None else None
@@ -74,7 +77,7 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
         report.stage("smoke", f"import under qemu-user ({toolchain.platform}) against torch "
                               f"{toolchain.torch_version}")
         return Checked(inventory, smoke_emulated(plan, raw, work), platform.as_dict(), recorded)
-    needs, runtime = runtime_requirements(plan, raw)
+    needs, runtime = runtime_requirements(plan, raw, hostlibs.requirements(libraries))
     report.stage("smoke", (f"import against torch {toolchain.torch_version}"
                            if toolchain.torch_version else "import against the toolchain's CUDA "
                            "runtime (no torch)") + describe_needs(needs))
@@ -89,15 +92,16 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
 
 
 def audit_built(plan: BuildPlan, raw: Path, inventory: list[DeviceCode], *, cuobjdump: Path,
-                auditwheel: Path | None, tag: str) -> audit.Audit | None:
+                auditwheel: Path | None, tag: str, libraries: tuple[Path, ...] = ()
+                ) -> audit.Audit | None:
     """The binary audit of a plan's wheel (none for a pure recipe's), its imports resolved
-    against the toolchain's torch; refused where one stays undefined or its symbol versions
-    need more than `tag` allows."""
+    against the toolchain's torch and the host libraries' directories (`libraries`); refused
+    where one stays undefined or its symbol versions need more than `tag` allows."""
     if plan.recipe.kind == "pure":
         return None
     toolchain = plan.toolchain
-    env = TorchEnv(toolchain.site, toolchain.python) if toolchain.site is not None and \
-        toolchain.target_site is None else None
+    env = TorchEnv(toolchain.site, toolchain.python, libraries) \
+        if toolchain.site is not None and toolchain.target_site is None else None
     why = ("a cross build: the target's import test under qemu-user loads it"
            if toolchain.target_site is not None else "the toolchain's site-packages is not known")
     arch = audit.arch_of(WheelName.parse(raw.name).platform)
@@ -107,13 +111,15 @@ def audit_built(plan: BuildPlan, raw: Path, inventory: list[DeviceCode], *, cuob
     return audited
 
 
-def runtime_requirements(plan: BuildPlan, raw: Path) -> tuple[overlay.RuntimeNeeds, Path | None]:
-    """The wheel's runtime requirements the toolchain lacks (pinned as pip resolves them) and
+def runtime_requirements(plan: BuildPlan, raw: Path, extra: tuple[str, ...] = ()
+                         ) -> tuple[overlay.RuntimeNeeds, Path | None]:
+    """The wheel's runtime requirements (and `extra`, what stamping adds) the toolchain lacks
+    (pinned as pip resolves them) and
     the directory they are installed in, for its smoke test: a user's pip installs them with
     the wheel, so its import may use them. What cannot be had (not on the index, no index: a
     container's build, an offline machine) is left out, each with why, and the smoke test
     goes on with the rest."""
-    needs = overlay.runtime_needs(raw, plan.toolchain)
+    needs = overlay.runtime_needs(raw, plan.toolchain, extra)
     try:
         return needs, overlay.ensure(needs.pins, plan.toolchain, locations.cache_dir(),
                                      what=f"what {raw.name} requires")
@@ -140,8 +146,14 @@ def smoke_in(plan: BuildPlan, raw: Path, python: list[str | Path], pip: list[str
                       archs=plan.archs, scratch=work / "smoke", log_path=log_path_of(work),
                       sites=sites, install_options=options, left_out=left_out,
                       libraries=() if plan.toolchain.torch_version else
-                      cuda_runtime_dirs(plan.toolchain.cuda_home),
+                      (*cuda_runtime_dirs(plan.toolchain.cuda_home), *wheel_lib_dirs(sites)),
                       load_shared=plan.recipe.kind == "cuda")
+
+
+def wheel_lib_dirs(sites: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The library directories NVIDIA's wheels installed in `sites` have (a host library the
+    wheel requires, nvidia/nccl/lib): where a package that links no torch finds them."""
+    return tuple(lib for site in sites for lib in sorted(site.glob("nvidia/*/lib")))
 
 
 def cuda_runtime_dirs(cuda_home: Path) -> tuple[Path, ...]:
@@ -264,6 +276,8 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
                    "package": recipe.name, "version": release.version},
         "source": plan.key_inputs()["recipe"]["source"],
         **({"carried": plan.key_inputs()["recipe"]["carry"]} if release.carried else {}),
+        **({"libraries": [found.record() for found in setup.libraries]}
+           if setup.libraries else {}),
         "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],
         "toolchain": {**toolchain.identity(), "channel": toolchain.channel(),
                       # which toolkit compiled it (a toolchain's own: relative to it)
@@ -300,14 +314,17 @@ def _build_record(parallelism: Parallelism, seconds: float, compiled: Compiled
 
 
 def write_output(plan: BuildPlan, raw: Path, request: BuildRequest,
-                 provenance: dict[str, Any], epoch: int) -> Path:
-    """Stamp into a scratch directory inside the output, then move the finished file in."""
+                 provenance: dict[str, Any], epoch: int, *, requires: tuple[str, ...] = ()
+                 ) -> Path:
+    """Stamp into a scratch directory inside the output, then move the finished file in;
+    `requires`: the host libraries' wheels it requires."""
     out_dir = request.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     with scratch_dir(out_dir) as scratch:
         stamped = stamp(raw, scratch, label=plan.local_label(),
                         torch_requirement=plan.torch_requirement(), provenance=provenance,
-                        epoch=epoch, platform=provenance["platform"]["tag"])
+                        epoch=epoch, platform=provenance["platform"]["tag"],
+                        requires=requires)
         return place(stamped, out_dir, rebuild=request.rebuild)
 
 

@@ -25,9 +25,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from wheelsmith import cmd, locations
 from wheelsmith.builder.manylinux import provided_by_torch_or_cuda
 from wheelsmith.errors import CommandError, ToolchainError, UntrustedDataError, WheelsmithError
+from wheelsmith.toolchain import overlay
 from wheelsmith.toolchain.env import probe_python
 from wheelsmith.toolchain.select import profile_named
 from wheelsmith.toolchain.venv import MARKER, venv_root
@@ -48,6 +51,7 @@ class TorchEnv:
 
     site: Path
     python: Path | None
+    libraries: tuple[Path, ...] = ()  # more library directories: a build's host libraries'
 
     def torch_version(self) -> str | None:
         """The torch distribution's version, as its .dist-info directory names it."""
@@ -55,7 +59,8 @@ class TorchEnv:
         return found[0].name.removesuffix(".dist-info").partition("-")[2] if found else None
 
     def search_dirs(self) -> tuple[Path, ...]:
-        return (self.site / "torch" / "lib", *sorted(self.site.glob("nvidia/*/lib")))
+        return (self.site / "torch" / "lib", *sorted(self.site.glob("nvidia/*/lib")),
+                *self.libraries)
 
 
 def env_of_python(python: Path) -> TorchEnv:
@@ -67,9 +72,12 @@ def env_of_python(python: Path) -> TorchEnv:
     return TorchEnv(Path(info.purelib), Path(info.executable or python))
 
 
-def env_of_toolchain(name: str | None, python_version: str | None) -> TorchEnv | None:
+def env_of_toolchain(name: str | None, python_version: str | None,
+                     libraries: tuple[tuple[str, str], ...] = ()) -> TorchEnv | None:
     """The environment of the toolchain venv of profile `name` for that Python, where it is
-    in the cache (None: no such profile, or its venv was not made here)."""
+    in the cache (None: no such profile, or its venv was not made here), with the library
+    directories of the host libraries' wheels installed beside it for a build (`libraries`:
+    (project, version) each; builder/hostlibs.py), where the cache holds them."""
     if name is None or python_version is None:
         return None
     try:
@@ -77,7 +85,21 @@ def env_of_toolchain(name: str | None, python_version: str | None) -> TorchEnv |
         purelib = json.loads((root / MARKER).read_text())["purelib"]
     except (WheelsmithError, OSError, ValueError, KeyError, TypeError):
         return None
-    return TorchEnv(Path(purelib), root / "bin" / "python")
+    return TorchEnv(Path(purelib), root / "bin" / "python",
+                    host_library_dirs(f"{name}-py{python_version}-", libraries))
+
+
+def host_library_dirs(prefix: str, libraries: tuple[tuple[str, str], ...]) -> tuple[Path, ...]:
+    """The NVIDIA library directories of the cache's first host-libraries directory (named
+    `prefix`...) that holds every one of `libraries` at its version."""
+    if not libraries:
+        return ()
+    wanted = [f"{canonicalize_name(name).replace('-', '_')}-{version}.dist-info"
+              for name, version in libraries]
+    for site in sorted((locations.cache_dir() / overlay.LIBRARIES).glob(f"{prefix}*")):
+        if site.is_dir() and all((site / info).is_dir() for info in wanted):
+            return tuple(sorted(site.glob("nvidia/*/lib")))
+    return ()
 
 
 @dataclass(frozen=True, slots=True)

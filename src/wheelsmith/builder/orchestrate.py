@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from wheelsmith import __version__, locations, locks
-from wheelsmith.builder import buildenv, reproducible, resume, sbom, shipped
+from wheelsmith.builder import buildenv, hostlibs, reproducible, resume, sbom, shipped
 from wheelsmith.builder.compile import compile_package, log_path_of
 from wheelsmith.builder.compilesetup import compile_setup, refuse_without_ninja
 from wheelsmith.builder.configured import went_on_past
@@ -68,6 +68,7 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
                                       compiles=recipe.kind != "pure")
         preflight(toolchain, archs, recipe.arch.min_cuda)
     overlay.check_adds_only(recipe.build_requires, toolchain, recipe.file)
+    hostlibs.check(recipe, toolchain)
     check_known_bad(recipe, release, toolchain, archs, report)
     return BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
                      extra_env=request.env)
@@ -156,7 +157,8 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
         source = fetch_and_patch(plan, work, report, fresh=request.fresh)
     refuse_without_ninja(plan, source)
     epoch = source_epoch(source)
-    setup = compile_setup(plan, request, work, epoch, source)
+    setup = compile_setup(plan, request, work, epoch, source,
+                          libraries=libraries(plan, work, report))
     target = "pure Python" if plan.recipe.kind == "pure" else str(plan.archs)
     report.stage("compile", f"{plan.recipe.name} {plan.release.version} for {target}; "
                             f"{setup.describe()}")
@@ -164,7 +166,8 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
     if isinstance(compiled, BuildResult):  # --configure-only
         return compiled
     try:
-        checked = check_wheel(plan, compiled.raw, request, work, report)
+        checked = check_wheel(plan, compiled.raw, request, work, report,
+                              libraries=setup.libraries)
     except VerifyError as exc:  # a wheel the build made past an error of its own: that cause
         went_on_past(exc, log_path, source)
         raise
@@ -172,13 +175,24 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
         plan, checked, setup, compiled, work=work, seconds=round(time.monotonic() - started, 1),
         vendored=sbom.vendored(source)))
     report.stage("stamp", plan.local_label())
-    wheel = write_output(plan, compiled.raw, request, provenance, epoch)
+    wheel = write_output(plan, compiled.raw, request, provenance, epoch,
+                         requires=hostlibs.requirements(setup.libraries))
     reproducible.write_run(work, run)
     resume.finished(work, keep_source=request.keep_work)
     if not request.keep_work:
         shutil.rmtree(work / "smoke", ignore_errors=True)
     return BuildResult(wheel=wheel, provenance=provenance, up_to_date=False, log=log_path,
                        run=run)
+
+
+def libraries(plan: BuildPlan, work: Path, report: Reporter) -> tuple[hostlibs.Provided, ...]:
+    """The recipe's host libraries for this build's toolchain (hostlibs.py), said as they
+    are provided."""
+    if not hostlibs.applicable(plan.recipe, plan.toolchain):
+        return ()
+    found = hostlibs.provide(plan.recipe, plan.toolchain, work, locations.cache_dir())
+    report.stage("libraries", "; ".join(provided.describe() for provided in found))
+    return found
 
 
 def fetch_and_patch(plan: BuildPlan, work: Path, report: Reporter, *, fresh: bool = False

@@ -47,7 +47,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +75,11 @@ NOT_PROMISED = "bytes_not_promised"  # the provenance's mark of a wheel whose by
 RUN_KEYS = ("build", "smoke", "prebuild_check", "runner", "compile_cache", "compile_farm")
 
 
-def path_maps(toolchain: Toolchain, source: Path) -> list[tuple[str, str]]:
+def path_maps(toolchain: Toolchain, source: Path, more: Sequence[tuple[Path, str]] = ()
+              ) -> list[tuple[str, str]]:
     """(old, new) prefixes for `-ffile-prefix-map`, the most specific last (GCC uses the last
-    option that matches). A path view (pathview.py) rewrites the real paths in them to the
-    ones its compilers see."""
+    option that matches); `more`: others (the host libraries' directories). A path view
+    (pathview.py) rewrites the real paths in them to the ones its compilers see."""
     venv = toolchain.python.parent.parent
     base = Path(os.path.realpath(toolchain.python)).parent.parent
     wanted = [(venv, TOOLCHAIN_AS), (base, PYTHON_AS), (toolchain.cuda_home, CUDA_AS),
@@ -92,6 +93,7 @@ def path_maps(toolchain: Toolchain, source: Path) -> list[tuple[str, str]]:
     # path view: a build in the image, where there is none, gives the bytes of one here
     if toolchain.site is not None:
         wanted.append((toolchain.site, SITE_AS))
+    wanted += more
     maps: dict[str, str] = {}
     for path, new in wanted:
         for old in dict.fromkeys([str(path), os.path.realpath(path)]):

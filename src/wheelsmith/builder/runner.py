@@ -87,10 +87,11 @@ def prepare(request: BuildRequest,
     report.stage("image", f"{image} ({str(info.get('Id', '?'))[:12]})")
     plan = orchestrate.prepare(request, report, toolchain=container.toolchain_in(engine, image,
                                                                               profile))
-    if plan.recipe.build_requires:
-        raise UsageError(f"{plan.recipe.name}'s recipe adds build requirements (build.requires), "
-                         "and a container build runs in the image's pinned packages with "
-                         "--network=none", hint="build it with --runner host")
+    if plan.recipe.build_requires or plan.recipe.libraries:
+        raise UsageError(f"{plan.recipe.name}'s recipe adds build requirements (build.requires) "
+                         "or host libraries (build.libraries), and a container build runs in "
+                         "the image's pinned packages with --network=none",
+                         hint="build it with --runner host")
     return Prepared(plan, engine, image, info)
 
 

@@ -4,9 +4,9 @@
 It names the wheel (its PyPI package URL), the source it was built from (pedigree: the sdist
 with its sha256, the recipe's patches with theirs), what builds it (nvcc, torch, pinned as the
 toolchain pins them), what it needs at run time (torch; the CUDA runtime its objects link,
-or the one linked into them), and what the source carries vendored where there is evidence of
-it (CUTLASS's `include/cutlass/version.h`). Same provenance, same bytes: no timestamp, no
-serial number, keys sorted.
+or the one linked into them; the host libraries it was built against), and what the source
+carries vendored where there is evidence of it (CUTLASS's `include/cutlass/version.h`). Same
+provenance, same bytes: no timestamp, no serial number, keys sorted.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def document(name: WheelName, provenance: dict[str, Any]) -> bytes:
     pins: dict[str, str] = {canonicalize_name(re.split(r"[=<>!~ ]", pin)[0].split("[")[0]): pin
             for pin in toolchain.get("pins", [])}
     components = [*_build_tools(provenance, pins), *_runtime(provenance, pins),
-                  *_vendored(provenance), *_patches(provenance)]
+                  *_libraries(provenance), *_vendored(provenance), *_patches(provenance)]
     data = {
         "bomFormat": "CycloneDX", "specVersion": SPEC, "version": 1,
         "metadata": {
@@ -138,6 +138,25 @@ def _runtime(provenance: dict[str, Any], pins: dict[str, str]) -> list[dict[str,
                       "bom-ref": "cudart_static", "scope": "required",
                       "properties": [{"name": "wheelsmith:role",
                                       "value": "the CUDA runtime linked into its objects"}]})
+    return found
+
+
+def _libraries(provenance: dict[str, Any]) -> list[dict[str, Any]]:
+    """The host libraries it was built against (builder/hostlibs.py): a wheel's, required at
+    run time; an archive's, by its URL and sha256."""
+    found = []
+    for library in provenance.get("libraries", []):
+        role = f"a host library the build was given ({library.get('from', '?')})"
+        if library.get("project"):
+            found.append(_component("library", library["project"], library.get("version"),
+                                    "required", role + "; required at run time"))
+            continue
+        found.append({"type": "library", "name": library.get("name", "?"), "version": "",
+                      "bom-ref": f"archive:{library.get('sha256', '?')}", "scope": "required",
+                      "hashes": _hashes(library.get("sha256")),
+                      "externalReferences": [{"type": "distribution",
+                                              "url": library.get("url", "?")}],
+                      "properties": [{"name": "wheelsmith:role", "value": role}]})
     return found
 
 

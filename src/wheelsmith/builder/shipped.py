@@ -1,4 +1,5 @@
-"""Binaries the sdist ships: recorded with the prepared source, refused in the wheel.
+"""Binaries the sdist ships: recorded with the prepared source, refused in the wheel; and the
+shared objects of the build's host libraries (builder/hostlibs.py), refused likewise.
 
 wheelsmith builds wheels from source. A wheel member that is, byte for byte, an ELF file (a
 shared object, an object file, a cubin) of the fetched and patched source was not built: the
@@ -6,6 +7,10 @@ package's build passed it through. bitsandbytes 0.42.0's sdist holds 21 prebuilt
 `libbitsandbytes_cuda*.so` files and its setup.py only packs them. The record is written
 before anything is built, beside the prepared source's marker (a resumed build's own objects
 are never in it; --fresh drops both), and the host's checks of the wheel read it.
+
+A host library is the user's to install: the wheel requires its wheel, so
+a wheel member that is one of its shared objects, by name (libnccl.so.2) or byte for byte, is
+a copy the package's build made of it, and is refused.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from __future__ import annotations
 import hashlib
 import json
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from wheelsmith.builder import resume
+from wheelsmith.builder.hostlibs import ARCHIVE, Provided, linker_name
 from wheelsmith.errors import VerifyError
 from wheelsmith.files import atomic_write_text
 from wheelsmith.untrusted import local
@@ -85,3 +91,42 @@ def _elf_digest(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> str | None:
         while chunk := member.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def refuse_vendored(wheel: Path, libraries: tuple[Provided, ...]) -> None:
+    """A VerifyError when the wheel holds a shared object of one of its host libraries: by
+    its name, or its bytes under another name."""
+    by_name = {name: (found, so) for found in libraries for so in found.shared
+               for name in (so.name, linker_name(so.name))}
+    if not by_name:
+        return
+    by_size: dict[int, list[tuple[Provided, Path]]] = {}
+    for found, so in by_name.values():
+        by_size.setdefault(so.stat().st_size, []).append((found, so))
+    with local.open_zip(wheel) as zf:
+        for info in zf.infolist():
+            hit = by_name.get(PurePosixPath(info.filename).name) or _same_bytes(
+                zf, info, by_size.get(info.file_size, []))
+            if hit is not None:
+                raise _vendored(wheel, info.filename, *hit)
+
+
+def _same_bytes(zf: zipfile.ZipFile, info: zipfile.ZipInfo,
+                candidates: list[tuple[Provided, Path]]) -> tuple[Provided, Path] | None:
+    if not candidates or (digest := _elf_digest(zf, info)) is None:
+        return None
+    return next(((found, so) for found, so in candidates
+                 if local.sha256_of(so, follow=True) == digest), None)
+
+
+def _vendored(wheel: Path, member: str, found: Provided, so: Path) -> VerifyError:
+    what = f"{found.what} ({found.library.where})"
+    if found.origin == ARCHIVE:
+        instead = "link its static library (lib*.a) instead, or leave it out of the wheel"
+    else:
+        instead = f"the wheel requires {found.requirement()} instead: a user's pip installs it"
+    return VerifyError(
+        f"{wheel.name} holds {member}, {so.name} of the host library {what}: a wheel does not "
+        "carry a library the build was given",
+        hint=f"{instead}; patch the package's build so that it does not copy the library into "
+             "the wheel (package_data, a CMake install() of it)")

@@ -250,7 +250,8 @@ def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[st
         requested, allowed = _verify_request(wheel, recorded, archs, host_only)
         release = Release(recorded.recipe, recorded.version) if recorded is not None and \
             recorded.recipe and recorded.version else None
-        torch_env = given or (env_of_toolchain(recorded.toolchain, recorded.python)
+        torch_env = given or (env_of_toolchain(recorded.toolchain, recorded.python,
+                                               recorded.libraries)
                               if recorded is not None else None)
         inventory, audited = finish.verify(
             wheel, requested, python=Path(sys.executable), host_only=allowed, release=release,

@@ -20,6 +20,7 @@ from wheelsmith.scaffold import (
     cmake,
     env_reads,
     findings,
+    libraries,
     patches,
     rebase,
     render,
@@ -85,6 +86,7 @@ def recipe_new(package: tuple[str, str | None], repo: Path | None, configure: bo
                    "host_only": list(found.host_only), "missing": list(setup.missing),
                    "patches_written": [p.file for p in found.written],
                    "build_requires": list(found.requires.pins),
+                   "libraries": [n.wheel for n in found.libraries if n.wheel],
                    "patches_needed": [p.stem for p, _ in found.needed],
                    "check": checked.line if checked else None, "findings": lines})
     elif not as_json:
@@ -121,7 +123,8 @@ def _read(chosen: sdist.Sdist, tree: Path, base: rebase.Base | None) -> findings
                              has_setup_py=(tree / "setup.py").is_file(),
                              toolchain=profile.name,
                              switches=env_reads.build_switches(tree),
-                             switched=switches.cuda_switches(tree))
+                             switched=switches.cuda_switches(tree),
+                             libraries=libraries.detect(tree, profile))
 
 
 def _checked(chosen: sdist.Sdist, destination: Path, kind: str) -> check.Checked:

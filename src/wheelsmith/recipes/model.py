@@ -23,6 +23,7 @@ from wheelsmith.document import Document, KeyPath
 from wheelsmith.errors import UsageError
 from wheelsmith.files import sha256_file
 from wheelsmith.recipes.envnames import protection
+from wheelsmith.recipes.libraries import HostLibrary, library_data, parse_libraries
 from wheelsmith.recipes.schema import RECIPE_SCHEMA
 from wheelsmith.recipes.sources import (
     CarriedSource,
@@ -95,6 +96,7 @@ class Recipe:
     host_only: tuple[str, ...]
     build_dir_env: str | None  # the variable the package takes its CMake build directory from
     build_requires: tuple[str, ...]  # pinned packages the build imports beside the toolchain's
+    libraries: tuple[HostLibrary, ...]  # what it needs that is no Python package (libraries.py)
     smoke_imports: tuple[str, ...]
     smoke_gpu: str | None
     releases: tuple[Release, ...]
@@ -172,6 +174,7 @@ def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
         host_only=tuple(build.get("host_only", [])),
         build_dir_env=build.get("build_dir_env"),
         build_requires=_requires(doc, build.get("requires", [])),
+        libraries=parse_libraries(doc, build.get("libraries", []), data.get("kind", "")),
         smoke_imports=tuple(smoke.get("import", [])),
         smoke_gpu=smoke.get("gpu"),
         releases=releases,
@@ -341,4 +344,6 @@ def canonical(recipe: Recipe, release: Release) -> dict[str, Any]:
         **({"build_dir_env": recipe.build_dir_env} if recipe.build_dir_env else {}),
         **({"requires": list(recipe.build_requires)} if recipe.build_requires else {}),
         **({"carry": [carried_data(c) for c in release.carried]} if release.carried else {}),
+        **({"libraries": [library_data(library) for library in recipe.libraries]}
+           if recipe.libraries else {}),
     }

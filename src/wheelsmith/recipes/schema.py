@@ -64,6 +64,35 @@ CARRY = {
 }
 
 
+# what a build needs that is no Python package: NVIDIA's wheel-packaged libraries, an archive
+LIBRARIES = {
+    "type": "array",
+    "description": "libraries the build needs that are no Python packages (NCCL, cuDNN, a CUDA "
+                   "header the compiler packages lack, HDF5): each installed or fetched before "
+                   "the build, which is pointed at its include and library directories",
+    "items": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "wheel": {"type": "string", "description": "a wheel of the index pip uses, pinned "
+                      "(NAME==VERSION, e.g. nvidia-nccl-cu13==2.28.3); NAME alone: the "
+                      "toolchain's own copy (torch's NCCL, cuDNN)"},
+            "archive": {"type": "object", "additionalProperties": False,
+                        "required": ["url", "sha256"],
+                        "description": "an archive of an install prefix (include/, lib/)",
+                        "properties": {"url": {"type": "string"}, "sha256": SHA256}},
+            "name": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9_]*$",
+                     "x-message": "must be a name of letters, digits and '_' (hdf5)",
+                     "description": "an archive's library name: its variables are NAME_ROOT, "
+                                    "NAME_INCLUDE_DIR, ..."},
+            "cuda": {"type": "string", "pattern": "^[0-9]{1,2}$",
+                     "x-message": "must be a CUDA major version, e.g. '13'",
+                     "description": "only for the toolchains of this CUDA major"},
+        },
+    },
+}
+
+
 RECIPE_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "https://wheelsmith.dev/schema/recipe.schema.json",
@@ -121,6 +150,7 @@ RECIPE_SCHEMA: dict[str, Any] = {
                              "need: installed from the index pip uses, without their "
                              "dependencies, beside the toolchain (never replacing one of its "
                              "packages)"},
+                "libraries": LIBRARIES,
             },
         },
         "smoke": {

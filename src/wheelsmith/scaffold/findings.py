@@ -13,6 +13,7 @@ from wheelsmith.inventory import is_shared_object
 from wheelsmith.scaffold.buildsystem import NOTHING_PINNED, Pinned
 from wheelsmith.scaffold.cmake import POLICY_MINIMUM, CMakeSide
 from wheelsmith.scaffold.extensions import Extension, module_of
+from wheelsmith.scaffold.libraries import Needed
 from wheelsmith.scaffold.patches import (
     FORCE_CUDA,
     GPU_PATCH,
@@ -56,6 +57,7 @@ class Findings:
     switches: tuple[tuple[str, str], ...] = ()
     # those that may turn its CUDA build on (switches.py): setup.py's, its own modules'
     switched: tuple[Switch, ...] = ()
+    libraries: tuple[Needed, ...] = ()  # the host libraries it needs (scaffold/libraries.py)
 
     @property
     def unheld_left(self) -> tuple[tuple[str, str, int], ...]:

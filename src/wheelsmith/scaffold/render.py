@@ -15,12 +15,14 @@ from wheelsmith.document import yaml_string
 from wheelsmith.errors import NoDeviceCodeError, UsageError, WheelsmithError
 from wheelsmith.files import atomic_write_bytes, atomic_write_text
 from wheelsmith.inventory import is_shared_object
+from wheelsmith.recipes.libraries import library_data
 from wheelsmith.recipes.sources import carried_data
 from wheelsmith.scaffold.buildsystem import requires_lines
 from wheelsmith.scaffold.cmake import arch_lines, cmake_lines
 from wheelsmith.scaffold.env_reads import deciding_first
 from wheelsmith.scaffold.extensions import Extension
 from wheelsmith.scaffold.findings import Findings
+from wheelsmith.scaffold.libraries import entry_lines
 from wheelsmith.scaffold.patches import (
     CMAKE_ARCHS,
     CXX20,
@@ -184,6 +186,7 @@ def report_lines(found: Findings) -> list[str]:
         lines.append(f"{_at(line)}patch needed: {patch.stem}: {patch.reason}" + (
             f" (start from {example})" if example else ""))
     lines += requires_lines(found.requires, found.toolchain)
+    lines += [needed.finding() for needed in found.libraries]
     lines += [f"setup.py:{line}: patch needed: it imports {module}, a build requirement "
               f"({requirement}) the toolchain {found.toolchain} does not hold: wheelsmith "
               "builds with the toolchain's packages only, never an environment it downloads; "
@@ -265,7 +268,8 @@ def _recipe_lines(found: Findings) -> list[str]:
                          if found.cmake and found.cmake.switches else [])]
     build_dir = found.setup.build_dir_var[0] if found.cmake and found.setup.build_dir_var \
         else None
-    if env or found.host_only or build_dir or found.requires.pins:
+    libraries = entry_lines(found.libraries)
+    if env or found.host_only or build_dir or found.requires.pins or libraries:
         lines.append("build:")
     if env:
         lines += ["  env:", *[f"    {var}: {_quoted(value)}  # {one_line(note)}"
@@ -276,6 +280,7 @@ def _recipe_lines(found: Findings) -> list[str]:
         lines.append(f"  host_only: [{', '.join(_quoted(g) for g in found.host_only)}]")
     if found.requires.pins:
         lines.append(f"  requires: {_listed(list(found.requires.pins))}")
+    lines += libraries
     if found.imports or found.kind == "cuda":
         lines += ["smoke:", f"  import: {_listed(list(found.imports))}"]
     return lines
@@ -314,6 +319,8 @@ def base_recipe_lines(base: Base, env: dict[str, str], host_only: tuple[str, ...
               *([f"  host_only: {_listed(globs)}"] if globs else [])]
     pins = {pin_name(p): p for p in (*requires, *recipe.build_requires)}
     lines += [f"  requires: {_listed(sorted(pins.values()))}"] if pins else []
+    lines += ["  libraries:", *[f"    - {_flow(library_data(lib))}"
+                                for lib in recipe.libraries]] if recipe.libraries else []
     lines += ["smoke:", f"  import: {_listed(list(recipe.smoke_imports))}"]
     if recipe.smoke_gpu:
         lines += ["  gpu: |", *[f"    {row}".rstrip() for row in recipe.smoke_gpu.splitlines()]]

@@ -1,9 +1,11 @@
 """Packages added beside a toolchain's, never in place of one: a recipe's build requirements
 (`build.requires`: what its build imports that the toolchain does not hold, vllm's
-setuptools-rust, a hatchling backend) and a wheel's runtime requirements for its smoke test
-(torch-linear-assignment imports scipy). Each set is pinned, installed once per toolchain venv
-and pin set into a directory of its own, which the build or the smoke test finds on PYTHONPATH
-beside the toolchain's site-packages; the toolchain's venv stays as its profile pins it.
+setuptools-rust, a hatchling backend), the wheels of its host libraries (`build.libraries`:
+NVIDIA's NCCL or a CUDA header, builder/hostlibs.py) and a wheel's runtime requirements for its
+smoke test (torch-linear-assignment imports scipy). Each set is pinned, installed once per
+toolchain venv and pin set into a directory of its own, which the build or the smoke test
+finds on PYTHONPATH (a host library by its path) beside the toolchain's site-packages; the
+toolchain's venv stays as its profile pins it.
 
 Installed like the toolchain (venv.install_pinned): exactly the pins, no dependency resolution
 (`recipe new` writes the whole set), wheels only, from the index the machine's pip uses; made
@@ -59,21 +61,26 @@ def check_adds_only(pins: tuple[str, ...], toolchain: Toolchain, recipe: Path) -
                               "replaces one: remove it from build.requires")
 
 
-def directory(pins: tuple[str, ...], toolchain: Toolchain, cache: Path) -> Path:
+REQUIRES = "build-requires"  # the cache's folder of build and runtime requirements
+LIBRARIES = "host-libraries"  # ... of host libraries' wheels
+
+
+def directory(pins: tuple[str, ...], toolchain: Toolchain, cache: Path,
+              folder: str = REQUIRES) -> Path:
     """Where `pins` are installed for the toolchain's venv (its Python and CPU)."""
     key = hashlib.sha256("\n".join([str(toolchain.python), toolchain.platform,
                                     *sorted(pins)]).encode()).hexdigest()[:16]
-    return cache / "build-requires" / f"{toolchain.name}-py{toolchain.python_version}-{key}"
+    return cache / folder / f"{toolchain.name}-py{toolchain.python_version}-{key}"
 
 
 def ensure(pins: tuple[str, ...], toolchain: Toolchain, cache: Path,
-           what: str = "the build requirements") -> Path | None:
+           what: str = "the build requirements", folder: str = REQUIRES) -> Path | None:
     """The directory holding `pins` (`what` they are) for this toolchain, installed on first
-    use; None when none applies."""
+    use (in the cache's `folder`); None when none applies."""
     wanted = applicable(pins, toolchain)
     if not wanted:
         return None
-    root = directory(wanted, toolchain, cache)
+    root = directory(wanted, toolchain, cache, folder)
     if not (root / COMPLETE).is_file():
         root.parent.mkdir(parents=True, exist_ok=True)
         with exclusive_lock(root.parent / f"{root.name}.lock"):
@@ -125,16 +132,17 @@ class RuntimeNeeds:
         return RuntimeNeeds((), (*self.left_out, *(LeftOut(pin, why) for pin in self.pins)))
 
 
-def runtime_needs(wheel: Path, toolchain: Toolchain) -> RuntimeNeeds:
-    """The wheel's runtime requirements (Requires-Dist, markers evaluated for the toolchain)
-    that the toolchain does not hold, with what they need, each `NAME==VERSION` as pip of the
-    toolchain resolves them beside what its venv holds, wheels only, from the index pip uses;
-    none (and no pip run) when the toolchain holds every one. A requirement on a package the
-    toolchain holds is met by the toolchain's, as the build was. Left out, each with why: one
-    by URL (`x @ https://...`, which a package's metadata could point anywhere: not fetched),
-    and those pip cannot resolve (the others are resolved without them)."""
+def runtime_needs(wheel: Path, toolchain: Toolchain, extra: tuple[str, ...] = ()
+                  ) -> RuntimeNeeds:
+    """The wheel's runtime requirements (Requires-Dist, and `extra`; markers evaluated for the
+    toolchain) that the toolchain does not hold, with what they need, each `NAME==VERSION` as
+    pip of the toolchain resolves them beside what its venv holds, wheels only, from the index
+    pip uses; none (and no pip run) when the toolchain holds every one. A requirement on a
+    package the toolchain holds is met by the toolchain's, as the build was. Left out, each
+    with why: one by URL (`x @ https://...`, which a package's metadata could point anywhere:
+    not fetched), and those pip cannot resolve (the others are resolved without them)."""
     held = {pin_name(pin) for pin in toolchain.pins}
-    wanted = [req for req in applicable(wheel_requirements(wheel), toolchain)
+    wanted = [req for req in applicable((*wheel_requirements(wheel), *extra), toolchain)
               if pin_name(req) not in held]
     by_url = tuple(LeftOut(req, "a requirement by URL is not fetched") for req in wanted
                    if Requirement(req).url is not None)

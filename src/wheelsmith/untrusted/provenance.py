@@ -46,6 +46,8 @@ class Provenance:
     extra_env: dict[str, str]  # --env NAME=VALUE of the build
     record: dict[str, Any]
     binaries: dict[str, Any] | None = None  # its audit's summary (`binary_summary`)
+    # the host libraries' wheels installed beside the toolchain for its build: (name, version)
+    libraries: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, node: Node) -> Provenance:
@@ -69,7 +71,9 @@ class Provenance:
             host_only=tuple(n.text() for n in node.optional("host_only", Node.items) or ()),
             extra_env={name: value.text() for name, value in env.items()},
             record={key: value.value for key, value in node.entries().items()},
-            binaries=binary_summary(node) if node.get("audit") is not None else None)
+            binaries=binary_summary(node) if node.get("audit") is not None else None,
+            libraries=tuple(_installed(n) for n in node.optional("libraries", Node.items) or ()
+                            if n.optional("from", Node.text) == "installed"))
 
 
 _PYTHON_RE = re.compile(r"\d+\.\d+")
@@ -120,6 +124,14 @@ def check_summary(node: Node) -> dict[str, Any]:
                                        "a symbol version"),
             "torch": single("torch", TORCH_RE, "a torch version"),
             "sass": listed("sass", SM_RE, "an arch"), "ptx": listed("ptx", SM_RE, "an arch")}
+
+
+def _installed(node: Node) -> tuple[str, str]:
+    """A host library's wheel installed for the build: its project and version."""
+    project, version = node.optional("project", Node.name), node.optional("version", _version)
+    if project is None or version is None:
+        raise node.fail("a library installed for the build names no project and version")
+    return project, version
 
 
 def _version(node: Node) -> str:
