@@ -86,7 +86,11 @@ class Said:
     lines: list[str] = field(default_factory=list)
 
     def stage(self, name: str, detail: str) -> None:
-        self.reporter.stage(name, detail)
+        if name != "configured":  # the check's outcome: its read-back finding says it
+            self.reporter.stage(name, detail)
+
+    def progress(self, done: int, total: int) -> None:
+        self.reporter.progress(done, total)
 
     def finding(self, line: str) -> None:
         self.lines.append(line)
@@ -101,7 +105,7 @@ def _checked(found: findings.Findings, destination: Path, said: Said) -> check.C
     """The check, its build's stages and compile progress on the same reporter; what it read
     back told (a failed check's outcome is its error, said once, at the end) and written into
     the recipe."""
-    checked = check.sample_check(found.sdist, destination, said.reporter,
+    checked = check.sample_check(found.sdist, destination, said,
                                  cuda_only=found.kind == "cuda", pure=found.kind == "pure")
     said.stage("read back", "what the check showed, into the recipe")
     read_back = dataclasses.replace(found, checked=checked)

@@ -317,5 +317,6 @@ def summary(lines: list[str]) -> str:
     """The last word on the findings told: how many, by severity."""
     counts = Counter(severity(line) for line in lines)
     total = sum(counts[level] for level in SEVERITIES)
-    return (f"{total} finding(s): {counts['todo']} to do by hand (todo), {counts['fixed']} "
-            f"fixed in the recipe or its patches, {counts['info']} for information")
+    return (f"{total} finding{'' if total == 1 else 's'}: {counts['todo']} to do by hand "
+            f"(todo), {counts['fixed']} fixed in the recipe or its patches, {counts['info']} "
+            "for information")
