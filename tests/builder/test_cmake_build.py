@@ -272,10 +272,10 @@ def test_recipe_new_lets_cmake_4_configure_a_project_that_asks_for_an_old_policy
     made = wheelsmith("recipe", "new", f"{name}==0.1.0", "--recipes", "mine", cwd=project)
     assert made.returncode == 0, made.stdout + made.stderr
     said = made.stdout.splitlines()
-    assert 'csrc/CMakeLists.txt:1: cmake_minimum_required(VERSION 3.1) asks for a CMake policy ' \
-           "version older than the toolchain's CMake takes (3.5): build.env " \
+    assert 'fixed: csrc/CMakeLists.txt:1: cmake_minimum_required(VERSION 3.1) asks for a CMake ' \
+           "policy version older than the toolchain's CMake takes (3.5): build.env " \
            'CMAKE_POLICY_VERSION_MINIMUM: "3.5"' in said
-    assert "check: build.ninja targets tinycmake: SASS sm_120, compiled version.cpp.o and " \
+    assert "info: check: build.ninja targets tinycmake: SASS sm_120, compiled version.cpp.o and " \
            "add_kernel.cu.o" in said
     recipe = project / "mine" / "recipes" / f"{name}.yaml"
     assert dict(load_recipe(recipe).env) == {"CMAKE_POLICY_VERSION_MINIMUM": "3.5"}

@@ -15,7 +15,7 @@ from tests.recipes.test_setup_py_patterns import findings, tree_with
 from wheelsmith.builder import resume
 from wheelsmith.builder.shipped import record, recorded, refuse_passed_through
 from wheelsmith.errors import VerifyError
-from wheelsmith.scaffold import render, sdist
+from wheelsmith.scaffold import report, sdist
 from wheelsmith.untrusted.elf import ELF_MAGIC
 
 PAYLOADS = st.binary(min_size=0, max_size=64)
@@ -111,10 +111,10 @@ def test_recipe_new_names_the_prebuilt_binaries_an_sdist_ships(tmp_path: Path) -
                       f"int v(void) {{ return {version}; }}")
     (tree / "demo" / "not_elf.so").write_text("a text file with a .so name")
     found = dataclasses.replace(findings(tree), prebuilt=sdist.prebuilt_binaries(tree))
-    lines = render.report_lines(found)
+    lines = report.report_lines(found)
     assert "demo/libdemo_cuda110.so: patch needed: the sdist ships 4 prebuilt binary file(s) " \
            "(demo/libdemo_cuda110.so, demo/libdemo_cuda118.so, demo/libdemo_cuda120.so, ...): " \
            "a wheel that holds one is refused (wheelsmith builds from source): patch them out " \
            "and build them from their sources, or the package has no source build" in lines
     assert "patches: none of the standard ones is needed" not in lines
-    assert "patches: none of the standard ones is needed" in render.report_lines(findings(tree))
+    assert "patches: none of the standard ones is needed" in report.report_lines(findings(tree))

@@ -147,17 +147,17 @@ def test_recipe_new_pins_the_backend_and_the_build_imports_it_beside_the_toolcha
     made = wheelsmith("recipe", "new", "tiny-pure==0.1.0", "--recipes", "mine", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     said = made.stdout.splitlines()
-    assert said[1] == ("kind: pure: pyproject.toml's backend builds pure Python and the sdist "
-                       "holds no .cu file")
+    assert said[1] == ("info: kind: pure: pyproject.toml's backend builds pure Python and the "
+                       "sdist holds no .cu file")
     recipe = load_recipe(tmp_path / "mine" / "recipes" / "tiny-pure.yaml")
     names = [pin.split("==")[0] for pin in recipe.build_requires]
     assert "hatchling" in names
     assert all("==" in pin for pin in recipe.build_requires)
-    assert said[2] == (f"build.requires: {', '.join(recipe.build_requires)}: the build "
+    assert said[2] == (f"fixed: build.requires: {', '.join(recipe.build_requires)}: the build "
                        f"requirements the toolchain {toolchain.name} lacks, with what they need "
                        "(pyproject.toml), installed beside it for each build")
-    assert said[-3].startswith("check: built tiny_pure-0.1.0+cu.13.0.torch.")
-    assert said[-3].endswith("-none-any.whl and passed its smoke test")
+    assert said[-4].startswith("info: check: built tiny_pure-0.1.0+cu.13.0.torch.")
+    assert said[-4].endswith("-none-any.whl and passed its smoke test")
 
     built = wheelsmith("build", "tiny-pure", "--recipes", "mine", "--json", "--out", "out",
                        "--work-dir", "work", cwd=tmp_path)
@@ -295,9 +295,10 @@ def test_build_requirements_pip_cannot_pin_are_not_written_and_recipe_new_says_w
     monkeypatch.setenv("WHEELSMITH_INDEX_URL", served_sdist(
         tmp_path, build_requires=("hatchling", "wheelsmith-no-such-project>=1")))
     made = wheelsmith("recipe", "new", "tiny-pure==0.1.0", "--recipes", "mine", cwd=tmp_path)
-    [line] = [line for line in made.stdout.splitlines() if line.startswith("build.requires")]
+    [line] = [line for line in made.stdout.splitlines()
+              if line.startswith("todo: build.requires")]
     assert line.startswith(
-        "build.requires: not written, pip could not pin hatchling, "
+        "todo: build.requires: not written, pip could not pin hatchling, "
         "wheelsmith-no-such-project>=1: pip's resolution of the build requirements failed"), line
     assert made.returncode == 9, made.stderr
     assert "build:" not in (tmp_path / "mine" / "recipes" / "tiny-pure.yaml").read_text()

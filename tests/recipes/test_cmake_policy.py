@@ -17,7 +17,7 @@ from tests.recipes.test_setup_py_patterns import SDIST, recipe_body, tree_with
 from wheelsmith.builder.diagnose import SIGNATURES
 from wheelsmith.recipes.envnames import protection
 from wheelsmith.recipes.model import load_recipe
-from wheelsmith.scaffold import render, setup_py
+from wheelsmith.scaffold import render, report, setup_py
 from wheelsmith.scaffold.cmake import POLICY_MINIMUM, cmake_lines, old_policies, read_cmake
 from wheelsmith.scaffold.findings import Findings
 from wheelsmith.scaffold.sdist import Metadata
@@ -98,7 +98,7 @@ def test_the_policy_minimum_is_in_the_recipe_with_the_call_that_needs_it(tmp_pat
         f"a CMake policy version older than the toolchain's CMake takes (3.5): {setting}",
         "third_party/pybind11/CMakeLists.txt:4: cmake_policy(VERSION 3.1...3.4) asks for a CMake "
         f"policy version older than the toolchain's CMake takes (3.5): {setting}"]
-    assert all(line in render.report_lines(found) for line in cmake_lines(side))
+    assert all(line in report.report_lines(found) for line in cmake_lines(side))
     assert '  env:\n    CMAKE_POLICY_VERSION_MINIMUM: "3.5"  # third_party/pybind11/' \
            'CMakeLists.txt:2: cmake_minimum_required(VERSION 2.8.12) (and 1 more)\n' in \
            recipe_body(found)

@@ -14,7 +14,7 @@ from wheelsmith.arch import ArchSet
 from wheelsmith.builder.verify import findings as gate_findings
 from wheelsmith.inventory import DeviceCode
 from wheelsmith.recipes.model import load_recipe
-from wheelsmith.scaffold import render
+from wheelsmith.scaffold import render, report
 from wheelsmith.scaffold.check import Checked
 from wheelsmith.scaffold.sdist import Sdist
 
@@ -32,7 +32,7 @@ def test_a_cuda_extension_whose_build_ninja_has_only_cpp_rules_becomes_host_only
     checked = Checked(CHECK_LINE, ("_scatter_cpu", "_version_cpu", "_version_cuda"))
     read = dataclasses.replace(read, sdist=Sdist("demo", "1.0", "demo-1.0.tar.gz", "ab" * 32))
     found = dataclasses.replace(read, checked=checked)
-    assert render.report_lines(found)[-2:] == [
+    assert report.report_lines(found)[-2:] == [
         CHECK_LINE,  # the _cpu twins were host_only from setup.py already: no line of their own
         'check: _version_cuda compiles no CUDA (build.ninja has only C++ rules): '
         'build.host_only "demo/_version_cuda*.so"']
@@ -52,7 +52,7 @@ def test_a_cpp_only_extension_no_setup_py_name_places_is_named_without_a_glob(
     read = findings(tree_with(tmp_path, "from torch.utils.cpp_extension import CUDAExtension\n"
                               "a = CUDAExtension(name=ext_name(), sources=computed())\n"))
     found = dataclasses.replace(read, checked=Checked(CHECK_LINE, ("_helpers",)))
-    assert render.report_lines(found)[-1] == (
+    assert report.report_lines(found)[-1] == (
         "check: _helpers compiles no CUDA (build.ninja has only C++ rules), but no "
         "extension name in setup.py says where it lies in the wheel: add its path to "
         "build.host_only")
@@ -61,6 +61,6 @@ def test_a_cpp_only_extension_no_setup_py_name_places_is_named_without_a_glob(
 
 def test_without_the_check_the_findings_and_recipe_are_setup_py_s_alone(tmp_path: Path) -> None:
     read = findings(tree_with(tmp_path, PYG, "csrc/scatter.cpp"), ("demo",))
-    assert render.report_lines(read)[-1] == (
+    assert report.report_lines(read)[-1] == (
         "sources: setup.py computes them; check the sdist holds them")
     assert read.host_only == ("demo/_*_cpu*.so",)

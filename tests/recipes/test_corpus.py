@@ -120,12 +120,12 @@ def checked(project: Path, spec: str) -> tuple[str, str]:
         why = reason(err).removeprefix("the check of the new recipe failed: ")
         hint = next((line for line in err.splitlines() if line.startswith("hint: ")), "")
         return why, hint
-    lacks = next((line for line in out.splitlines() if line.startswith("the sdist lacks")),
-                 None)
+    lacks = next((line.removeprefix("todo: ") for line in out.splitlines()
+                  if line.startswith("todo: the sdist lacks")), None)
     if lacks:
         return lacks, ""
-    found = [line.removeprefix("check: ") for line in out.splitlines()
-             if line.startswith("check: ")]
+    found = [line.split("check: ", 1)[1] for line in out.splitlines()
+             if line.startswith(("info: check: ", "fixed: check: ", "todo: check: "))]
     if not found:
         return "recipe new printed no check line", ""
     return CONFIGURED, "; ".join(found)

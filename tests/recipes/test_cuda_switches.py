@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tests.recipes.test_setup_py_patterns import findings, recipe_body, tree_with
 from wheelsmith.recipes.model import load_recipe
-from wheelsmith.scaffold import render, switches
+from wheelsmith.scaffold import render, report, switches
 
 WORDS = (switches.SWITCH_WORDS | switches.CUDA_WORDS | switches.OPS_WORDS
          | switches.NOT_A_SWITCH | switches.OTHER_VENDORS | switches.ACCELERATOR_WORDS
@@ -117,7 +117,7 @@ def test_a_chooser_no_reading_tells_the_cuda_value_of_is_said_to_be_one_and_not_
     assert found.env == ()
     assert f"{where}:{line}: {variable} may decide whether its CUDA build is made ({how}), but " \
            "which value turns it on cannot be told from how it is read: set it in build.env " \
-           "if the check finds nothing to compile for the GPU" in render.report_lines(found)
+           "if the check finds nothing to compile for the GPU" in report.report_lines(found)
 
 
 @given(prefix=PREFIX, flag=st.tuples(FLAG_NAMES, FLAG_READS), chooser=CHOOSER_NAMES,
@@ -145,7 +145,7 @@ def test_the_switches_of_a_module_of_its_own_go_into_the_recipe_with_where_they_
     assert found.env == ((ops, value, f"setup.py:{line}: {how}"),
                          (accelerator, cuda, f'tools/build_cfg.py:5: compared with "{cuda}"'))
     assert f'tools/build_cfg.py:5: {accelerator} (compared with "{cuda}") turns its CUDA build ' \
-           f'on: build.env {accelerator}: "{cuda}"' in render.report_lines(found)
+           f'on: build.env {accelerator}: "{cuda}"' in report.report_lines(found)
     body = recipe_body(found)
     assert f'    {accelerator}: "{cuda}"  # tools/build_cfg.py:5: compared with "{cuda}"\n' in body
     assert f'    {ops}: "{value}"  # setup.py:{line}: {how}\n' in body

@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 
 from tests.conftest import REPO
 from tests.recipes.test_setup_py_patterns import findings, tree_with
-from wheelsmith.scaffold import buildsystem, render
+from wheelsmith.scaffold import buildsystem, report
 from wheelsmith.scaffold.buildsystem import Imported, Pinned, requires_lines
 from wheelsmith.toolchain.profile import load_profile
 
@@ -135,4 +135,4 @@ def test_psutil_build_requires_pins_needs_no_patch(tmp_path: Path) -> None:
         pins=("psutil==7.0.0",), imported=(Imported("psutil", "psutil", "setup.py:1"),)))
     assert pinned.needed == ()
     assert "setup.py:1: it imports psutil, which no build requirement names and the toolchain " \
-           f"{PROFILE.name} lacks: build.requires psutil==7.0.0" in render.report_lines(pinned)
+           f"{PROFILE.name} lacks: build.requires psutil==7.0.0" in report.report_lines(pinned)

@@ -134,10 +134,12 @@ def test_every_mechanical_class_is_patched_and_the_check_compiles(
                "0005-current-aten-api.patch"]
     assert [line.split(": wrote ")[1].split(":")[0] for line in found
             if ": wrote 000" in line] == written
-    assert "sources: the sdist holds all 5 the extensions compile" in found
+    assert "info: sources: the sdist holds all 5 the extensions compile" in found
     assert [line for line in found if "patch needed" in line] == []  # psutil, ROCm's download
-    assert found[-8:] == [
-        "check: build.ninja targets _C: SASS sm_120, compiled add.o and add_kernel.o",
+    assert found[-9:] == [
+        "info: check: build.ninja targets _C: SASS sm_120, compiled add.o and add_kernel.o",
+        "9 findings: 0 to do by hand (todo), 5 fixed in the recipe or its patches, "
+        "4 for information",
         "wrote mine/recipes/every-class.yaml",
         *[f"wrote mine/patches/every-class/0.1.0/{name}" for name in written],
         "next: wheelsmith build every-class --recipes mine"]
@@ -218,9 +220,9 @@ def test_a_check_that_compiles_nothing_for_the_gpu_fails_and_says_why(
         "nothing to compile for the GPU: its build generated no build.ninja with CUDA rules, "
         "so its wheel would hold no device code")
     line = 1 + next(i for i, text in enumerate(setup.splitlines()) if "TINY_DEVICE" in text)
-    assert f'setup.py:{line}: TINY_DEVICE may decide whether its CUDA build is made (compared ' \
-           'with "cpu", "tpu"), but which value turns it on cannot be told from how it is read: ' \
-           "set it in build.env if the check finds nothing to compile for the GPU" in \
+    assert f'todo: setup.py:{line}: TINY_DEVICE may decide whether its CUDA build is made ' \
+           '(compared with "cpu", "tpu"), but which value turns it on cannot be told from how it ' \
+           "is read: set it in build.env if the check finds nothing to compile for the GPU" in \
            made.stdout.splitlines()
     assert said[1].startswith(
         f"hint: its build reads TINY_DEVICE (setup.py:{line}): set the ones that turn its CUDA "
@@ -264,11 +266,11 @@ def test_switches_a_module_of_its_own_reads_are_set_before_the_check(
     made = wheelsmith("recipe", "new", "own-switches==0.1.0", "--recipes", "mine", cwd=tmp_path)
     assert made.returncode == 0, made.stdout + made.stderr
     said = made.stdout.splitlines()
-    assert 'tiny_build/config.py:7: TINY_ACCELERATOR (compared with "cuda") turns its CUDA build ' \
-           'on: build.env TINY_ACCELERATOR: "cuda"' in said
-    assert 'setup.py:5: TINY_BUILD_OPS == "1" builds its CUDA extensions where no GPU is ' \
-           'visible: build.env TINY_BUILD_OPS: "1"' in said
-    assert any(line.startswith("check: build.ninja targets _C: SASS sm_120, compiled ")
+    assert 'fixed: tiny_build/config.py:7: TINY_ACCELERATOR (compared with "cuda") turns its ' \
+           'CUDA build on: build.env TINY_ACCELERATOR: "cuda"' in said
+    assert 'fixed: setup.py:5: TINY_BUILD_OPS == "1" builds its CUDA extensions where no ' \
+           'GPU is visible: build.env TINY_BUILD_OPS: "1"' in said
+    assert any(line.startswith("info: check: build.ninja targets _C: SASS sm_120, compiled ")
                for line in said), said
     recipe = tmp_path / "mine" / "recipes" / "own-switches.yaml"
     assert dict(load_recipe(recipe).env) == {"TINY_ACCELERATOR": "cuda", "TINY_BUILD_OPS": "1"}
@@ -298,9 +300,9 @@ def test_numpy_that_setup_py_imports_unrequired_is_pinned_and_the_check_builds_w
     recipe = load_recipe(tmp_path / "mine" / "recipes" / "numpy-headers.yaml")
     [numpy] = [pin for pin in recipe.build_requires if pin.startswith("numpy==")]
     said = made.stdout.splitlines()
-    assert "setup.py:2: it imports numpy, which no build requirement names and the toolchain " \
+    assert "fixed: setup.py:2: it imports numpy, which no build requirement names and the " \
            f"{toolchain.name} lacks: build.requires {numpy}" in said
-    assert any(line.startswith("check: build.ninja targets _C: SASS sm_120, compiled add.o")
+    assert any(line.startswith("info: check: build.ninja targets _C: SASS sm_120, compiled add.o")
                for line in said), said
 
 
@@ -325,5 +327,5 @@ def test_headers_of_the_libraries_torch_s_wheels_bring_are_on_the_include_path(
     made = wheelsmith("recipe", "new", "nvidia-headers==0.1.0", "--recipes", "mine",
                       cwd=tmp_path)
     assert made.returncode == 0, made.stderr
-    assert "check: build.ninja targets _C: SASS sm_120, compiled add.o and add_kernel.o" in \
-        made.stdout.splitlines()
+    assert "info: check: build.ninja targets _C: SASS sm_120, compiled add.o and add_kernel.o" \
+        in made.stdout.splitlines()

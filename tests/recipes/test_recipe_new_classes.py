@@ -28,7 +28,7 @@ from tests.conftest import REPO
 from tests.recipes.test_setup_py_patterns import applied, findings, recipe_body, tree_with
 from wheelsmith.errors import NoDeviceCodeError
 from wheelsmith.recipes.patch import apply_one
-from wheelsmith.scaffold import buildsystem, check, env_reads, patches, render
+from wheelsmith.scaffold import buildsystem, check, env_reads, patches, render, report
 from wheelsmith.toolchain.profile import load_profile
 from wheelsmith.toolchain.venv import MARKER, venv_root
 
@@ -37,7 +37,7 @@ CUDA_EXT = ("from torch.utils.cpp_extension import CUDAExtension\n"
 
 
 def lines(tree: Path, *, cxx20: bool = True) -> list[str]:
-    return render.report_lines(findings(tree, cxx20=cxx20))[1:]
+    return report.report_lines(findings(tree, cxx20=cxx20))[1:]
 
 
 # --- -std=c++17 under a torch that needs C++20 -----------------------------------------------
@@ -562,7 +562,7 @@ def test_vllms_missing_build_requirements_are_patch_needed_lines(tmp_path: Path)
     profile = load_profile(REPO / "toolchains" / "cu130-torch2.14.yaml")
     found = dataclasses.replace(findings(tree), unheld=buildsystem.unheld_imports(tree, profile),
                                 toolchain=profile.name)
-    said = [line for line in render.report_lines(found) if "build requirement" in line]
+    said = [line for line in report.report_lines(found) if "build requirement" in line]
     assert said == [
         f"setup.py:{line}: patch needed: it imports {module}, a build requirement "
         f"({requirement}) the toolchain cu130-torch2.14 does not hold: wheelsmith builds with "

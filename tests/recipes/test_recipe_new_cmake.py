@@ -35,19 +35,21 @@ def test_natten_is_read_as_the_setup_py_driven_cmake_build_it_is(
                       cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     assert made.stdout.splitlines() == [
-        f"sdist: natten-0.21.7.tar.gz sha256 {NATTEN}",
-        "setup.py:55: arch variable NATTEN_CUDA_ARCH: the package's own (not "
+        f"info: sdist: natten-0.21.7.tar.gz sha256 {NATTEN}",
+        "fixed: setup.py:55: arch variable NATTEN_CUDA_ARCH: the package's own (not "
         "TORCH_CUDA_ARCH_LIST); arch.env, format torch (12.0)",
-        "setup.py:66: NATTEN_BUILD_DIR names its CMake build directory (else a temporary one): "
-        "build.build_dir_env, so a build resumes from build/cmake",
-        "its CMake files ask for an older C++ standard than torch's headers need: wrote "
+        "fixed: setup.py:66: NATTEN_BUILD_DIR names its CMake build directory (else a temporary "
+        "one): build.build_dir_env, so a build resumes from build/cmake",
+        "info: cmake: setup.py:396 runs cmake; its project compiles CUDA "
+        "(csrc/CMakeLists.txt:4): built with Ninja through the pre-build check",
+        "info: setup.py:521: extension natten.libnatten (Extension): built by CMake, whose "
+        "project compiles CUDA (csrc/CMakeLists.txt:4)",
+        "info: sources: CMake's (the check reads what its build.ninja compiles)",
+        "fixed: its CMake files ask for an older C++ standard than torch's headers need: wrote "
         "0001-cxx20-for-newer-torch-headers.patch: C++20 in the CMake project, as the "
         "toolchain's torch headers need (it asks for an older standard)",
-        "setup.py:521: extension natten.libnatten (Extension): built by CMake, whose project "
-        "compiles CUDA (csrc/CMakeLists.txt:4)",
-        "cmake: setup.py:396 runs cmake; its project compiles CUDA (csrc/CMakeLists.txt:4): "
-        "built with Ninja through the pre-build check",
-        "sources: CMake's (the check reads what its build.ninja compiles)",
+        "7 findings: 0 to do by hand (todo), 3 fixed in the recipe or its patches, "
+        "4 for information",
         "wrote mine/recipes/natten.yaml",
         "wrote mine/patches/natten/0.21.7/0001-cxx20-for-newer-torch-headers.patch",
         "next: wheelsmith build natten --recipes mine --check"]
@@ -206,8 +208,9 @@ def test_natten_configures_with_libnattens_cuda_objects_targeting_exactly_sm_120
     no compile."""
     made = wheelsmith("recipe", "new", "natten==0.21.7", "--recipes", "mine", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
-    checked = next(line for line in made.stdout.splitlines() if line.startswith("check: "))
-    assert checked.startswith("check: build.ninja targets libnatten: SASS sm_120, compiled "
+    checked = next(line for line in made.stdout.splitlines()
+                   if line.startswith("info: check: "))
+    assert checked.startswith("info: check: build.ninja targets libnatten: SASS sm_120, compiled "
                               "natten.cpp.o and "), checked
     built = wheelsmith("build", "natten", "--recipes", "mine", "--configure-only", "--arch",
                        "12.0", "--json", "--work-dir", "work", "--out", "out", cwd=tmp_path)
@@ -232,10 +235,10 @@ def test_llama_cpp_python_is_checked_in_the_cuda_only_channel(
                       cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     lines = made.stdout.splitlines()
-    assert "check: the package builds the arch-specific variant of the default arch itself: " \
-           'arch.default ["12.0a"]' in lines
-    checked = next(line for line in lines if line.startswith("check: build.ninja"))
-    assert checked.startswith("check: build.ninja targets ggml-cuda: SASS sm_120a, compiled ")
+    assert "fixed: check: the package builds the arch-specific variant of the default arch " \
+           'itself: arch.default ["12.0a"]' in lines
+    checked = next(line for line in lines if line.startswith("info: check: build.ninja"))
+    assert checked.startswith("info: check: build.ninja targets ggml-cuda: SASS sm_120a, compiled ")
     recipe = load_recipe(tmp_path / "mine" / "recipes" / "llama-cpp-python.yaml")
     assert str(recipe.arch.default) == "12.0a"
     assert "*/libllama.so*" in recipe.host_only

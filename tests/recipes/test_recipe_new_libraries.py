@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tests.conftest import REPO
 from tests.recipes.test_setup_py_patterns import findings, recipe_body, tree_with
 from wheelsmith.recipes.model import load_recipe
-from wheelsmith.scaffold import render
+from wheelsmith.scaffold import render, report
 from wheelsmith.scaffold.libraries import KNOWN, detect
 from wheelsmith.scaffold.rebase import Base
 from wheelsmith.toolchain.profile import load_profile
@@ -148,7 +148,7 @@ def test_recipe_new_writes_the_entry_and_the_finding(tmp_path: Path) -> None:
     (tree / "csrc" / "comm.cu").write_text("// x\n#include <nccl.h>\n")
     (tree / "csrc" / "io.cpp").write_text("#include <hdf5.h>\n")
     found = dataclasses.replace(findings(tree), libraries=detect(tree, TORCH))
-    assert [line for line in render.report_lines(found) if "it needs" in line] == [
+    assert [line for line in report.report_lines(found) if "it needs" in line] == [
         "csrc/comm.cu:2: it needs NCCL (includes nccl.h): build.libraries nvidia-nccl-cu13",
         "csrc/io.cpp:1: it needs HDF5 (includes hdf5.h): no wheel provides it (it is no NVIDIA "
         "wheel): give build.libraries an archive of its install prefix (archive: {url, "

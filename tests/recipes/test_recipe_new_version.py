@@ -42,22 +42,22 @@ def test_mamba_ssm_2_3_2_post1_starts_from_the_shipped_recipe_and_its_patches(
                       "--no-configure", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     lines = made.stdout.splitlines()
-    assert lines[:6] == [
-        f"sdist: mamba_ssm-2.3.2.post1.tar.gz sha256 {SDIST}",
-        f"starts from the shipped recipe {SHIPPED} (mamba-ssm 2.3.1): its arch knob, build "
-        "variables, memory, host_only and smoke test",
-        "carried over: 0001-honour-torch-cuda-arch-list.patch of 2.3.1 no longer applies: hunk "
-        "#1 (@@ -172,36 +172,39 @@) of 0001-honour-torch-cuda-arch-list.patch: setup.py:175 is "
-        "'# If system CUDA and PyTorch CUDA have different major versions,', the patch expects "
-        "'if bare_metal_version <= Version(\"12.9\"):'",
-        "carried over: 0002-clear-error-without-nvcc.patch: applies as it is",
-        "carried over: 0003-never-download-prebuilt-wheel.patch: rebased (hunk #1 on setup.py "
-        "-2 line(s))",
-        "carried over: 0004-cxx20-for-newer-torch-headers.patch: rebased (hunk #1 on setup.py "
-        "-6 line(s))"]
-    assert "setup.py:182: hard-coded -gencode list: wrote 0004-honour-torch-cuda-arch-list.patch"\
-        ": keep the hard-coded -gencode list only when TORCH_CUDA_ARCH_LIST is unset, so torch " \
-        "emits exactly the requested archs" in lines
+    assert lines[0] == f"info: sdist: mamba_ssm-2.3.2.post1.tar.gz sha256 {SDIST}"
+    assert lines[3:8] == [  # after setup.py's own lines: the carry reads them first
+        f"info: starts from the shipped recipe {SHIPPED} (mamba-ssm 2.3.1): its arch knob, "
+        "build variables, memory, host_only and smoke test",
+        "todo: carried over: 0001-honour-torch-cuda-arch-list.patch of 2.3.1 no longer "
+        "applies: hunk #1 (@@ -172,36 +172,39 @@) of 0001-honour-torch-cuda-arch-list.patch: "
+        "setup.py:175 is '# If system CUDA and PyTorch CUDA have different major versions,', "
+        "the patch expects 'if bare_metal_version <= Version(\"12.9\"):'",
+        "info: carried over: 0002-clear-error-without-nvcc.patch: applies as it is",
+        "info: carried over: 0003-never-download-prebuilt-wheel.patch: rebased (hunk #1 on "
+        "setup.py -2 line(s))",
+        "info: carried over: 0004-cxx20-for-newer-torch-headers.patch: rebased (hunk #1 on "
+        "setup.py -6 line(s))"]
+    assert "fixed: setup.py:182: hard-coded -gencode list: wrote " \
+        "0004-honour-torch-cuda-arch-list.patch: keep the hard-coded -gencode list only when " \
+        "TORCH_CUDA_ARCH_LIST is unset, so torch emits exactly the requested archs" in lines
     assert not [line for line in lines if "patch needed" in line]  # the carried ones cover them
     assert lines[-6:] == [
         "wrote mine/recipes/mamba-ssm.yaml",
@@ -190,8 +190,9 @@ def test_the_new_versions_check_compiles_its_sample_for_12_0(
     made = wheelsmith("recipe", "new", "mamba-ssm==2.3.2.post1", "--recipes", "mine",
                       cwd=tmp_path)
     assert made.returncode == 0, made.stderr
-    checked = next(line for line in made.stdout.splitlines() if line.startswith("check: "))
-    assert checked.startswith("check: build.ninja targets selective_scan_cuda: SASS sm_120, "
+    checked = next(line for line in made.stdout.splitlines()
+                   if line.startswith("info: check: "))
+    assert checked.startswith("info: check: build.ninja targets selective_scan_cuda: SASS sm_120, "
                               "compiled "), checked
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tests.recipes.test_setup_py_patterns import findings, tree_with
 from wheelsmith.recipes.patch import apply_one, read_exactly, write_exactly
-from wheelsmith.scaffold import aten_api, render
+from wheelsmith.scaffold import aten_api, report
 
 CUDA_EXT = ("from torch.utils.cpp_extension import CUDAExtension\n"
             "e = CUDAExtension('demo._C', ['csrc/k.cu'])\n")
@@ -125,7 +125,7 @@ def test_thc_is_named_with_its_file_and_line_for_a_hand_made_patch(tmp_path: Pat
     for name in ("csrc/k.cu", "csrc/ops.cpp", "tests/t.cu"):
         (tree / name).write_text("#include <torch/extension.h>\n  #  include <THC/THC.h>\n")
     found = dataclasses.replace(findings(tree), thc=aten_api.thc_includes(tree))
-    assert render.report_lines(found)[-2:] == [
+    assert report.report_lines(found)[-2:] == [
         "csrc/k.cu:2: patch needed: it includes THC/THC.h, which torch removed in 1.11: port "
         "what it uses by hand (THCudaCheck -> C10_CUDA_CHECK, the THCState stream -> "
         "at::cuda::getCurrentCUDAStream() from ATen/cuda/CUDAContext.h)",

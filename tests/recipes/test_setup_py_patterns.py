@@ -12,7 +12,7 @@ import pytest
 
 from wheelsmith.builder.compilesetup import ninja_switched_off
 from wheelsmith.recipes.patch import apply_one
-from wheelsmith.scaffold import patches, render, setup_py
+from wheelsmith.scaffold import patches, render, report, setup_py
 from wheelsmith.scaffold.findings import Findings
 from wheelsmith.scaffold.sdist import Metadata, Sdist
 
@@ -111,7 +111,7 @@ def test_force_cuda_a_cpp_twin_and_no_ninja_give_env_host_only_and_the_ninja_pat
         tmp_path: Path) -> None:
     tree = tree_with(tmp_path, PYG, "csrc/scatter.cpp", "csrc/cuda/scatter_cuda.cu")
     found = findings(tree, ("demo",))
-    assert render.report_lines(found) == [
+    assert report.report_lines(found) == [
         SDIST_LINE,
         'setup.py:9: FORCE_CUDA == "1" builds its CUDA extensions where no GPU is visible: '
         'build.env FORCE_CUDA: "1"',
@@ -138,7 +138,7 @@ def test_a_dao_style_setup_gets_its_force_variable_and_an_arch_patch_that_applie
         tmp_path: Path) -> None:
     tree = tree_with(tmp_path, DAO, "csrc/demo.cpp", "csrc/demo_kernel.cu")
     found = findings(tree)
-    assert render.report_lines(found) == [
+    assert report.report_lines(found) == [
         SDIST_LINE,
         'setup.py:5: DEMO_FORCE_BUILD == "TRUE" builds from source instead of fetching a '
         'prebuilt wheel: build.env DEMO_FORCE_BUILD: "TRUE"',
@@ -172,7 +172,7 @@ def test_a_gencode_list_literal_is_left_to_a_hand_written_patch(tmp_path: Path) 
                      "k.cu")
     found = findings(tree)
     assert found.written == ()
-    assert render.report_lines(found)[-1] == (
+    assert report.report_lines(found)[-1] == (
         "setup.py:3: patch needed: honour-torch-cuda-arch-list: setup.py passes its own "
         "-gencode list and ignores TORCH_CUDA_ARCH_LIST (start from "
         "patches/mamba-ssm/2.3.1/0001-honour-torch-cuda-arch-list.patch)")
@@ -191,7 +191,7 @@ def test_a_cuda_switch_read_from_the_environment_is_set_to_what_it_is_compared_w
         tmp_path: Path, condition: str, expected: str) -> None:
     tree = tree_with(tmp_path, "import os\nfrom torch.utils.cpp_extension import CUDAExtension\n"
                      f"{condition}    ext = CUDAExtension('demo._C', ['a.cu'])\n", "a.cu")
-    assert render.report_lines(findings(tree))[1] == expected
+    assert report.report_lines(findings(tree))[1] == expected
 
 
 def test_setup_requires_is_dropped_by_a_written_patch(tmp_path: Path) -> None:
@@ -201,7 +201,7 @@ def test_setup_requires_is_dropped_by_a_written_patch(tmp_path: Path) -> None:
                      "    setup_requires=['psutil', 'ninja'],\n"
                      "    ext_modules=[CUDAExtension('demo._C', ['a.cu'])],\n)\n", "a.cu")
     found = findings(tree)
-    assert render.report_lines(found)[1] == (
+    assert report.report_lines(found)[1] == (
         "setup.py:5: setup_requires: wrote 0001-no-setup-requires.patch: setup_requires would "
         "make setuptools download in the offline build; the toolchain provides the build's "
         "dependencies")
@@ -218,7 +218,7 @@ def test_an_include_directory_missing_from_the_sdist_asks_for_the_git_source(
                      '              include_dirs=[f"{cwd}/third_party/cutlass/include/"])\n',
                      "csrc/ops.cu")
     (tree / "third_party" / "cutlass").mkdir(parents=True)  # the empty submodule directory
-    assert render.report_lines(findings(tree))[2:4] == [
+    assert report.report_lines(findings(tree))[2:4] == [
         "the sdist lacks what its extensions compile: third_party/cutlass/include/; build from "
         "the repository instead:", "  source:"]
 
@@ -228,7 +228,7 @@ def test_a_cuda_extension_of_cpp_sources_only_is_host_only(tmp_path: Path) -> No
                      "a = CUDAExtension('demo._cublas_ops', ['ops.cpp'])\n"
                      "b = CUDAExtension('demo._kernels', ['k.cu'])\n", "ops.cpp", "k.cu")
     found = findings(tree)
-    assert render.report_lines(found)[1:3] == [
+    assert report.report_lines(found)[1:3] == [
         'setup.py:2: extension demo._cublas_ops (CUDAExtension) compiles no CUDA sources: '
         'build.host_only "demo/_cublas_ops*.so"',
         "setup.py:3: extension demo._kernels (CUDAExtension): CUDA"]
@@ -241,7 +241,7 @@ def test_an_extension_built_only_for_rocm_is_left_out(tmp_path: Path) -> None:
                      "if not IS_ROCM:\n    e = CUDAExtension('demo_cuda', ['k.cu'])\n"
                      "elif IS_ROCM:\n    e = CUDAExtension('demo_cuda', ['ck/absent.cu'])\n",
                      "k.cu")
-    assert render.report_lines(findings(tree))[1:] == [
+    assert report.report_lines(findings(tree))[1:] == [
         "setup.py:4: extension demo_cuda (CUDAExtension): CUDA",
         "sources: the sdist holds all 1 the extensions compile",
         "patches: none of the standard ones is needed"]
@@ -252,7 +252,7 @@ def test_never_pure_while_the_sdist_holds_a_cu_file(tmp_path: Path) -> None:
                      "csrc/k.cu")
     found = findings(tree)
     assert not found.pure
-    assert render.report_lines(found)[1] == (
+    assert report.report_lines(found)[1] == (
         "kind: extension: setup.py declares no extension wheelsmith can read, but the sdist "
         "holds 1 .cu file(s)")
     assert "kind: pure" not in recipe_body(found)
@@ -260,7 +260,7 @@ def test_never_pure_while_the_sdist_holds_a_cu_file(tmp_path: Path) -> None:
 
 def test_a_package_with_no_extension_and_no_cu_file_is_pure(tmp_path: Path) -> None:
     found = findings(tree_with(tmp_path, "from setuptools import setup\nsetup(name='demo')\n"))
-    assert render.report_lines(found)[1] == (
+    assert report.report_lines(found)[1] == (
         "kind: pure: setup.py declares no extension and the sdist holds no .cu file")
     assert recipe_body(found).startswith("kind: pure\nversions:")
 
@@ -281,7 +281,7 @@ def test_a_package_s_own_arch_variable_becomes_the_recipe_s_arch_knob(tmp_path: 
         'ext = CUDAExtension(name="demo_cuda", sources=[os.path.join("csrc", "demo.cu")])\n'),
         "csrc/demo.cu")
     found = findings(tree)
-    assert render.report_lines(found)[1:4] == [
+    assert report.report_lines(found)[1:4] == [
         "setup.py:7: hard-coded -gencode family: 80, 90a",
         "setup.py:4: arch variable DEMO_CUDA_ARCHS: the package's own; arch.env, format "
         "numbers, supported: its -gencode family",
@@ -303,7 +303,7 @@ def test_an_extension_class_chosen_in_a_branch_counts_as_cuda(tmp_path: Path) ->
                      "    extension = CUDAExtension\n    sources.append('csrc/kernel.cu')\n"
                      "ext = extension('demo._C', sources)\n", "csrc/ext.cpp", "csrc/kernel.cu")
     found = findings(tree)
-    assert render.report_lines(found)[2] == (
+    assert report.report_lines(found)[2] == (
         "setup.py:8: extension demo._C (extension: CUDAExtension or CppExtension): CUDA")
     assert found.host_only == ()
 
@@ -329,7 +329,7 @@ def test_an_arch_flag_in_a_list_literal_is_kept_only_without_the_arch_list(
                      "e = CUDAExtension('demo.k_cuda', ['k.cu'],\n"
                      "                  extra_compile_args=['-arch=compute_50'])\n", "k.cu")
     found = findings(tree)
-    assert render.report_lines(found)[1:3] == [
+    assert report.report_lines(found)[1:3] == [
         "setup.py:4: hard-coded -gencode family: 50",
         "setup.py:4: hard-coded -gencode list: wrote 0001-honour-torch-cuda-arch-list.patch: "
         "keep the hard-coded -gencode list only when TORCH_CUDA_ARCH_LIST is unset, so torch "

@@ -123,7 +123,8 @@ STARTED_ELSEWHERE = {
     ("resources/supervise.py", "os.execvp"): "the supervisor becomes the command it supervises",
     ("builder/prebuild.py", "os.execv"): "the launcher becomes the real ninja",
     ("builder/ninjafile.py", "subprocess.run"): "ninja's dry run (timeout=)",
-    ("builder/sample.py", "subprocess.run"): "the sample compile: a build step",
+    ("builder/sample.py", "subprocess.Popen"): "the sample compile: a build step, its output "
+                                               "streamed",
 }
 
 

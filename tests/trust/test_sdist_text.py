@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from wheelsmith.document import yaml_string
 from wheelsmith.recipes.model import load_recipe
-from wheelsmith.scaffold import patches, render, sdist, setup_py
+from wheelsmith.scaffold import patches, render, report, sdist, setup_py
 from wheelsmith.scaffold.findings import Findings
 from wheelsmith.untrusted.text import CONTROLS, one_line
 
@@ -84,7 +84,7 @@ def test_what_the_sdist_says_is_one_value_in_the_recipe_and_one_line_in_the_repo
     setup = setup_py.read_setup(tree)
     found = Findings(sdist.Sdist("demo", "1.0", "demo-1.0.tar.gz", "1" * 64),
                      sdist.read_metadata(tree), setup, patches.written(tree, setup, cxx20=True))
-    lines = render.report_lines(found)
+    lines = report.report_lines(found)
     assert [line for line in lines if CONTROLS.search(line) or "\n" in line] == []
     "\n".join(lines).encode()  # raises on a lone surrogate: a terminal or a file takes each
     written = render.write(found, root / "repo")[0]
@@ -113,7 +113,7 @@ def test_a_summary_module_and_extension_that_look_like_yaml_stay_values(tmp_path
     assert recipe.homepage == "[a, b] # c"
     assert recipe.smoke_imports == ("demo",)
     assert dict(recipe.env) == {"DEMO_FORCE_BUILD": "TRUE\nversions: []"}
-    assert render.report_lines(found)[-2:] == [
+    assert report.report_lines(found)[-2:] == [
         "smoke: x]: y is not a module name: left out of smoke.import",
         "smoke: demo._C, os]: [x is not a module name: left out of smoke.import"]
     assert json.dumps(list(recipe.smoke_imports)) == '["demo"]'

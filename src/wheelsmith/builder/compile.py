@@ -93,11 +93,13 @@ def offline_prefix() -> tuple[str, ...]:
 
 def progress_parser(on_progress: ProgressCallback | None,
                     on_plan: Callable[[str], None] | None = None,
-                    on_resume: Callable[[str], None] | None = None) -> Callable[[str], None]:
+                    on_resume: Callable[[str], None] | None = None,
+                    on_sample: Callable[[str], None] | None = None) -> Callable[[str], None]:
     """ninja's `[N/M]` to `on_progress`, less the steps that failed (ninja counts a step when
     it ends, then prints `FAILED:` for one that failed: a compile a time limit's drain stopped
     showed as done); the pre-build check's plan line to `on_plan`, its resume line (what an
-    unfinished build left) to `on_resume`."""
+    unfinished build left) to `on_resume`, a sample compile's start (`_C: add.o, add_kernel.o`:
+    the extension and its objects) to `on_sample`."""
     failed = 0
     last: tuple[int, int] | None = None
 
@@ -115,6 +117,8 @@ def progress_parser(on_progress: ProgressCallback | None,
             on_plan(text.removeprefix(PLAN_LINE))
         elif on_resume is not None and text.startswith(RESUME_LINE):
             on_resume(text.removeprefix(RESUME_LINE))
+        elif on_sample is not None and text.startswith(sample.STARTED_LINE):
+            on_sample(text.removeprefix(sample.STARTED_LINE).rpartition(" of ")[0])
 
     return on_line
 
@@ -142,6 +146,7 @@ def compile_wheel(
     on_progress: ProgressCallback | None = None,
     on_plan: Callable[[str], None] | None = None,
     on_resume: Callable[[str], None] | None = None,
+    on_sample: Callable[[str], None] | None = None,
     isolate_network: bool = True,
     view: PathView | None = None,
 ) -> Path:
@@ -165,7 +170,8 @@ def compile_wheel(
                 cmd.run([*prefix, *argv], cwd=Path(cwd) if cwd else source,
                         env={**env, **(extra_environ or {})}, log_file=log_file,
                         log_path=log_path, error=CompileError, what=f"the build of {what}",
-                        on_line=progress_parser(on_progress, on_plan, on_resume),
+                        on_line=progress_parser(on_progress, on_plan, on_resume,
+                                                        on_sample),
                         python_errors=False)  # the compiler's error first, below
 
             build_backend(source, toolchain.python, dist, run_hook, what=what, log_path=log_path)
@@ -272,6 +278,7 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
                             dist=work / "dist", log_path=log_path, on_progress=report.progress,
                             on_plan=on_plan,
                             on_resume=lambda line: report.stage("resuming", line),
+                            on_sample=lambda line: report.stage("compile", f"sample of {line}"),
                             isolate_network=not setup.needs_network, view=setup.view)
     except CompileError as exc:
         farm_done(setup, report, failed=True)  # the compile's own error is the one to show

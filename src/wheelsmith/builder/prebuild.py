@@ -216,7 +216,9 @@ def configured(text: str, ninja_file: Path, argv: list[str], found: Targets,
     sys.stderr.write(f"wheelsmith configure-only: {ninja_file.resolve()} "
                      f"({extension_name(text) or '?'}) targets "
                      f"{', '.join(sorted(found.sass)) or 'no CUDA'}; not compiled\n")
-    if samples and sample.compile_sample(os.environ[REAL_NINJA], argv, ninja_file, samples):
+    if samples and sample.compile_sample(
+            os.environ[REAL_NINJA], argv, ninja_file, samples,
+            extension_name(text) or ninja_file.parent.name):
         return sample.FAILED
     if ninjafile.from_cmake(text):
         sys.stderr.write(f"{CMAKE_STOP}{ninja_file.resolve()}: CMake's build stopped after "

@@ -114,20 +114,26 @@ def choose(ninja_text: str, directory: Path, seconds: Mapping[str, float]) -> tu
 
 
 def compile_sample(real_ninja: str, argv: list[str], ninja_file: Path,
-                   chosen: tuple[Unit, ...]) -> int:
+                   chosen: tuple[Unit, ...], extension: str) -> int:
     """Compile `chosen` with the real ninja as torch asked for the whole build (`argv`: its
-    -v, -j and any -C), so with build.ninja's own commands; the output goes to the build log.
-    0, or FAILED after the line that says which object failed and the compiler's first
-    error."""
+    -v, -j and any -C), so with build.ninja's own commands; the output goes to the build log
+    line by line as ninja writes it (its `[N/M]` lines are the check's progress), after the
+    line that names the extension and its samples. 0, or FAILED after the line that says which
+    object failed and the compiler's first error."""
     if not chosen:
         return 0
     names = ", ".join(Path(u.output).name for u in chosen)
-    sys.stderr.write(f"{STARTED_LINE}{names} of {ninja_file.resolve()}\n")
+    sys.stderr.write(f"{STARTED_LINE}{extension}: {names} of {ninja_file.resolve()}\n")
     sys.stderr.flush()
-    done = subprocess.run([real_ninja, *argv, *(u.output for u in chosen)],  # noqa: TID251 - a launcher inside the package's build, stdlib only
-                          capture_output=True, text=True, check=False)
-    output = done.stdout + done.stderr
-    sys.stderr.write(output)
+    with subprocess.Popen([real_ninja, *argv, *(u.output for u in chosen)],  # noqa: TID251 - a launcher inside the package's build, stdlib only
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as done:
+        said: list[str] = []
+        for line in done.stdout or ():
+            said.append(line)
+            sys.stderr.write(line)
+            sys.stderr.flush()
+    output = "".join(said)
     if done.returncode == 0:
         return 0
     stopped = _FAILED_RE.search(output)  # the step ninja saw fail first, and its output

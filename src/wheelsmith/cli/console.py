@@ -154,6 +154,19 @@ class TerminalReporter:
             _styled(self.stream, f"==> [{clock:>6}] {label}: {inert(detail)}\n")
             self.stream.flush()
 
+    def finding(self, line: str, marks: dict[str, str] | None = None) -> None:
+        """A line of the command's own output (stdout), said while the stages run: the bar is
+        cleared first, so the line stands alone on the terminal. `marks`: the colour of its
+        first word (`todo:`) where stdout is a terminal that takes colour."""
+        out = sys.stdout
+        word, sep, rest = line.partition(": ")
+        colour = (marks or {}).get(word) if sep and _use_color(out) else None
+        text = f"\033[{colour}m{inert(word)}\033[0m: {inert(rest)}" if colour else inert(line)
+        with self.lock:
+            self._clear()
+            _styled(out, f"{text}\n")
+            out.flush()
+
     def progress(self, done: int, total: int) -> None:
         """ninja's count; the bar never goes back within one count (a step ninja counted
         that then failed, a drain's stopped compile), and starts again for another."""

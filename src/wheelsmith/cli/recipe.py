@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
@@ -13,22 +14,7 @@ from wheelsmith.cli import console
 from wheelsmith.cli._common import SPEC, display, emit_json, json_option, main, writable
 from wheelsmith.errors import UsageError, WheelsmithError
 from wheelsmith.recipes import repos
-from wheelsmith.scaffold import (
-    aten_api,
-    buildsystem,
-    check,
-    cmake,
-    env_reads,
-    findings,
-    libraries,
-    patches,
-    rebase,
-    render,
-    sdist,
-    setup_py,
-    switches,
-)
-from wheelsmith.toolchain import select
+from wheelsmith.scaffold import check, findings, reading, render, report
 
 
 @main.group("recipe")
@@ -65,33 +51,22 @@ def recipe_new(package: tuple[str, str | None], repo: Path | None, configure: bo
     name, version = package
     destination = _destination(repo)
     writable(("--recipes", destination))
-    chosen = sdist.choose_sdist(name, version)
-    base = rebase.shipped_base(name, chosen.version)
-    with tempfile.TemporaryDirectory(prefix="wheelsmith-recipe-new-") as work:
-        found = _read(chosen, sdist.unpacked(chosen, Path(work) / "sdist"), base)
+    with console.TerminalReporter() as reporter, \
+            tempfile.TemporaryDirectory(prefix="wheelsmith-recipe-new-") as work:
+        said = Said(reporter, quiet=as_json)
+        chosen, tree = reading.fetched(name, version, Path(work), said)
+        found = reading.read(chosen, tree, said)
+        reporter.stage("write", f"the recipe and {len(found.written)} patch(es) into "
+                                f"{display(destination)}")
         files = render.write(found, destination)
-        checked = _checked(chosen, destination, found.kind) if configure else None
-        if checked is not None:  # its findings go into the recipe too
+        checked = _checked(found, destination, said) if configure else None
+        if checked is not None:
             found = dataclasses.replace(found, checked=checked)
-            render.rewrite(found, destination)
-    lines = render.report_lines(found)
     failed = checked.error if checked is not None else None
-    setup = found.setup
     if as_json and failed is None:
-        emit_json({"recipe": str(files[0]), "patches": [str(f) for f in files[1:]],
-                   "sdist": chosen.filename, "sha256": chosen.sha256,
-                   "env": {var: value for var, value, _ in found.env},
-                   "gencode": list(setup.gencode), "kind": found.kind,
-                   "extensions": [e.name for e in setup.extensions],
-                   "host_only": list(found.host_only), "missing": list(setup.missing),
-                   "patches_written": [p.file for p in found.written],
-                   "build_requires": list(found.requires.pins),
-                   "libraries": [n.wheel for n in found.libraries if n.wheel],
-                   "patches_needed": [p.stem for p, _ in found.needed],
-                   "check": checked.line if checked else None, "findings": lines})
+        emit_json(_document(found, files))
     elif not as_json:
-        for line in lines:
-            click.echo(line)
+        click.echo(report.summary(said.lines))
         for file in files:
             click.echo(f"wrote {display(file)}")
     next_step = f"wheelsmith build {canonicalize_name(name)} --recipes {display(destination)}"
@@ -101,36 +76,61 @@ def recipe_new(package: tuple[str, str | None], repo: Path | None, configure: bo
         click.echo(f"next: {next_step}{' --check' if checked is None else ''}")
 
 
-def _read(chosen: sdist.Sdist, tree: Path, base: rebase.Base | None) -> findings.Findings:
-    """What the unpacked sdist says, and the patches made over it (after a shipped recipe's,
-    carried over)."""
-    setup = setup_py.read_setup(tree)  # the findings name the sdist's own lines
-    profile = select.profile_named(None)
-    side = cmake.read_cmake(tree, buildsystem.held(profile).get("cmake"))
-    carried = rebase.carry(base.release, tree) if base is not None else ()
-    kept = rebase.renumbered(carried)
-    made = patches.written(tree, setup_py.read_setup(tree) if kept else setup,
-                           cxx20=check.torch_needs_cxx20(), after=kept,
-                           cmake_torch=bool(side and side.cuda_at and side.links_torch),
-                           cmake_cuda=bool(side and side.cuda_at))
-    return findings.Findings(chosen, sdist.read_metadata(tree), setup, kept + made,
-                             base=base, carried=carried, cmake=side,
-                             unheld=buildsystem.unheld_imports(tree, profile),
-                             excluded=buildsystem.excluded(tree, profile),
-                             thc=aten_api.thc_includes(tree),
-                             prebuilt=sdist.prebuilt_binaries(tree),
-                             requires=buildsystem.pinned(tree, profile),
-                             has_setup_py=(tree / "setup.py").is_file(),
-                             toolchain=profile.name,
-                             switches=env_reads.build_switches(tree),
-                             switched=switches.cuda_switches(tree),
-                             libraries=libraries.detect(tree, profile))
+@dataclass
+class Said:
+    """`recipe new`'s stages on the reporter's stage lines, its findings on stdout as they are
+    made (kept for the summary; in --json only in the final document)."""
+
+    reporter: console.TerminalReporter
+    quiet: bool
+    lines: list[str] = field(default_factory=list)
+
+    def stage(self, name: str, detail: str) -> None:
+        if name != "configured":  # the check's outcome: its read-back finding says it
+            self.reporter.stage(name, detail)
+
+    def progress(self, done: int, total: int) -> None:
+        self.reporter.progress(done, total)
+
+    def finding(self, line: str) -> None:
+        self.lines.append(line)
+        if not self.quiet:
+            self.reporter.finding(report.said(line), MARKS)
 
 
-def _checked(chosen: sdist.Sdist, destination: Path, kind: str) -> check.Checked:
-    with console.TerminalReporter() as reporter:
-        return check.sample_check(chosen, destination, reporter, cuda_only=kind == "cuda",
-                                  pure=kind == "pure")
+MARKS = {"todo": "33;1", "fixed": "32"}  # a finding's severity, coloured on a terminal
+
+
+def _checked(found: findings.Findings, destination: Path, said: Said) -> check.Checked:
+    """The check, its build's stages and compile progress on the same reporter; what it read
+    back told (a failed check's outcome is its error, said once, at the end) and written into
+    the recipe."""
+    checked = check.sample_check(found.sdist, destination, said,
+                                 cuda_only=found.kind == "cuda", pure=found.kind == "pure")
+    said.stage("read back", "what the check showed, into the recipe")
+    read_back = dataclasses.replace(found, checked=checked)
+    render.rewrite(read_back, destination)
+    lines = report.stage_lines(read_back, "check")
+    for line in lines[1:] if checked.error is not None else lines:
+        said.finding(line)
+    return checked
+
+
+def _document(found: findings.Findings, files: list[Path]) -> dict[str, object]:
+    """--json: the files written, what the recipe holds, and every finding."""
+    setup, checked = found.setup, found.checked
+    return {"recipe": str(files[0]), "patches": [str(f) for f in files[1:]],
+            "sdist": found.sdist.filename, "sha256": found.sdist.sha256,
+            "env": {var: value for var, value, _ in found.env},
+            "gencode": list(setup.gencode), "kind": found.kind,
+            "extensions": [e.name for e in setup.extensions],
+            "host_only": list(found.host_only), "missing": list(setup.missing),
+            "patches_written": [p.file for p in found.written],
+            "build_requires": list(found.requires.pins),
+            "libraries": [n.wheel for n in found.libraries if n.wheel],
+            "patches_needed": [p.stem for p, _ in found.needed],
+            "check": checked.line if checked else None,
+            "findings": report.report_lines(found)}
 
 
 def check_failed(error: WheelsmithError, next_step: str, files: list[Path]) -> WheelsmithError:

@@ -80,6 +80,9 @@ def sample_check(sdist: Sdist, repo: Path, report: Reporter, *, cuda_only: bool 
     kind pure, whose whole build (seconds) and smoke test are the check."""
     profile = select.profile_named(
         default_cuda_only_name(locations.profile_dirs()) if cuda_only else None)
+    report.stage("check", f"`wheelsmith build {sdist.project} --check` with {profile.name}: "
+                 + ("the whole build and its smoke test" if pure else
+                    "configured, then a host and a CUDA object of each extension compiled"))
     if _venv(profile) is None:
         report.stage("check", f"the {profile.name} toolchain is made first (once on this "
                      "machine, a few minutes)")
