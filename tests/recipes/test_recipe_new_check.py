@@ -10,6 +10,7 @@ import hashlib
 import json
 import shutil
 import tarfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,24 @@ def test_every_mechanical_class_is_patched_and_the_check_compiles(
         "next: wheelsmith build every-class --recipes mine"]
     recipe = load_recipe(tmp_path / "mine" / "recipes" / "every-class.yaml")
     assert recipe.env == (("FORCE_CUDA", "1"),)
+
+
+def test_two_checks_of_one_sdist_at_once_take_turns_and_both_pass(
+        tmp_path: Path, toolchain: Toolchain, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check's work directory is one per sdist in the cache: a second `recipe new` of the
+    same release waits for the first (it removed the first's build tree, which then failed)."""
+    tree = make_tree(tmp_path, "two-at-once", EVERY_CLASS)
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", serve(tmp_path, tree))
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda repo: wheelsmith(
+            "recipe", "new", "two-at-once==0.1.0", "--recipes", repo, cwd=tmp_path),
+            ["first", "second"]))
+    assert [run.returncode for run in runs] == [0, 0], [run.stderr[-2000:] for run in runs]
+    waited = [run for run in runs if "waiting: another check of two-at-once 0.1.0 is running (" in
+              run.stderr and "this one starts when it ends" in run.stderr]
+    assert len(waited) == 1
+    assert all(run.stdout.splitlines()[-1] == "next: wheelsmith build two-at-once --recipes "
+               f"{repo}" for run, repo in zip(runs, ["first", "second"], strict=True))
 
 
 def test_a_cxx20_name_clash_is_named_with_its_file_and_line_and_the_recipe_stays_written(

@@ -24,7 +24,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from wheelsmith import locations
+from wheelsmith import locations, locks
 from wheelsmith.arch import ArchSet
 from wheelsmith.builder import orchestrate
 from wheelsmith.builder.configured import arch_specific, configured_name
@@ -88,6 +88,20 @@ def sample_check(sdist: Sdist, repo: Path, report: Reporter, *, cuda_only: bool 
                      "machine, a few minutes)")
     repos.use_option([repo])
     work = locations.cache_dir() / "recipe-check" / f"{sdist.project}-{sdist.version}"
+    work.parent.mkdir(parents=True, exist_ok=True)
+
+    def busy(holder: locks.Holder | None) -> None:
+        report.stage("waiting", f"another check of {sdist.project} {sdist.version} is running "
+                     f"({holder.describe() if holder else 'its holder wrote no record'}); this "
+                     "one starts when it ends")
+
+    with locks.hold(work.with_name(f"{work.name}.lock"), on_busy=busy,
+                    on_takeover=lambda *_: None):
+        return _checked_in(work, sdist, report, pure=pure)
+
+
+def _checked_in(work: Path, sdist: Sdist, report: Reporter, *, pure: bool) -> Checked:
+    """The check in `work`, which no other check uses meanwhile."""
     try:
         return _passed(_build(sdist, work, None, report, whole=pure), work)
     except VerifyError as exc:  # the package turns 12.0 into 12.0a itself: check that
