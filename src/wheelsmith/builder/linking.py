@@ -226,8 +226,8 @@ def resolve(objects: list[tuple[str, Path]], env: TorchEnv) -> Resolution:
 
 def _torch_libraries(linked: Linkage) -> str:
     """The torch libraries an object links: where an unversioned symbol of it should be."""
-    return " or ".join(n for n in linked.needed if any(
-        fnmatch.fnmatchcase(n, p) for p in TORCH_LIBRARY)) or "the libraries it links"
+    return " or ".join(n for n in linked.needed if is_torch_library(n)) or \
+        "the libraries it links"
 
 
 def _in_env(libraries: _Libraries, soname: str) -> bool:
@@ -250,3 +250,16 @@ def demangle(symbols: list[str]) -> dict[str, str]:
         return {}
     lines = answer.stdout.splitlines()
     return dict(zip(symbols, lines, strict=False)) if len(lines) == len(symbols) else {}
+
+
+def is_torch_library(soname: str) -> bool:
+    return any(fnmatch.fnmatchcase(soname, p) for p in TORCH_LIBRARY)
+
+
+def exports_beside_torch(linked: Linkage, env: TorchEnv, origin: Path) -> frozenset[str]:
+    """What an object's scope in `env` exports apart from torch's own libraries: the CUDA
+    and other libraries it links (and theirs), and what `import torch` loads globally."""
+    libraries = _Libraries(env)
+    others = Linkage((*(n for n in linked.needed if not is_torch_library(n)), GLOBAL_DEPS),
+                     (), {}, linked.runpath)
+    return libraries.scope(others, origin)[0]
