@@ -23,10 +23,11 @@ from tests.builder.test_audit import demote
 from tests.wheels import compile_shared, extension_wheel
 from wheelsmith.arch import ArchSet
 from wheelsmith.builder import torchexports, torchrange
-from wheelsmith.builder.linking import TorchEnv, demangle
+from wheelsmith.builder.linking import TorchEnv
 from wheelsmith.files import sha256_file
 from wheelsmith.inventory import shared_objects
 from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.untrusted.linkage import demangle
 
 MEMBER = f"rangeprobe/_native{sysconfig.get_config_var('EXT_SUFFIX')}"
 
@@ -148,7 +149,7 @@ def test_the_range_is_what_imports_under_each_torch_pip_gives(
         archs=ArchSet.parse(["12.0"]), cuda_home=toolchain.cuda_home, log_path=tmp_path / "log")
     found = torchrange.prove(wheel, env, candidates, tmp_path / "scratch", runner)
     proven = [t.torch for t in found.trials if t.proven]
-    assert proven == [str(w).split("-")[1] for _, w in candidates[:2]]
+    assert proven == [Path(w).name.split("-")[1] for _, w in candidates[:2]], found.describe()
     not_run = ("the recipe's GPU op needs a GPU of its archs and was not run: skipped "
                "(no GPU)")
     assert found.describe()[:3] == [
@@ -174,7 +175,7 @@ PyMODINIT_FUNC PyInit__native(void) {{
 
 
 @pytest.mark.toolchain
-def test_verify_prints_the_torch_range_and_the_torch_it_excludes(
+def test_verify_prints_the_torch_range_proven_under_each_torch(
         tmp_path: Path, toolchain: Toolchain) -> None:
     symbol = c10_symbols(toolchain, 1, 3)[0]
     source = tmp_path / "k.cu"
@@ -196,5 +197,8 @@ def test_verify_prints_the_torch_range_and_the_torch_it_excludes(
     assert said.returncode == 0, said.stderr
     lines = said.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if "torch range:" in line)
-    assert lines[start].startswith("  torch range: 2.13.0+cpu to 2.14.1 (proven by symbols, "
-                                   "import and smoke test under 2.13.0+cpu, 2.14.1)")
+    ran = "symbols, import, smoke test"  # no recipe, so no GPU op to run
+    assert lines[start:start + 3] == [
+        "  torch range: 2.13.0+cpu to 2.14.1 (proven by symbols, import and smoke test under "
+        "2.13.0+cpu, 2.14.1)",
+        f"    torch 2.13.0+cpu: proven ({ran})", f"    torch 2.14.1: proven ({ran})"]

@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import shutil
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wheelsmith import cmd, locations
+from wheelsmith import locations
 from wheelsmith.builder.manylinux import provided_by_torch_or_cuda
-from wheelsmith.errors import CommandError, ToolchainError, UntrustedDataError, WheelsmithError
+from wheelsmith.errors import ToolchainError, WheelsmithError
 from wheelsmith.toolchain.env import probe_python
 from wheelsmith.toolchain.select import profile_named
 from wheelsmith.toolchain.venv import MARKER, venv_root
-from wheelsmith.untrusted import tool_bounds
 from wheelsmith.untrusted.elf import dynamic_symbols
-from wheelsmith.untrusted.linkage import Linkage, linkage
+from wheelsmith.untrusted.linkage import Linkage, demangle, linkage
 
 DRIVER = ("libcuda.so*", "libnvidia-*.so*")  # the driver's: installed with it, never a wheel's
 DRIVER_UNREAD = ""  # in `scope`'s missing list: a driver library with no stub to read
@@ -235,21 +233,6 @@ def _in_env(libraries: _Libraries, soname: str) -> bool:
     environment), not the system's."""
     return provided_by_torch_or_cuda(soname) or any(
         (d / soname).is_file() for d in libraries.env.search_dirs())
-
-
-def demangle(symbols: list[str]) -> dict[str, str]:
-    """Each C++ symbol's demangled name, by c++filt (binutils); names as they are where it
-    is not installed or fails."""
-    tool = shutil.which("c++filt")
-    if not symbols or tool is None:
-        return {}
-    try:
-        answer = cmd.run([tool, *symbols], stream=False, what=f"c++filt ({tool})",
-                         bounds=tool_bounds())
-    except (CommandError, UntrustedDataError):
-        return {}
-    lines = answer.stdout.splitlines()
-    return dict(zip(symbols, lines, strict=False)) if len(lines) == len(symbols) else {}
 
 
 def is_torch_library(soname: str) -> bool:
