@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.builder.test_audit import demote
+from tests.conftest import add_variant, wheelsmith
 from tests.wheels import compile_shared, extension_wheel
 from wheelsmith.arch import ArchSet
 from wheelsmith.builder import torchexports, torchrange
@@ -202,3 +203,24 @@ def test_verify_prints_the_torch_range_proven_under_each_torch(
         "  torch range: 2.13.0+cpu to 2.14.1 (proven by symbols, import and smoke test under "
         "2.13.0+cpu, 2.14.1)",
         f"    torch 2.13.0+cpu: proven ({ran})", f"    torch 2.14.1: proven ({ran})"]
+
+
+@pytest.mark.toolchain
+def test_a_build_asked_for_its_torch_range_records_it_with_its_run(
+        project: Path, toolchain: Toolchain) -> None:
+    add_variant(project, "tiny-ext")
+    built = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--torch-range", "2.13,2.14",
+                       "--json", cwd=project, check=True)
+    data = json.loads(built.stdout)
+    ranged = data["run"]["torch_range"]
+    assert "torch_range" not in data["provenance"]  # a run's fact, not the wheel's
+    # built against 2.14.1, it needs nothing 2.13's CPU build lacks, and imports under it
+    assert ranged["proven"] == ["2.13.0+cpu", "2.14.1"]
+    assert [(t["torch"], t["import_and_smoke"], t["missing_symbols"], t["gpu_op"])
+            for t in ranged["trials"]] == [
+        (torch, "passed", [], "the recipe's GPU op needs a GPU of its archs and was not run: "
+         "skipped (no GPU)") for torch in ("2.13.0+cpu", "2.14.1")]
+    said = wheelsmith("verify", data["wheel"], "--torch-range", "--torch", "2.14", cwd=project)
+    assert said.returncode == 0, said.stderr
+    assert ("  torch range: 2.14.1 (proven by symbols, import and smoke test under 2.14.1)"
+            in said.stdout.splitlines())

@@ -264,27 +264,33 @@ def prove(wheel: Path, env: TorchEnv | None, candidates: list[tuple[str, Path | 
 
 def range_of(wheel: Path, recorded: Provenance | None, env: TorchEnv | None, archs: ArchSet,
              *, torches: tuple[str, ...], work_dir: Path) -> TorchRange:
-    """`wheelsmith verify --torch-range`: the torch range of `wheel`, run with `env`'s Python
-    (its torch and CUDA libraries serve what the tried torch does not carry), the recipe its
-    provenance names giving the smoke test; `torches`: the minors to try (none: every one the
-    profiles pin, and those pip sees beside them)."""
+    """`wheelsmith verify --torch-range`: the torch range of `wheel`, the recipe its
+    provenance names giving the smoke test (without one: its compiled modules imported)."""
+    smoke: tuple[tuple[str, ...], str | None] = ((), None)
+    if recorded is not None and recorded.recipe:
+        try:
+            recipe = resolve_recipe(recorded.recipe, recorded.version)
+            smoke = (recipe.smoke_imports, recipe.smoke_gpu)
+        except WheelsmithError:
+            pass  # no recipe here: its compiled modules are imported all the same
+    return run_range(wheel, env, archs, smoke=smoke, torches=torches, work_dir=work_dir)
+
+
+def run_range(wheel: Path, env: TorchEnv | None, archs: ArchSet, *,
+              smoke: tuple[tuple[str, ...], str | None], torches: tuple[str, ...],
+              work_dir: Path) -> TorchRange:
+    """The torch range of `wheel`, run with `env`'s Python (its torch's dependencies and CUDA
+    libraries serve the torch tried); `smoke`: the recipe's imports and GPU op; `torches`: the
+    minors to try (none: every one the profiles pin, and those pip sees beside them)."""
     if env is None or env.python is None:
         raise UsageError("--torch-range runs each wheel under each torch with the Python of "
                          "a torch environment, and there is none here",
                          hint="--python PATH names one (a venv with torch and the CUDA "
                               "runtime the wheel links)")
     minors = list(torches) or candidate_minors(profile_minors(), visible_minors(env.python))
-    imports: tuple[str, ...] = ()
-    gpu: str | None = None
-    if recorded is not None and recorded.recipe:
-        try:
-            recipe = resolve_recipe(recorded.recipe, recorded.version)
-            imports, gpu = recipe.smoke_imports, recipe.smoke_gpu
-        except WheelsmithError:
-            pass  # no recipe here: its compiled modules are imported all the same
     scratch = work_dir.resolve() / "torch-range" / wheel.name.removesuffix(".whl")
     scratch.mkdir(parents=True, exist_ok=True)
     cuda_home = next(iter(sorted(env.site.glob("nvidia/cu*"))), env.site)
-    runner = smoke_runner(wheel, env.python, imports=imports, gpu_code=gpu, archs=archs,
+    runner = smoke_runner(wheel, env.python, imports=smoke[0], gpu_code=smoke[1], archs=archs,
                           cuda_home=cuda_home, log_path=scratch / "log.txt")
     return prove(wheel, env, torch_wheels(env.python, minors), scratch, runner)

@@ -106,6 +106,11 @@ from wheelsmith.toolchain.target import Target
                    "extension with the build's own flags (the CUDA one checked with cuobjdump "
                    "to hold exactly --arch), and stop: no wheel. A failure names the object "
                    "and the compiler's first error (exit 9).")
+@click.option("--torch-range", "torch_range", metavar="all|MINOR,...",
+              help="After the smoke test, prove the torch releases the wheel runs under "
+                   "(verify --torch-range's checks): `all` tries the profiles' torch minors and "
+                   "those pip sees beside them, `2.13,2.14` those. Recorded with the run's facts "
+                   "(run.json's torch_range), not in the wheel. Default: not run.")
 @click.option("--publish", "publish_to", is_flag=True,
               help="Publish the verified wheel to --index afterwards.")
 @click.option("--time-limit", type=SECONDS, metavar="SECONDS",
