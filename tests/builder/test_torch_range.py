@@ -224,3 +224,49 @@ def test_a_build_asked_for_its_torch_range_records_it_with_its_run(
     assert said.returncode == 0, said.stderr
     assert ("  torch range: 2.14.1 (proven by symbols, import and smoke test under 2.14.1)"
             in said.stdout.splitlines())
+
+
+@given(st.lists(st.sampled_from(["proven", "excluded", "failed", "absent"]), min_size=1,
+                max_size=8))
+def test_the_range_runs_from_the_oldest_to_the_newest_proven_naming_each_gap(
+        outcomes: list[str]) -> None:
+    trials = []
+    for minor, outcome in enumerate(outcomes):
+        torch = f"2.{minor}"
+        trials.append(torchrange.Trial(
+            torch, f"torch-{torch}.whl", "ab",
+            missing=((MEMBER, "_Zx", "x()"),) if outcome == "excluded" else (),
+            ran={"proven": "passed", "failed": "its import failed"}.get(outcome),
+            unavailable="none" if outcome == "absent" else None))
+    summary = torchrange.TorchRange(tuple(trials)).summary()
+    proven = [f"2.{m}" for m, o in enumerate(outcomes) if o == "proven"]
+    if not proven:
+        assert summary == "torch range: none proven (no torch tried passed)"
+        return
+    inside = [f"2.{m}" for m, o in enumerate(outcomes)
+              if o in ("excluded", "failed") and proven[0] <= f"2.{m}" <= proven[-1]]
+    span = f"{proven[0]} to {proven[-1]}" if len(proven) > 1 else proven[0]
+    assert summary == (f"torch range: {span} (proven by symbols, import and smoke test under "
+                       f"{', '.join(proven)}" + (f"; not {', '.join(inside)}" if inside else "")
+                       + ")")
+
+
+def test_torch_without_torch_range_is_refused(tmp_path: Path) -> None:
+    wheel = tmp_path / "x-1.0-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"")
+    said = subprocess.run([sys.executable, "-m", "wheelsmith", "verify", "--torch", "2.13",
+                           "--arch", "12.0", str(wheel)], capture_output=True, text=True,
+                          check=False)
+    assert said.returncode == 2
+    assert "--torch goes with --torch-range: it names a torch to try" in said.stderr
+
+
+@pytest.mark.toolchain
+def test_the_default_candidates_hold_every_profiles_minor_and_what_pip_sees_beyond(
+        toolchain: Toolchain) -> None:
+    pinned = torchexports.profile_minors()
+    seen = torchexports.visible_minors(toolchain.python)
+    assert seen, "pip sees no torch"
+    found = torchexports.candidate_minors(pinned, seen)
+    assert set(pinned) <= set(found) <= set(pinned) | set(seen)
+    assert str(toolchain.torch_version).rsplit(".", 1)[0] in found
