@@ -48,7 +48,8 @@ def wheel_with_provenance(directory: Path, name: str, version: str, *, channel: 
 
 
 def compile_shared(directory: Path, source: str, *, cxx: bool = False,
-                   links: tuple[Path, ...] = (), soname: str | None = None) -> Path:
+                   links: tuple[Path, ...] = (), soname: str | None = None,
+                   flags: tuple[str, ...] = ()) -> Path:
     """A real shared object compiled by the host's gcc/g++ from `source` (which should export
     `PyInit_<module>` to look like an extension module); `links` are libraries it needs."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -59,7 +60,7 @@ def compile_shared(directory: Path, source: str, *, cxx: bool = False,
     soname_flags = [f"-Wl,-soname,{soname}"] if soname else []
     link_flags = ["-Wl,--no-as-needed"] + [f for lib in links
                                            for f in (f"-L{lib.parent}", f"-l:{lib.name}")]
-    subprocess.run(["g++" if cxx else "gcc", "-O2", "-shared", "-fPIC", *soname_flags, "-o",
+    subprocess.run(["g++" if cxx else "gcc", "-O2", "-shared", "-fPIC", *flags, *soname_flags, "-o",
                     str(out), str(src), *link_flags], check=True, capture_output=True)
     return out
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -171,6 +172,25 @@ def test_a_tag_that_promises_an_older_glibc_than_its_symbols_need_is_refused(
     audit.check("probe.whl", needs, "linux_x86_64")  # promises nothing
 
 
+@pytest.mark.toolchain
+@pytest.mark.parametrize(("cudart", "runtime"), [("static", "static"),
+                                                 ("shared", "libcudart.so.13")])
+def test_the_cuda_runtime_is_read_from_what_the_object_links(
+        tmp_path: Path, toolchain: Toolchain, cudart: str, runtime: str) -> None:
+    assert toolchain.cuobjdump is not None
+    source = tmp_path / "k.cu"
+    source.write_text("__global__ void k(float* x) { x[0] = 1; }\n"
+                      'extern "C" void PyInit__k(float* x) { k<<<1, 1>>>(x); }\n')
+    made = tmp_path / "_k.so"
+    subprocess.run([str(toolchain.nvcc), "-shared", "-Xcompiler", "-fPIC", f"-cudart={cudart}",
+                    "-gencode", "arch=compute_120,code=sm_120", str(source), "-o", str(made)],
+                   check=True, capture_output=True)
+    found = audit_of(wheel_of(tmp_path / "w", "k", made), toolchain.cuobjdump, [])
+    assert found.objects[0].runtime == runtime
+    assert found.objects[0].toolkits.cubins == frozenset({"13.0"})
+    assert found.driver["version"] == "580.65.06"
+
+
 def objects(*found: tuple[set[str], set[str], str | None]) -> tuple[audit.ObjectAudit, ...]:
     return tuple(audit.ObjectAudit(f"o{i}.so", (), runtime, {}, Toolkits(
         frozenset(cubins), frozenset(ptx))) for i, (cubins, ptx, runtime) in enumerate(found))
@@ -229,6 +249,14 @@ def test_the_sbom_is_the_same_bytes_from_the_same_provenance(tmp_path: Path) -> 
         "13.0.88", "2.14.1", "13.0.96", "3.9.2")
     other = {**PROVENANCE, "patches": [{"file": "0001-fix.patch", "sha256": "ef" * 32}]}
     assert sbom.document(name, other) != documents[0]
+
+
+def test_a_runtime_linked_in_is_named_in_the_sbom() -> None:
+    static = {**PROVENANCE, "audit": {"objects": [{"cuda_runtime": "static"}]}}
+    name = WheelName.parse("probe-1.0.0-cp311-cp311-linux_x86_64.whl")
+    parts = {c["name"]: c for c in json.loads(sbom.document(name, static))["components"]}
+    assert parts["cudart_static"]["version"] == "13.0.96"
+    assert "nvidia-cuda-runtime" not in parts
 
 
 def test_vendored_cutlass_is_found_by_its_version_header(tmp_path: Path) -> None:

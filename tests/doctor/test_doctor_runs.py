@@ -24,9 +24,10 @@ from wheelsmith import locations
 from wheelsmith.arch import parse_arch
 from wheelsmith.cli import doctor_view
 from wheelsmith.doctor import fastpath, judge
+from wheelsmith.doctor.abi import built_for_torch
 from wheelsmith.doctor.examine import examine
 from wheelsmith.doctor.fastpath import ModelView, Need, model_type_of
-from wheelsmith.doctor.judge import Knowledge, built_for_torch, knowledge
+from wheelsmith.doctor.judge import Knowledge, knowledge
 from wheelsmith.doctor.report import PackageReport, Report
 from wheelsmith.errors import RecipeError, UsageError
 from wheelsmith.recipes.knownbad import load, load_runtime

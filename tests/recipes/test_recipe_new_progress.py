@@ -104,7 +104,8 @@ def test_each_finding_is_said_once_with_its_severity_before_the_next_stage_start
         stages = [f"{m[1]}: {m[2]}" for m in map(STAGE_RE.match, lines) if m]
         assert stages == [
             "fetch: the sdist of said-once 0.1.0 from the index pip uses", *READ_STAGES,
-            "read: build requirements and host libraries: those the toolchain cu130-torch2.14 lacks, pinned by pip",
+            "read: build requirements and host libraries: those the toolchain cu130-torch2.14 "
+            "lacks, pinned by pip",
             "patch: the standard patches",
             f"write: the recipe and {pkg_resources + cxx17 + setup_requires} patch(es) into "
             "mine"]

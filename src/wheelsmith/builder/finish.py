@@ -19,7 +19,15 @@ from packaging.version import Version
 
 from wheelsmith import __version__, locations
 from wheelsmith.arch import ArchSet
-from wheelsmith.builder import audit, compilecache, hostlibs, manylinux, reproducible, shipped
+from wheelsmith.builder import (
+    audit,
+    compilecache,
+    hostlibs,
+    manylinux,
+    reproducible,
+    shipped,
+    torchrange,
+)
 from wheelsmith.builder.compile import Compiled, log_path_of
 from wheelsmith.builder.compilesetup import CompileSetup, read_guard_report
 from wheelsmith.builder.linking import TorchEnv
@@ -52,6 +60,7 @@ class Checked:
     smoke_output: str
     platform: dict[str, Any]  # manylinux.py's assessment: the tag and how it was found
     audit: dict[str, Any] | None = None  # audit.py's, of the binaries; None: a pure wheel
+    torch_range: dict[str, Any] | None = None  # torchrange.py's; None: not asked for
 
 
 def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
@@ -88,7 +97,22 @@ def check_wheel(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
         env = target.probe(request.target)
         report.stage("smoke", f"import in {request.target} against its torch {env.torch}")
         smoke_output += "\n" + smoke_in(plan, raw, [request.target], env.pip(), work)
-    return Checked(inventory, smoke_output, platform.as_dict(), recorded)
+    ranged = _torch_range(plan, raw, request, work, report) if request.torch_range else None
+    return Checked(inventory, smoke_output, platform.as_dict(), recorded, ranged)
+
+
+def _torch_range(plan: BuildPlan, raw: Path, request: BuildRequest, work: Path,
+                 report: Reporter) -> dict[str, Any]:
+    """The wheel's torch range (`--torch-range`), proven with the toolchain's Python."""
+    toolchain = plan.toolchain
+    env = TorchEnv(toolchain.site, toolchain.python) if toolchain.site is not None else None
+    asked = request.torch_range or "all"
+    minors = () if asked == "all" else tuple(m.strip() for m in asked.split(",") if m.strip())
+    found = torchrange.run_range(raw, env, plan.archs, smoke=(plan.recipe.smoke_imports,
+                                                              plan.recipe.smoke_gpu),
+                                 torches=minors, work_dir=work)
+    report.stage("torch range", found.summary())
+    return found.as_dict()
 
 
 def audit_built(plan: BuildPlan, raw: Path, inventory: list[DeviceCode], *, cuobjdump: Path,
@@ -290,6 +314,7 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
         "device_code": [d.as_dict() for d in checked.inventory],
         **({"audit": checked.audit} if checked.audit is not None else {}),
         **({"vendored": vendored} if vendored else {}),  # the SBOM names them (sbom.py)
+        **({"torch_range": checked.torch_range} if checked.torch_range else {}),  # run.json
         "build": {**_build_record(setup.parallelism, seconds, compiled),
                   "object_seconds": compiled.object_seconds},
         "smoke": checked.smoke_output.strip().splitlines(),

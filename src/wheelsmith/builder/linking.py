@@ -20,23 +20,21 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import shutil
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from wheelsmith import cmd, locations
+from wheelsmith import locations
 from wheelsmith.builder.manylinux import provided_by_torch_or_cuda
-from wheelsmith.errors import CommandError, ToolchainError, UntrustedDataError, WheelsmithError
+from wheelsmith.errors import ToolchainError, WheelsmithError
 from wheelsmith.toolchain import overlay
 from wheelsmith.toolchain.env import probe_python
 from wheelsmith.toolchain.select import profile_named
 from wheelsmith.toolchain.venv import MARKER, venv_root
-from wheelsmith.untrusted import tool_bounds
 from wheelsmith.untrusted.elf import dynamic_symbols
-from wheelsmith.untrusted.linkage import Linkage, linkage
+from wheelsmith.untrusted.linkage import Linkage, demangle, linkage
 
 DRIVER = ("libcuda.so*", "libnvidia-*.so*")  # the driver's: installed with it, never a wheel's
 DRIVER_UNREAD = ""  # in `scope`'s missing list: a driver library with no stub to read
@@ -248,8 +246,8 @@ def resolve(objects: list[tuple[str, Path]], env: TorchEnv) -> Resolution:
 
 def _torch_libraries(linked: Linkage) -> str:
     """The torch libraries an object links: where an unversioned symbol of it should be."""
-    return " or ".join(n for n in linked.needed if any(
-        fnmatch.fnmatchcase(n, p) for p in TORCH_LIBRARY)) or "the libraries it links"
+    return " or ".join(n for n in linked.needed if is_torch_library(n)) or \
+        "the libraries it links"
 
 
 def _in_env(libraries: _Libraries, soname: str) -> bool:
@@ -259,16 +257,14 @@ def _in_env(libraries: _Libraries, soname: str) -> bool:
         (d / soname).is_file() for d in libraries.env.search_dirs())
 
 
-def demangle(symbols: list[str]) -> dict[str, str]:
-    """Each C++ symbol's demangled name, by c++filt (binutils); names as they are where it
-    is not installed or fails."""
-    tool = shutil.which("c++filt")
-    if not symbols or tool is None:
-        return {}
-    try:
-        answer = cmd.run([tool, *symbols], stream=False, what=f"c++filt ({tool})",
-                         bounds=tool_bounds())
-    except (CommandError, UntrustedDataError):
-        return {}
-    lines = answer.stdout.splitlines()
-    return dict(zip(symbols, lines, strict=False)) if len(lines) == len(symbols) else {}
+def is_torch_library(soname: str) -> bool:
+    return any(fnmatch.fnmatchcase(soname, p) for p in TORCH_LIBRARY)
+
+
+def exports_beside_torch(linked: Linkage, env: TorchEnv, origin: Path) -> frozenset[str]:
+    """What an object's scope in `env` exports apart from torch's own libraries: the CUDA
+    and other libraries it links (and theirs), and what `import torch` loads globally."""
+    libraries = _Libraries(env)
+    others = Linkage((*(n for n in linked.needed if not is_torch_library(n)), GLOBAL_DEPS),
+                     (), {}, linked.runpath)
+    return libraries.scope(others, origin)[0]

@@ -72,7 +72,8 @@ RANDOM_SEED = "wheelsmith"
 RUN_FILE = "run.json"
 NOT_PROMISED = "bytes_not_promised"  # the provenance's mark of a wheel whose bytes vary
 # provenance keys that describe one run, not the build: they go to the side file
-RUN_KEYS = ("build", "smoke", "prebuild_check", "runner", "compile_cache", "compile_farm")
+RUN_KEYS = ("build", "smoke", "prebuild_check", "runner", "compile_cache", "compile_farm",
+            "torch_range")
 
 
 def path_maps(toolchain: Toolchain, source: Path, more: Sequence[tuple[Path, str]] = ()

@@ -74,6 +74,7 @@ class BuildRequest:
     keep_work: bool = False
     fresh: bool = False  # ignore what an unfinished build of the same key left (resume.py)
     wait: bool = True  # for another build of the same key in the work dir (else refuse)
+    torch_range: str | None = None  # "all" or "2.13,2.14": prove the torch range (torchrange.py)
 
     def __post_init__(self) -> None:
         if self.check and not self.configure_only:  # a check stops where configuring does

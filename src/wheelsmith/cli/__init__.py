@@ -9,6 +9,7 @@ from wheelsmith.cli import (  # noqa: F401
     nightly,
     recipe,
     toolchain,
+    verify,
 )
 from wheelsmith.cli._common import entry, main
 

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 from packaging.version import Version
 
-from wheelsmith.arch import ArchSet
-from wheelsmith.builder import audit, compilesetup, finish
-from wheelsmith.builder.linking import env_of_python, env_of_toolchain
-from wheelsmith.builder.rebuild import EnvEntry, judge_env, plan_rebuild, recorded_archs
-from wheelsmith.builder.rebuild import rebuild as rebuild_wheel
+from wheelsmith.builder import compilesetup
 from wheelsmith.builder.request import BuildRequest, BuildResult, from_json
-from wheelsmith.builder.verify import Release
 from wheelsmith.cli import console
 from wheelsmith.cli._common import (
     DRAIN_HELP,
@@ -42,13 +35,12 @@ from wheelsmith.cli._common import (
 )
 from wheelsmith.cli.index import published_json
 from wheelsmith.deliver import deliver
-from wheelsmith.errors import RecipeError, UsageError, VerifyError
+from wheelsmith.errors import RecipeError
 from wheelsmith.recipes import repos
 from wheelsmith.recipes.model import load_recipe
 from wheelsmith.recipes.schema import schema_json
 from wheelsmith.toolchain import target
 from wheelsmith.toolchain.target import Target
-from wheelsmith.untrusted.provenance import Provenance, read_provenance
 
 
 @main.command()
@@ -114,6 +106,11 @@ from wheelsmith.untrusted.provenance import Provenance, read_provenance
                    "extension with the build's own flags (the CUDA one checked with cuobjdump "
                    "to hold exactly --arch), and stop: no wheel. A failure names the object "
                    "and the compiler's first error (exit 9).")
+@click.option("--torch-range", "torch_range", metavar="all|MINOR,...",
+              help="After the smoke test, prove the torch releases the wheel runs under "
+                   "(verify --torch-range's checks): `all` tries the profiles' torch minors and "
+                   "those pip sees beside them, `2.13,2.14` those. Recorded with the run's facts "
+                   "(run.json's torch_range), not in the wheel. Default: not run.")
 @click.option("--publish", "publish_to", is_flag=True,
               help="Publish the verified wheel to --index afterwards.")
 @click.option("--time-limit", type=SECONDS, metavar="SECONDS",
@@ -178,7 +175,7 @@ def _deliver(request: BuildRequest, *, publish_to: Path | None, install_into: Ta
         return
     click.echo(str(result.wheel))
     for item in result.provenance.get("device_code", []):
-        _echo_device_code(item, err=True)
+        echo_device_code(item, err=True)
 
 
 def _report_configured(result: BuildResult, as_json: bool) -> None:
@@ -198,149 +195,9 @@ def _report_configured(result: BuildResult, as_json: bool) -> None:
         click.echo(f"{name}: C++ only (its build.ninja has no CUDA rule)")
 
 
-def _echo_device_code(item: dict[str, Any], *, err: bool) -> None:
+def echo_device_code(item: dict[str, Any], *, err: bool) -> None:
     click.echo(f"  {item['path']}: SASS {', '.join(item['sass']) or '-'}; "
                f"PTX {', '.join(item['ptx']) or '-'}", err=err)
-
-
-@main.command()
-@click.argument("wheels", nargs=-1, required=True,
-                type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--arch", "archs", multiple=True, metavar="ARCHS",
-              help="Compute capability to check, e.g. 12.0; repeat or use '9.0;12.0'; '+PTX' "
-                   "adds PTX. Default: the archs a wheelsmith wheel's provenance records "
-                   "(required for other wheels).")
-@click.option("--host-only", multiple=True, metavar="GLOB",
-              help="Shared objects allowed to carry no device code. Default: the host_only "
-                   "globs a wheelsmith wheel's provenance records (none for other wheels).")
-@click.option("--rebuild", is_flag=True,
-              help="Build each WHEEL again from its provenance (no compile cache) and compare "
-                   "sha256; a mismatch names the members that differ. --arch is not needed.")
-@click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
-              help="With --rebuild: apply a variable a wheel's provenance sets that is not a "
-                   "build knob (the same value; nothing is added to what it sets).")
-@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("build/wheelsmith"),
-              show_default=True, help="With --rebuild: sources, logs and the rebuilt wheel.")
-@click.option("--python", "python", type=click.Path(path_type=Path, exists=True,
-                                                    dir_okay=False), metavar="PATH",
-              help="The Python environment whose torch and CUDA libraries each wheel's "
-                   "undefined symbols are resolved against. Default: the toolchain its "
-                   "provenance names, where that toolchain's venv is in the cache.")
-@runner_option
-@recipes_option
-@json_option
-def verify(wheels: tuple[Path, ...], archs: tuple[str, ...], host_only: tuple[str, ...],
-           rebuild: bool, env: tuple[str, ...], work_dir: Path, python: Path | None,
-           runner: str, as_json: bool) -> None:
-    """Check that each WHEEL carries SASS for exactly --arch (and PTX iff +PTX); no recipe
-    is read. With --rebuild, check that building it again gives the same bytes."""
-    if rebuild:
-        writable(("--work-dir", work_dir))
-        console.progress().stopping = (f"nothing was compared; the rebuild's work directory "
-                                       f"{work_dir} keeps the objects it finished")
-        _verify_rebuild(wheels, work_dir, runner, parse_env(env), as_json)
-        return
-    if env:
-        raise click.UsageError("--env goes with --rebuild: it accepts a variable the wheel's "
-                               "provenance sets for the rebuild")
-    results = []
-    given = env_of_python(python) if python is not None else None
-    for wheel in wheels:
-        recorded = read_provenance(wheel)
-        requested, allowed = _verify_request(wheel, recorded, archs, host_only)
-        release = Release(recorded.recipe, recorded.version) if recorded is not None and \
-            recorded.recipe and recorded.version else None
-        torch_env = given or (env_of_toolchain(recorded.toolchain, recorded.python,
-                                               recorded.libraries)
-                              if recorded is not None else None)
-        inventory, audited = finish.verify(
-            wheel, requested, python=Path(sys.executable), host_only=allowed, release=release,
-            env=torch_env, no_env=NO_TORCH_ENV)
-        environment = recorded.extra_env if recorded is not None else None
-        results.append({"wheel": str(wheel), "archs": str(requested), "host_only": list(allowed),
-                        "device_code": [d.as_dict() for d in inventory],
-                        "audit": audited.as_dict(),
-                        "release": dataclasses.asdict(release) if release else None,
-                        "environment": environment})
-        if not as_json:
-            click.echo(f"ok: {wheel.name} carries exactly {requested}")
-            click.echo(f"  the release its provenance records: {release.package} "
-                       f"{release.version}" if release else
-                       "  release: not checked (no wheelsmith provenance records one)")
-            for item in inventory:
-                _echo_device_code(item.as_dict(), err=False)
-            for line in audit.describe(audited):
-                click.echo(f"  {line}")
-            if environment is not None:
-                _echo_env("  environment from its provenance", judge_env(environment, {}),
-                          err=False)
-    if as_json:
-        emit_json({"ok": True, "wheels": results})
-
-
-NO_TORCH_ENV = ("no torch environment to resolve them against: --python PATH names one; by "
-                "default the toolchain its provenance names, whose venv is not here")
-
-
-def _verify_request(wheel: Path, recorded: Provenance | None, archs: tuple[str, ...],
-                    host_only: tuple[str, ...]) -> tuple[ArchSet, tuple[str, ...]]:
-    """--arch and --host-only, else what the wheel's provenance records."""
-    requested = parse_archs(archs) or (recorded_archs(wheel.name, recorded)
-                                       if recorded and recorded.archs else None)
-    if requested is None:
-        raise click.UsageError(f"--arch is required: {wheel.name} has no wheelsmith provenance "
-                               "that records its archs; e.g. --arch 12.0")
-    return requested, host_only or (recorded.host_only if recorded else ())
-
-
-def _echo_env(heading: str, entries: list[EnvEntry], *, err: bool) -> None:
-    """The environment a wheel's provenance sets, each variable with what a rebuild does
-    with it."""
-    if not entries:
-        click.echo(f"{heading}: none", err=err)
-        return
-    click.echo(f"{heading} (what a rebuild does with it):", err=err)
-    indent = heading[:len(heading) - len(heading.lstrip())]
-    for entry in entries:
-        click.echo(f"{indent}  {entry.describe()}", err=err)
-
-
-def _verify_rebuild(wheels: tuple[Path, ...], work_dir: Path, runner: str,
-                    accepted: tuple[tuple[str, str], ...], as_json: bool) -> None:
-    """Every wheel's rebuild planned, its environment shown and judged, before any builds."""
-    planned = [plan_rebuild(wheel, accepted=dict(accepted), work_dir=work_dir.resolve(),
-                            runner_name=runner) for wheel in wheels]
-    for each in planned:
-        _echo_env(f"{each.wheel.name}: environment from its provenance", list(each.env),
-                  err=True)
-    for each in planned:
-        if (refused := each.refusal()) is not None:
-            raise refused
-    carried = {entry.name for each in planned for entry in each.env}
-    for name, _ in accepted:
-        if name not in carried:
-            raise UsageError(f"--env {name}: no wheel's provenance sets it; a rebuild applies "
-                             "exactly what a provenance sets, nothing added",
-                             hint="--env only accepts a variable a wheel's provenance sets, "
-                                  "with the same value")
-    results = []
-    for each in planned:
-        with console.TerminalReporter() as reporter:
-            compared = rebuild_wheel(each, report=reporter)
-        wheel = each.wheel
-        if not compared.identical:
-            raise VerifyError(
-                f"{wheel.name} differs from its rebuild (sha256 {compared.sha256[:16]}, "
-                f"rebuilt {compared.rebuilt_sha256[:16]})", findings=compared.differences,
-                hint=f"the rebuilt wheel is {compared.rebuilt}; a member whose content differs "
-                     "was changed after the build, or the build is not reproducible there")
-        results.append({"wheel": str(wheel), "sha256": compared.sha256,
-                        "rebuilt": str(compared.rebuilt),
-                        "environment": dict(each.request.env)})
-        if not as_json:
-            click.echo(f"identical: {wheel.name} rebuilt to the same sha256 {compared.sha256}")
-    if as_json:
-        emit_json({"ok": True, "wheels": results})
 
 
 @main.command("recipes")

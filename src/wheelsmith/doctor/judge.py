@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from wheelsmith import locations
+from wheelsmith.doctor import abi
+from wheelsmith.doctor.abi import built_for_torch
 from wheelsmith.doctor.fastpath import ModelView
 from wheelsmith.doctor.fixes import dependency_lines, fix_lines
 from wheelsmith.doctor.report import Report, family, missing_dependency
@@ -61,9 +62,6 @@ def knowledge() -> Knowledge:
 NOTHING_KNOWN = Knowledge()
 
 
-_TORCH_LABEL = re.compile(r"torch\.?(\d+)\.(\d+)")  # +cu.13.0.torch.2.14.sm.90, +cu12torch2.6cxx11…
-
-
 def judge(report: Report, info: dict[str, Any], index_url: str, knowledge: Knowledge) -> None:
     dependencies: dict[str, str] = {}  # a missing dependency -> the fast-path module needing it
     to_install: dict[str, None] = dict.fromkeys(_judge_model(report, dependencies))
@@ -92,7 +90,11 @@ def judge(report: Report, info: dict[str, Any], index_url: str, knowledge: Knowl
         if not state["needed"] or state["ok"] or module in covered:
             continue
         dependency = missing_dependency(module, state)
-        if dependency is not None:
+        mismatch = _abi_mismatch(report, info, state)
+        if mismatch is not None:
+            report.problems.append(f"fast path: `import {module}` fails: {mismatch}")
+            to_install[state["dist"]] = None
+        elif dependency is not None:
             report.problems.append(f"fast path: {module} does not import: it needs {dependency}, "
                                    f"which is not installed ({state['error']}): models fall "
                                    "back to slow PyTorch code")
@@ -105,6 +107,16 @@ def judge(report: Report, info: dict[str, Any], index_url: str, knowledge: Knowl
     report.fixes[:0] = [*dependency_lines(dependencies),
                         *fix_lines(list(to_install), base, report.arch, target, report.python)]
     report.fixes += upgrades
+
+
+def _abi_mismatch(report: Report, info: dict[str, Any], state: dict[str, Any]) -> str | None:
+    """An `undefined symbol` import error explained (abi.py), for the first of the module's
+    distributions that is installed."""
+    dists = {str(canonicalize_name(k)): v for k, v in info.get("dists", {}).items()}
+    names = state["dist"].split()
+    dist = next((n for n in names if n in dists), names[0])
+    return abi.explain(state["error"] or "", dist, dists.get(dist), report.torch or "?",
+                       report.python)
 
 
 def _judge_driver(report: Report) -> None:
@@ -263,12 +275,6 @@ def _torch_abi(report: Report, rule: RuntimeRule, target: Target,
                 f"{package.name} {package.version} was built for torch {built[0]}.{built[1]}, "
                 f"this environment has torch {target.torch}: {rule.reason} ({rule.link})")
             to_install[package.name] = None
-
-
-def built_for_torch(version: str) -> tuple[int, int] | None:
-    """The torch (major, minor) a wheel's local label names, if it names one."""
-    match = _TORCH_LABEL.search(version.partition("+")[2])
-    return (int(match[1]), int(match[2])) if match else None
 
 
 def _upgrade(report: Report, rule: RuntimeRule, target: Target,

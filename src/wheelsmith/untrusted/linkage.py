@@ -10,10 +10,14 @@ at most as many steps as its section has room for, so a chain that loops ends.
 
 from __future__ import annotations
 
+import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from wheelsmith import cmd
+from wheelsmith.errors import CommandError, UntrustedDataError
+from wheelsmith.untrusted import tool_bounds
 from wheelsmith.untrusted.elf import SHN_UNDEF, SHT_DYNSYM, Tables, string_at, tables
 
 SHT_DYNAMIC = 6
@@ -129,3 +133,18 @@ def _version_needs(found: Tables) -> dict[int, tuple[str, str]]:
             break
         at += following
     return needs
+
+
+def demangle(symbols: list[str]) -> dict[str, str]:
+    """Each C++ symbol's demangled name, by c++filt (binutils); names as they are where it
+    is not installed or fails."""
+    tool = shutil.which("c++filt")
+    if not symbols or tool is None:
+        return {}
+    try:
+        answer = cmd.run([tool, *symbols], stream=False, what=f"c++filt ({tool})",
+                         bounds=tool_bounds())
+    except (CommandError, UntrustedDataError):
+        return {}
+    lines = answer.stdout.splitlines()
+    return dict(zip(symbols, lines, strict=False)) if len(lines) == len(symbols) else {}

@@ -1,0 +1,272 @@
+"""The torch range by evidence (builder/torchrange.py, builder/torchexports.py) on real ELF: an
+extension compiled against the toolchain's libc10 checked against real torch export lists (the
+toolchain's torch, a copy of it whose libc10.so no longer exports one of the symbols it needs,
+and the torch wheels pip gives), then imported under each torch where all resolve; what
+`wheelsmith verify --torch-range` prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.builder.test_audit import demote
+from tests.conftest import add_variant, wheelsmith
+from tests.wheels import compile_shared, extension_wheel
+from wheelsmith.arch import ArchSet
+from wheelsmith.builder import torchexports, torchrange
+from wheelsmith.builder.linking import TorchEnv
+from wheelsmith.files import sha256_file
+from wheelsmith.inventory import shared_objects
+from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.untrusted.linkage import demangle
+
+MEMBER = f"rangeprobe/_native{sysconfig.get_config_var('EXT_SUFFIX')}"
+
+
+def module_source(symbols: list[str]) -> str:
+    """A Python extension module `_native` that takes the address of each of `symbols`."""
+    declared = "".join(f"extern char {s};\n" for s in symbols)
+    used = "".join(f'    PyModule_AddObject(m, "s{i}", PyLong_FromVoidPtr(&{s}));\n'
+                   for i, s in enumerate(symbols))
+    return ("#include <Python.h>\n" + declared +
+            'static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_native", 0, -1, 0};\n'
+            "PyMODINIT_FUNC PyInit__native(void) {\n"
+            "    PyObject* m = PyModule_Create(&def);\n" + used + "    return m;\n}\n")
+
+
+def site_of(toolchain: Toolchain) -> Path:
+    assert toolchain.site is not None
+    return toolchain.site
+
+
+def c10_symbols(toolchain: Toolchain, count: int, seed: int) -> list[str]:
+    """`count` C++ symbols libc10.so exports, drawn at random (functions and data alike)."""
+    exported = sorted(s for s in torchexports.exports_of_libraries(
+        site_of(toolchain) / "torch" / "lib", "x").libraries["libc10.so"]
+        if s.startswith("_ZN3c10"))
+    return random.Random(seed).sample(exported, count)
+
+
+def probe_wheel(folder: Path, toolchain: Toolchain, symbols: list[str]) -> Path:
+    made = compile_shared(folder / "so", module_source(symbols), links=(
+        site_of(toolchain) / "torch" / "lib" / "libc10.so",),
+        flags=(f"-I{sysconfig.get_paths()['include']}",))
+    (folder / "wheel").mkdir()
+    return extension_wheel(folder / "wheel", "rangeprobe", made)
+
+
+def without(lib: Path, into: Path, symbol: str) -> Path:
+    """A copy of the torch libraries `lib` whose libc10.so no longer exports `symbol`."""
+    into.mkdir(parents=True)
+    for found in lib.iterdir():
+        (into / found.name).symlink_to(found)
+    (into / "libc10.so").unlink()
+    shutil.copyfile(lib / "libc10.so", into / "libc10.so")
+    demote(into / "libc10.so", symbol)
+    return into
+
+
+@pytest.mark.toolchain
+@pytest.mark.parametrize("seed", range(3))
+def test_a_torch_whose_exports_lack_one_symbol_is_excluded_naming_it_demangled(
+        tmp_path: Path, toolchain: Toolchain, seed: int) -> None:
+    symbols = c10_symbols(toolchain, 4, seed)
+    wheel = probe_wheel(tmp_path, toolchain, symbols)
+    env = TorchEnv(site_of(toolchain), toolchain.python)
+    with shared_objects(wheel) as objects:
+        needs = torchrange.torch_needs(objects, env)
+    assert needs == (torchrange.ObjectNeeds(MEMBER, ("libc10.so",), tuple(sorted(symbols))),)
+    lib = site_of(toolchain) / "torch" / "lib"
+    version = str(toolchain.torch_version)
+    assert torchrange.check_exports(needs, torchexports.exports_of_libraries(
+        lib, version)).describe() == f"torch {version}: all symbols resolve (import not run)"
+    gone = symbols[seed]
+    other = torchexports.exports_of_libraries(without(lib, tmp_path / "lib", gone), "2.99.0")
+    trial = torchrange.check_exports(needs, other)
+    shown = demangle([gone])[gone]
+    assert shown != gone
+    assert trial.describe() == (f"torch 2.99.0: excluded: {MEMBER} needs {shown}, which it "
+                                "does not export")
+    assert trial.missing == ((MEMBER, gone, shown),)
+
+
+@pytest.mark.toolchain
+def test_a_torch_without_a_library_the_object_links_is_excluded_naming_it(
+        tmp_path: Path, toolchain: Toolchain) -> None:
+    wheel = probe_wheel(tmp_path, toolchain, c10_symbols(toolchain, 1, 0))
+    with shared_objects(wheel) as objects:
+        needs = torchrange.torch_needs(objects, TorchEnv(site_of(toolchain), toolchain.python))
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libtorch.so").symlink_to(site_of(toolchain) / "torch" / "lib" / "libtorch.so")
+    trial = torchrange.check_exports(needs, torchexports.exports_of_libraries(lib, "2.98.0"))
+    assert trial.describe() == (f"torch 2.98.0: excluded: {MEMBER} links libc10.so, which it "
+                                "does not have")
+
+
+@pytest.mark.toolchain
+def test_a_torch_wheels_export_list_is_read_once_and_kept_by_its_sha256(
+        tmp_path: Path, toolchain: Toolchain) -> None:
+    wheel = torchexports.download(toolchain.python, "2.13", tmp_path)
+    found = torchexports.exports_of_wheel(wheel, tmp_path)
+    kept = tmp_path / "torch-exports" / f"{sha256_file(wheel)}.json"
+    assert (found.sha256, found.wheel) == (kept.stem, wheel.name)
+    assert {"libc10.so", "libtorch_cpu.so", "libtorch_python.so"} <= set(found.libraries)
+    marked = json.loads(kept.read_text())
+    marked["libraries"]["libc10.so"] = ["wheelsmith_marker"]  # what the cache says is used
+    kept.write_text(json.dumps(marked))
+    assert torchexports.exports_of_wheel(wheel, tmp_path).libraries["libc10.so"] == \
+        frozenset({"wheelsmith_marker"})
+
+
+@given(st.sets(st.integers(0, 30), min_size=1), st.sets(st.integers(0, 30)))
+def test_candidates_are_the_profiles_minors_the_newer_ones_pip_sees_and_one_older(
+        pinned: set[int], seen: set[int]) -> None:
+    minors = torchexports.candidate_minors([f"2.{m}" for m in pinned], [f"2.{m}" for m in seen])
+    older = [m for m in seen if m < min(pinned)]
+    expected = pinned | {m for m in seen if m > max(pinned)} | set(older and [max(older)])
+    assert minors == [f"2.{m}" for m in sorted(expected)]
+
+
+@pytest.mark.toolchain
+def test_the_range_is_what_imports_under_each_torch_pip_gives(
+        tmp_path: Path, toolchain: Toolchain) -> None:
+    symbols = c10_symbols(toolchain, 3, 7)
+    wheel = probe_wheel(tmp_path, toolchain, symbols)
+    env = TorchEnv(site_of(toolchain), toolchain.python)
+    candidates = torchexports.torch_wheels(toolchain.python, ["2.13", "2.14", "0.1"])
+    runner = torchrange.smoke_runner(
+        wheel, toolchain.python, imports=("rangeprobe._native",), gpu_code="import torch",
+        archs=ArchSet.parse(["12.0"]), cuda_home=toolchain.cuda_home, log_path=tmp_path / "log")
+    found = torchrange.prove(wheel, env, candidates, tmp_path / "scratch", runner)
+    proven = [t.torch for t in found.trials if t.proven]
+    assert proven == [Path(w).name.split("-")[1] for _, w in candidates[:2]], found.describe()
+    not_run = ("the recipe's GPU op needs a GPU of its archs and was not run: skipped "
+               "(no GPU)")
+    assert found.describe()[:3] == [
+        f"torch range: {proven[0]} to {proven[1]} (proven by symbols, import and smoke test "
+        f"under {proven[0]}, {proven[1]})",
+        f"  torch {proven[0]}: proven (symbols, import, smoke test; {not_run})",
+        f"  torch {proven[1]}: proven (symbols, import, smoke test; {not_run})"]
+    assert found.describe()[3].startswith("  torch 0.1: not checked (pip gave no torch 0.1 "
+                                          "wheel for this Python: ")
+
+
+CUDA_MODULE = """#include <Python.h>
+extern char {symbol};
+__global__ void k(float* x) {{ x[0] = 1; }}
+static struct PyModuleDef def = {{PyModuleDef_HEAD_INIT, "_native", 0, -1, 0}};
+PyMODINIT_FUNC PyInit__native(void) {{
+    PyObject* m = PyModule_Create(&def);
+    PyModule_AddObject(m, "p", PyLong_FromVoidPtr(&{symbol}));
+    if (0) k<<<1, 1>>>(0);
+    return m;
+}}
+"""
+
+
+@pytest.mark.toolchain
+def test_verify_prints_the_torch_range_proven_under_each_torch(
+        tmp_path: Path, toolchain: Toolchain) -> None:
+    symbol = c10_symbols(toolchain, 1, 3)[0]
+    source = tmp_path / "k.cu"
+    source.write_text(CUDA_MODULE.format(symbol=symbol))
+    made = tmp_path / "_native.so"
+    lib = site_of(toolchain) / "torch" / "lib"
+    subprocess.run([str(toolchain.nvcc), "-shared", "-Xcompiler", "-fPIC", "-cudart=shared",
+                    "-gencode", "arch=compute_120,code=sm_120",
+                    f"-I{sysconfig.get_paths()['include']}", str(source), "-o", str(made),
+                    f"-L{lib}", "-lc10"], check=True, capture_output=True)
+    (tmp_path / "w").mkdir()
+    wheel = extension_wheel(tmp_path / "w", "rangeprobe", made)
+    env = dict(os.environ, WHEELSMITH_CACHE=str(tmp_path / "cache"))
+    said = subprocess.run(
+        [sys.executable, "-m", "wheelsmith", "verify", "--arch", "12.0", "--python",
+         str(toolchain.python), "--torch-range", "--torch", "2.13", "--torch", "2.14",
+         "--work-dir", str(tmp_path / "work"), str(wheel)],
+        capture_output=True, text=True, env=env, check=False)
+    assert said.returncode == 0, said.stderr
+    lines = said.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "torch range:" in line)
+    ran = "symbols, import, smoke test"  # no recipe, so no GPU op to run
+    assert lines[start:start + 3] == [
+        "  torch range: 2.13.0+cpu to 2.14.1 (proven by symbols, import and smoke test under "
+        "2.13.0+cpu, 2.14.1)",
+        f"    torch 2.13.0+cpu: proven ({ran})", f"    torch 2.14.1: proven ({ran})"]
+
+
+@pytest.mark.toolchain
+def test_a_build_asked_for_its_torch_range_records_it_with_its_run(
+        project: Path, toolchain: Toolchain) -> None:
+    add_variant(project, "tiny-ext")
+    built = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--torch-range", "2.13,2.14",
+                       "--json", cwd=project, check=True)
+    data = json.loads(built.stdout)
+    ranged = data["run"]["torch_range"]
+    assert "torch_range" not in data["provenance"]  # a run's fact, not the wheel's
+    # built against 2.14.1, it needs nothing 2.13's CPU build lacks, and imports under it
+    assert ranged["proven"] == ["2.13.0+cpu", "2.14.1"]
+    assert [(t["torch"], t["import_and_smoke"], t["missing_symbols"], t["gpu_op"])
+            for t in ranged["trials"]] == [
+        (torch, "passed", [], "the recipe's GPU op needs a GPU of its archs and was not run: "
+         "skipped (no GPU)") for torch in ("2.13.0+cpu", "2.14.1")]
+    said = wheelsmith("verify", data["wheel"], "--torch-range", "--torch", "2.14", cwd=project)
+    assert said.returncode == 0, said.stderr
+    assert ("  torch range: 2.14.1 (proven by symbols, import and smoke test under 2.14.1)"
+            in said.stdout.splitlines())
+
+
+@given(st.lists(st.sampled_from(["proven", "excluded", "failed", "absent"]), min_size=1,
+                max_size=8))
+def test_the_range_runs_from_the_oldest_to_the_newest_proven_naming_each_gap(
+        outcomes: list[str]) -> None:
+    trials = []
+    for minor, outcome in enumerate(outcomes):
+        torch = f"2.{minor}"
+        trials.append(torchrange.Trial(
+            torch, f"torch-{torch}.whl", "ab",
+            missing=((MEMBER, "_Zx", "x()"),) if outcome == "excluded" else (),
+            ran={"proven": "passed", "failed": "its import failed"}.get(outcome),
+            unavailable="none" if outcome == "absent" else None))
+    summary = torchrange.TorchRange(tuple(trials)).summary()
+    proven = [f"2.{m}" for m, o in enumerate(outcomes) if o == "proven"]
+    if not proven:
+        assert summary == "torch range: none proven (no torch tried passed)"
+        return
+    inside = [f"2.{m}" for m, o in enumerate(outcomes)
+              if o in ("excluded", "failed") and proven[0] <= f"2.{m}" <= proven[-1]]
+    span = f"{proven[0]} to {proven[-1]}" if len(proven) > 1 else proven[0]
+    assert summary == (f"torch range: {span} (proven by symbols, import and smoke test under "
+                       f"{', '.join(proven)}" + (f"; not {', '.join(inside)}" if inside else "")
+                       + ")")
+
+
+def test_torch_without_torch_range_is_refused(tmp_path: Path) -> None:
+    wheel = tmp_path / "x-1.0-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"")
+    said = subprocess.run([sys.executable, "-m", "wheelsmith", "verify", "--torch", "2.13",
+                           "--arch", "12.0", str(wheel)], capture_output=True, text=True,
+                          check=False)
+    assert said.returncode == 2
+    assert "--torch goes with --torch-range: it names a torch to try" in said.stderr
+
+
+@pytest.mark.toolchain
+def test_the_default_candidates_hold_every_profiles_minor_and_what_pip_sees_beyond(
+        toolchain: Toolchain) -> None:
+    pinned = torchexports.profile_minors()
+    seen = torchexports.visible_minors(toolchain.python)
+    assert seen, "pip sees no torch"
+    found = torchexports.candidate_minors(pinned, seen)
+    assert set(pinned) <= set(found) <= set(pinned) | set(seen)
+    assert str(toolchain.torch_version).rsplit(".", 1)[0] in found
