@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from wheelsmith.builder import hostlibs
-from wheelsmith.errors import UsageError
+from wheelsmith.errors import RecipeError, UsageError
 from wheelsmith.recipes.model import Recipe, load_recipe
 from wheelsmith.toolchain.env import Toolchain
 
@@ -103,12 +103,15 @@ def test_a_bare_name_the_toolchain_does_not_hold_is_refused(tmp_path: Path,
 
 
 @pytest.mark.parametrize("variable", ["NCCL_ROOT", "NCCL_HOME", "NCCL_INCLUDE_DIR"])
-def test_a_build_env_that_sets_a_librarys_variable_is_refused(
-        tmp_path: Path, toolchain: Toolchain, variable: str) -> None:
-    wanted = recipe(tmp_path, [{"wheel": "nvidia-nccl-cu13"}], env=f'{{{variable}: "/x"}}')
-    with pytest.raises(UsageError) as caught:
-        hostlibs.provide(wanted, toolchain, tmp_path / "work", tmp_path / "cache")
-    assert (caught.value.message, caught.value.hint) == (
-        f"{wanted.file}: build.env sets {variable}, which build.libraries[0] "
-        f"(nvidia-nccl-cu13 {held_nccl(toolchain)}) sets",
-        f"remove {variable} from build.env: wheelsmith points the build at the library")
+def test_a_build_env_that_sets_a_librarys_variable_is_refused(tmp_path: Path,
+                                                               variable: str) -> None:
+    """What build.libraries' prefixes set is wheelsmith's: the recipe is refused where it is
+    read, at the line that sets it, pointing at build.libraries."""
+    with pytest.raises(RecipeError) as caught:
+        recipe(tmp_path, [{"wheel": "nvidia-nccl-cu13"}], env=f'{{{variable}: "/x"}}')
+    [problem] = caught.value.problems
+    assert (problem.line, problem.message) == (4, (
+        f"{variable}: it changes where programs, libraries, headers or modules come from; a "
+        "recipe's env cannot set it"))
+    assert "a library the build needs goes in build.libraries (wheelsmith sets its *_ROOT, " \
+        "*_HOME and *_DIR)" in str(problem.hint)

@@ -132,8 +132,9 @@ def test_check_recipes_names_each_protected_variable_a_recipe_sets_by_file_and_l
     paths = ("it changes where programs, libraries, headers or modules come from; a recipe's "
              "env cannot set it")
     hint = ("    hint: the toolchain profile provides the compilers, CUDA and Python "
-            "(--toolchain, --python, --platform); a package that needs another path gets it "
-            "from a recipe patch. A recipe's env is for the package's own knobs, e.g. "
+            "(--toolchain, --python, --platform); a library the build needs goes in "
+            "build.libraries (wheelsmith sets its *_ROOT, *_HOME and *_DIR); another path "
+            "comes from a recipe patch. A recipe's env is for the package's own knobs, e.g. "
             "FLASH_ATTENTION_FORCE_BUILD: \"TRUE\" (docs/cli.md, 'The build's environment')")
     shown = file.name  # check-recipes names a file under the current directory relative
     assert (outcome.returncode, outcome.stderr.splitlines()) == (3, [
@@ -148,12 +149,14 @@ def test_check_recipes_names_each_protected_variable_a_recipe_sets_by_file_and_l
      "use --arch, --toolchain or --compile-cache"),
     ("PATH", "it changes where programs, libraries, headers or modules come from",
      "the toolchain profile provides the compilers, CUDA and Python (--toolchain, --python, "
-     "--platform); a package that needs another path gets it from a recipe patch"),
+     "--platform); a library the build needs goes in build.libraries (wheelsmith sets its "
+     "*_ROOT, *_HOME and *_DIR); another path comes from a recipe patch"),
     ("CUDA_HOME", "the CUDA toolkit is the toolchain's (CUDA_HOME is always set from it)",
      "use --toolchain"),
     ("LD_PRELOAD", "it changes where programs, libraries, headers or modules come from",
      "the toolchain profile provides the compilers, CUDA and Python (--toolchain, --python, "
-     "--platform); a package that needs another path gets it from a recipe patch"),
+     "--platform); a library the build needs goes in build.libraries (wheelsmith sets its "
+     "*_ROOT, *_HOME and *_DIR); another path comes from a recipe patch"),
 ])
 def test_build_with_a_protected_env_stops_before_anything_is_fetched_or_run(
         tmp_path: Path, name: str, why: str, instead: str) -> None:

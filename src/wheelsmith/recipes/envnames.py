@@ -15,8 +15,9 @@ PROXIES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"
 NO_PROXY = ("no_proxy", "NO_PROXY")
 
 _PROGRAMS = ("the toolchain profile provides the compilers, CUDA and Python (--toolchain, "
-             "--python, --platform); a package that needs another path gets it from a recipe "
-             "patch")
+             "--python, --platform); a library the build needs goes in build.libraries "
+             "(wheelsmith sets its *_ROOT, *_HOME and *_DIR); another path comes from a "
+             "recipe patch")
 _RULES: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("WHEELSMITH_*",), "it is wheelsmith's own setting",
      "set it in wheelsmith's own environment (docs/cli.md, Environment)"),
