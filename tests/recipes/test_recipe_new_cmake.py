@@ -45,11 +45,14 @@ def test_natten_is_read_as_the_setup_py_driven_cmake_build_it_is(
         "info: setup.py:521: extension natten.libnatten (Extension): built by CMake, whose "
         "project compiles CUDA (csrc/CMakeLists.txt:4)",
         "info: sources: CMake's (the check reads what its build.ninja compiles)",
+        "info: csrc/include/natten/cuda/fmha/kernel_forward.h:10: it needs cuRAND (includes "
+        "curand_kernel.h): the toolchain cu130-torch2.14's CUDA provides it (nvidia-curand "
+        "10.4.0.35)",
         "fixed: its CMake files ask for an older C++ standard than torch's headers need: wrote "
         "0001-cxx20-for-newer-torch-headers.patch: C++20 in the CMake project, as the "
         "toolchain's torch headers need (it asks for an older standard)",
-        "7 findings: 0 to do by hand (todo), 3 fixed in the recipe or its patches, "
-        "4 for information",
+        "8 findings: 0 to do by hand (todo), 3 fixed in the recipe or its patches, "
+        "5 for information",
         "wrote mine/recipes/natten.yaml",
         "wrote mine/patches/natten/0.21.7/0001-cxx20-for-newer-torch-headers.patch",
         "next: wheelsmith build natten --recipes mine --check"]
@@ -83,7 +86,15 @@ def test_llama_cpp_python_is_a_cuda_package_without_torch(
         "smoke: its shared libraries are loaded (its Python side needs runtime dependencies "
         "the toolchain does not hold)",
         "sources: CMake's (the check reads what its build.ninja compiles)",
+        "vendor/llama.cpp/ggml/src/ggml-cuda/vendors/cuda.h:10: it needs NCCL (includes "
+        "nccl.h under #ifdef GGML_USE_NCCL): the build goes on without it (a condition or an "
+        "optional find_package): no entry; where the recipe turns it on, add build.libraries "
+        "for NCCL",
+        "vendor/llama.cpp/ggml/src/ggml-cuda/vendors/cuda.h:5: it needs cuBLAS (includes "
+        "cublas_v2.h): the toolchain cu130-torch2.14's CUDA provides it (nvidia-cublas "
+        "13.1.1.3)",
         "patches: none of the standard ones is needed"]
+    assert data["libraries"] == []  # NCCL only where GGML_USE_NCCL is defined
     assert data["kind"] == "cuda"
     recipe = load_recipe(tmp_path / "mine" / "recipes" / "llama-cpp-python.yaml")
     assert (recipe.kind, recipe.arch.env, recipe.arch.format, recipe.env) == (

@@ -79,16 +79,20 @@ def test_a_library_of_the_toolchains_cuda_needs_no_entry(
 
 @settings(deadline=None, max_examples=15)
 @given(before=BEFORE, spelling=st.sampled_from(["NCCL", "Nccl", "nccl"]),
-       extra=st.sampled_from(["", " REQUIRED", " 2.18 QUIET"]), cmake=st.sampled_from(
-           ["CMakeLists.txt", "cmake/FindDeps.cmake", "csrc/CMakeLists.txt"]))
+       extra=st.sampled_from(["", " REQUIRED", " 2.18 QUIET", " 2.18 REQUIRED"]),
+       cmake=st.sampled_from(["CMakeLists.txt", "cmake/deps.cmake", "csrc/CMakeLists.txt"]))
 def test_find_package_or_find_library_in_a_cmake_file_is_found(
         tmp_path_factory: pytest.TempPathFactory, before: int, spelling: str, extra: str,
         cmake: str) -> None:
+    """A find_package without REQUIRED is optional (the build goes on without it): a note, no
+    entry, whose wheel would become every wheel's requirement."""
     tree = source_tree(tmp_path_factory.mktemp("t"), cmake, before,
                        f"find_package({spelling}{extra})")
     (needed,) = detect(tree, TORCH)
+    required = "REQUIRED" in extra
     assert (needed.where, needed.what, needed.wheel) == (
-        f"{cmake}:{before + 1}", f"find_package({spelling})", "nvidia-nccl-cu13")
+        f"{cmake}:{before + 1}", f"find_package({spelling}{extra})",
+        "nvidia-nccl-cu13" if required else None)
     tree = source_tree(tmp_path_factory.mktemp("t"), cmake, before,
                        "find_library(NCCL_LIB\n  NAMES nccl\n  HINTS $ENV{NCCL_HOME})")
     (needed,) = detect(tree, TORCH)
@@ -97,8 +101,47 @@ def test_find_package_or_find_library_in_a_cmake_file_is_found(
 
 
 @settings(deadline=None, max_examples=10)
+@given(before=BEFORE, name=st.from_regex(r"Find[A-Z][A-Za-z]{0,8}\.cmake", fullmatch=True))
+def test_a_find_module_says_how_to_find_a_library_not_that_the_build_needs_it(
+        tmp_path_factory: pytest.TempPathFactory, before: int, name: str) -> None:
+    tree = source_tree(tmp_path_factory.mktemp("t"), f"cmake/{name}", before,
+                       "find_library(NCCL_LIBRARY NAMES nccl HINTS ${NCCL_ROOT})")
+    assert detect(tree, TORCH) == ()
+
+
+@settings(deadline=None, max_examples=20)
+@given(before=BEFORE, macro=st.from_regex(r"[A-Z][A-Z0-9_]{2,12}", fullmatch=True),
+       opening=st.sampled_from(["#ifdef {m}", "#if defined({m})", "# if {m} > 1",
+                                "#ifndef {m}\n#include <cstdio>"]),
+       guarded=st.booleans())
+def test_an_include_under_a_preprocessor_condition_is_a_note_not_an_entry(
+        tmp_path_factory: pytest.TempPathFactory, before: int, macro: str, opening: str,
+        guarded: bool) -> None:
+    """`#ifdef GGML_USE_NCCL` / `#include <nccl.h>`: the default build does not include it. An
+    include guard around the whole header is no condition."""
+    guard = "#ifndef K_H_\n#define K_H_\n" if guarded else ""
+    end = "\n#endif" if guarded else ""
+    head = opening.format(m=macro)
+    tree = source_tree(tmp_path_factory.mktemp("t"), "csrc/k.h", before,
+                       f"{guard}{head}\n#include <nccl.h>\n#endif{end}")
+    (needed,) = detect(tree, TORCH)
+    line = before + 1 + guard.count("\n") + head.count("\n") + 1
+    condition = head.splitlines()[0].replace("# if", "#if")
+    assert (needed.where, needed.wheel) == (f"csrc/k.h:{line}", None)
+    assert needed.finding() == (
+        f"csrc/k.h:{line}: it needs NCCL (includes nccl.h under {condition}): the build goes "
+        "on without it (a condition or an optional find_package): no entry; where the recipe "
+        "turns it on, add build.libraries for NCCL")
+    tree = source_tree(tmp_path_factory.mktemp("t"), "csrc/k.h", before,
+                       f"{guard}#include <nccl.h>{end}")
+    (needed,) = detect(tree, TORCH)
+    assert needed.wheel == "nvidia-nccl-cu13"
+
+
+@settings(deadline=None, max_examples=10)
 @given(before=BEFORE, how=st.sampled_from([
-    ("CMakeLists.txt", "find_package(HDF5 COMPONENTS C)", "find_package(HDF5)"),
+    ("CMakeLists.txt", "find_package(HDF5 REQUIRED COMPONENTS C)",
+     "find_package(HDF5 REQUIRED COMPONENTS C)"),
     ("src/io.cpp", "#include <hdf5.h>", "includes hdf5.h"),
     ("src/io.cpp", "#include <H5Cpp.h>", "includes H5Cpp.h"),
     ("setup.py", "ext = dict(libraries=['hdf5', 'm'])", "links it (libraries=)")]))

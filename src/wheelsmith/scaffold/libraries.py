@@ -77,7 +77,7 @@ KNOWN = (
           instead=_no_wheel("mpi")),
 )
 INCLUDE = re.compile(r"\s*#\s*include\s*[<\"]([^>\"]+)[>\"]")
-FIND_PACKAGE = re.compile(r"\bfind_package\s*\(\s*([A-Za-z0-9_]+)", re.IGNORECASE)
+FIND_PACKAGE = re.compile(r"\bfind_package\s*\(([^)]*)", re.IGNORECASE)
 FIND_LIBRARY = re.compile(r"\bfind_library\s*\(([^)]*)", re.IGNORECASE)
 PY_LINKED = re.compile(r"\blibraries\s*=\s*\[([^\]]*)\]")
 QUOTED = re.compile(r"[\"']([\w+.-]+)[\"']")
@@ -107,43 +107,100 @@ class Needed:
 def detect(tree: Path, profile: Profile) -> tuple[Needed, ...]:
     """What the sdist at `tree` needs of the table's libraries, each once, in the table's
     order, with the entry recipe new writes for the toolchain of `profile`."""
-    found = {**_in_python(tree), **_in_cmake(tree), **_in_sources(tree)}  # sources first
+    always, guarded = _in_sources(tree)
+    cmake, optional = _in_cmake(tree)
+    found = {**_in_python(tree), **cmake, **always}  # sources first
+    guarded = {**optional, **guarded}
     ours = {path.name for path in tree.rglob("*.h")} | {
         path.relative_to(tree).as_posix() for path in tree.rglob("*.h*")}
-    return tuple(_entry(known, *found[known.name], profile) for known in KNOWN
-                 if known.name in found and not _own(known, ours))
+    return tuple(_entry(known, *found[known.name], profile) if known.name in found else
+                 _guarded(known, *guarded[known.name])
+                 for known in KNOWN
+                 if (known.name in found or known.name in guarded) and not _own(known, ours))
+
+
+def _guarded(known: Known, where: str, what: str) -> Needed:
+    """A library only included under a preprocessor condition (`#ifdef GGML_USE_NCCL`) or
+    found by CMake without REQUIRED: the build goes without it, so no entry (its wheel would
+    become a requirement of the package's wheel); what to do where the build turns it on."""
+    return Needed(known, where, what, note="the build goes on without it (a condition or an "
+                  "optional find_package): no entry; where the recipe turns it on, add "
+                  f"build.libraries for {known.name}")
 
 
 def _own(known: Known, ours: set[str]) -> bool:
     return any(h in ours or any(o.endswith("/" + h) for o in ours) for h in known.headers)
 
 
-def _in_sources(tree: Path) -> dict[str, tuple[str, str]]:
-    found: dict[str, tuple[str, str]] = {}
+def _in_sources(tree: Path) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
+    """Where each library's header is first included: always, and only inside a preprocessor
+    conditional (an include guard is no condition)."""
+    always: dict[str, tuple[str, str]] = {}
+    guarded: dict[str, tuple[str, str]] = {}
     for path in own_sources(tree):
-        for number, line in enumerate(lines_of(read_exactly(path)), start=1):
+        lines = lines_of(read_exactly(path))
+        for number, condition, line in _conditions(lines):
             if (match := INCLUDE.match(line)) is None:
                 continue
             for known in KNOWN:
                 if match[1] in known.headers:
-                    found.setdefault(known.name, (f"{path.relative_to(tree)}:{number}",
-                                                  f"includes {match[1]}"))
-    return found
+                    where = f"{path.relative_to(tree)}:{number}"
+                    if condition is None:
+                        always.setdefault(known.name, (where, f"includes {match[1]}"))
+                    else:
+                        guarded.setdefault(known.name, (where, f"includes {match[1]} under "
+                                                               f"{condition}"))
+    return always, guarded
 
 
-def _in_cmake(tree: Path) -> dict[str, tuple[str, str]]:
-    found: dict[str, tuple[str, str]] = {}
-    for path in own_files(tree, lambda p: p.name == "CMakeLists.txt" or p.suffix == ".cmake"):
+CONDITIONAL = re.compile(r"\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b\s*(.*)")
+DEFINE = re.compile(r"\s*#\s*define\s+(\w+)")
+
+
+def _conditions(lines: list[str]) -> list[tuple[int, str | None, str]]:
+    """Each line with its number and the innermost preprocessor condition it lies under
+    (`#ifdef X`), None outside any; `#ifndef X` directly followed by `#define X` is an
+    include guard, not a condition."""
+    stack: list[str | None] = []
+    out = []
+    for index, line in enumerate(lines):
+        match = CONDITIONAL.match(line)
+        if match is None:
+            current = next((c for c in reversed(stack) if c is not None), None)
+            out.append((index + 1, current, line))
+            continue
+        kind, rest = match[1], match[2].split("//")[0].strip()
+        if kind in ("if", "ifdef", "ifndef"):
+            following = next((n for n in lines[index + 1:] if n.strip()), "")
+            guard = kind == "ifndef" and (defined := DEFINE.match(following)) is not None \
+                and defined[1] == rest
+            stack.append(None if guard else f"#{kind} {rest}".strip())
+        elif kind == "endif" and stack:
+            stack.pop()
+        elif kind in ("elif", "else") and stack:
+            stack[-1] = f"#{kind} {rest}".strip()
+    return out
+
+
+def _in_cmake(tree: Path) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
+    """Where each library is first asked for by the sdist's CMake files: required, and optional
+    (a find_package without REQUIRED: the build goes on without it). Find modules
+    (Find*.cmake) say how to find one, not that the build needs it."""
+    always: dict[str, tuple[str, str]] = {}
+    optional: dict[str, tuple[str, str]] = {}
+    for path in own_files(tree, lambda p: p.name == "CMakeLists.txt" or (
+            p.suffix == ".cmake" and not p.name.startswith("Find"))):
         text = read_exactly(path)
         for match in [*FIND_PACKAGE.finditer(text), *FIND_LIBRARY.finditer(text)]:
             where = f"{path.relative_to(tree)}:{text.count(chr(10), 0, match.start()) + 1}"
-            words = match[1].split() if match.re is FIND_LIBRARY else [match[1]]
+            words = match[1].split()
             for known in KNOWN:
-                if match.re is FIND_PACKAGE and words[0].lower() in known.packages:
-                    found.setdefault(known.name, (where, f"find_package({words[0]})"))
+                if match.re is FIND_PACKAGE and words and words[0].lower() in known.packages:
+                    into = always if "REQUIRED" in words[1:] else optional
+                    into.setdefault(known.name, (where, f"find_package({' '.join(words)})"))
                 elif match.re is FIND_LIBRARY and set(words[1:]) & set(known.links):
-                    found.setdefault(known.name, (where, f"find_library({' '.join(words)})"))
-    return found
+                    always.setdefault(known.name, (where, f"find_library({' '.join(words)})"))
+    return always, optional
 
 
 def _in_python(tree: Path) -> dict[str, tuple[str, str]]:
