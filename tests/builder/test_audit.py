@@ -14,10 +14,18 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.wheels import compile_shared, extension_wheel
 from wheelsmith.builder import audit, manylinux, sbom
-from wheelsmith.builder.linking import TorchEnv, resolve
+from wheelsmith.builder.linking import (
+    UNKNOWN_PROVIDER,
+    Resolution,
+    TorchEnv,
+    Unresolved,
+    resolve,
+)
 from wheelsmith.builder.stamp import stamp
 from wheelsmith.errors import VerifyError
 from wheelsmith.inventory import Toolkits
@@ -304,3 +312,20 @@ def test_the_cuda_runtime_import_torch_loads_globally_serves_an_object_that_does
     bare = copy_of_site(site, tmp_path / "site", cuda=False)
     found = resolve([("pkg/_u.so", unlinked)], TorchEnv(bare, toolchain.python))
     assert [u.symbol for u in found.unresolved] == ["cudaGetDeviceCount"]
+
+
+@given(providers=st.lists(st.sampled_from(["libc10.so", "libtorch_cpu.so", "libcudart.so.13",
+                                           UNKNOWN_PROVIDER]), min_size=1, max_size=4),
+       missing=st.booleans())
+def test_an_undefined_symbol_is_called_an_abi_mismatch_only_where_torch_or_cuda_should_have_it(
+        providers: list[str], missing: bool) -> None:
+    """A symbol torch or CUDA should define (or a library of theirs not there): the wheel was
+    built for another torch. One no library it links should define: its own build's gap."""
+    found = Resolution("2.14.1", 3, tuple(Unresolved("pkg/_m.so", f"s{i}", f"s{i}", lib)
+                                          for i, lib in enumerate(providers)),
+                       (("pkg/_m.so", "libc10.so"),) if missing else ())
+    with pytest.raises(VerifyError) as caught:
+        audit.check("probe.whl", audit.Audit((), (), None, {}, found, None, {}, ()),
+                    "linux_x86_64")
+    theirs = missing or any(p != UNKNOWN_PROVIDER for p in providers)
+    assert caught.value.hint == (audit.ABI_HINT if theirs else audit.OWN_BUILD_HINT)

@@ -376,12 +376,11 @@ LAZY_MODULES = {  # compiled modules tiny_ext/__init__.py never imports: only wh
 }
 
 
-def test_a_compiled_module_that_does_not_import_fails_the_smoke_test_naming_it(
-        project: Path, toolchain: Toolchain) -> None:
-    """A package that imports its compiled modules only when they are used passed its smoke
-    test (it imported the package) with modules that do not load: each is imported now."""
+def lazy_variant(project: Path, names: tuple[str, ...]) -> None:
+    """lazy-ext: the tiny extension with compiled modules its package never imports (`names`
+    of LAZY_MODULES) and a library built with it."""
     modules = "".join(f'        Extension("tiny_ext._{name}", ["csrc/{name}.cpp"]),\n'
-                      for name in ("unlinked", "refuses", "lazy"))
+                      for name in names)
     source = add_variant(project, "lazy-ext", ("        )\n    ],", f"        ),\n{modules}    ],"))
     for file, text in LAZY_MODULES.items():
         (source / "csrc" / file).write_text(text)
@@ -392,21 +391,44 @@ def test_a_compiled_module_that_does_not_import_fails_the_smoke_test_naming_it(
         "'csrc/helper.c'], check=True)\n")).replace(
         'packages=["tiny_ext"],', 'packages=["tiny_ext"], package_data={"tiny_ext": ["*.so"]},'))
     recipe = project / "recipes" / "lazy-ext.yaml"
+    globs = ", ".join(f'"tiny_ext/_{name}*.so"' for name in names)
     recipe.write_text(recipe.read_text().replace("versions:", (
-        'build:\n  host_only: ["tiny_ext/_unlinked*.so", "tiny_ext/_refuses*.so", '
-        '"tiny_ext/_lazy*.so", "tiny_ext/libhelper.so"]\nversions:')))
+        f'build:\n  host_only: [{globs}, "tiny_ext/libhelper.so"]\nversions:')))
+
+
+def test_a_compiled_module_that_does_not_import_fails_the_smoke_test_naming_it(
+        project: Path, toolchain: Toolchain) -> None:
+    """A package that imports its compiled modules only when they are used passed its smoke
+    test (it imported the package) with modules that do not load: each is imported now."""
+    lazy_variant(project, ("refuses", "lazy"))
     result = wheelsmith("build", "lazy-ext", "--arch", "12.0", cwd=project)
     assert result.returncode == 10, result.stderr[-3000:]
     message, *findings, log_line, hint = error_lines(result.stderr)
     assert (message, findings, hint) == (  # libhelper.so, no module, is not among them
-        "error: the smoke test of lazy_ext-0.1.0-cp311-cp311-linux_x86_64.whl: 2 of 4 compiled "
+        "error: the smoke test of lazy_ext-0.1.0-cp311-cp311-linux_x86_64.whl: 1 of 3 compiled "
         "extension module(s) do not import",
-        ["  tiny_ext._refuses: RuntimeError: no device was chosen",
-         "  tiny_ext._unlinked: ImportError: tiny_ext/_unlinked.cpython-311-x86_64-linux-gnu.so: "
-         "undefined symbol: not_defined_anywhere"],
+        ["  tiny_ext._refuses: RuntimeError: no device was chosen"],
         f"hint: {IMPORT_HINT}")
     said = Path(log_line.split("--- full log: ")[1]).read_text()
     assert "imported tiny_ext._lazy (tiny_ext/_lazy.cpython-311-x86_64-linux-gnu.so)" in said
+    assert not (project / "wheelhouse").exists() or not any((project / "wheelhouse").iterdir())
+
+
+def test_a_compiled_module_with_an_undefined_symbol_is_refused_before_it_is_imported(
+        project: Path, toolchain: Toolchain) -> None:
+    """The binary audit resolves every module's symbols against the toolchain's torch: one
+    no library defines is refused by name before the smoke test imports anything."""
+    lazy_variant(project, ("unlinked", "refuses", "lazy"))
+    result = wheelsmith("build", "lazy-ext", "--arch", "12.0", cwd=project)
+    assert result.returncode == 10, result.stderr[-3000:]
+    assert error_lines(result.stderr) == [
+        "error: lazy_ext-0.1.0-cp311-cp311-linux_x86_64.whl does not load against torch "
+        "2.14.1: 1 symbol(s) undefined, 0 library(ies) missing",
+        "  tiny_ext/_unlinked.cpython-311-x86_64-linux-gnu.so: not_defined_anywhere (from the "
+        "libraries it links) is not defined",
+        "hint: no library it links should define it: the package's build left it undefined (a "
+        "source file or a -l library missing from that extension); patch its build, or leave "
+        "the module out of the wheel"]
     assert not (project / "wheelhouse").exists() or not any((project / "wheelhouse").iterdir())
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from wheelsmith.builder import manylinux
-from wheelsmith.builder.linking import Resolution, TorchEnv, resolve
+from wheelsmith.builder.linking import UNKNOWN_PROVIDER, Resolution, TorchEnv, resolve
 from wheelsmith.errors import VerifyError
 from wheelsmith.inventory import DeviceCode, Toolkits, read_toolkits, shared_objects
 from wheelsmith.toolchain.driver import MIN_DRIVER
@@ -198,6 +198,21 @@ def describe_manylinux(found: dict[str, Any] | None) -> str:
     return f"{found['tag']}, set by {setters}: {found['next_refused']} does not list it"
 
 
+ABI_HINT = ("it was built against another torch or CUDA major than this environment's: install "
+            "the torch it pins (its Requires-Dist), or build it for this one (wheelsmith build "
+            "NAME --python PATH)")
+OWN_BUILD_HINT = ("no library it links should define it: the package's build left it undefined "
+                  "(a source file or a -l library missing from that extension); patch its "
+                  "build, or leave the module out of the wheel")
+
+
+def _unresolved_hint(found: Resolution) -> str:
+    """An ABI mismatch where a symbol should come from torch or CUDA, or a library is
+    missing; else the package's own build left it undefined."""
+    theirs = found.missing or any(u.library != UNKNOWN_PROVIDER for u in found.unresolved)
+    return ABI_HINT if theirs else OWN_BUILD_HINT
+
+
 def check(label: str, audit: Audit, platform: str) -> None:
     """Refuse a wheel whose objects leave a symbol undefined against the torch they were
     resolved against, or whose platform tag promises an older system than its symbol
@@ -207,10 +222,7 @@ def check(label: str, audit: Audit, platform: str) -> None:
         raise VerifyError(
             f"{label} does not load against {found.where}: "
             f"{len(found.unresolved)} symbol(s) undefined, {len(found.missing)} library(ies) "
-            "missing", findings=found.findings(),
-            hint="it was built against another torch or CUDA major than this environment's: "
-                 "install the torch it pins (its Requires-Dist), or build it for this one "
-                 "(wheelsmith build NAME --python PATH)")
+            "missing", findings=found.findings(), hint=_unresolved_hint(found))
     first = platform.split(".", 1)[0]
     promised = next((p for p in audit.policies
                      if first in {f"{n}_{arch_of(platform)}" for n in (p.name, *p.aliases)}),

@@ -244,10 +244,12 @@ def resolve(objects: list[tuple[str, Path]], env: TorchEnv) -> Resolution:
                       tuple(missing), driver)
 
 
+UNKNOWN_PROVIDER = "the libraries it links"
+
+
 def _torch_libraries(linked: Linkage) -> str:
     """The torch libraries an object links: where an unversioned symbol of it should be."""
-    return " or ".join(n for n in linked.needed if is_torch_library(n)) or \
-        "the libraries it links"
+    return " or ".join(n for n in linked.needed if is_torch_library(n)) or UNKNOWN_PROVIDER
 
 
 def _in_env(libraries: _Libraries, soname: str) -> bool:
