@@ -92,9 +92,10 @@ def source_yaml(kind: type[Source], tmp_path: Path, http_dir: Served,
         return json.dumps({"url": f"{http_dir.url}/{NAME}-{VERSION}.tar.gz", "sha256": sha})
     page = http_dir.root / "simple" / NAME
     page.mkdir(parents=True)
-    (page / "index.html").write_text(json.dumps({"files": [
-        {"filename": f"{NAME}-{VERSION}.tar.gz", "url": f"../../{NAME}-{VERSION}.tar.gz",
-         "hashes": {"sha256": sha}}]}))
+    file = f"{NAME}-{VERSION}.tar.gz"  # a PEP 503 page, as a static server serves it
+    (page / "index.html").write_text(
+        f'<!DOCTYPE html><html><body><a href="../../{file}#sha256={sha}">{file}</a>'
+        "</body></html>\n")
     monkeypatch.setenv("WHEELSMITH_INDEX_URL", f"{http_dir.url}/simple")
     return json.dumps({"pypi": NAME, "sha256": sha})
 
