@@ -16,7 +16,6 @@ import json
 import re
 import shutil
 import tempfile
-import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from wheelsmith.toolchain.profile import load_profiles
 from wheelsmith.toolchain.venv import pip_env
 from wheelsmith.untrusted import LONG, tool_bounds
 from wheelsmith.untrusted.elf import dynamic_symbols
+from wheelsmith.untrusted.local import open_zip
 from wheelsmith.wheelfile import WheelName
 
 LIBRARY = re.compile(r"torch/lib/((?:libtorch|libc10)[A-Za-z0-9_.-]*\.so[0-9.]*)")
@@ -87,7 +87,7 @@ def exports_of_wheel(wheel: Path, cache: Path | None = None) -> TorchExports:
     if kept.is_file() and (cached := TorchExports.from_json(kept.read_text())) is not None:
         return cached
     libraries: dict[str, frozenset[str]] = {}
-    with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory() as scratch:
+    with open_zip(wheel) as zf, tempfile.TemporaryDirectory() as scratch:
         for info in zf.infolist():
             match = LIBRARY.fullmatch(info.filename)
             if match is None or info.file_size > MEMBER_MAX_BYTES:
