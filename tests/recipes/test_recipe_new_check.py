@@ -320,7 +320,7 @@ def test_numpy_that_setup_py_imports_unrequired_is_pinned_and_the_check_builds_w
     [numpy] = [pin for pin in recipe.build_requires if pin.startswith("numpy==")]
     said = made.stdout.splitlines()
     assert "fixed: setup.py:2: it imports numpy, which no build requirement names and the " \
-           f"{toolchain.name} lacks: build.requires {numpy}" in said
+           f"toolchain {toolchain.name} lacks: build.requires {numpy}" in said
     assert any(line.startswith("info: check: build.ninja targets _C: SASS sm_120, compiled add.o")
                for line in said), said
 
