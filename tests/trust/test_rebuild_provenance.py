@@ -283,9 +283,11 @@ def test_plain_verify_shows_the_environment_a_provenance_sets(tmp_path: Path,
     outcome = run_bounded("verify", str(wheel), cwd=tmp_path, seconds=120)
     assert_orderly(outcome, seconds=120)
     assert outcome.returncode == 0, outcome.describe()
-    assert outcome.stdout.splitlines() == [
-        f"ok: {wheel.name} carries exactly 7.5",
-        "  causal_conv1d/_C.so: SASS sm_75; PTX -",
+    said = outcome.stdout.splitlines()  # between them: the release and the binary audit
+    assert said[:3] == [f"ok: {wheel.name} carries exactly 7.5",
+                        "  the release its provenance records: causal-conv1d 1.7.0",
+                        "  causal_conv1d/_C.so: SASS sm_75; PTX -"], said
+    assert said[-4:] == [
         "  environment from its provenance (what a rebuild does with it):",
         '    MYPKG_KNOB="\\t$(id)"   refused: it is not a build knob a rebuild applies by '
         "itself",
