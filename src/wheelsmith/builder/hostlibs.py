@@ -318,19 +318,12 @@ def unpacked(library: HostLibrary, cache: Path) -> Path:
 
 
 def _check_variables(recipe: Recipe, found: list[Provided]) -> None:
-    """Two prefixes whose variables share a name, or one the recipe's build.env sets, are
-    refused: each variable says one place."""
+    """Two prefixes whose variables share a name are refused: each variable says one place.
+    (A recipe's build.env cannot set one: recipes/envnames.py refuses it where it is read.)"""
     taken: dict[str, str] = {}
-    sets = {*dict(recipe.env), *(name for release in recipe.releases
-                                 for name, _ in release.env)}
     for provided in found:
         for prefix in provided.prefixes:
             for name in prefix.variables():
-                if name in sets:
-                    raise UsageError(f"{recipe.file}: build.env sets {name}, which "
-                                     f"{provided.library.where} ({provided.what}) sets",
-                                     hint=f"remove {name} from build.env: wheelsmith points "
-                                          "the build at the library")
                 if name in taken and taken[name] != provided.library.where:
                     raise UsageError(f"{recipe.file}: {provided.library.where} and "
                                      f"{taken[name]} both set {name}",
