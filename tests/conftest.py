@@ -423,3 +423,18 @@ def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
             subprocess.run([clis[0], "builder", "prune", "--force", "--filter", unused],
                            capture_output=True, check=False)
             _stop_dockerd(started)
+
+
+def stand_in_torch(tmp_path: Path, version: str, cuda: str = "13.0") -> Path:
+    """A `python` script: this Python with a stand-in torch `version` (no GPU) in
+    `tmp_path/site`, first on its path (where tests point PIP_TARGET, to install beside it)."""
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text(
+        f'__version__ = "{version}"\n\n\nclass version:\n    cuda = "{cuda}"\n\n\n'
+        "class cuda:\n    @staticmethod\n    def is_available():\n        return False\n")
+    script = tmp_path / "env" / "python"
+    script.parent.mkdir()
+    script.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    script.chmod(0o755)
+    return script

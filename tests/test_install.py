@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import add_variant, serve, static_server
+from tests.conftest import add_variant, serve, stand_in_torch, static_server
 from tests.wheels import make_wheel
 from wheelsmith import install
 from wheelsmith.builder import runner
@@ -59,16 +59,7 @@ def built(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> lis
 @pytest.fixture
 def python(tmp_path: Path) -> Path:
     """This Python with a stand-in torch 2.14.1+cu130 (no GPU) first on its path."""
-    site = tmp_path / "site"
-    (site / "torch").mkdir(parents=True)
-    (site / "torch" / "__init__.py").write_text(
-        '__version__ = "2.14.1+cu130"\n\n\nclass version:\n    cuda = "13.0"\n\n\n'
-        "class cuda:\n    @staticmethod\n    def is_available():\n        return False\n")
-    script = tmp_path / "env" / "python"
-    script.parent.mkdir()
-    script.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
-    script.chmod(0o755)
-    return script
+    return stand_in_torch(tmp_path, "2.14.1+cu130")
 
 
 def chosen_for(python: Path) -> str:

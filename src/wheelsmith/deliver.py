@@ -96,7 +96,8 @@ def deliver(request: BuildRequest, report: Reporter, *, prepared: Prepared | Non
             if not keep_index_copy:
                 raise
             return Delivered(result, index_copy=True)
-        report.stage("publish", f"{published.status}: {publish_to}/{published.page}")
+        report.stage("publish", f"{published.status}: {publish_to}/{published.page}"
+                     + (f"; {published.spread()}" if published.spread() else ""))
     imports = None
     if install_into is not None:
         report.stage("install", f"{result.wheel.name} into {install_into.python}")

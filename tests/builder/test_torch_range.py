@@ -29,6 +29,7 @@ from wheelsmith.files import sha256_file
 from wheelsmith.inventory import shared_objects
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.untrusted.linkage import demangle
+from wheelsmith.wheelfile import WheelName, read_metadata
 
 MEMBER = f"rangeprobe/_native{sysconfig.get_config_var('EXT_SUFFIX')}"
 
@@ -210,12 +211,18 @@ def test_a_build_asked_for_its_torch_range_records_it_with_its_run(
         project: Path, toolchain: Toolchain) -> None:
     add_variant(project, "tiny-ext")
     built = wheelsmith("build", "tiny-ext", "--arch", "12.0", "--torch-range", "2.13,2.14",
-                       "--json", cwd=project, check=True)
+                       "--publish", "--index", "idx", "--json", cwd=project, check=True)
     data = json.loads(built.stdout)
     ranged = data["run"]["torch_range"]
-    assert "torch_range" not in data["provenance"]  # a run's fact, not the wheel's
+    assert "torch_range" not in data["provenance"]  # the trials are a run's facts
+    assert data["provenance"]["torch_range_request"] == "2.13,2.14"  # the request defines it
     # built against 2.14.1, it needs nothing 2.13's CPU build lacks, and imports under it
     assert ranged["proven"] == ["2.13.0+cpu", "2.14.1"]
+    wheel = Path(data["wheel"])  # its span, 2.13 to 2.14, in its label and torch requirement
+    assert WheelName.parse(wheel.name).version.local == "cu.13.0.torch.2.14.range.2.13.2.14.sm.120"
+    assert "Requires-Dist: torch>=2.13,<2.15" in read_metadata(wheel).decode().splitlines()
+    assert data["published"]["also_channels"] == ["cu130-torch2.13"]
+    assert (project / "idx" / "cu130-torch2.13" / "simple" / "tiny-ext" / "index.html").exists()
     assert [(t["torch"], t["import_and_smoke"], t["missing_symbols"], t["gpu_op"])
             for t in ranged["trials"]] == [
         (torch, "passed", [], "the recipe's GPU op needs a GPU of its archs and was not run: "

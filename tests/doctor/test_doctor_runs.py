@@ -140,6 +140,30 @@ def test_an_extension_built_for_another_torch_is_unhealthy_and_reinstalled_from_
     assert list(to_install) == ["causal-conv1d"]
 
 
+@given(low=st.integers(0, 20), width=st.integers(1, 6), here=st.integers(0, 30))
+def test_an_extension_is_judged_by_its_torch_span_where_its_label_states_one(
+        low: int, width: int, here: int) -> None:
+    """A label's torch span (its range proved those minors) holds the environment's torch: no
+    ABI problem there; outside it, the same problem as for a label without one."""
+    high = low + width
+    version = f"1.7.0+cu.13.0.torch.2.{high}.range.2.{low}.2.{high}.sm.90"
+    report = Report(python="/env/bin/python", python_version="3.12", torch=f"2.{here}.1+cu130",
+                    torch_cuda="13.0", gpu=None, arch=parse_arch("9.0"), arch_source="--arch",
+                    channel=f"{DEAD_INDEX}/cu130-torch2.{here}/simple/",
+                    packages=[PackageReport("causal-conv1d", version, "sass", ())])
+    to_install: dict[str, None] = {}
+    abi = [rule for rule in knowledge().rules if rule.when == "torch-abi"]
+    info = probe_info(dists={}, torch=f"2.{here}.1+cu130")
+    judge._judge_rules(report, info, Knowledge(rules=abi),
+                       Target.from_probe(Path("/env/bin/python"), info), to_install)
+    if low <= here <= high:
+        assert (report.problems, to_install) == ([], {})
+    else:
+        assert [p.split(":")[0] for p in report.problems] == [
+            f"causal-conv1d {version} was built for torch 2.{high}, this environment has "
+            f"torch 2.{here}.1+cu130"]
+
+
 def test_runtime_rules_are_kept_apart_from_the_build_rules(tmp_path: Path) -> None:
     table = tmp_path / "known-bad.yaml"
     table.write_text("- stage: runtime\n  package: fla-core\n  triton: '>=3.4.0,<'\n"

@@ -44,6 +44,7 @@ from wheelsmith.toolchain import overlay, target
 from wheelsmith.toolchain.foreign import emulated_python
 from wheelsmith.toolchain.platform import pip_platforms
 from wheelsmith.toolchain.tools import auditwheel_for, cuobjdump_for
+from wheelsmith.toolchain.torchspan import Span, without_span
 from wheelsmith.toolchain.venv import STUBS
 from wheelsmith.untrusted import clip
 from wheelsmith.untrusted.provenance import read_provenance
@@ -271,14 +272,17 @@ def up_to_date(plan: BuildPlan, out_dir: Path, *, rebuild: bool) -> Path | None:
 
 def made_by(filename: str, plan: BuildPlan) -> bool:
     """Whether `filename` is the name this plan's wheel gets: its project, version and label
-    (as PEP 503 names and PEP 440 versions: `1.0.0-post1` is `1.0.0.post1`), and the tags of
-    its Python and CPU (a pure wheel's tags are everyone's)."""
+    (as PEP 503 names and PEP 440 versions: `1.0.0-post1` is `1.0.0.post1`; with whatever
+    torch span its range proved), and the tags of its Python and CPU (a pure wheel's tags are
+    everyone's)."""
     try:
         name = WheelName.parse(filename)
     except InvalidWheelFilename:
         return False
+    unspanned = Version(f"{name.version.public}+{without_span(name.version.local or '')}") \
+        if name.version.local else name.version
     if canonicalize_name(name.name) != canonicalize_name(plan.recipe.name) or \
-            name.version != Version(f"{plan.release.version}+{plan.local_label()}"):
+            unspanned != Version(f"{plan.release.version}+{plan.local_label()}"):
         return False
     python, _, platform = name.tags.split("-")
     if plan.recipe.kind == "pure":
@@ -315,6 +319,7 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
         **({"audit": checked.audit} if checked.audit is not None else {}),
         **({"vendored": vendored} if vendored else {}),  # the SBOM names them (sbom.py)
         **({"torch_range": checked.torch_range} if checked.torch_range else {}),  # run.json
+        **({"torch_range_request": plan.torch_range} if plan.torch_range else {}),
         "build": {**_build_record(setup.parallelism, seconds, compiled),
                   "object_seconds": compiled.object_seconds},
         "smoke": checked.smoke_output.strip().splitlines(),
@@ -339,15 +344,16 @@ def _build_record(parallelism: Parallelism, seconds: float, compiled: Compiled
 
 
 def write_output(plan: BuildPlan, raw: Path, request: BuildRequest,
-                 provenance: dict[str, Any], epoch: int, *, requires: tuple[str, ...] = ()
-                 ) -> Path:
+                 provenance: dict[str, Any], epoch: int, *, requires: tuple[str, ...] = (),
+                 span: Span | None = None) -> Path:
     """Stamp into a scratch directory inside the output, then move the finished file in;
-    `requires`: the host libraries' wheels it requires."""
+    `requires`: the host libraries' wheels it requires; `span`: the torch span its range
+    proved (its label and torch requirement state it)."""
     out_dir = request.out_dir.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     with scratch_dir(out_dir) as scratch:
-        stamped = stamp(raw, scratch, label=plan.local_label(),
-                        torch_requirement=plan.torch_requirement(), provenance=provenance,
+        stamped = stamp(raw, scratch, label=plan.local_label(span),
+                        torch_requirement=plan.torch_requirement(span), provenance=provenance,
                         epoch=epoch, platform=provenance["platform"]["tag"],
                         requires=requires)
         return place(stamped, out_dir, rebuild=request.rebuild)

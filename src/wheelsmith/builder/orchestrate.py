@@ -71,7 +71,7 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
     hostlibs.check(recipe, toolchain)
     check_known_bad(recipe, release, toolchain, archs, report)
     return BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
-                     extra_env=request.env)
+                     extra_env=request.env, torch_range=request.torch_range)
 
 
 def build(request: BuildRequest, reporter: Reporter | None = None,
@@ -174,9 +174,10 @@ def _build_locked(plan: BuildPlan, request: BuildRequest, report: Reporter) -> B
     provenance, run = reproducible.split_record(provenance_record(
         plan, checked, setup, compiled, work=work, seconds=round(time.monotonic() - started, 1),
         vendored=sbom.vendored(source)))
-    report.stage("stamp", plan.local_label())
+    span = plan.torch_span(checked.torch_range["proven"] if checked.torch_range else None)
+    report.stage("stamp", plan.local_label(span))
     wheel = write_output(plan, compiled.raw, request, provenance, epoch,
-                         requires=hostlibs.requirements(setup.libraries))
+                         requires=hostlibs.requirements(setup.libraries), span=span)
     reproducible.write_run(work, run)
     resume.finished(work, keep_source=request.keep_work)
     if not request.keep_work:

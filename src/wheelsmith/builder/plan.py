@@ -25,6 +25,7 @@ from wheelsmith.errors import KnownBadError, UsageError
 from wheelsmith.recipes import knownbad
 from wheelsmith.recipes.model import Recipe, Release, canonical
 from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.toolchain.torchspan import Span, span_of
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,9 @@ class BuildPlan:
     archs: ArchSet
     toolchain: Toolchain
     extra_env: tuple[tuple[str, str], ...] = ()  # --env KEY=VALUE from the command line
+    # --torch-range ("all" or "2.13,2.14"): its proven span is in the wheel's label and torch
+    # requirement (toolchain/torchspan.py), so the request is in the key
+    torch_range: str | None = None
 
     def key_inputs(self) -> dict[str, Any]:
         inputs = {
@@ -51,6 +55,8 @@ class BuildPlan:
             inputs["toolchain"] = self._pure_toolchain()
         if self.extra_env:
             inputs["extra_env"] = dict(self.extra_env)
+        if self.torch_range:
+            inputs["torch_range"] = self.torch_range
         return inputs
 
     def _pure_toolchain(self) -> dict[str, Any]:
@@ -69,9 +75,10 @@ class BuildPlan:
         blob = json.dumps(self.key_inputs(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def local_label(self) -> str:
+    def local_label(self, span: Span | None = None) -> str:
         """`cu.13.0.torch.2.14.sm.120`: numeric dotted segments, so versions sort right;
-        `cu.13.0.sm.120` from a CUDA-only toolchain (a package that links no torch).
+        `cu.13.0.sm.120` from a CUDA-only toolchain (a package that links no torch);
+        `cu.13.0.torch.2.14.range.2.12.2.14.sm.120` with the torch span its range proved.
 
         Pure-Python wheels end in `pure` instead of an arch set (`cu.13.0.torch.2.14.pure`):
         a name of their own, never PyPI's wheel's, and one per toolchain, because what
@@ -79,16 +86,26 @@ class BuildPlan:
         channels' builds never share a filename with other bytes."""
         cuda, torch = self.toolchain.torch_cuda, self.toolchain.torch_version
         toolchain = f"cu.{cuda.major}.{cuda.minor}" + (
-            f".torch.{torch.major}.{torch.minor}" if torch is not None else "")
+            f".torch.{torch.major}.{torch.minor}" if torch is not None else "") + (
+            f".{span.label()}" if span is not None else "")
         return f"{toolchain}.{'pure' if self.recipe.kind == 'pure' else self.archs.label()}"
 
-    def torch_requirement(self) -> str | None:
-        """`torch==2.14.*` for extensions (their ABI is that torch's); None for pure wheels
-        and for a CUDA-only toolchain's (they link no torch)."""
+    def torch_requirement(self, span: Span | None = None) -> str | None:
+        """`torch==2.14.*` for extensions (their ABI is that torch's), or the torch span its
+        range proved (`torch>=2.12,<2.15`); None for pure wheels and for a CUDA-only
+        toolchain's (they link no torch)."""
         torch = self.toolchain.torch_version
         if self.recipe.kind == "pure" or torch is None:
             return None
-        return f"torch=={torch.major}.{torch.minor}.*"
+        return span.requirement() if span is not None else f"torch=={torch.major}.{torch.minor}.*"
+
+    def torch_span(self, proven: list[str] | None) -> Span | None:
+        """The span the torch range's `proven` minors give this plan's wheel (None: not asked,
+        or its own minor alone)."""
+        torch = self.toolchain.torch_version
+        if proven is None or torch is None or self.recipe.kind == "pure":
+            return None
+        return span_of(proven, (torch.major, torch.minor))
 
     def slug(self) -> str:
         return f"{self.recipe.name}-{self.release.version}-{self.key[:12]}"

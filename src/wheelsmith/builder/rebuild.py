@@ -187,7 +187,7 @@ def plan_rebuild(wheel: Path, *, accepted: Mapping[str, str], work_dir: Path,
         env=tuple((e.name, e.value) for e in entries if e.refusal is None),
         out_dir=work_dir / "rebuilt" / wheel.name.removesuffix(".whl"), work_dir=work_dir,
         compile_cache="off", compile_farm="off", runner=runner_name, rebuild=True, fresh=True,
-        split_compile=reproducible_split())
+        split_compile=reproducible_split(), torch_range=provenance.torch_range)
     key = _plain(label, "key", provenance.key, _KEY, "a content key")
     return Rebuild(wheel, request, key, tuple(entries))
 

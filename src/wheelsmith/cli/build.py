@@ -109,8 +109,10 @@ from wheelsmith.toolchain.target import Target
 @click.option("--torch-range", "torch_range", metavar="all|MINOR,...",
               help="After the smoke test, prove the torch releases the wheel runs under "
                    "(verify --torch-range's checks): `all` tries the profiles' torch minors and "
-                   "those pip sees beside them, `2.13,2.14` those. Recorded with the run's facts "
-                   "(run.json's torch_range), not in the wheel. Default: not run.")
+                   "those pip sees beside them, `2.13,2.14` those. The trials go to run.json; the "
+                   "proven minors around the build's own are the wheel's torch span: its label "
+                   "(range.2.12.2.14), its torch requirement (torch>=2.12,<2.15) and, with "
+                   "--publish, the channels that list it. Default: not run.")
 @click.option("--publish", "publish_to", is_flag=True,
               help="Publish the verified wheel to --index afterwards.")
 @click.option("--time-limit", type=SECONDS, metavar="SECONDS",

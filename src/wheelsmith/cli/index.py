@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -25,11 +26,13 @@ from wheelsmith.untrusted import local
 
 
 def published_json(published: publish.Published | upload.Uploaded | None
-                   ) -> dict[str, str] | None:
+                   ) -> dict[str, Any] | None:
     if published is None:
         return None
+    spread = {"also_channels": list(published.also), "not_listed": list(published.not_listed)} \
+        if isinstance(published, publish.Published) and published.spread() else {}
     return {"filename": published.filename, "channel": published.channel,
-            "status": published.status, "page": published.page}
+            "status": published.status, "page": published.page, **spread}
 
 
 @main.command("publish")
@@ -74,6 +77,8 @@ def publish_command(wheels: tuple[Path, ...], index_dir: Path, to: str | None,
         results.append(result)
         if not as_json:
             click.echo(f"{result.status}: {result.filename} -> {where}")
+            if isinstance(result, publish.Published) and result.spread():
+                click.echo(f"  {result.spread()}")
     if as_json:
         emit_json({"ok": True, "published": [published_json(r) for r in results]})
 

@@ -35,6 +35,7 @@ from wheelsmith.recipes.knownbad import TORCH_ABI, RuntimeRule
 from wheelsmith.toolchain import driver as driver_needs
 from wheelsmith.toolchain.profile import Profile, applies, load_profiles, pinned_version
 from wheelsmith.toolchain.target import Target
+from wheelsmith.toolchain.torchspan import label_span
 
 log = logging.getLogger(__name__)
 
@@ -266,11 +267,14 @@ def _rule_finding(report: Report, rule: RuntimeRule, dist: str, version: Version
 
 def _torch_abi(report: Report, rule: RuntimeRule, target: Target,
                to_install: dict[str, None]) -> None:
-    """Extensions whose label names another torch minor than the environment's."""
+    """Extensions whose label names another torch minor than the environment's, and no torch
+    span (toolchain/torchspan.py) that holds it."""
     assert target.torch is not None
+    here = (target.torch.major, target.torch.minor)
     for package in report.packages:
         built = built_for_torch(package.version)
-        if built is not None and built != (target.torch.major, target.torch.minor):
+        span = label_span(package.version.partition("+")[2])
+        if built is not None and built != here and not (span and span.contains(here)):
             report.problems.append(
                 f"{package.name} {package.version} was built for torch {built[0]}.{built[1]}, "
                 f"this environment has torch {target.torch}: {rule.reason} ({rule.link})")

@@ -23,12 +23,13 @@ import contextlib
 import logging
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from wheelsmith import locations, wheelfile
 from wheelsmith.errors import (
+    FileConflictError,
     PublishError,
     UntrustedDataError,
     UsageError,
@@ -39,6 +40,7 @@ from wheelsmith.files import sha256_bytes, store_no_clobber
 from wheelsmith.index import ledger, rules
 from wheelsmith.index import store as index
 from wheelsmith.index.ledger import FileRecord, IndexState
+from wheelsmith.toolchain.torchspan import label_span, span_channels
 from wheelsmith.untrusted import channel_problem, clip, local
 from wheelsmith.untrusted.provenance import read_provenance
 
@@ -50,10 +52,18 @@ class Published:
     channel: str
     project: str
     status: str  # "published" | "already published"
+    also: tuple[str, ...] = ()  # the other channels of its torch span that list it
+    not_listed: tuple[str, ...] = ()  # a channel of its span that refused it, and why
 
     @property
     def page(self) -> str:
         return f"{self.channel}/simple/{self.project}/"
+
+    def spread(self) -> str:
+        """The channels of its torch span, as a line after the publish line ("" without)."""
+        said = ([f"also listed in {', '.join(self.also)} (its torch span)"] if self.also
+                else []) + [f"not listed in {note}" for note in self.not_listed]
+        return "; ".join(said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +109,26 @@ def inspect(wheel: Path, channel: str | None) -> Candidate:
 def publish(wheel: Path, root: Path, *, channel: str | None = None,
             advice: rules.Advice | None = None) -> Published:
     """`wheel` into the index at `root`; a refusal's hint from `advice` (default: in
-    publish's words, `publish_advice`)."""
+    publish's words, `publish_advice`). A wheel whose label states a torch span (its torch
+    range proved it under those minors: toolchain/torchspan.py) is then listed in the channel
+    of each minor of the span too; a channel whose rules refuse it there is named, with why,
+    and the wheel stays published in its own."""
+    first = _publish_one(wheel, root, channel, advice)
+    span = label_span(wheelfile.WheelName.parse(wheel.name).version.local or "")
+    if span is None:
+        return first
+    also, refused = [], []
+    for other in span_channels(first.channel, span):
+        try:
+            _publish_one(wheel, root, other, advice)
+            also.append(other)
+        except (PublishError, FileConflictError) as exc:
+            refused.append(f"{other}: {exc.message}")
+    return replace(first, also=tuple(also), not_listed=tuple(refused))
+
+
+def _publish_one(wheel: Path, root: Path, channel: str | None,
+                 advice: rules.Advice | None) -> Published:
     candidate = inspect(wheel, channel)
     record = candidate.record
     with index.locked(root, project=record.project, filename=record.filename) as known:

@@ -48,6 +48,7 @@ class Provenance:
     binaries: dict[str, Any] | None = None  # its audit's summary (`binary_summary`)
     # the host libraries' wheels installed beside the toolchain for its build: (name, version)
     libraries: tuple[tuple[str, str], ...] = ()
+    torch_range: str | None = None  # the build's --torch-range ("all", "2.13,2.14")
 
     @classmethod
     def parse(cls, node: Node) -> Provenance:
@@ -73,10 +74,13 @@ class Provenance:
             record={key: value.value for key, value in node.entries().items()},
             binaries=binary_summary(node) if node.get("audit") is not None else None,
             libraries=tuple(_installed(n) for n in node.optional("libraries", Node.items) or ()
-                            if n.optional("from", Node.text) == "installed"))
+                            if n.optional("from", Node.text) == "installed"),
+            torch_range=node.optional("torch_range_request", lambda n: n.text(
+                TORCH_RANGE_RE, "all or torch minors (2.13,2.14)")))
 
 
 _PYTHON_RE = re.compile(r"\d+\.\d+")
+TORCH_RANGE_RE = re.compile(r"all|\d{1,4}\.\d{1,4}(,\d{1,4}\.\d{1,4}){0,63}")  # --torch-range
 RUNTIME_RE = re.compile(r"\d{1,3}|static")
 DRIVER_RE = re.compile(r"\d{1,4}(\.\d{1,4}){0,3}")
 TAG_RE = re.compile(r"[a-z0-9_]{1,80}")
