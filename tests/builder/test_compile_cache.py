@@ -90,6 +90,7 @@ def test_other_arch_or_toolchain_does_not_reuse_objects(tmp_path: Path, redis: s
     assert (other_toolchain["hits"], other_toolchain["misses"]) == (0, 2)
 
 
+@pytest.mark.slow  # 30 s; the arch and toolchain parts of the key are checked in make test
 def test_another_split_count_does_not_reuse_the_cuda_object(tmp_path: Path, redis: str,
                                                             toolchain: Toolchain) -> None:
     """ptxas writes its command line, split count included, into each cubin; the count

@@ -124,6 +124,7 @@ def build_killing_servers(project: Path, farm: Farm, *args: str) -> tuple[int, s
         return proc.wait(), stdout, "".join(lines)
 
 
+@pytest.mark.slow  # a second farm build; make test builds tiny-ext on the farm
 def test_build_servers_killed_mid_build_fall_back_to_local_compiles(
         project: Path, toolchain: Toolchain, farm: Farm) -> None:
     add_variant(project, "tiny-ext")

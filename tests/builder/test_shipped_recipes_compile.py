@@ -21,7 +21,13 @@ pytestmark = pytest.mark.toolchain
 SHIPPED = [load_recipe(file) for file in recipe_files(REPO / "recipes")]
 
 
-@pytest.mark.parametrize("recipe", SHIPPED, ids=[r.name for r in SHIPPED])
+# the demo's package in make test; the others (a minute or more each) in make test-slow
+IN_MAKE_TEST = {"causal-conv1d"}
+
+
+@pytest.mark.parametrize("recipe", [
+    pytest.param(r, id=r.name, marks=() if r.name in IN_MAKE_TEST else pytest.mark.slow)
+    for r in SHIPPED])
 def test_the_newest_version_configures_and_its_sample_compiles_for_12_0(
         recipe: Recipe, tmp_path: Path, toolchain: Toolchain) -> None:
     archs = [] if recipe.kind == "pure" else ["--arch", "12.0"]

@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from packaging.utils import canonicalize_name
 
 from tests.builder.test_audit import demote
 from tests.conftest import add_variant, wheelsmith
 from tests.wheels import compile_shared, extension_wheel
 from wheelsmith.arch import ArchSet
-from wheelsmith.builder import torchexports, torchrange
+from wheelsmith.builder import torchexports, torchpins, torchrange
 from wheelsmith.builder.linking import TorchEnv
 from wheelsmith.files import sha256_file
 from wheelsmith.inventory import shared_objects
@@ -139,6 +140,7 @@ def test_candidates_are_the_profiles_minors_the_newer_ones_pip_sees_and_one_olde
     assert minors == [f"2.{m}" for m in sorted(expected)]
 
 
+@pytest.mark.slow  # the same trials as verify's test below, through prove() itself
 @pytest.mark.toolchain
 def test_the_range_is_what_imports_under_each_torch_pip_gives(
         tmp_path: Path, toolchain: Toolchain) -> None:
@@ -200,10 +202,22 @@ def test_verify_prints_the_torch_range_proven_under_each_torch(
     lines = said.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if "torch range:" in line)
     ran = "symbols, import, smoke test"  # no recipe, so no GPU op to run
+    # the torch releases the project's index serves (no +cpu a wheel folder adds), each with
+    # what it pins and the toolchain's venv lacks installed beside it
+    wheels = sorted((tmp_path / "cache" / "torch-wheels").glob("torch-*.whl"))
+    assert [w.name.split("-")[1] for w in wheels] == ["2.13.0", "2.14.1"]
+    pins = [beside(toolchain.python, w) for w in wheels]
     assert lines[start:start + 3] == [
-        "  torch range: 2.13.0+cpu to 2.14.1 (proven by symbols, import and smoke test under "
-        "2.13.0+cpu, 2.14.1)",
-        f"    torch 2.13.0+cpu: proven ({ran})", f"    torch 2.14.1: proven ({ran})"]
+        "  torch range: 2.13.0 to 2.14.1 (proven by symbols, import and smoke test under "
+        "2.13.0, 2.14.1)",
+        f"    torch 2.13.0: proven ({ran}){pins[0]}", f"    torch 2.14.1: proven ({ran}){pins[1]}"]
+
+
+def beside(python: Path, torch_wheel: Path) -> str:
+    """What a trial line says was installed beside that torch ("" for nothing)."""
+    pins = torchpins.unmet(python, torch_wheel)
+    shown = ", ".join(pins[:3]) + (f" and {len(pins) - 3} more" if len(pins) > 3 else "")
+    return f" (with {shown} beside it)" if pins else ""
 
 
 @pytest.mark.toolchain
@@ -217,7 +231,7 @@ def test_a_build_asked_for_its_torch_range_records_it_with_its_run(
     assert "torch_range" not in data["provenance"]  # the trials are a run's facts
     assert data["provenance"]["torch_range_request"] == "2.13,2.14"  # the request defines it
     # built against 2.14.1, it needs nothing 2.13's CPU build lacks, and imports under it
-    assert ranged["proven"] == ["2.13.0+cpu", "2.14.1"]
+    assert ranged["proven"] == ["2.13.0", "2.14.1"]
     wheel = Path(data["wheel"])  # its span, 2.13 to 2.14, in its label and torch requirement
     assert WheelName.parse(wheel.name).version.local == "cu.13.0.torch.2.14.range.2.13.2.14.sm.120"
     assert "Requires-Dist: torch>=2.13,<2.15" in read_metadata(wheel).decode().splitlines()
@@ -226,7 +240,7 @@ def test_a_build_asked_for_its_torch_range_records_it_with_its_run(
     assert [(t["torch"], t["import_and_smoke"], t["missing_symbols"], t["gpu_op"])
             for t in ranged["trials"]] == [
         (torch, "passed", [], "the recipe's GPU op needs a GPU of its archs and was not run: "
-         "skipped (no GPU)") for torch in ("2.13.0+cpu", "2.14.1")]
+         "skipped (no GPU)") for torch in ("2.13.0", "2.14.1")]
     said = wheelsmith("verify", data["wheel"], "--torch-range", "--torch", "2.14", cwd=project)
     assert said.returncode == 0, said.stderr
     assert ("  torch range: 2.14.1 (proven by symbols, import and smoke test under 2.14.1)"
@@ -277,3 +291,21 @@ def test_the_default_candidates_hold_every_profiles_minor_and_what_pip_sees_beyo
     found = torchexports.candidate_minors(pinned, seen)
     assert set(pinned) <= set(found) <= set(pinned) | set(seen)
     assert str(toolchain.torch_version).rsplit(".", 1)[0] in found
+
+
+@given(st.lists(st.tuples(
+    st.sampled_from(["nvidia-cudnn-cu13", "Triton", "cuda_toolkit", "sympy", "nvidia.nccl"]),
+    st.sampled_from(["==9.1.0", "==3.7.1", ">=1.13.3", "==2.*", "", "~=1.0", "===4.0"]),
+    st.sampled_from(["", ' ; platform_system == "Linux"', ' ; platform_system == "Windows"',
+                     ' ; extra == "opt"', ' ; python_version < "3.0"'])), max_size=8))
+def test_only_exact_pins_whose_marker_holds_are_installed_beside_a_torch(
+        requirements: list[tuple[str, str, str]]) -> None:
+    metadata = "\n".join(["Metadata-Version: 2.1", "Name: torch", "Version: 2.15.0",
+                          *(f"Requires-Dist: {n}{s}{m}" for n, s, m in requirements),
+                          "", "Requires-Dist: not-a-header==1.0"])
+    markers = {"platform_system": "Linux", "python_version": "3.11", "sys_platform": "linux"}
+    found = torchpins.pins(metadata, markers)
+    assert found == [(canonicalize_name(n), s.removeprefix("=="))
+                     for n, s, m in requirements
+                     if s.startswith("==") and "*" not in s and not s.startswith("===")
+                     and m in ("", ' ; platform_system == "Linux"')]

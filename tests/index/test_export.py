@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.index.test_publish_faults import assert_reader_view_consistent, make_batch
@@ -159,6 +159,7 @@ def exported_once(root: Path) -> tuple[Path, Path]:
 
 @given(which=st.sampled_from(["", ".metadata"]), offset=st.floats(0, 1),
        byte=st.integers(0, 255))
+@settings(max_examples=max(10, settings().max_examples // 4))  # an index exported per example
 def test_a_file_in_dir_with_other_bytes_of_the_same_size_is_refused_and_kept(
         tmp_path_factory: pytest.TempPathFactory, which: str, offset: float, byte: int) -> None:
     """docs/cli.md: a file in DIR that differs from the ledger is exit 14 (its size alone

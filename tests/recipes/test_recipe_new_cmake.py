@@ -210,6 +210,7 @@ def test_a_dependency_cmake_downloads_is_a_carry_needed_naming_its_line_and_entr
 # --- for real: the check compiles the sample; llama-cpp-python in the CUDA-only channel -------
 
 
+@pytest.mark.slow  # a real CMake sdist's configure (25 s); tiny-cmake's in make test
 @pytest.mark.toolchain
 @pytest.mark.build
 def test_natten_configures_with_libnattens_cuda_objects_targeting_exactly_sm_120(

@@ -184,6 +184,7 @@ def test_verify_rebuild_refuses_a_wheel_marked_unpromised_before_building(
     assert not (project / "w").exists()
 
 
+@pytest.mark.slow  # a third build of the key; make test builds it cold and warm
 @pytest.mark.toolchain
 def test_split_compile_fast_builds_the_same_key_and_says_its_bytes_are_not_promised(
         project: Path, toolchain: Toolchain) -> None:

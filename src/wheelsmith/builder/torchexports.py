@@ -124,6 +124,12 @@ def profile_minors() -> list[str]:
 def visible_minors(python: Path) -> list[str]:
     """The torch minors pip (as this machine configures it, with `python`'s tags) sees, oldest
     first; none where pip does not answer."""
+    return sorted({minor_of(str(v)) for v in visible_versions(python)}, key=Version)
+
+
+def visible_versions(python: Path) -> list[Version]:
+    """The torch versions pip (as this machine configures it, with `python`'s tags) lists,
+    oldest first; none where pip does not answer."""
     try:
         answer = cmd.run([python, "-m", "pip", "index", "versions", "torch"], stream=False,
                          env=pip_env(), what="pip index versions torch",
@@ -131,13 +137,21 @@ def visible_minors(python: Path) -> list[str]:
     except (CommandError, UntrustedDataError):
         return []
     listed = re.search(r"Available versions: (.*)", answer.stdout)
-    minors = set()
+    found = set()
     for text in (listed[1].split(", ") if listed else []):
         try:
-            minors.add(minor_of(text.strip()))
+            found.add(Version(text.strip()))
         except InvalidVersion:
             continue
-    return sorted(minors, key=Version)
+    return sorted(found)
+
+
+def release_of(minor: str, versions: Iterable[Version]) -> str | None:
+    """The newest final release of `minor` among `versions` with no local label (the build a
+    project's own index serves, not a local variant such as a `+cpu` a wheel folder adds)."""
+    found = [v for v in versions if minor_of(str(v)) == minor and v.local is None
+             and not v.is_prerelease]
+    return str(max(found)) if found else None
 
 
 def candidate_minors(profiles: Iterable[str], visible: Iterable[str]) -> list[str]:
@@ -152,30 +166,35 @@ def candidate_minors(profiles: Iterable[str], visible: Iterable[str]) -> list[st
     return sorted({*older, *pinned, *newer}, key=Version)
 
 
-def download(python: Path, minor: str, cache: Path | None = None) -> Path:
-    """The newest torch wheel of `minor` for `python`'s tags, downloaded by pip into the
-    cache (pip reuses a file already there)."""
+def download(python: Path, minor: str, cache: Path | None = None,
+             release: str | None = None) -> Path:
+    """The torch wheel of `minor` for `python`'s tags, downloaded by pip into the cache (pip
+    reuses a file already there): exactly `release` (`torch===2.13.0`: no local variant) when
+    given, else the newest pip gives of the minor."""
     into = (cache or locations.cache_dir()) / WHEELS
     into.mkdir(parents=True, exist_ok=True)
+    wanted = f"torch==={release}" if release else f"torch=={minor}.*"
     answer = cmd.run([python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                      "--disable-pip-version-check", "-d", into, f"torch=={minor}.*"],
-                     stream=False, env=pip_env(), what=f"pip download torch=={minor}.*",
+                      "--disable-pip-version-check", "-d", into, wanted],
+                     stream=False, env=pip_env(), what=f"pip download {wanted}",
                      error=ToolchainError, bounds=tool_bounds(LONG),
                      hint="pip could not give a torch wheel of this minor for this Python")
     saved = re.findall(r"(?:Saved|File was already downloaded) (\S+\.whl)", answer.stdout)
     if not saved:
-        raise ToolchainError(f"pip download torch=={minor}.* named no wheel it saved",
+        raise ToolchainError(f"pip download {wanted} named no wheel it saved",
                              hint="run the same pip download by hand to see what it did")
     return Path(saved[-1])
 
 
 def torch_wheels(python: Path, minors: list[str],
                  cache: Path | None = None) -> list[tuple[str, Path | str]]:
-    """Each minor's torch wheel for `python`, or why pip gave none."""
+    """Each minor's torch wheel for `python`: its newest release with no local label that pip
+    lists (what the project's index serves), else the newest pip gives; or why pip gave none."""
+    versions = visible_versions(python)
     found: list[tuple[str, Path | str]] = []
     for minor in minors:
         try:
-            found.append((minor, download(python, minor, cache)))
+            found.append((minor, download(python, minor, cache, release_of(minor, versions))))
         except ToolchainError as exc:
             found.append((minor, f"pip gave no torch {minor} wheel for this Python: "
                                  f"{exc.message}"))

@@ -28,6 +28,7 @@ from packaging.version import Version
 
 from wheelsmith import cmd
 from wheelsmith.arch import ArchSet
+from wheelsmith.builder import torchpins
 from wheelsmith.builder.linking import (
     TorchEnv,
     exports_beside_torch,
@@ -99,6 +100,7 @@ class Trial:
     ran: str | None = None  # "passed", or why the import or smoke test failed; None: not run
     gpu: str | None = None  # the smoke test's word on the recipe's GPU op
     unavailable: str | None = None  # why there is no wheel of this torch to check
+    beside: tuple[str, ...] = ()  # its `==` requirements the environment lacked, installed
 
     @property
     def resolves(self) -> bool:
@@ -121,10 +123,11 @@ class Trial:
                    f"export{more}"
         if self.ran is None:
             return f"torch {self.torch}: all symbols resolve (import not run)"
+        with_pins = f" (with {_listed(self.beside)} beside it)" if self.beside else ""
         if self.ran != "passed":
-            return f"torch {self.torch}: all symbols resolve, but {self.ran}"
+            return f"torch {self.torch}{with_pins}: all symbols resolve, but {self.ran}"
         return f"torch {self.torch}: proven (symbols, import" + (
-            f", smoke test; {self.gpu}" if self.gpu else ", smoke test") + ")"
+            f", smoke test; {self.gpu}" if self.gpu else ", smoke test") + ")" + with_pins
 
     def as_dict(self) -> dict[str, Any]:
         return {"torch": self.torch, "wheel": self.wheel, "sha256": self.sha256,
@@ -133,7 +136,14 @@ class Trial:
                 "missing_symbols": [{"object": o, "symbol": s, "demangled": d}
                                     for o, s, d in self.missing],
                 "import_and_smoke": self.ran, "gpu_op": self.gpu,
-                "unavailable": self.unavailable, "proven": self.proven}
+                "unavailable": self.unavailable, "proven": self.proven,
+                "installed_beside": list(self.beside)}
+
+
+def _listed(pins: tuple[str, ...]) -> str:
+    """`a==1, b==2 and 3 more`: the pins installed beside a torch, the first three named."""
+    shown = ", ".join(pins[:3])
+    return shown + (f" and {len(pins) - 3} more" if len(pins) > 3 else "")
 
 
 def check_exports(needs: tuple[ObjectNeeds, ...], exports: TorchExports) -> Trial:
@@ -211,10 +221,14 @@ def torch_imported(python: Path, site: Path) -> str | None:
 
 
 def run_under(python: Path, torch_wheel: Path, scratch: Path, smoke: Runner) -> Trial:
-    """Install `torch_wheel` under `scratch` and run `smoke` with it first on the path."""
+    """Install `torch_wheel` under `scratch`, with its `==` requirements the environment does
+    not meet (torchpins.py), and run `smoke` with it first on the path."""
     site = scratch / "torch"
+    pins: tuple[str, ...] = ()
     try:
         install_torch(python, torch_wheel, site)
+        pins = tuple(torchpins.unmet(python, torch_wheel))
+        torchpins.install(python, pins, site, torch_wheel.name)
         if (elsewhere := torch_imported(python, site)) is not None:
             raise VerifyError(elsewhere)
         ran, gpu = smoke(site, scratch)
@@ -223,7 +237,7 @@ def run_under(python: Path, torch_wheel: Path, scratch: Path, smoke: Runner) -> 
         ran, gpu = exc.message + "".join(f"; {f}" for f in found[:2]), None
     finally:
         shutil.rmtree(site, ignore_errors=True)
-    return Trial("", torch_wheel.name, "", ran=ran, gpu=gpu)
+    return Trial("", torch_wheel.name, "", ran=ran, gpu=gpu, beside=pins)
 
 
 def smoke_runner(wheel: Path, python: Path, *, imports: tuple[str, ...], gpu_code: str | None,
@@ -256,7 +270,8 @@ def prove(wheel: Path, env: TorchEnv | None, candidates: list[tuple[str, Path | 
         trial = check_exports(needs, exports_of_wheel(torch_wheel))
         if trial.resolves and smoke is not None and env is not None and env.python:
             ran = run_under(env.python, torch_wheel, scratch / minor, smoke)
-            trial = Trial(trial.torch, trial.wheel, trial.sha256, ran=ran.ran, gpu=ran.gpu)
+            trial = Trial(trial.torch, trial.wheel, trial.sha256, ran=ran.ran, gpu=ran.gpu,
+                          beside=ran.beside)
         trials.append(trial)
     notes = () if needs else ("  it links no torch library: any torch serves it",)
     return TorchRange(tuple(trials), ran=smoke is not None, notes=notes)
