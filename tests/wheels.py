@@ -65,10 +65,11 @@ def compile_shared(directory: Path, source: str, *, cxx: bool = False,
     return out
 
 
-def extension_wheel(directory: Path, name: str, shared_object: Path) -> Path:
+def extension_wheel(directory: Path, name: str, shared_object: Path,
+                    version: str = "1.0.0") -> Path:
     """A cp311 linux_x86_64 wheel holding `shared_object` as `<name>/_native<EXT_SUFFIX>`."""
     dist = name.replace("-", "_")
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    return make_wheel(directory, name, files={
+    return make_wheel(directory, name, version, files={
         f"{dist}/__init__.py": b"",
         f"{dist}/_native{suffix}": shared_object.read_bytes()})

@@ -178,9 +178,8 @@ PyMODINIT_FUNC PyInit__native(void) {{
 """
 
 
-@pytest.mark.toolchain
-def test_verify_prints_the_torch_range_proven_under_each_torch(
-        tmp_path: Path, toolchain: Toolchain) -> None:
+def cuda_probe_wheel(tmp_path: Path, toolchain: Toolchain, version: str = "1.0.0") -> Path:
+    """A wheel of one CUDA module (SASS sm_120) that takes one symbol of torch's libc10."""
     symbol = c10_symbols(toolchain, 1, 3)[0]
     source = tmp_path / "k.cu"
     source.write_text(CUDA_MODULE.format(symbol=symbol))
@@ -191,7 +190,13 @@ def test_verify_prints_the_torch_range_proven_under_each_torch(
                     f"-I{sysconfig.get_paths()['include']}", str(source), "-o", str(made),
                     f"-L{lib}", "-lc10"], check=True, capture_output=True)
     (tmp_path / "w").mkdir()
-    wheel = extension_wheel(tmp_path / "w", "rangeprobe", made)
+    return extension_wheel(tmp_path / "w", "rangeprobe", made, version)
+
+
+@pytest.mark.toolchain
+def test_verify_prints_the_torch_range_proven_under_each_torch(
+        tmp_path: Path, toolchain: Toolchain) -> None:
+    wheel = cuda_probe_wheel(tmp_path, toolchain)
     env = dict(os.environ, WHEELSMITH_CACHE=str(tmp_path / "cache"))
     said = subprocess.run(
         [sys.executable, "-m", "wheelsmith", "verify", "--arch", "12.0", "--python",
@@ -309,3 +314,41 @@ def test_only_exact_pins_whose_marker_holds_are_installed_beside_a_torch(
                      for n, s, m in requirements
                      if s.startswith("==") and "*" not in s and not s.startswith("===")
                      and m in ("", ' ; platform_system == "Linux"')]
+
+
+@given(st.lists(st.sampled_from(["proven", "excluded", "failed", "absent", "untried"]),
+                min_size=5, max_size=5), st.integers(0, 3), st.integers(1, 4))
+def test_a_label_span_the_range_does_not_prove_is_named_at_its_first_gap(
+        outcomes: list[str], low: int, width: int) -> None:
+    high = min(low + width, 4)
+    trials = tuple(torchrange.Trial(
+        f"2.1{m}.1", f"torch-2.1{m}.1.whl", "ab",
+        missing=((MEMBER, "_Zx", "x()"),) if outcome == "excluded" else (),
+        ran={"proven": "passed", "failed": "its import failed"}.get(outcome),
+        unavailable="none" if outcome == "absent" else None)
+        for m, outcome in enumerate(outcomes) if outcome != "untried")
+    name = f"x-1.0+cu.13.0.torch.2.1{high}.range.2.1{low}.2.1{high}.sm.120-py3-none-any.whl"
+    said = torchrange.span_problem(name, torchrange.TorchRange(trials))
+    gap = next((m for m in range(low, high + 1) if outcomes[m] != "proven"), None)
+    if gap is None or low == high:
+        assert said is None
+        return
+    trial = next((t for t in trials if t.torch == f"2.1{gap}.1"), None)
+    why = trial.describe().split(": ", 1)[1] if trial else \
+        "not tried (--torch names the minors to try)"
+    assert said == (f"its label states the torch span 2.1{low} to 2.1{high} (range.2.1{low}."
+                    f"2.1{high}), but torch 2.1{gap} was not proven here: {why}")
+
+
+@pytest.mark.slow  # a torch installed and imported (a minute); the check itself is above
+@pytest.mark.toolchain
+def test_verify_refuses_a_wheel_whose_label_claims_a_torch_it_does_not_prove(
+        tmp_path: Path, toolchain: Toolchain) -> None:
+    wheel = cuda_probe_wheel(tmp_path, toolchain, "1.0.0+cu.13.0.torch.2.14.range.2.13.2.14.sm.120")
+    said = wheelsmith("verify", str(wheel), "--arch", "12.0", "--python", str(toolchain.python),
+                      "--torch-range", "--torch", "2.14", "--work-dir", str(tmp_path / "work"),
+                      cwd=tmp_path)
+    assert said.returncode == 10, said.stderr
+    assert said.stderr.splitlines()[0] == (
+        f"error: {wheel.name}: its label states the torch span 2.13 to 2.14 (range.2.13.2.14), "
+        "but torch 2.13 was not proven here: not tried (--torch names the minors to try)")

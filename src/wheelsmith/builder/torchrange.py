@@ -47,11 +47,14 @@ from wheelsmith.builder.torchexports import (
 from wheelsmith.errors import UsageError, VerifyError, WheelsmithError
 from wheelsmith.inventory import shared_objects
 from wheelsmith.recipes.repos import resolve_recipe
+from wheelsmith.toolchain.torchspan import label_span
+from wheelsmith.toolchain.torchspan import minor as minor_of
 from wheelsmith.toolchain.venv import pip_env
 from wheelsmith.untrusted import LONG, tool_bounds
 from wheelsmith.untrusted.elf import dynamic_symbols
 from wheelsmith.untrusted.linkage import demangle, linkage
 from wheelsmith.untrusted.provenance import Provenance
+from wheelsmith.wheelfile import WheelName
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +283,8 @@ def prove(wheel: Path, env: TorchEnv | None, candidates: list[tuple[str, Path | 
 def range_of(wheel: Path, recorded: Provenance | None, env: TorchEnv | None, archs: ArchSet,
              *, torches: tuple[str, ...], work_dir: Path) -> TorchRange:
     """`wheelsmith verify --torch-range`: the torch range of `wheel`, the recipe its
-    provenance names giving the smoke test (without one: its compiled modules imported)."""
+    provenance names giving the smoke test (without one: its compiled modules imported); a
+    VerifyError where its label states a torch span this range does not prove."""
     smoke: tuple[tuple[str, ...], str | None] = ((), None)
     if recorded is not None and recorded.recipe:
         try:
@@ -288,7 +292,32 @@ def range_of(wheel: Path, recorded: Provenance | None, env: TorchEnv | None, arc
             smoke = (recipe.smoke_imports, recipe.smoke_gpu)
         except WheelsmithError:
             pass  # no recipe here: its compiled modules are imported all the same
-    return run_range(wheel, env, archs, smoke=smoke, torches=torches, work_dir=work_dir)
+    found = run_range(wheel, env, archs, smoke=smoke, torches=torches, work_dir=work_dir)
+    if (problem := span_problem(wheel.name, found)) is not None:
+        raise VerifyError(f"{wheel.name}: {problem}", findings=found.describe(),
+                          hint="a wheel's torch span is what its --torch-range build proved; "
+                               "install it only where each torch of the span runs it")
+    return found
+
+
+def span_problem(filename: str, found: TorchRange) -> str | None:
+    """What a wheel's label claims of torch (its span, toolchain/torchspan.py) that `found`
+    did not prove: the first minor of the span not proven here, and why; None where the label
+    states no span or every minor of it was proven."""
+    version = WheelName.parse(filename).version
+    span = label_span(version.local or "")
+    if span is None:
+        return None
+    proven = {minor_of(t.torch) for t in found.trials if t.proven}
+    for low, high in span.minors():
+        if (low, high) in proven:
+            continue
+        trial = next((t for t in found.trials if minor_of(t.torch) == (low, high)), None)
+        why = trial.describe().split(": ", 1)[1] if trial is not None else \
+            "not tried (--torch names the minors to try)"
+        return (f"its label states the torch span {span} ({span.label()}), but torch "
+                f"{low}.{high} was not proven here: {why}")
+    return None
 
 
 def run_range(wheel: Path, env: TorchEnv | None, archs: ArchSet, *,
