@@ -229,6 +229,24 @@ def test_package_that_ignores_the_arch_list_is_stopped_before_compiling(
     assert not any((project / "wheelhouse").glob("*.whl"))
 
 
+def test_arch_rewrite_puts_the_requested_targets_in_place_of_the_packages_own(
+        project: Path, toolchain: Toolchain) -> None:
+    """The same package with `arch.rewrite: true`: its sm_90 flags are replaced in the build
+    file by the requested targets, said, and the wheel carries exactly them."""
+    add_variant(project, "ignores-arch", HARD_CODED)
+    recipe = project / "recipes" / "ignores-arch.yaml"
+    recipe.write_text(recipe.read_text().replace('arch:\n', 'arch:\n  rewrite: true\n'))
+    result = wheelsmith("build", "ignores-arch", "--arch", "12.0+PTX", "--json", cwd=project)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "wheelsmith targets: " in line]
+    assert len(said) == 1, result.stderr
+    assert said[0].endswith("build.ninja compiled SASS sm_90 and PTX - of its own; it compiles "
+                            "the requested targets instead (arch.rewrite)"), said
+    wheel = json.loads(result.stdout)["wheel"]
+    checked = wheelsmith("verify", wheel, cwd=project)
+    assert checked.stdout.splitlines()[0].endswith("carries exactly 12.0+PTX"), checked.stdout
+
+
 def test_a_setup_py_that_turns_ninja_off_is_refused_with_its_line_before_compiling(
         project: Path, toolchain: Toolchain) -> None:
     """Without ninja torch compiles one file at a time: no build.ninja, so no pre-build check,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.builder.test_buildenv import plan
 from wheelsmith.arch import ArchSet
-from wheelsmith.builder import compilesetup, ninjafile
+from wheelsmith.builder import compilesetup, gencode, ninjafile
 from wheelsmith.builder.buildenv import Guard
 from wheelsmith.builder.configured import drop_stand_ins, prebuild_outcome
 from wheelsmith.builder.gencode import gencode_targets, to_family
@@ -326,3 +326,45 @@ def test_a_build_long_on_this_machine_is_said_with_its_ways_out(tmp_path: Path) 
                     "on 2 jobs by those times"
                     "; long on this machine: a compile farm (--compile-farm URL), a machine with "
                     "more cores, or a published wheel (wheelsmith install) is faster")
+
+
+TARGET_FORMS = [  # (words, SASS, PTX) of one target flag as packages write it
+    (["-gencode", "arch=compute_{c},code=sm_{c}"], {"sm_{c}"}, set()),
+    (["-gencode=arch=compute_{c},code=sm_{c}"], {"sm_{c}"}, set()),
+    (["--generate-code=arch=compute_{c},code=[compute_{c},sm_{c}]"], {"sm_{c}"}, {"sm_{c}"}),
+    (["-arch=sm_{c}"], {"sm_{c}"}, {"sm_{c}"}),
+    (["-arch", "sm_{c}"], {"sm_{c}"}, {"sm_{c}"}),
+    (["--gpu-architecture=compute_{c}"], set(), {"sm_{c}"}),
+]
+
+
+@given(st.lists(st.lists(st.one_of(
+    st.tuples(st.sampled_from(range(len(TARGET_FORMS))), st.sampled_from(["70", "80", "90a"])),
+    st.sampled_from(["-O3", "-DX=1", "--use_fast_math", "-Ifoo", "$cuda_post_cflags"])),
+    max_size=8), min_size=1, max_size=5),
+    st.sets(st.sampled_from(["sm_120", "sm_100a", "sm_90"]), min_size=1),
+    st.sets(st.sampled_from(["sm_120"])))
+def test_rewrite_leaves_exactly_the_requested_targets_and_every_other_word(
+        lines: list[list[object]], sass: set[str], ptx: set[str]) -> None:
+    text, others = "", []
+    for number, line in enumerate(lines):
+        words: list[str] = []
+        for item in line:
+            if isinstance(item, tuple):
+                form, code = TARGET_FORMS[item[0]][0], item[1]
+                words += [w.format(c=code) for w in form]
+            else:
+                words.append(str(item))
+        others.append([w for w in words if not any(
+            w == f.format(c=c) for f_words, _, _ in TARGET_FORMS for f in f_words
+            for c in ("70", "80", "90a"))])
+        text += f"v{number} = " + " ".join(words) + "\n"
+    flags = gencode.target_flags(frozenset(sass), frozenset(ptx))
+    rewritten = gencode.retarget(text, flags)
+    had_targets = any(isinstance(i, tuple) for line in lines for i in line)
+    assert gencode.gencode_targets(rewritten) == (
+        gencode.Targets(frozenset(sass), frozenset(ptx)) if had_targets
+        else gencode.Targets(frozenset(), frozenset()))
+    for number, (line, kept) in enumerate(zip(rewritten.splitlines(), others, strict=True)):
+        assert [w for w in line.removeprefix(f"v{number} = ").split(" ") if w not in flags
+                and w] == [w for w in kept if w]

@@ -186,6 +186,8 @@ def guard_env(plan: BuildPlan, guard: Guard) -> dict[str, str]:
            prebuild.REPORT: str(guard.report)}
     if plan.archs.family_codes:
         env[gencode.FAMILY] = ",".join(sorted(plan.archs.family_codes))
+    if plan.recipe.arch.rewrite:
+        env[gencode.REWRITE] = f"{env[prebuild.EXPECT_SASS]};{env[prebuild.EXPECT_PTX]}"
     if guard.configure_only:
         env[prebuild.CONFIGURE_ONLY] = "1"
     if guard.timings is not None:

@@ -136,6 +136,18 @@ def arch_specific(records: tuple[dict[str, Any], ...], archs: ArchSet) -> ArchSe
         not records[-1].get("ptx") else None
 
 
+def own_targets(records: tuple[dict[str, Any], ...], archs: ArchSet) -> bool:
+    """Whether the build.ninja that stopped the build compiles CUDA targets of its own, not
+    the requested ones nor their arch-specific variants: a package that ignores the arch list
+    (its `-gencode` list is fixed in its setup.py or CMake files)."""
+    if not records or arch_specific(records, archs) is not None:
+        return False
+    last = records[-1]
+    found = (set(last.get("sass", [])), set(last.get("ptx", [])))
+    return bool(last.get("cuda_units")) and bool(found[0] | found[1]) and \
+        found != (set(archs.sass), set(archs.ptx))
+
+
 def prebuild_outcome(guard: buildenv.Guard | None, log_path: Path, exc: CompileError,
                      archs: ArchSet, tree: Callable[[str], str]) -> tuple[dict[str, Any], ...]:
     """A build the pre-build check stopped: a mismatch becomes a VerifyError; a

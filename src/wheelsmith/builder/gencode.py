@@ -6,11 +6,18 @@ the pre-build check's Python."""
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 FAMILY = "WHEELSMITH_FAMILY"  # base codes (120) whose targets become family ones (120f)
+REWRITTEN = "wheelsmith targets: "  # the line that says arch.rewrite was done
+REWRITE = "WHEELSMITH_REWRITE_TARGETS"  # "sm_120,sm_90a;sm_120": SASS;PTX the build gets
+# one CUDA target flag, whole: -gencode=arch=…,code=…, --generate-code=…, -arch=sm_90, -code=…
+_TARGET_FLAG = re.compile(r"(?:-gencode=|--generate-code=)?arch=compute_\w+,code=\S+"
+                          r"|(?:-arch|--gpu-architecture)=(?:sm|compute)_\w+|-code=\S+")
+_TAKES_VALUE = frozenset({"-gencode", "--generate-code", "-arch", "--gpu-architecture", "-code"})
 _CODE_RE = re.compile(r"arch=compute_(\w+?),code=(\[[^\]]*\]|[\w,]+)")
 _ARCH_RE = re.compile(r"(?:^|\s)-arch[= ]sm_(\d+[af]?)(?=\s|$)")
 _ARCH_PTX_RE = re.compile(r"(?:^|\s)-arch[= ]compute_(\d+[af]?)(?=\s|$)")
@@ -68,6 +75,65 @@ def to_family(ninja_text: str, codes: frozenset[str]) -> str:
 
     text = _CODE_RE.sub(gencode, ninja_text)
     return _ARCH_PTX_RE.sub(arch_flag, _ARCH_RE.sub(arch_flag, text))
+
+
+def target_flags(sass: frozenset[str], ptx: frozenset[str]) -> list[str]:
+    """The -gencode flags that compile SASS `sass` and PTX `ptx` (named `sm_120`, `sm_90a`)."""
+    return [*(f"-gencode=arch=compute_{s[3:]},code={s}" for s in sorted(sass)),
+            *(f"-gencode=arch=compute_{p[3:]},code=compute_{p[3:]}" for p in sorted(ptx))]
+
+
+def retarget(ninja_text: str, flags: list[str]) -> str:
+    """build.ninja with every CUDA target flag of each line that has one replaced by `flags`
+    (placed where the line's first one was); every other word stays as it is."""
+    out = []
+    for line in ninja_text.splitlines(keepends=True):
+        body = line.rstrip("\n")
+        words = body.split(" ")
+        if not any(_TARGET_FLAG.fullmatch(w) or w in _TAKES_VALUE for w in words):
+            out.append(line)
+            continue
+        kept: list[str] = []
+        placed, skip = False, False
+        for i, word in enumerate(words):
+            if skip:
+                skip = False
+                continue
+            pair = word in _TAKES_VALUE and i + 1 < len(words) and \
+                bool(_TARGET_FLAG.fullmatch(f"{word}={words[i + 1]}"))
+            if not (pair or _TARGET_FLAG.fullmatch(word)):
+                kept.append(word)
+                continue
+            skip = pair
+            if not placed:
+                kept.extend(flags)
+                placed = True
+        out.append(" ".join(kept) + line[len(body):])
+    return "".join(out)
+
+
+def rewritten_targets(ninja_file: Path, environ: Mapping[str, str]) -> str | None:
+    """Where the recipe asks (REWRITE), the build file's CUDA targets replaced by the requested
+    ones and written back, said on stderr with what they were; the text, or None where
+    nothing was asked or changed."""
+    asked = environ.get(REWRITE)
+    if asked is None:
+        return None
+    sass, _, ptx = asked.partition(";")
+    text = ninja_file.read_text(errors="replace")
+    placed = retarget(text, target_flags(frozenset(s for s in sass.split(",") if s),
+                                         frozenset(p for p in ptx.split(",") if p)))
+    if placed == text:
+        return None
+    scratch = ninja_file.with_name(f"{ninja_file.name}.wheelsmith-targets")
+    scratch.write_text(placed)
+    scratch.replace(ninja_file)
+    before = gencode_targets(text)
+    sys.stderr.write(f"{REWRITTEN}{ninja_file.resolve()} compiled SASS "
+                     f"{', '.join(sorted(before.sass)) or '-'} and PTX "
+                     f"{', '.join(sorted(before.ptx)) or '-'} of its own; it compiles the "
+                     "requested targets instead (arch.rewrite)\n")
+    return placed
 
 
 def family_targets(ninja_file: Path, environ: Mapping[str, str]) -> str:

@@ -37,7 +37,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from wheelsmith.builder import ninjafile, parallel, sample
-from wheelsmith.builder.gencode import Targets, family_targets, gencode_targets
+from wheelsmith.builder.gencode import (
+    Targets,
+    family_targets,
+    gencode_targets,
+    rewritten_targets,
+)
 
 MISMATCH = 86
 CONFIGURED = 87  # a configure-only CMake build, stopped after its generate step
@@ -173,6 +178,7 @@ def check(argv: list[str]) -> int | None:
     ninja_file = _ninja_file(argv)
     if not _builds(argv, ninja_file):
         return None
+    rewritten_targets(ninja_file, os.environ)
     text = family_targets(ninja_file, os.environ)
     missing = missing_sources(text, ninja_file.parent)
     if missing:  # ninja would stop at them ("missing and no known rule to make it")

@@ -105,8 +105,13 @@ def _checked(found: findings.Findings, destination: Path, said: Said) -> check.C
     """The check, its build's stages and compile progress on the same reporter; what it read
     back told (a failed check's outcome is its error, said once, at the end) and written into
     the recipe."""
+    def with_rewrite() -> None:  # the recipe as written, with arch.rewrite on
+        render.rewrite(dataclasses.replace(found, checked=check.Checked("", rewrite=True)),
+                       destination)
+
     checked = check.sample_check(found.sdist, destination, said,
-                                 cuda_only=found.kind == "cuda", pure=found.kind == "pure")
+                                 cuda_only=found.kind == "cuda", pure=found.kind == "pure",
+                                 rewrite=with_rewrite)
     said.stage("read back", "what the check showed, into the recipe")
     read_back = dataclasses.replace(found, checked=checked)
     render.rewrite(read_back, destination)

@@ -53,6 +53,9 @@ class ArchPolicy:
     default: ArchSet
     min_cuda: tuple[tuple[str, Version], ...]
     supported: ArchSet | None = None  # None: whatever torch and nvcc accept
+    # the package compiles its own -gencode list, whatever it is told: the pre-build check
+    # puts the requested targets in its build file in place of that list (gencode.retarget)
+    rewrite: bool = False
 
     def render(self, archs: ArchSet) -> str:
         """The value of `env`: `9.0;12.0+PTX` (torch), `90;120` (numbers), or CMake's
@@ -155,6 +158,7 @@ def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
         min_cuda=_min_cuda(doc, arch.get("min_cuda", {})),
         supported=_arch_set(doc, arch["supported"], ("arch", "supported"))
         if "supported" in arch else None,
+        rewrite=bool(arch.get("rewrite", False)),
     )
     _wheelsmiths(doc, ("build", "env"), build.get("env", {}))
     sets = {policy.env, CMAKE_ARGS, *build.get("env", {}),
@@ -339,7 +343,8 @@ def canonical(recipe: Recipe, release: Release) -> dict[str, Any]:
         "version": release.version,
         "source": source_data(release.source),
         "patches": [{"file": p.path.name, "sha256": p.sha256} for p in release.patches],
-        "arch": {"env": recipe.arch.env, "format": recipe.arch.format},
+        "arch": {"env": recipe.arch.env, "format": recipe.arch.format,
+                 **({"rewrite": True} if recipe.arch.rewrite else {})},
         "env": dict(recipe.env) | dict(release.env),
         **({"build_dir_env": recipe.build_dir_env} if recipe.build_dir_env else {}),
         **({"requires": list(recipe.build_requires)} if recipe.build_requires else {}),

@@ -129,6 +129,10 @@ RECIPE_SCHEMA: dict[str, Any] = {
                 "min_cuda": {"type": "object", "description": "minimum nvcc CUDA per arch, "
                              "where the package needs more than nvcc itself",
                              "patternProperties": {".*": {"type": "string"}}},
+                "rewrite": {"type": "boolean", "description": "the package compiles its own "
+                            "-gencode list whatever it is told: before compiling, wheelsmith "
+                            "puts the requested targets in its build file in place of that "
+                            "list (default false)"},
             },
         },
         "build": {

@@ -18,7 +18,8 @@ import logging
 import re
 import shutil
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from packaging.version import Version
 from wheelsmith import locations, locks
 from wheelsmith.arch import ArchSet
 from wheelsmith.builder import orchestrate
-from wheelsmith.builder.configured import arch_specific, configured_name
+from wheelsmith.builder.configured import arch_specific, configured_name, own_targets
 from wheelsmith.builder.request import BuildRequest, BuildResult, Reporter
 from wheelsmith.builder.sample import sampled_text
 from wheelsmith.errors import VerifyError, WheelsmithError
@@ -49,6 +50,7 @@ class Checked:
     host_modules: tuple[str, ...] = ()  # the extensions whose build.ninja has only C++ rules
     error: WheelsmithError | None = None  # why the check failed
     archs: str | None = None  # the arch-specific default the package builds (12.0a), if so
+    rewrite: bool = False  # it compiles a -gencode list of its own: arch.rewrite
 
 
 def _venv(profile: Profile) -> Path | None:
@@ -73,7 +75,7 @@ def torch_needs_cxx20(profile: Profile | None = None) -> bool:
 
 
 def sample_check(sdist: Sdist, repo: Path, report: Reporter, *, cuda_only: bool = False,
-                 pure: bool = False) -> Checked:
+                 pure: bool = False, rewrite: Callable[[], None] | None = None) -> Checked:
     """Its outcome, its build's stages told to `report`. Its work directory (in the cache)
     stays after a failure, for the log and the patched source the error names. `cuda_only`:
     the recipe is of kind cuda (its toolchain is the default CUDA-only profile); `pure`: of
@@ -97,21 +99,32 @@ def sample_check(sdist: Sdist, repo: Path, report: Reporter, *, cuda_only: bool 
 
     with locks.hold(work.with_name(f"{work.name}.lock"), on_busy=busy,
                     on_takeover=lambda *_: None):
-        return _checked_in(work, sdist, report, pure=pure)
+        return _checked_in(work, sdist, report, pure=pure, rewrite=rewrite)
 
 
-def _checked_in(work: Path, sdist: Sdist, report: Reporter, *, pure: bool) -> Checked:
-    """The check in `work`, which no other check uses meanwhile."""
+def _checked_in(work: Path, sdist: Sdist, report: Reporter, *, pure: bool,
+                rewrite: Callable[[], None] | None) -> Checked:
+    """The check in `work`, which no other check uses meanwhile. A package that turns 12.0
+    into 12.0a itself is checked for that; one that compiles a -gencode list of its own is
+    checked again with the recipe's arch.rewrite (written by `rewrite`) on."""
     try:
         return _passed(_build(sdist, work, None, report, whole=pure), work)
-    except VerifyError as exc:  # the package turns 12.0 into 12.0a itself: check that
-        specific = _arch_specific(work, sdist)
-        if specific is None:
+    except VerifyError as exc:
+        records, default = _records(work), repos.resolve_recipe(sdist.project,
+                                                                sdist.version).arch.default
+        specific = arch_specific(records, default)
+        if specific is None and not (rewrite is not None and own_targets(records, default)):
             return Checked(f"check: {exc.message}", error=exc)
+        if specific is None and rewrite is not None:
+            rewrite()
+            report.stage("check", f"{sdist.project} compiles CUDA targets of its own, not the "
+                         "arch list: again, with arch.rewrite")
         try:
-            return _passed(_build(sdist, work, specific, report), work, str(specific))
+            result = _build(sdist, work, specific, report)
+            return replace(_passed(result, work, str(specific) if specific else None),
+                           rewrite=specific is None)
         except WheelsmithError as again:
-            return Checked(f"check: {again.message}", error=again)
+            return Checked(f"check: {again.message}", error=again, rewrite=specific is None)
     except WheelsmithError as exc:
         return Checked(f"check: {exc.message}", error=exc)
 
@@ -132,15 +145,12 @@ def _passed(result: BuildResult, work: Path, archs: str | None = None) -> Checke
                    archs=archs)
 
 
-def _arch_specific(work: Path, sdist: Sdist) -> ArchSet | None:
-    """The arch-specific variants of the recipe's default archs, when the build.ninja the
-    check stopped at compiles exactly those (compile.arch_specific)."""
+def _records(work: Path) -> tuple[dict[str, Any], ...]:
+    """What the pre-build check recorded of the build.ninja files the check's build wrote."""
     reports = sorted(work.glob("build/*/prebuild.jsonl"))
     if not reports:
-        return None
-    records = tuple(json.loads(line) for line in reports[-1].read_text().splitlines() if line)
-    return arch_specific(records, repos.resolve_recipe(sdist.project, sdist.version)
-                         .arch.default)
+        return ()
+    return tuple(json.loads(line) for line in reports[-1].read_text().splitlines() if line)
 
 
 def configured_line(configured: tuple[dict[str, Any], ...]) -> str:

@@ -28,6 +28,23 @@ log = logging.getLogger(__name__)
 
 
 def _arch_lines(found: Findings) -> list[str]:
+    lines = _arch_policy_lines(found)
+    return with_rewrite(lines) if found.checked and found.checked.rewrite else lines
+
+
+def with_rewrite(lines: list[str]) -> list[str]:
+    """A recipe's lines with `rewrite: true` at the end of its `arch:` block."""
+    if "arch:" not in lines:
+        return lines
+    end = lines.index("arch:") + 1
+    while end < len(lines) and lines[end].startswith("  "):
+        end += 1
+    if "  rewrite: true" in lines[:end]:
+        return lines
+    return [*lines[:end], "  rewrite: true", *lines[end:]]
+
+
+def _arch_policy_lines(found: Findings) -> list[str]:
     setup = found.setup
     if found.pure:
         return ["kind: pure"]
@@ -51,6 +68,8 @@ def render(found: Findings) -> str:
     if found.base is not None:
         env = {var: value for var, value, _ in found.env}
         lines += base_recipe_lines(found.base, env, found.host_only, found.requires.pins)
+        if found.checked and found.checked.rewrite:
+            lines = with_rewrite(lines)
     else:
         lines += _recipe_lines(found)
     lines += ["versions:", f"  - version: {_quoted(sdist.version)}", "    source:",
@@ -122,6 +141,8 @@ def base_recipe_lines(base: Base, env: dict[str, str], host_only: tuple[str, ...
     if policy.min_cuda:
         lines.append("  min_cuda: {" + ", ".join(f"{_quoted(a)}: {_quoted(str(v))}"
                                                  for a, v in policy.min_cuda) + "}")
+    if policy.rewrite:
+        lines.append("  rewrite: true")
     merged = {**env, **dict(recipe.env)}
     globs = list(dict.fromkeys((*recipe.host_only, *host_only)))
     lines += ["build:", *(["  env:", *[f"    {k}: {_quoted(v)}" for k, v in sorted(
