@@ -188,12 +188,14 @@ def _unstable(taken: set[str]) -> dict[str, str]:
 
 
 def _in_torch(demangled: str) -> bool:
-    """Whether a demangled name is of a torch namespace (its template arguments and
-    parameters aside: std::vector<c10::IValue>::~vector() is std's)."""
-    text = re.sub(r"\([^()]*\)", "", demangled)  # parameter lists (innermost first)
+    """Whether a demangled name is of a torch namespace: its own name, the last word once
+    parameters, template arguments and qualifiers are set aside (std::vector<c10::IValue>::
+    ~vector() is std's; `c10::Foo std::f<int>()`, a template's return type, too)."""
+    text = re.sub(r"\([^()]*\)", " ", demangled)  # parameter lists (innermost first)
     while (bare := re.sub(r"<[^<>]*>", "", text)) != text:
         text = bare
-    return any(word.startswith(TORCH_NAMESPACES) for word in text.split())
+    words = [w for w in text.split() if w not in ("const", "volatile", "&", "&&")]
+    return bool(words) and words[-1].startswith(TORCH_NAMESPACES)
 
 
 def _python_like(taken: set[str]) -> set[str]:
