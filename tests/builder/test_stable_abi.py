@@ -21,15 +21,21 @@ from packaging.version import Version
 
 from tests.builder.test_buildenv import TOOLCHAIN
 from tests.conftest import FIXTURES, REPO
+from tests.doctor.test_doctor_runs import probe_info
 from wheelsmith.arch import ArchSet, parse_arch
 from wheelsmith.builder import stableabi
 from wheelsmith.builder.buildenv import build_env, choose_parallelism
 from wheelsmith.builder.plan import BuildPlan
-from wheelsmith.doctor.abi import built_for_torch
+from wheelsmith.doctor import judge
+from wheelsmith.doctor.abi import built_for_torch, explain
+from wheelsmith.doctor.judge import Knowledge, knowledge
+from wheelsmith.doctor.report import PackageReport, Report
 from wheelsmith.errors import RecipeError
 from wheelsmith.index.offers import serves
+from wheelsmith.recipes.knownbad import TORCH_ABI
 from wheelsmith.recipes.model import canonical, load_recipe
 from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.toolchain.target import Target
 
 RECIPE = (FIXTURES / "stable-ext.recipe.yaml").read_text()
 SETTING = '  stable_abi: "2.10"\n'
@@ -265,3 +271,28 @@ def test_one_stable_wheel_is_proven_under_three_torch_minors(
         "2.12.1, 2.13.0+cpu, 2.14.1)",
         f"    torch 2.12.1: proven ({ran})", f"    torch 2.13.0+cpu: proven ({ran})",
         f"    torch 2.14.1: proven ({ran})"]
+
+
+@given(floor=st.integers(9, 30), here=st.integers(9, 30))
+def test_doctor_reads_a_stable_label_as_its_floor_not_a_torch_it_was_built_for(
+        floor: int, here: int) -> None:
+    version = f"0.1.0+cu.13.0.stable.2.{floor}.sm.120"
+    said = explain("ImportError: _C.abi3.so: undefined symbol: torch_new_shim", "stable-ext",
+                   version, f"2.{here}.0", "/p")
+    assert said == (f"stable-ext {version} does not import: torch_new_shim is undefined: it "
+                    f"was built against torch's stable ABI for torch 2.{floor} and newer, and "
+                    f"this environment has torch 2.{here}.0, whose libraries do not export it. "
+                    f"Fix: install torch 2.{floor} or newer, or rebuild it for this torch: "
+                    "wheelsmith build stable-ext --python /p")
+    info = probe_info(dists={}, torch=f"2.{here}.1+cu130")
+    report = Report(python="/env/bin/python", python_version="3.12", torch=f"2.{here}.1+cu130",
+                    torch_cuda="13.0", gpu=None, arch=parse_arch("12.0"), arch_source="--arch",
+                    packages=[PackageReport("stable-ext", version, "sass", ())])
+    to_install: dict[str, None] = {}
+    rules = [rule for rule in knowledge().rules if rule.when == TORCH_ABI]
+    judge._judge_rules(report, info, Knowledge(rules=rules),
+                       Target.from_probe(Path("/env/bin/python"), info), to_install)
+    assert report.problems == ([
+        f"stable-ext {version} needs torch 2.{floor} or newer (its stable-ABI floor), this "
+        f"environment has torch 2.{here}.1+cu130"] if floor > here else [])
+    assert list(to_install) == (["stable-ext"] if floor > here else [])

@@ -44,7 +44,7 @@ from wheelsmith.wheelfile import WheelName
 
 TORCH_NAMESPACES = ("c10::", "at::", "torch::", "caffe2::")
 TORCH_PYTHON = re.compile(r"libtorch_python\.so")
-API_MARK = "WHEELSMITH_API"
+API_MARK = "LIMITED_API_DECLARED"
 DECLARED = re.compile(API_MARK + r"[\s*(]*([A-Za-z_][A-Za-z0-9_]*)")
 # CPython's own symbols its limited-API headers use (Py_INCREF, Py_None, ...): stable_abi's
 # `abi_only` entries, the only `_Py` names an abi3 object may take when there are no headers
