@@ -365,6 +365,6 @@ def test_rewrite_leaves_exactly_the_requested_targets_and_every_other_word(
     assert gencode.gencode_targets(rewritten) == (
         gencode.Targets(frozenset(sass), frozenset(ptx)) if had_targets
         else gencode.Targets(frozenset(), frozenset()))
-    for number, (line, kept) in enumerate(zip(rewritten.splitlines(), others, strict=True)):
-        assert [w for w in line.removeprefix(f"v{number} = ").split(" ") if w not in flags
+    for number, (written, kept) in enumerate(zip(rewritten.splitlines(), others, strict=True)):
+        assert [w for w in written.removeprefix(f"v{number} = ").split(" ") if w not in flags
                 and w] == [w for w in kept if w]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wheelsmith.builder import manylinux
 from wheelsmith.builder.linking import UNKNOWN_PROVIDER, Resolution, TorchEnv, resolve
@@ -31,6 +31,9 @@ from wheelsmith.inventory import DeviceCode, Toolkits, read_toolkits, shared_obj
 from wheelsmith.toolchain.driver import MIN_DRIVER
 from wheelsmith.untrusted import fatbin
 from wheelsmith.untrusted.linkage import Linkage, linkage
+
+if TYPE_CHECKING:
+    from wheelsmith.builder.stableabi import StableAudit
 
 RUNTIME = re.compile(r"libcudart\.so\.(\d+)$")
 REGISTRATION = "__cudaRegisterFatBinary"
@@ -75,13 +78,15 @@ class Audit:
     not_resolved: str | None  # why there is no resolution
     needs: dict[str, dict[str, list[str]]]  # the system's libraries -> version -> askers
     policies: tuple[manylinux.Policy, ...]
+    stable: StableAudit | None = None  # a stable-ABI wheel's (stableabi.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {"objects": [o.as_dict() for o in self.objects],
                 "cuda_runtime": self.runtime(), "driver": self.driver,
                 "manylinux": self.tag,
                 "symbols": self.resolution.as_dict() if self.resolution else
-                {"not_checked": self.not_resolved}}
+                {"not_checked": self.not_resolved},
+                **({"stable_abi": self.stable.as_dict()} if self.stable else {})}
 
     def runtime(self) -> str | None:
         """The CUDA runtime the wheel loads: "13 (libcudart.so.13)", "static", or None."""
@@ -183,6 +188,8 @@ def describe(audit: Audit) -> list[str]:
                      f"{len(found.unresolved)} undefined" + (
                          f", {found.left_to_driver} left to the driver (no stub of its "
                          "library here)" if found.left_to_driver else ""))
+    if audit.stable is not None:
+        lines.append(audit.stable.describe())
     return lines
 
 

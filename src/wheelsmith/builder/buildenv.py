@@ -22,7 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith.arch import ArchSet
-from wheelsmith.builder import cmakebuild, gencode, hostlibs, parallel, prebuild, reproducible
+from wheelsmith.builder import (
+    cmakebuild,
+    gencode,
+    hostlibs,
+    parallel,
+    prebuild,
+    reproducible,
+    stableabi,
+)
 from wheelsmith.builder.parallel import Parallelism
 from wheelsmith.builder.plan import BuildPlan
 from wheelsmith.recipes.envnames import (
@@ -155,6 +163,7 @@ def build_env(
     env.update(recipe)
     check_extra_env(plan.extra_env, recipe, env)  # what is set up to here is not --env's
     env.update(dict(plan.extra_env))
+    env.update(stableabi.build_flags(plan.recipe.stable_abi, env))  # none: not a stable build
     if source is not None:
         maps = reproducible.path_maps(toolchain, source, hostlibs.path_maps(libraries))
         env.update(reproducible.compiler_env(maps, env))

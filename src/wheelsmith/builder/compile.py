@@ -24,7 +24,7 @@ from typing import Any
 from build import BuildBackendException, BuildException, ProjectBuilder
 
 from wheelsmith import cmd, errors, locations
-from wheelsmith.builder import resume, sample
+from wheelsmith.builder import resume, sample, stableabi
 from wheelsmith.builder.compilesetup import CompileSetup, farm_done, read_guard_report
 from wheelsmith.builder.configured import (
     configured,
@@ -149,12 +149,14 @@ def compile_wheel(
     on_sample: Callable[[str], None] | None = None,
     isolate_network: bool = True,
     view: PathView | None = None,
+    config_settings: Mapping[str, str | list[str]] | None = None,
 ) -> Path:
     """Build `source` into exactly one wheel in the empty directory `dist`.
 
     `isolate_network=False` (a TCP compile cache must be reachable) keeps the host network;
     the package's own setup still only sees proxies that lead nowhere. With a `view` the
-    build runs in it (pathview.py): `env` must be the view's.
+    build runs in it (pathview.py): `env` must be the view's. `config_settings`: the PEP 517
+    config settings of the backend's hook (a stable-ABI build's abi3 tag).
     """
     if dist.exists():
         shutil.rmtree(dist)
@@ -174,7 +176,8 @@ def compile_wheel(
                                                         on_sample),
                         python_errors=False)  # the compiler's error first, below
 
-            build_backend(source, toolchain.python, dist, run_hook, what=what, log_path=log_path)
+            build_backend(source, toolchain.python, dist, run_hook, what=what, log_path=log_path,
+                          config_settings=config_settings)
     except CompileError as exc:
         text = log_path.read_text(errors="replace")
         out_of_space(text, source, view, log_path, exc)
@@ -216,7 +219,8 @@ def out_of_space(log_text: str, source: Path, view: PathView | None, log_path: P
 
 
 def build_backend(source: Path, python: Path, dist: Path, run_hook: Callable[..., None], *,
-                  what: str, log_path: Path) -> None:
+                  what: str, log_path: Path,
+                  config_settings: Mapping[str, str | list[str]] | None = None) -> None:
     """The PEP 517 `build_wheel` hook of `source`'s backend, run by the toolchain's Python
     (pypa/build's ProjectBuilder, no isolation: the toolchain env is the build env) through
     `run_hook`. Only that hook runs: no metadata pass (pip's `prepare_metadata_for_build_wheel`
@@ -225,7 +229,7 @@ def build_backend(source: Path, python: Path, dist: Path, run_hook: Callable[...
     try:
         with _warnings_to(log_path):
             ProjectBuilder(source, python_executable=str(python), runner=run_hook).build(
-                "wheel", dist)
+                "wheel", dist, config_settings=dict(config_settings or {}))
     except BuildBackendException as exc:
         if isinstance(exc.exception, WheelsmithError):  # the hook's command failed
             raise exc.exception from None
@@ -279,7 +283,10 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
                             on_plan=on_plan,
                             on_resume=lambda line: report.stage("resuming", line),
                             on_sample=lambda line: report.stage("compile", f"sample of {line}"),
-                            isolate_network=not setup.needs_network, view=setup.view)
+                            isolate_network=not setup.needs_network, view=setup.view,
+                            config_settings=stableabi.config_settings(
+                                source, plan.toolchain.python_version)
+                            if plan.recipe.stable_abi else None)
     except CompileError as exc:
         farm_done(setup, report, failed=True)  # the compile's own error is the one to show
         try:

@@ -6,6 +6,7 @@ there."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from wheelsmith.builder import (
     manylinux,
     reproducible,
     shipped,
+    stableabi,
     torchrange,
 )
 from wheelsmith.builder.compile import Compiled, log_path_of
@@ -133,7 +135,15 @@ def audit_built(plan: BuildPlan, raw: Path, inventory: list[DeviceCode], *, cuob
     audited = audit.audit_wheel(raw, inventory, cuobjdump, env,
                                 manylinux.policies_for(auditwheel, arch), not_resolved=why)
     audit.check(raw.name, audited, tag)
-    return audited
+    return stable_checked(raw, audited, env) if plan.recipe.stable_abi else audited
+
+
+def stable_checked(wheel: Path, audited: audit.Audit, env: TorchEnv | None) -> audit.Audit:
+    """`audited` with the stable-ABI audit of `wheel` (stableabi.py); refused where it uses
+    an unstable symbol."""
+    stable = stableabi.audit_stable(wheel, env)
+    stableabi.check_stable(wheel.name, stable)
+    return dataclasses.replace(audited, stable=stable)
 
 
 def runtime_requirements(plan: BuildPlan, raw: Path, extra: tuple[str, ...] = ()
@@ -227,8 +237,8 @@ def verify(wheel: Path, archs: ArchSet, *, python: Path, host_only: tuple[str, .
            release: Release | None = None, env: TorchEnv | None = None,
            no_env: str = "") -> tuple[list[DeviceCode], audit.Audit]:
     """`wheelsmith verify`: the post-build check, on any wheel, and its binary audit, its
-    imports resolved against `env` (None: `no_env` says why not); `release`: the one its
-    provenance records."""
+    imports resolved against `env` (None: `no_env` says why not), with the stable-ABI audit
+    for a wheel labelled stable; `release`: the one its provenance records."""
     cuobjdump = cuobjdump_for(None, python)
     inventory = verify_wheel(wheel, archs, cuobjdump, host_only, release)
     platform = WheelName.parse(wheel.name).platform
@@ -236,6 +246,8 @@ def verify(wheel: Path, archs: ArchSet, *, python: Path, host_only: tuple[str, .
     audited = audit.audit_wheel(wheel, inventory, cuobjdump, env, manylinux.policies_for(
         auditwheel_for(None, python), arch), not_resolved=no_env)
     audit.check(wheel.name, audited, platform)
+    if stableabi.labelled_stable(wheel.name):
+        audited = stable_checked(wheel, audited, env)
     return inventory, audited
 
 
@@ -314,6 +326,9 @@ def provenance_record(plan: BuildPlan, checked: Checked, setup: CompileSetup,
         "archs_requested": str(plan.archs),
         "host_only": list(recipe.host_only),  # `wheelsmith verify` reads both
         "extra_env": dict(plan.extra_env),
+        **({"stable_abi": {"floor": recipe.stable_abi.floor,  # recipes/stableabi.py
+                           "torch_target_version": recipe.stable_abi.target_version()}}
+           if recipe.stable_abi else {}),
         **reproducible.promise(setup.parallelism, setup.env),
         "device_code": [d.as_dict() for d in checked.inventory],
         **({"audit": checked.audit} if checked.audit is not None else {}),

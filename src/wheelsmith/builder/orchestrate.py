@@ -69,6 +69,9 @@ def prepare(request: BuildRequest, report: Reporter, toolchain: Toolchain | None
         preflight(toolchain, archs, recipe.arch.min_cuda)
     overlay.check_adds_only(recipe.build_requires, toolchain, recipe.file)
     hostlibs.check(recipe, toolchain)
+    if recipe.stable_abi is not None and (
+            refused := recipe.stable_abi.refusal(toolchain.torch_version)) is not None:
+        raise refused
     check_known_bad(recipe, release, toolchain, archs, report)
     return BuildPlan(recipe=recipe, release=release, archs=archs, toolchain=toolchain,
                      extra_env=request.env, torch_range=request.torch_range)

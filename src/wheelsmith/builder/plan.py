@@ -83,20 +83,28 @@ class BuildPlan:
         Pure-Python wheels end in `pure` instead of an arch set (`cu.13.0.torch.2.14.pure`):
         a name of their own, never PyPI's wheel's, and one per toolchain, because what
         builds them (its setuptools, the provenance naming it) is in their bytes: two
-        channels' builds never share a filename with other bytes."""
+        channels' builds never share a filename with other bytes.
+
+        A stable-ABI wheel (`build.stable_abi`) names no torch it was built with but the floor
+        it targets (`cu.13.0.stable.2.10.sm.120`): it runs under that torch and newer ones."""
         cuda, torch = self.toolchain.torch_cuda, self.toolchain.torch_version
+        stable = self.recipe.stable_abi
         toolchain = f"cu.{cuda.major}.{cuda.minor}" + (
+            f".stable.{stable.floor}" if stable is not None else
             f".torch.{torch.major}.{torch.minor}" if torch is not None else "") + (
             f".{span.label()}" if span is not None else "")
         return f"{toolchain}.{'pure' if self.recipe.kind == 'pure' else self.archs.label()}"
 
     def torch_requirement(self, span: Span | None = None) -> str | None:
         """`torch==2.14.*` for extensions (their ABI is that torch's), or the torch span its
-        range proved (`torch>=2.12,<2.15`); None for pure wheels and for a CUDA-only
-        toolchain's (they link no torch)."""
+        range proved (`torch>=2.12,<2.15`); `torch>=2.10` for a stable-ABI one (its floor,
+        whatever span its range proved); None for pure wheels and for a CUDA-only toolchain's
+        (they link no torch)."""
         torch = self.toolchain.torch_version
         if self.recipe.kind == "pure" or torch is None:
             return None
+        if self.recipe.stable_abi is not None:
+            return f"torch>={self.recipe.stable_abi.floor}"
         return span.requirement() if span is not None else f"torch=={torch.major}.{torch.minor}.*"
 
     def torch_span(self, proven: list[str] | None) -> Span | None:

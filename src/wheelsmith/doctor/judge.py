@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from wheelsmith import locations
 from wheelsmith.doctor import abi
-from wheelsmith.doctor.abi import built_for_torch
+from wheelsmith.doctor.abi import built_for_torch, stable_floor
 from wheelsmith.doctor.fastpath import ModelView
 from wheelsmith.doctor.fixes import dependency_lines, fix_lines
 from wheelsmith.doctor.report import Report, family, missing_dependency
@@ -272,6 +272,12 @@ def _torch_abi(report: Report, rule: RuntimeRule, target: Target,
     assert target.torch is not None
     here = (target.torch.major, target.torch.minor)
     for package in report.packages:
+        floor = stable_floor(package.version)
+        if floor is not None and floor > (target.torch.major, target.torch.minor):
+            report.problems.append(
+                f"{package.name} {package.version} needs torch {floor[0]}.{floor[1]} or newer "
+                f"(its stable-ABI floor), this environment has torch {target.torch}")
+            to_install[package.name] = None
         built = built_for_torch(package.version)
         span = label_span(package.version.partition("+")[2])
         if built is not None and built != here and not (span and span.contains(here)):

@@ -34,6 +34,8 @@ from wheelsmith.recipes.sources import (
     parse_source,
     source_data,
 )
+from wheelsmith.recipes.stableabi import StableAbi
+from wheelsmith.recipes.stableabi import parse as parse_stable_abi
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -103,6 +105,7 @@ class Recipe:
     smoke_imports: tuple[str, ...]
     smoke_gpu: str | None
     releases: tuple[Release, ...]
+    stable_abi: StableAbi | None = None  # build.stable_abi (recipes/stableabi.py)
 
     @property
     def latest(self) -> Release:
@@ -182,6 +185,7 @@ def _build(doc: Document, path: Path, data: dict[str, Any]) -> Recipe:
         smoke_imports=tuple(smoke.get("import", [])),
         smoke_gpu=smoke.get("gpu"),
         releases=releases,
+        stable_abi=parse_stable_abi(doc, build.get("stable_abi")),
     )
 
 
@@ -348,6 +352,7 @@ def canonical(recipe: Recipe, release: Release) -> dict[str, Any]:
         "env": dict(recipe.env) | dict(release.env),
         **({"build_dir_env": recipe.build_dir_env} if recipe.build_dir_env else {}),
         **({"requires": list(recipe.build_requires)} if recipe.build_requires else {}),
+        **({"stable_abi": recipe.stable_abi.floor} if recipe.stable_abi else {}),
         **({"carry": [carried_data(c) for c in release.carried]} if release.carried else {}),
         **({"libraries": [library_data(library) for library in recipe.libraries]}
            if recipe.libraries else {}),

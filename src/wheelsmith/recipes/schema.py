@@ -155,6 +155,11 @@ RECIPE_SCHEMA: dict[str, Any] = {
                              "dependencies, beside the toolchain (never replacing one of its "
                              "packages)"},
                 "libraries": LIBRARIES,
+                "stable_abi": {"type": "string", "description": "the oldest torch minor "
+                               "(\"2.10\") a package written against torch's stable ABI "
+                               "targets: built once per CUDA major with TORCH_TARGET_VERSION "
+                               "and tagged abi3, its audit refuses any other torch or CPython "
+                               "symbol"},
             },
         },
         "smoke": {
