@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from wheelsmith.builder.plan import BuildPlan
 
 IGNORES_ARCH_HINT = (
-    "a package that ignores the arch list compiles its own -gencode list; its recipe needs a "
-    "patch that makes it honour TORCH_CUDA_ARCH_LIST (see docs/recipes.md)"
+    "a package that ignores the arch list compiles its own -gencode list; `arch.rewrite: true` "
+    "in its recipe puts the requested targets in place of that list (see docs/recipes.md)"
 )
 
 
