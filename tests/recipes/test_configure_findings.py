@@ -64,3 +64,32 @@ def test_without_the_check_the_findings_and_recipe_are_setup_py_s_alone(tmp_path
     assert report.report_lines(read)[-1] == (
         "sources: setup.py computes them; check the sdist holds them")
     assert read.host_only == ("demo/_*_cpu*.so",)
+
+
+SWITCHED = '''from setuptools import setup
+from torch.utils.cpp_extension import CppExtension, CUDAExtension
+import os
+if os.environ.get("FORCE_CUDA"):
+    ext = CUDAExtension("demo._C", ["csrc/ops.cu"])
+else:
+    ext = CppExtension("demo._C_cpu", ["csrc/ops.cpp"])
+setup(name="demo", ext_modules=[ext])
+'''
+
+
+def test_an_extension_the_checks_build_did_not_configure_leaves_smoke_import(
+        tmp_path: Path) -> None:
+    """setup.py names `_C` and `_C_cpu` (one or the other, by a switch); the check's build
+    configured `_C`: the smoke test imports what the build makes, not the other branch's."""
+    read = findings(tree_with(tmp_path, SWITCHED, "csrc/ops.cu", "csrc/ops.cpp"), ("demo",))
+    read = dataclasses.replace(read, sdist=Sdist("demo", "1.0", "demo-1.0.tar.gz", "ab" * 32))
+    assert read.imports == ("demo", "demo._C", "demo._C_cpu")  # setup.py's, before the check
+    line = "check: build.ninja targets _C: SASS sm_120, compiled ops.o"
+    found = dataclasses.replace(read, checked=Checked(line, extensions=("_C",)))
+    assert found.imports == ("demo", "demo._C")
+    assert report.report_lines(found)[-1] == (
+        "check: its build configured _C, not demo._C_cpu (built under other switches): left out "
+        "of smoke.import")
+    assert '  import: ["demo", "demo._C"]\n' in recipe_body(found)
+    unnamed = dataclasses.replace(read, checked=Checked(line, extensions=()))
+    assert unnamed.imports == read.imports  # a build file naming no extension prunes nothing

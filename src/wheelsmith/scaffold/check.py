@@ -51,6 +51,9 @@ class Checked:
     error: WheelsmithError | None = None  # why the check failed
     archs: str | None = None  # the arch-specific default the package builds (12.0a), if so
     rewrite: bool = False  # it compiles a -gencode list of its own: arch.rewrite
+    # the extensions (TORCH_EXTENSION_NAME) the check's build configured; () where one of its
+    # build files names none (a CMake project's)
+    extensions: tuple[str, ...] = ()
 
 
 def _venv(profile: Profile) -> Path | None:
@@ -141,8 +144,9 @@ def _passed(result: BuildResult, work: Path, archs: str | None = None) -> Checke
     shutil.rmtree(work, ignore_errors=True)
     if result.wheel is not None and not result.configured:  # a whole build: a pure recipe's
         return Checked(f"check: built {result.wheel.name} and passed its smoke test")
+    names = tuple(str(c.get("extension") or "") for c in result.configured)
     return Checked(f"check: {configured_line(result.configured)}", result.host_modules,
-                   archs=archs)
+                   archs=archs, extensions=names if all(names) else ())
 
 
 def _records(work: Path) -> tuple[dict[str, Any], ...]:

@@ -170,10 +170,19 @@ class Findings:
         """What the sdist names as its modules that no import statement could name."""
         return tuple(n for n in self._import_names() if not _module_name(n))
 
+    @property
+    def not_built(self) -> tuple[str, ...]:
+        """setup.py's extensions that the check's build did not configure (another branch of
+        its switches: torch-ans's `_C_cpu` beside the `_C` a CUDA build makes)."""
+        built = self.checked.extensions if self.checked else ()
+        return tuple(e.name for e in self.setup.extensions if built and "*" not in e.name
+                     and e.name.rsplit(".", 1)[-1] not in built)
+
     def _import_names(self) -> tuple[str, ...]:
         if self.kind == "cuda":
             return ()
-        names = [e.name for e in self.setup.extensions if "*" not in e.name]
+        names = [e.name for e in self.setup.extensions
+                 if "*" not in e.name and e.name not in self.not_built]
         return tuple(dict.fromkeys([*self.metadata.packages, *names]))
 
 

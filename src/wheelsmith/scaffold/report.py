@@ -241,6 +241,10 @@ def _checked(found: Findings) -> list[str]:
     if found.checked and found.checked.archs:
         lines.append(f"check: the package builds the arch-specific variant of the default arch "
                      f"itself: arch.default [{yaml_string(found.checked.archs)}]")
+    if found.checked and found.not_built:
+        lines.append(f"check: its build configured {', '.join(found.checked.extensions)}, "
+                     f"not {', '.join(found.not_built)} (built under other switches): left out "
+                     "of smoke.import")
     if found.checked and found.checked.rewrite:
         lines.append("check: the package compiles CUDA targets of its own, whatever arch list "
                      "it is told: arch.rewrite: true (the requested targets replace its list in "
