@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from tests.recipes.test_setup_py_patterns import findings, tree_with
 from wheelsmith.recipes.patch import apply_one, read_exactly, write_exactly
 from wheelsmith.scaffold import aten_api, report
+from wheelsmith.toolchain.env import Toolchain
 
 CUDA_EXT = ("from torch.utils.cpp_extension import CUDAExtension\n"
             "e = CUDAExtension('demo._C', ['csrc/k.cu'])\n")
@@ -130,3 +132,47 @@ def test_thc_is_named_with_its_file_and_line_for_a_hand_made_patch(tmp_path: Pat
         "what it uses by hand (THCudaCheck -> C10_CUDA_CHECK, the THCState stream -> "
         "at::cuda::getCurrentCUDAStream() from ATen/cuda/CUDAContext.h)",
         "THC/THC.h: included by 1 more file(s) of the sdist"]
+
+
+@given(name=st.sampled_from(sorted(aten_api.CUB_FUNCTORS)), space=SPACE,
+       prefix=st.sampled_from(["", "::"]),
+       use=st.sampled_from(["r = {f}();", "BlockReduce<float, 128>(s).Reduce(v, {f}());",
+                            "using Op = {f};", "Scan<int, {f}>(x);"]),
+       neighbour=st.sampled_from(["cub::{n}imum()", "mycub::{n}()", "cub::{n}::value",
+                                  "cub::Block{n}()", "hipcub::{n}()"]))
+def test_cubs_removed_functors_become_the_ones_cccl_kept_and_their_neighbours_stay(
+        name: str, space: str, prefix: str, use: str, neighbour: str) -> None:
+    kept = neighbour.format(n=name)
+    text = use.format(f=f"{prefix}cub::{name}") + space + kept + ";\n"
+    assert aten_api.current(text) == \
+        use.format(f=aten_api.CUB_FUNCTORS[name]) + space + kept + ";\n"
+
+
+def test_a_tree_that_defines_cubs_functors_itself_keeps_them(tmp_path: Path) -> None:
+    tree = tree_with(tmp_path, CUDA_EXT, "csrc/k.cu")
+    (tree / "csrc" / "compat.cuh").write_text("namespace cub {\nstruct Max { };\n}\n")
+    (tree / "csrc" / "k.cu").write_text('#include "compat.cuh"\nauto m = cub::Max();\n')
+    assert aten_api.diff(tree) == ""
+
+
+@pytest.mark.toolchain
+def test_what_replaces_cubs_functors_compiles_with_the_toolchains_nvcc(
+        tmp_path: Path, toolchain: Toolchain) -> None:
+    """Each replacement, in the reduction and scan calls CUB takes functors in, compiled by
+    the default profile's nvcc (CUDA 13), whose CUB has none of the old names."""
+    calls = "\n".join(
+        f"  cub::DeviceReduce::Reduce(nullptr, bytes, x, y, n, {aten_api.current(f'cub::{f}()')}"
+        f", 0);" for f in ("Sum", "Max", "Min"))
+    source = tmp_path / "k.cu"
+    source.write_text("#include <cub/cub.cuh>\nvoid f(const int* x, int* y, int n) {\n"
+                      f"  size_t bytes = 0;\n{calls}\n"
+                      "  static_assert(::cuda::std::equal_to<>()(1, 1), \"\");\n}\n")
+    for name in ("Sum", "Max"):  # the old names are gone from this CUB
+        old = tmp_path / f"old_{name}.cu"
+        old.write_text(f"#include <cub/cub.cuh>\nauto o = cub::{name}();\n")
+        assert subprocess.run([str(toolchain.nvcc), "-c", str(old), "-o", str(tmp_path / "o.o")],
+                              capture_output=True, check=False).returncode != 0
+    done = subprocess.run([str(toolchain.nvcc), "-std=c++17", "-c", str(source), "-o",
+                           str(tmp_path / "k.o"), "-gencode", "arch=compute_120,code=sm_120"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr

@@ -6,7 +6,11 @@ spellings every toolchain's torch has removed, each with the one that replaced i
   function from "const at::DeprecatedTypeProperties" to "c10::ScalarType"`), so the first
   argument becomes `x.scalar_type()`;
 - `AT_CHECK(...)`, removed for `TORCH_CHECK(...)`, which takes the same arguments (a tree that
-  defines AT_CHECK itself, as deepspeed's compat.h does, is left as it is).
+  defines AT_CHECK itself, as deepspeed's compat.h does, is left as it is);
+- CUB's operator functors, which CUDA 13's CCCL removed (torch-lap-cuda 0.0.3: `namespace "cub"
+  has no member "Max"`): `cub::Max` becomes `::cuda::maximum<>`, `cub::Sum` `::cuda::std::plus<>`
+  and so on (CUB_FUNCTORS), which cub's own headers include (a tree that defines one of them
+  itself is left as it is).
 
 What has no exact replacement (THC, removed in torch 1.11) is named by `thc_includes`, with its
 file and line, for a hand-made patch.
@@ -26,6 +30,14 @@ DISPATCH_RE = re.compile(r"\bAT_DISPATCH_[A-Z0-9_]+\s*\(")
 TYPE_CALL_RE = re.compile(r"\.\s*type\s*\(\s*\)\s*$")
 AT_CHECK_RE = re.compile(r"(?<![\w#])AT_CHECK(\s*\()")
 DEFINES_AT_CHECK_RE = re.compile(r"^\s*#\s*(?:define|undef)\s+AT_CHECK\b", re.MULTILINE)
+# CUB's functors CCCL 3 (CUDA 13) removed, and what its own thread_operators.cuh uses instead
+CUB_FUNCTORS = {"Sum": "::cuda::std::plus<>", "Max": "::cuda::maximum<>",
+                "Min": "::cuda::minimum<>", "Equality": "::cuda::std::equal_to<>",
+                "Inequality": "::cuda::std::not_equal_to<>", "Difference": "::cuda::std::minus<>",
+                "Division": "::cuda::std::divides<>"}
+CUB_FUNCTOR_RE = re.compile(r"(?<![\w:])(?:::)?cub::(" + "|".join(CUB_FUNCTORS) + r")\b(?!\s*::)")
+DEFINES_CUB_FUNCTOR_RE = re.compile(r"\b(?:struct|class|using)\s+(" + "|".join(CUB_FUNCTORS)
+                                    + r")\b")
 THC_RE = re.compile(r"\s*#\s*include\s*[<\"]THC/THC\.h[>\"]")
 _OPEN, _CLOSE = "([{", ")]}"
 
@@ -36,13 +48,15 @@ def own_sources(tree: Path) -> list[Path]:
     return own_files(tree, lambda path: path.suffix.lower() in SUFFIXES, also_not={"build"})
 
 
-def current(text: str, *, at_check: bool = True) -> str:
-    """`text` with the removed spellings replaced (AT_CHECK only where `at_check`)."""
+def current(text: str, *, at_check: bool = True, cub: bool = True) -> str:
+    """`text` with the removed spellings replaced (AT_CHECK only where `at_check`, CUB's
+    functors only where `cub`)."""
     edits = [edit for match in DISPATCH_RE.finditer(text)
              for edit in _type_arguments(text, match.end())]
     for start, end in reversed(edits):
         text = f"{text[:start]}.scalar_type(){text[end:]}"
-    return AT_CHECK_RE.sub(r"TORCH_CHECK\1", text) if at_check else text
+    text = AT_CHECK_RE.sub(r"TORCH_CHECK\1", text) if at_check else text
+    return CUB_FUNCTOR_RE.sub(lambda m: CUB_FUNCTORS[m[1]], text) if cub else text
 
 
 def _type_arguments(text: str, at: int) -> list[tuple[int, int]]:
@@ -92,7 +106,10 @@ def diff(tree: Path) -> str:
     does."""
     sources = {path: read_exactly(path) for path in own_sources(tree)}
     at_check = not any(DEFINES_AT_CHECK_RE.search(text) for text in sources.values())
-    return "".join(file_diff(str(path.relative_to(tree)), text, current(text, at_check=at_check))
+    cub = not any(DEFINES_CUB_FUNCTOR_RE.search(text) and "namespace cub" in text
+                  for text in sources.values())
+    return "".join(file_diff(str(path.relative_to(tree)), text,
+                             current(text, at_check=at_check, cub=cub))
                    for path, text in sources.items())
 
 

@@ -293,12 +293,13 @@ ATEN_API = "current-aten-api"
 
 
 def current_aten_api(tree: Path, number: int) -> Written | None:
-    """One patch over the package's own C++ and CUDA sources that use an ATen spelling every
-    toolchain's torch removed (`aten_api.diff`); None when none does."""
+    """One patch over the package's own C++ and CUDA sources that use a spelling every
+    toolchain's torch, or CUDA 13's CUB, removed (`aten_api.diff`); None when none does."""
     diff = aten_api.diff(tree)
-    return Written(f"{number:04d}-{ATEN_API}.patch", "the ATen spellings torch removed "
-                   "(AT_DISPATCH_* of Tensor::type(), AT_CHECK) replaced by the current ones "
-                   "(scalar_type(), TORCH_CHECK) in the package's C++ and CUDA sources",
+    return Written(f"{number:04d}-{ATEN_API}.patch", "the spellings torch and CUDA 13's CUB "
+                   "removed (AT_DISPATCH_* of Tensor::type(), AT_CHECK, cub::Max and its kin) "
+                   "replaced by the current ones (scalar_type(), TORCH_CHECK, "
+                   "::cuda::maximum<> and its kin) in the package's C++ and CUDA sources",
                    diff) if diff else None
 
 
