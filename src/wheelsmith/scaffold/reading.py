@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Protocol
 
+from wheelsmith import locations
 from wheelsmith.scaffold import (
     aten_api,
     buildsystem,
@@ -26,6 +27,7 @@ from wheelsmith.scaffold import (
 )
 from wheelsmith.scaffold.findings import Findings
 from wheelsmith.toolchain import select
+from wheelsmith.toolchain.profile import default_cuda_only_name
 
 
 class Teller(Protocol):
@@ -82,9 +84,11 @@ def read(chosen: sdist.Sdist, tree: Path, teller: Teller) -> Findings:
     tell(found, "sources", teller)
     teller.stage("read", f"build requirements and host libraries: those the toolchain "
                          f"{profile.name} lacks, pinned by pip")
+    builds_with = profile if found.kind != "cuda" else select.profile_named(  # the check's
+        default_cuda_only_name(locations.profile_dirs()))
     found = dataclasses.replace(found, excluded=buildsystem.excluded(tree, profile),
                                 requires=buildsystem.pinned(tree, profile),
-                                libraries=libraries.detect(tree, profile))
+                                libraries=libraries.detect(tree, builds_with))
     tell(found, "requirements", teller)
     teller.stage("patch", "the standard patches")
     found = dataclasses.replace(found, written=_written(found, tree))
