@@ -238,7 +238,7 @@ def test_arch_rewrite_puts_the_requested_targets_in_place_of_the_packages_own(
     recipe.write_text(recipe.read_text().replace('arch:\n', 'arch:\n  rewrite: true\n'))
     result = wheelsmith("build", "ignores-arch", "--arch", "12.0+PTX", "--json", cwd=project)
     assert result.returncode == 0, result.stderr
-    said = [line for line in result.stderr.splitlines() if "wheelsmith targets: " in line]
+    said = [line for line in result.stderr.splitlines() if "] targets: " in line]
     assert len(said) == 1, result.stderr
     assert said[0].endswith("build.ninja compiled SASS sm_90 and PTX - of its own; it compiles "
                             "the requested targets instead (arch.rewrite)"), said

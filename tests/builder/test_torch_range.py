@@ -246,10 +246,13 @@ def test_a_build_asked_for_its_torch_range_records_it_with_its_run(
             for t in ranged["trials"]] == [
         (torch, "passed", [], "the recipe's GPU op needs a GPU of its archs and was not run: "
          "skipped (no GPU)") for torch in ("2.13.0", "2.14.1")]
+    # verify checks the span the label states: tried under 2.14 alone, 2.13 is not proven
     said = wheelsmith("verify", data["wheel"], "--torch-range", "--torch", "2.14", cwd=project)
-    assert said.returncode == 0, said.stderr
-    assert ("  torch range: 2.14.1 (proven by symbols, import and smoke test under 2.14.1)"
-            in said.stdout.splitlines())
+    assert said.returncode == 10, said.stderr
+    assert said.stderr.splitlines()[:2] == [
+        f"error: {wheel.name}: its label states the torch span 2.13 to 2.14 (range.2.13.2.14), "
+        "but torch 2.13 was not proven here: not tried (--torch names the minors to try)",
+        "  torch range: 2.14.1 (proven by symbols, import and smoke test under 2.14.1)"]
 
 
 @given(st.lists(st.sampled_from(["proven", "excluded", "failed", "absent"]), min_size=1,

@@ -24,7 +24,7 @@ from typing import Any
 from build import BuildBackendException, BuildException, ProjectBuilder
 
 from wheelsmith import cmd, errors, locations
-from wheelsmith.builder import resume, sample, stableabi
+from wheelsmith.builder import gencode, resume, sample, stableabi
 from wheelsmith.builder.compilesetup import CompileSetup, farm_done, read_guard_report
 from wheelsmith.builder.configured import (
     configured,
@@ -94,12 +94,14 @@ def offline_prefix() -> tuple[str, ...]:
 def progress_parser(on_progress: ProgressCallback | None,
                     on_plan: Callable[[str], None] | None = None,
                     on_resume: Callable[[str], None] | None = None,
-                    on_sample: Callable[[str], None] | None = None) -> Callable[[str], None]:
+                    on_sample: Callable[[str], None] | None = None,
+                    on_targets: Callable[[str], None] | None = None) -> Callable[[str], None]:
     """ninja's `[N/M]` to `on_progress`, less the steps that failed (ninja counts a step when
     it ends, then prints `FAILED:` for one that failed: a compile a time limit's drain stopped
     showed as done); the pre-build check's plan line to `on_plan`, its resume line (what an
     unfinished build left) to `on_resume`, a sample compile's start (`_C: add.o, add_kernel.o`:
-    the extension and its objects) to `on_sample`."""
+    the extension and its objects) to `on_sample`, its line that a package's own CUDA targets
+    were replaced (arch.rewrite) to `on_targets`."""
     failed = 0
     last: tuple[int, int] | None = None
 
@@ -119,6 +121,8 @@ def progress_parser(on_progress: ProgressCallback | None,
             on_resume(text.removeprefix(RESUME_LINE))
         elif on_sample is not None and text.startswith(sample.STARTED_LINE):
             on_sample(text.removeprefix(sample.STARTED_LINE).rpartition(" of ")[0])
+        elif on_targets is not None and text.startswith(gencode.REWRITTEN):
+            on_targets(text.removeprefix(gencode.REWRITTEN))
 
     return on_line
 
@@ -147,6 +151,7 @@ def compile_wheel(
     on_plan: Callable[[str], None] | None = None,
     on_resume: Callable[[str], None] | None = None,
     on_sample: Callable[[str], None] | None = None,
+    on_targets: Callable[[str], None] | None = None,
     isolate_network: bool = True,
     view: PathView | None = None,
     config_settings: Mapping[str, str | list[str]] | None = None,
@@ -173,7 +178,7 @@ def compile_wheel(
                         env={**env, **(extra_environ or {})}, log_file=log_file,
                         log_path=log_path, error=CompileError, what=f"the build of {what}",
                         on_line=progress_parser(on_progress, on_plan, on_resume,
-                                                        on_sample),
+                                                        on_sample, on_targets),
                         python_errors=False)  # the compiler's error first, below
 
             build_backend(source, toolchain.python, dist, run_hook, what=what, log_path=log_path,
@@ -283,6 +288,7 @@ def compile_package(plan: BuildPlan, request: BuildRequest, setup: CompileSetup,
                             on_plan=on_plan,
                             on_resume=lambda line: report.stage("resuming", line),
                             on_sample=lambda line: report.stage("compile", f"sample of {line}"),
+                            on_targets=lambda line: report.stage("targets", line),
                             isolate_network=not setup.needs_network, view=setup.view,
                             config_settings=stableabi.config_settings(
                                 source, plan.toolchain.python_version)
