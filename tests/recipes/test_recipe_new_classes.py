@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -28,7 +29,7 @@ from tests.conftest import REPO
 from tests.recipes.test_setup_py_patterns import applied, findings, recipe_body, tree_with
 from wheelsmith.errors import NoDeviceCodeError
 from wheelsmith.recipes.patch import apply_one
-from wheelsmith.scaffold import buildsystem, check, env_reads, patches, render, report
+from wheelsmith.scaffold import buildsystem, check, env_reads, patches, render, report, setup_py
 from wheelsmith.toolchain.profile import load_profile
 from wheelsmith.toolchain.venv import MARKER, venv_root
 
@@ -718,3 +719,38 @@ def test_the_variables_that_may_decide_the_cuda_build_are_named_first(
     more = len(switches) - render.MAX_SWITCHES
     assert named.endswith(f" and {more} more") if more > 0 else " more" not in named
     assert error.hint.endswith("(a value such as 1 or cuda); why")
+
+
+STANDARDS = st.sampled_from(["set(CMAKE_CXX_STANDARD 17)", 'set(CMAKE_CUDA_FLAGS_INIT "-std=c++17 '
+                             '-allow-unsupported-compiler")', "set(CMAKE_CUDA_STANDARD 14)"])
+
+
+@given(standards=st.lists(STANDARDS, min_size=1, max_size=3),
+       archs=st.lists(st.tuples(HARD_CODED, ARCH_VALUES), min_size=1, max_size=3),
+       order=st.randoms(use_true_random=False))
+def test_patches_over_the_same_cmake_lines_each_apply_on_top_of_the_one_before(
+        tmp_path_factory: pytest.TempPathFactory, standards: list[str],
+        archs: list[tuple[str, list[str]]], order: random.Random) -> None:
+    """cuda-float-compress 0.2.3: its C++ standard and its arch list a line apart, one patch
+    for each: the second is made over what the first left, so both apply in turn."""
+    lines = standards + [form.format(t=f"t{i}", v=" ".join(values), q=";".join(values),
+                                     one=values[0]) for i, (form, values) in enumerate(archs)]
+    order.shuffle(lines)
+    tree = tmp_path_factory.mktemp("cm") / "pkg"
+    tree.mkdir()
+    original = "project(p LANGUAGES CXX CUDA)\n" + "\n".join(lines) + "\n"
+    (tree / "CMakeLists.txt").write_text(original)
+    (tree / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    made = patches.written(tree, setup_py.read_setup(tree), cxx20=True, cmake_torch=True,
+                           cmake_cuda=True)
+    assert [w.file for w in made] == ["0001-cxx20-for-newer-torch-headers.patch",
+                                      "0002-honour-cmake-cuda-architectures.patch"]
+    assert (tree / "CMakeLists.txt").read_text() == original  # made over a copy of it
+    patched = tree.parent / "patched"
+    shutil.copytree(tree, patched)
+    for patch in made:
+        (tree.parent / patch.file).write_bytes(patch.data)
+        apply_one(tree.parent / patch.file, patched)
+    text = (patched / "CMakeLists.txt").read_text()
+    assert not re.search(r"\b(?:11|14|17)\b", "\n".join(
+        line for line in text.splitlines() if "STANDARD" in line or "-std=" in line))

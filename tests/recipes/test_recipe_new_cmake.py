@@ -91,7 +91,7 @@ def test_llama_cpp_python_is_a_cuda_package_without_torch(
         "optional find_package): no entry; where the recipe turns it on, add build.libraries "
         "for NCCL",
         "vendor/llama.cpp/ggml/src/ggml-cuda/vendors/cuda.h:5: it needs cuBLAS (includes "
-        "cublas_v2.h): the toolchain cu130-torch2.14's CUDA provides it (nvidia-cublas "
+        "cublas_v2.h): the toolchain cu130's CUDA provides it (nvidia-cublas "
         "13.1.1.3)",
         "patches: none of the standard ones is needed"]
     assert data["libraries"] == []  # NCCL only where GGML_USE_NCCL is defined

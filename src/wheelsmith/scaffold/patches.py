@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from wheelsmith import locations
-from wheelsmith.recipes.patch import file_diff
+from wheelsmith.recipes.patch import apply_one, file_diff
 from wheelsmith.scaffold import aten_api, cmake, source_edits
 from wheelsmith.scaffold.extensions import vendor_branches
 from wheelsmith.scaffold.setup_py import (
@@ -101,27 +103,53 @@ def needed(setup: Setup, made: tuple[Written, ...] = ()
 
 def written(tree: Path, setup: Setup, *, cxx20: bool, after: tuple[Written, ...] = (),
             cmake_torch: bool = False, cmake_cuda: bool = False) -> tuple[Written, ...]:
-    """The patches `recipe new` writes: each one applies on top of the one before. `cxx20`:
+    """The patches `recipe new` writes: each one is made over the tree the ones before it
+    left (a copy of `tree`, each applied to it once made), so each applies on top of them.
+    `cxx20`:
     the toolchain's torch headers need C++20 (check.torch_needs_cxx20); `cmake_torch`: a CMake
     project that compiles against them (its own CMake files get C++20 too); `cmake_cuda`: a
     CMake project that compiles CUDA (a hard-coded arch list in it is made to take the
     build's). `after`: patches
     applied to `tree` already (carried over from a shipped recipe): numbered after them, and
     none of a kind they hold."""
-    made = [*after, *(_setup_py_patches(tree, setup, cxx20=cxx20, after=after)
-                      if (tree / "setup.py").is_file() else ())]
-    cmake = cmake_cxx20(tree, len(made) + 1) if cxx20 and cmake_torch and not any(
-        f"-{CXX20}." in w.file for w in after) else None
-    made += [cmake] if cmake else []
-    archs = cmake_arch_list(tree, len(made) + 1, torch=cmake_torch) if cmake_cuda and not any(
-        f"-{CMAKE_ARCHS}." in w.file for w in after) else None
-    made += [archs] if archs else []
-    aten = current_aten_api(tree, len(made) + 1) if not any(
-        f"-{ATEN_API}." in w.file for w in after) else None
-    made += [aten] if aten else []
-    run_time = runtime_pkg_resources(tree, len(made) + 1) if not any(
-        f"-{RUNTIME_PKG_RESOURCES}." in w.file for w in after) else None
-    return tuple(made[len(after):]) + ((run_time,) if run_time else ())
+    with tempfile.TemporaryDirectory() as scratch:  # the tree as each patch leaves it
+        work = Path(scratch) / "tree"
+        shutil.copytree(tree, work, symlinks=True)
+        return _made_over(work, setup, list(after), cxx20=cxx20, cmake_torch=cmake_torch,
+                          cmake_cuda=cmake_cuda)
+
+
+def _made_over(tree: Path, setup: Setup, made: list[Written], *, cxx20: bool,
+               cmake_torch: bool, cmake_cuda: bool) -> tuple[Written, ...]:
+    """The patches made over `tree` (a copy), each applied to it once made; `made`: those
+    applied already, whose kinds are not made again."""
+    after = tuple(made)
+
+    def add(*patches: Written | None) -> None:  # applied to `tree`: the next is made over it
+        for patch in patches:
+            if patch is not None:
+                _apply(patch, tree)
+                made.append(patch)
+
+    def missing(kind: str) -> bool:
+        return not any(f"-{kind}." in w.file for w in after)
+
+    add(*(_setup_py_patches(tree, setup, cxx20=cxx20, after=after)
+          if (tree / "setup.py").is_file() else ()))
+    add(cmake_cxx20(tree, len(made) + 1) if cxx20 and cmake_torch and missing(CXX20) else None)
+    add(cmake_arch_list(tree, len(made) + 1, torch=cmake_torch)
+        if cmake_cuda and missing(CMAKE_ARCHS) else None)
+    add(current_aten_api(tree, len(made) + 1) if missing(ATEN_API) else None)
+    add(runtime_pkg_resources(tree, len(made) + 1) if missing(RUNTIME_PKG_RESOURCES) else None)
+    return tuple(made[len(after):])
+
+
+def _apply(patch: Written, tree: Path) -> None:
+    """`patch` applied to `tree` by the exact patcher the build uses."""
+    with tempfile.TemporaryDirectory() as scratch:
+        file = Path(scratch) / patch.file
+        file.write_bytes(patch.data)
+        apply_one(file, tree)
 
 
 def _setup_py_patches(tree: Path, setup: Setup, *, cxx20: bool, after: tuple[Written, ...]
