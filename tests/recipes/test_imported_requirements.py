@@ -25,11 +25,15 @@ from wheelsmith.toolchain.profile import load_profile
 PROFILE = load_profile(REPO / "toolchains" / "cu130-torch2.14.yaml")
 OUTSIDE = st.from_regex(r"ws[a-z][a-z0-9]{2,8}", fullmatch=True)
 # modules no pin is asked for: the standard library's, the toolchain's (and what their
-# projects provide), the CMake backends wheelsmith provides
+# projects provide)
 NOT_PINNED = st.sampled_from(["json", "os.path", "collections.abc", "torch", "setuptools",
                               "nvidia.cublas", "cuda.bindings", "jinja2", "typing_extensions",
-                              "pkg_resources", "distutils.core", "skbuild", "scikit_build_core"])
-ALIASED = st.sampled_from([("yaml", "pyyaml"), ("PIL", "pillow"), ("sklearn", "scikit-learn")])
+                              "pkg_resources", "distutils.core"])
+# modules whose project has another name; the CMake backends among them, which the torch
+# profiles do not hold
+ALIASED = st.sampled_from([("yaml", "pyyaml"), ("PIL", "pillow"), ("sklearn", "scikit-learn"),
+                           ("skbuild", "scikit-build"),
+                           ("scikit_build_core", "scikit-build-core")])
 FORMS = st.sampled_from(["import {m}", "import {m}.sub as alias", "from {m} import thing",
                          "from {m}.sub import thing, other"])
 # where the import is, and whether it runs when setup.py builds CUDA

@@ -14,7 +14,6 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from wheelsmith.builder import cmakebuild
 from wheelsmith.errors import UntrustedDataError, WheelsmithError
 from wheelsmith.scaffold.imports import caught_imports, outside_imports
 from wheelsmith.toolchain import overlay
@@ -88,10 +87,9 @@ def excluded(tree: Path, profile: Profile) -> tuple[tuple[str, str], ...]:
 def unheld_imports(tree: Path, profile: Profile) -> tuple[tuple[str, str, int], ...]:
     """What setup.py imports, outside a `try:` that catches its ImportError, of the build
     requirements the toolchain lacks: (module, requirement, line). A requirement setup.py
-    never imports (natten's `build`, a frontend) or that wheelsmith provides itself (the
-    scikit-build backends of a CMake build) is no finding."""
-    wanted = {canonicalize_name(name): name for name in lacking(tree, profile)
-              if name.replace("-", "_").lower() not in cmakebuild.BACKENDS}
+    never imports (natten's `build`, a frontend) is no finding; a CMake backend
+    (scikit-build-core) is one where the toolchain's profile does not hold it."""
+    wanted = {canonicalize_name(name): name for name in lacking(tree, profile)}
     setup = tree / "setup.py"
     if not wanted or not setup.is_file() or setup.stat().st_size > MAX_BYTES:
         return ()
@@ -151,7 +149,8 @@ FRONTENDS = ("build", "pip", "installer", "pyproject-hooks")
 PROJECTS = {"yaml": "pyyaml", "PIL": "pillow", "cv2": "opencv-python-headless",
             "sklearn": "scikit-learn", "attr": "attrs", "dateutil": "python-dateutil",
             "git": "gitpython", "pkg_resources": "setuptools", "distutils": "setuptools",
-            "_distutils_hack": "setuptools", "google": "protobuf"}
+            "_distutils_hack": "setuptools", "google": "protobuf", "skbuild": "scikit-build",
+            "scikit_build_core": "scikit-build-core"}
 NUMPY_DISTUTILS = "numpy.distutils"  # NumPy 2 removed it; no NumPy has it for Python 3.12
 _PROJECT_RE = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
 
@@ -167,7 +166,6 @@ def imported(tree: Path, profile: Profile) -> tuple[tuple[Imported, ...], str]:
     for module in outside:
         project = canonicalize_name(PROJECTS.get(module.top, module.top))
         if _PROJECT_RE.fullmatch(project) and project not in taken and \
-                module.top not in cmakebuild.BACKENDS and \
                 not any(h.startswith(f"{project}-") for h in taken):
             found.setdefault(project, Imported(module.top, project, module.where))
     distutils = next((m.where for m in outside if m.name == NUMPY_DISTUTILS
@@ -177,15 +175,15 @@ def imported(tree: Path, profile: Profile) -> tuple[tuple[Imported, ...], str]:
 
 
 def pinned(tree: Path, profile: Profile) -> Pinned:
-    """pyproject.toml's build requirements the toolchain lacks (not the CMake backends
-    wheelsmith provides, nor a frontend), and what setup.py imports that none names
+    """pyproject.toml's build requirements the toolchain lacks (its CMake backend too, where
+    the profile holds none: the torch profiles hold no scikit-build-core), not a frontend,
+    and what setup.py imports that none names
     (`imported`), resolved by pip against the index it uses, wheels only, for this Python:
     each `NAME==VERSION`, the toolchain's own packages left out. Where pip cannot resolve them
     together, pyproject.toml's are resolved alone (a module's project may have another name)."""
     wanted = [str(r) for r in requirements(tree)
               if canonicalize_name(r.name) not in held(profile)
-              and canonicalize_name(r.name) not in FRONTENDS
-              and r.name.replace("-", "_").lower() not in cmakebuild.BACKENDS]
+              and canonicalize_name(r.name) not in FRONTENDS]
     modules, distutils = imported(tree, profile)
     both = replace(_resolved(wanted + [m.requirement for m in modules], profile),
                    imported=modules, distutils=distutils)

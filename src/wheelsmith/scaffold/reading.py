@@ -71,6 +71,8 @@ def read(chosen: sdist.Sdist, tree: Path, teller: Teller) -> Findings:
     found = dataclasses.replace(found, cmake=cmake.read_cmake(
         tree, buildsystem.held(profile).get("cmake")))  # the sdist's own lines, before a carry
     tell(found, "cmake", teller)
+    builds_with = profile if found.kind != "cuda" else select.profile_named(  # the check's
+        default_cuda_only_name(locations.profile_dirs()))
     if base is not None:
         teller.stage("carry", f"the patches of the shipped recipe's {base.release.version}")
         found = dataclasses.replace(found, carried=rebase.carry(base.release, tree))
@@ -78,16 +80,14 @@ def read(chosen: sdist.Sdist, tree: Path, teller: Teller) -> Findings:
     teller.stage("read", "sources: the modules setup.py runs, what the extensions compile")
     found = dataclasses.replace(found, switches=env_reads.build_switches(tree),
                                 switched=switches.cuda_switches(tree),
-                                unheld=buildsystem.unheld_imports(tree, profile),
+                                unheld=buildsystem.unheld_imports(tree, builds_with),
                                 thc=aten_api.thc_includes(tree),
                                 prebuilt=sdist.prebuilt_binaries(tree))
     tell(found, "sources", teller)
     teller.stage("read", f"build requirements and host libraries: those the toolchain "
                          f"{profile.name} lacks, pinned by pip")
-    builds_with = profile if found.kind != "cuda" else select.profile_named(  # the check's
-        default_cuda_only_name(locations.profile_dirs()))
-    found = dataclasses.replace(found, excluded=buildsystem.excluded(tree, profile),
-                                requires=buildsystem.pinned(tree, profile),
+    found = dataclasses.replace(found, excluded=buildsystem.excluded(tree, builds_with),
+                                requires=buildsystem.pinned(tree, builds_with),
                                 libraries=libraries.detect(tree, builds_with))
     tell(found, "requirements", teller)
     teller.stage("patch", "the standard patches")
