@@ -155,7 +155,7 @@ def test_recipe_new_pins_the_backend_and_the_build_imports_it_beside_the_toolcha
     assert all("==" in pin for pin in recipe.build_requires)
     assert said[2] == (f"fixed: build.requires: {', '.join(recipe.build_requires)}: the build "
                        f"requirements the toolchain {toolchain.name} lacks, with what they need "
-                       "(pyproject.toml), installed beside it for each build")
+                       "(pyproject.toml, setup_requires), installed beside it for each build")
     assert said[-4].startswith("info: check: built tiny_pure-0.1.0+cu.13.0.torch.")
     assert said[-4].endswith("-none-any.whl and passed its smoke test")
 

@@ -118,7 +118,7 @@ def test_a_module_pip_cannot_pin_leaves_pyproject_tomls_requirements_pinned(
                                       "the build requirements failed"), pinned.unpinned
     lines = requires_lines(pinned, PROFILE.name)
     assert lines[0] == (f"build.requires: {pinned.pins[0]}: the build requirements the toolchain "
-                        f"{PROFILE.name} lacks, with what they need (pyproject.toml), installed "
+                        f"{PROFILE.name} lacks, with what they need (pyproject.toml, setup_requires), installed "
                         "beside it for each build")
     assert lines[1].startswith("build.requires: pip could not pin what setup.py imports "
                                "(wheelsmith_no_such_project at setup.py:2): six, "
@@ -140,3 +140,22 @@ def test_psutil_build_requires_pins_needs_no_patch(tmp_path: Path) -> None:
     assert pinned.needed == ()
     assert "setup.py:1: it imports psutil, which no build requirement names and the toolchain " \
            f"{PROFILE.name} lacks: build.requires psutil==7.0.0" in report.report_lines(pinned)
+
+
+@given(extra=st.lists(st.sampled_from(["torch", "ninja", "setuptools>=40", "wheel"]),
+                      max_size=3, unique=True),
+       scm=st.sampled_from(["setuptools_scm", "setuptools-scm>=6", "setuptools_scm[toml]"]))
+def test_setup_requires_that_the_patch_drops_are_pinned_into_build_requires(
+        tmp_path_factory: pytest.TempPathFactory, extra: list[str], scm: str) -> None:
+    """adam-atan2 0.0.3: `use_scm_version=True` with `setup_requires=['setuptools_scm']`; the
+    standard patch drops setup_requires (setuptools would download it), so setuptools-scm is
+    pinned into build.requires, else the wheel is version 0.0.0. Real pip resolution."""
+    tree = tmp_path_factory.mktemp("scm") / "demo-1.0"
+    tree.mkdir()
+    listed = ", ".join(repr(r) for r in [scm, *extra])
+    (tree / "setup.py").write_text("from setuptools import setup\n"
+                                   f"setup(name='demo', use_scm_version=True, "
+                                   f"setup_requires=[{listed}])\n")
+    names = [p.split("==")[0] for p in buildsystem.pinned(tree, PROFILE).pins]
+    assert "setuptools-scm" in names  # with what it needs (pip's resolution)
+    assert not {"torch", "ninja", "setuptools", "wheel"} & set(names)  # the toolchain's

@@ -16,6 +16,7 @@ from packaging.utils import canonicalize_name
 
 from wheelsmith.errors import UntrustedDataError, WheelsmithError
 from wheelsmith.scaffold.imports import caught_imports, outside_imports
+from wheelsmith.scaffold.setup_py import read_setup
 from wheelsmith.toolchain import overlay
 from wheelsmith.toolchain.profile import Profile
 from wheelsmith.untrusted import parse_python
@@ -52,6 +53,20 @@ def requirements(tree: Path) -> tuple[Requirement, ...]:
         if requirement.marker is None or requirement.marker.evaluate():
             found.append(requirement)
     return tuple(found)
+
+
+def setup_requires(tree: Path) -> tuple[Requirement, ...]:
+    """setup.py's setup_requires (which the standard patch drops: setuptools would download
+    them in the offline build), as requirements: setuptools_scm, whose absence makes
+    `use_scm_version` a silent 0.0.0."""
+    found = read_setup(tree).setup_requires if (tree / "setup.py").is_file() else None
+    named = []
+    for name in found[0] if found else ():
+        try:
+            named.append(Requirement(name))
+        except InvalidRequirement:
+            continue
+    return tuple(named)
 
 
 def held(profile: Profile) -> dict[str, str]:
@@ -181,9 +196,10 @@ def pinned(tree: Path, profile: Profile) -> Pinned:
     (`imported`), resolved by pip against the index it uses, wheels only, for this Python:
     each `NAME==VERSION`, the toolchain's own packages left out. Where pip cannot resolve them
     together, pyproject.toml's are resolved alone (a module's project may have another name)."""
-    wanted = [str(r) for r in requirements(tree)
-              if canonicalize_name(r.name) not in held(profile)
-              and canonicalize_name(r.name) not in FRONTENDS]
+    listed = [*requirements(tree), *setup_requires(tree)]
+    wanted = list(dict.fromkeys(str(r) for r in listed
+                                if canonicalize_name(r.name) not in held(profile)
+                                and canonicalize_name(r.name) not in FRONTENDS))
     modules, distutils = imported(tree, profile)
     both = replace(_resolved(wanted + [m.requirement for m in modules], profile),
                    imported=modules, distutils=distutils)
@@ -213,7 +229,7 @@ def requires_lines(requires: Pinned, toolchain: str) -> list[str]:
     imported = requires.imported if not requires.unpinned else ()
     pins = {overlay.pin_name(pin): pin for pin in requires.pins}
     lines = [f"build.requires: {', '.join(requires.pins)}: the build requirements the "
-             f"toolchain {toolchain} lacks, with what they need (pyproject.toml"
+             f"toolchain {toolchain} lacks, with what they need (pyproject.toml, setup_requires"
              f"{'; what setup.py imports' if imported else ''}), installed beside it for each "
              "build"] if requires.pins else []
     lines += [f"{i.where}: it imports {i.module}, which no build requirement names and the "
