@@ -118,8 +118,8 @@ def test_a_module_pip_cannot_pin_leaves_pyproject_tomls_requirements_pinned(
                                       "the build requirements failed"), pinned.unpinned
     lines = requires_lines(pinned, PROFILE.name)
     assert lines[0] == (f"build.requires: {pinned.pins[0]}: the build requirements the toolchain "
-                        f"{PROFILE.name} lacks, with what they need (pyproject.toml, setup_requires), installed "
-                        "beside it for each build")
+                        f"{PROFILE.name} lacks, with what they need (pyproject.toml, "
+                        "setup_requires), installed beside it for each build")
     assert lines[1].startswith("build.requires: pip could not pin what setup.py imports "
                                "(wheelsmith_no_such_project at setup.py:2): six, "
                                "wheelsmith-no-such-project: pip's resolution")
