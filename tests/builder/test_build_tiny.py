@@ -5,11 +5,13 @@ Each build takes 15-30 s on 2 cores (the first run also creates the toolchain ve
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -31,6 +33,7 @@ from wheelsmith.builder.smoke import IMPORT_HINT
 from wheelsmith.builder.verify import CARRIED_RELEASE_HINT, VERSION_HINT
 from wheelsmith.recipes import simple
 from wheelsmith.toolchain.env import Toolchain
+from wheelsmith.untrusted.linkage import linkage
 from wheelsmith.wheelfile import WheelName
 
 pytestmark = pytest.mark.toolchain
@@ -245,6 +248,43 @@ def test_arch_rewrite_puts_the_requested_targets_in_place_of_the_packages_own(
     wheel = json.loads(result.stdout)["wheel"]
     checked = wheelsmith("verify", wheel, cwd=project)
     assert checked.stdout.splitlines()[0].endswith("carries exactly 12.0+PTX"), checked.stdout
+
+
+DRIVER_CALL = ("#include <cuda.h>\n"
+               "extern \"C\" int tiny_driver_version() { int v = 0; cuDriverGetVersion(&v); "
+               "return v; }\n")
+
+
+def test_an_extension_that_links_the_driver_api_builds_and_imports_without_a_driver(
+        project: Path, toolchain: Toolchain) -> None:
+    """torch-lap-cuda links `-lcuda`: the link finds the toolkit's stub (LIBRARY_PATH), the
+    module needs libcuda.so.1, which the machine's driver gives at run time; where there is
+    no driver, the smoke test's import loads the stub, and its log says so."""
+    source = add_variant(project, "links-driver", (
+        'sources=["csrc/add.cpp", "csrc/add_kernel.cu"],',
+        'sources=["csrc/add.cpp", "csrc/add_kernel.cu", "csrc/driver.cpp"], '
+        'libraries=["cuda"],'))
+    (source / "csrc" / "driver.cpp").write_text(DRIVER_CALL)
+    result = wheelsmith("build", "links-driver", "--arch", "12.0", "--json", cwd=project)
+    assert result.returncode == 0, result.stderr
+    wheel = Path(json.loads(result.stdout)["wheel"])
+    with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory() as scratch:
+        member = next(n for n in zf.namelist() if n.endswith(".so"))
+        found = linkage(Path(zf.extract(member, scratch)))
+    assert found is not None
+    assert "libcuda.so.1" in found.needed
+    log = Path(json.loads(result.stdout)["log"]).read_text()
+    if not driver_loads():
+        assert "links libcuda.so.1 and this machine has no driver: its import loads the " \
+               "toolkit's stub" in log
+
+
+def driver_loads() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 def test_a_setup_py_that_turns_ninja_off_is_refused_with_its_line_before_compiling(

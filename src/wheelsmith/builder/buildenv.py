@@ -178,12 +178,19 @@ def build_env(
 def libraries_env(toolchain: Toolchain, libraries: tuple[hostlibs.Provided, ...],
                   links: Path | None) -> dict[str, str]:
     """CPATH (gcc reads it, and nvcc preprocesses with it): the headers of the libraries
-    torch's wheels bring, then those of the host libraries; and what the host libraries add
-    (hostlibs.environment)."""
+    torch's wheels bring, then those of the host libraries; what the host libraries add
+    (hostlibs.environment); and LIBRARY_PATH ending in the toolkit's driver stubs, for a
+    package that links the driver API (`-lcuda`: torch-lap-cuda): the link takes the stub's
+    soname, libcuda.so.1, which the machine's driver provides at run time."""
     env = hostlibs.environment(libraries, links)
     includes = dict.fromkeys([*toolchain.library_includes, *hostlibs.include_dirs(libraries)])
     if includes:
         env["CPATH"] = os.pathsep.join(map(str, includes))
+    stubs = [str(d) for d in (toolchain.cuda_home / "lib" / "stubs",
+                              toolchain.cuda_home / "lib64" / "stubs") if d.is_dir()]
+    if stubs:
+        env["LIBRARY_PATH"] = os.pathsep.join(
+            [*filter(None, env.get("LIBRARY_PATH", "").split(os.pathsep)), *stubs])
     return env
 
 

@@ -11,6 +11,7 @@ tiny GPU op runs too.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from wheelsmith.errors import VerifyError
 from wheelsmith.inventory import is_shared_object
 from wheelsmith.toolchain.overlay import LeftOut
 from wheelsmith.untrusted import LONG, tool_bounds
+from wheelsmith.untrusted.linkage import linkage
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,7 @@ def smoke_test(wheel: Path, *, python: Sequence[str | Path], pip: Sequence[str |
                  target, wheel],
                 env=env, log_file=log_file, stream=False,
                 what="pip install of the wheel for the smoke test", error=VerifyError)
+        env.update(driver_stub(target, cuda_home, env, log_file))
         spec = _spec(imports, gpu_code, archs, scratch, left_out, load_shared=load_shared)
         result = cmd.run([*python, SMOKE_SCRIPT, json.dumps(spec)], cwd=scratch,
                          env=env, log_file=log_file, log_path=log_path,
@@ -75,6 +78,34 @@ def smoke_test(wheel: Path, *, python: Sequence[str | Path], pip: Sequence[str |
     if result.returncode == IMPORTS_FAILED:
         raise _failed_imports(wheel, scratch, len(spec["extensions"]), log_path)
     return result.stdout
+
+
+DRIVER = "libcuda.so.1"
+
+
+def driver_stub(site: Path, cuda_home: Path, env: dict[str, str], log: Any) -> dict[str, str]:
+    """Where a compiled module links the driver API (DT_NEEDED libcuda.so.1: `-lcuda`) and
+    this machine has no driver to load it, the toolkit's stub of it on LD_LIBRARY_PATH, said
+    in the log: the import needs a libcuda.so.1, which the stub gives without a GPU (a call
+    into it fails). Nothing where the driver's own loads, or no module needs it."""
+    needing = [p for p in site.rglob("*") if p.is_file() and is_shared_object(p.name)
+               and (found := linkage(p)) is not None and DRIVER in found.needed]
+    stubs = [d for d in (cuda_home / "lib" / "stubs", cuda_home / "lib64" / "stubs")
+             if (d / DRIVER).is_file()]
+    if not needing or not stubs or _loadable(DRIVER):
+        return {}
+    log.write(f"wheelsmith smoke: {needing[0].name} links {DRIVER} and this machine has no "
+              f"driver: its import loads the toolkit's stub ({stubs[0]})\n")
+    return {"LD_LIBRARY_PATH": os.pathsep.join(
+        [*filter(None, env.get("LD_LIBRARY_PATH", "").split(os.pathsep)), str(stubs[0])])}
+
+
+def _loadable(library: str) -> bool:
+    try:
+        ctypes.CDLL(library)
+    except OSError:
+        return False
+    return True
 
 
 def _spec(imports: tuple[str, ...], gpu_code: str | None, archs: ArchSet, scratch: Path,
