@@ -754,3 +754,52 @@ def test_patches_over_the_same_cmake_lines_each_apply_on_top_of_the_one_before(
     text = (patched / "CMakeLists.txt").read_text()
     assert not re.search(r"\b(?:11|14|17)\b", "\n".join(
         line for line in text.splitlines() if "STANDARD" in line or "-std=" in line))
+
+
+FLAG_FORMS = st.sampled_from(["-gencode=arch=compute_{c},code=sm_{c}",
+                              "-gencode arch=compute_{c},code=[compute_{c},sm_{c}]",
+                              "--generate-code=arch=compute_{c},code=sm_{c}", "-arch=sm_{c}",
+                              "--gpu-architecture=compute_{c}"])
+OTHER_FLAGS = st.sampled_from(["--use_fast_math", "-lineinfo", "--expt-relaxed-constexpr",
+                               "-Xptxas=-v"])
+SETTERS = st.sampled_from(['set(CMAKE_CUDA_FLAGS "${{CMAKE_CUDA_FLAGS}} {f}")',
+                           'string(APPEND CMAKE_CUDA_FLAGS " {f}")',
+                           '  set(CMAKE_CUDA_FLAGS "{f}")'])
+
+
+@given(lines=st.lists(st.tuples(SETTERS, st.lists(st.one_of(
+    st.tuples(FLAG_FORMS, st.sampled_from(["61", "80", "90a"])), OTHER_FLAGS), min_size=1,
+    max_size=5)), min_size=1, max_size=3), commented=st.booleans())
+def test_target_flags_written_into_cmake_cuda_flags_are_taken_out_and_the_rest_stay(
+        tmp_path_factory: pytest.TempPathFactory,
+        lines: list[tuple[str, list[object]]], commented: bool) -> None:
+    """bmtrain 1.0.1 appends `-gencode=arch=compute_61,code=sm_61` … to CMAKE_CUDA_FLAGS, which
+    nvcc 13 refuses while CMake tests its compiler: the patch takes them out (the build's arch
+    list gives the targets); every other flag, and a commented-out line, stays."""
+    written, others = [], []
+    for setter, flags in lines:
+        words = [f[0].format(c=f[1]) if isinstance(f, tuple) else str(f) for f in flags]
+        written.append(setter.format(f=" ".join(words)))
+        others.append([str(f) for f in flags if not isinstance(f, tuple)])
+    comment = '# set(CMAKE_CUDA_FLAGS "-gencode=arch=compute_50,code=sm_50")'
+    tree = tmp_path_factory.mktemp("flags") / "pkg"
+    tree.mkdir()
+    text = "project(p LANGUAGES CXX CUDA)\n" + "\n".join(written) + (
+        f"\n{comment}" if commented else "") + "\n"
+    (tree / "CMakeLists.txt").write_text(text)
+    made = patches.cmake_arch_list(tree, 1, torch=False)
+    has_targets = any(isinstance(f, tuple) for _, flags in lines for f in flags)
+    if not has_targets:
+        assert made is None
+        return
+    assert made is not None
+    (tree.parent / made.file).write_bytes(made.data)
+    patched = tree.parent / "patched"
+    shutil.copytree(tree, patched)
+    apply_one(tree.parent / made.file, patched)
+    after = (patched / "CMakeLists.txt").read_text().splitlines()[1:]
+    assert (after[-1] == comment) == commented
+    for line, kept in zip(after, others, strict=False):
+        assert "compute_" not in line
+        assert "sm_" not in line
+        assert [w for w in re.findall(r"--?[\w=-]+", line) if w.startswith("-")] == kept

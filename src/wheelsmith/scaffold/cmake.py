@@ -296,12 +296,21 @@ GLOBAL_ARCHS_RE = re.compile(r"^([ \t]*)(set\s*\(\s*CMAKE_CUDA_ARCHITECTURES\s+[
                              re.IGNORECASE | re.MULTILINE)
 
 
+# a CUDA target flag written into CMAKE_CUDA_FLAGS (bmtrain: `-gencode=arch=compute_61,code=sm_61`
+# ... which nvcc 13 refuses while CMake tests its compiler), on a line that sets or appends to it
+CUDA_FLAGS_LINE_RE = re.compile(r"^(?!\s*#).*\bCMAKE_CUDA_FLAGS\b.*$", re.MULTILINE)
+TARGET_FLAG_RE = re.compile(r"[ \t]*(?:(?:-gencode|--generate-code)[= ]arch=compute_\w+,"
+                            r"code=(?:\[[\w,]*\]|[\w,]+)|(?:-arch|--gpu-architecture)[= ]"
+                            r"(?:sm|compute)_\w+)")
+
+
 def arch_list_diff(tree: Path, *, torch: bool) -> str:
     """The diff over the package's own CMake files whose arch list is hard-coded (torch-kdtree:
     `set_property(TARGET torch_knn PROPERTY CUDA_ARCHITECTURES 50-real 50-virtual)`): a target
     property takes CMAKE_CUDA_ARCHITECTURES (the recipe's CUDAARCHS or CMAKE_ARGS), or, in a
     project that links torch, OFF (CMake adds no arch flags; torch's CMake config passes
-    TORCH_CUDA_ARCH_LIST's); a project-wide set() is kept only where the build gave no list."""
+    TORCH_CUDA_ARCH_LIST's); a project-wide set() is kept only where the build gave no list;
+    target flags written into CMAKE_CUDA_FLAGS are taken out (the list above gives them)."""
     value = "OFF" if torch else "${CMAKE_CUDA_ARCHITECTURES}"
 
     def target(m: re.Match[str]) -> str:
@@ -317,6 +326,7 @@ def arch_list_diff(tree: Path, *, torch: bool) -> str:
                 f"\n{m[1]}  {m[2]}\n{m[1]}endif()")
 
     def edit(text: str) -> str:
+        text = CUDA_FLAGS_LINE_RE.sub(lambda m: TARGET_FLAG_RE.sub("", m[0]), text)
         return GLOBAL_ARCHS_RE.sub(project_wide, TARGET_ARCHS_RE.sub(target, text))
     return own_cmake_diff(tree, edit)
 
