@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.conftest import REPO
@@ -159,3 +160,21 @@ def test_setup_requires_that_the_patch_drops_are_pinned_into_build_requires(
     names = [p.split("==")[0] for p in buildsystem.pinned(tree, PROFILE).pins]
     assert "setuptools-scm" in names  # with what it needs (pip's resolution)
     assert not {"torch", "ninja", "setuptools", "wheel"} & set(names)  # the toolchain's
+
+
+@given(line=st.sampled_from([
+    "find_package(Python3 REQUIRED COMPONENTS Interpreter Development NumPy)",
+    "find_package( Python COMPONENTS NumPy Interpreter )",
+    "find_package(Python3 COMPONENTS Interpreter Development)",
+    "# find_package(Python3 COMPONENTS NumPy)  (off)", "find_package(NumPyLike)"]),
+    where=st.sampled_from(["CMakeLists.txt", "cmake/python.cmake", "third_party/x/CMakeLists.txt"]))
+def test_numpy_is_pinned_where_the_projects_cmake_asks_python_for_it(
+        tmp_path_factory: pytest.TempPathFactory, line: str, where: str) -> None:
+    """cuda-float-compress 0.2.3: `Python3::NumPy ... the target was not found`: CMake finds
+    NumPy with the toolchain's Python, which holds none, so it is a build requirement."""
+    tree = tmp_path_factory.mktemp("np") / "demo-1.0"
+    (tree / where).parent.mkdir(parents=True, exist_ok=True)
+    (tree / where).write_text(f"project(p LANGUAGES CXX CUDA)\n{line}\n")
+    asks = "NumPy" in line and not line.startswith("#") and "NumPyLike" not in line \
+        and not where.startswith("third_party")
+    assert buildsystem.cmake_numpy(tree) == ((Requirement("numpy"),) if asks else ())

@@ -16,6 +16,7 @@ from packaging.utils import canonicalize_name
 
 from wheelsmith.errors import UntrustedDataError, WheelsmithError
 from wheelsmith.scaffold.imports import caught_imports, outside_imports
+from wheelsmith.scaffold.owntree import own_files
 from wheelsmith.scaffold.setup_py import read_setup
 from wheelsmith.toolchain import overlay
 from wheelsmith.toolchain.profile import Profile
@@ -67,6 +68,22 @@ def setup_requires(tree: Path) -> tuple[Requirement, ...]:
         except InvalidRequirement:
             continue
     return tuple(named)
+
+
+NUMPY_COMPONENT_RE = re.compile(r"^[^#\n]*\bfind_package\s*\(\s*Python3?\b[^)#]*\bNumPy\b",
+                                re.IGNORECASE | re.MULTILINE)
+
+
+def cmake_numpy(tree: Path) -> tuple[Requirement, ...]:
+    """numpy, where the package's own CMake files ask find_package(Python3) for its NumPy
+    component (cuda-float-compress 0.2.3: `Python3::NumPy ... the target was not found`): CMake
+    finds it with the toolchain's Python, so the build needs it importable."""
+    for file in own_files(tree, lambda path: path.name == "CMakeLists.txt"
+                          or path.suffix == ".cmake"):
+        if file.stat().st_size <= MAX_BYTES and \
+                NUMPY_COMPONENT_RE.search(file.read_text(errors="replace")):
+            return (Requirement("numpy"),)
+    return ()
 
 
 def held(profile: Profile) -> dict[str, str]:
@@ -196,7 +213,7 @@ def pinned(tree: Path, profile: Profile) -> Pinned:
     (`imported`), resolved by pip against the index it uses, wheels only, for this Python:
     each `NAME==VERSION`, the toolchain's own packages left out. Where pip cannot resolve them
     together, pyproject.toml's are resolved alone (a module's project may have another name)."""
-    listed = [*requirements(tree), *setup_requires(tree)]
+    listed = [*requirements(tree), *setup_requires(tree), *cmake_numpy(tree)]
     wanted = list(dict.fromkeys(str(r) for r in listed
                                 if canonicalize_name(r.name) not in held(profile)
                                 and canonicalize_name(r.name) not in FRONTENDS))
