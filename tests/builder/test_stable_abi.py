@@ -20,10 +20,12 @@ from hypothesis import strategies as st
 from packaging.version import Version
 
 from tests.builder.test_buildenv import TOOLCHAIN
+from tests.builder.test_torch_range import beside
 from tests.conftest import FIXTURES, REPO
 from tests.doctor.test_doctor_runs import probe_info
+from wheelsmith import locations
 from wheelsmith.arch import ArchSet, parse_arch
-from wheelsmith.builder import stableabi
+from wheelsmith.builder import stableabi, torchexports
 from wheelsmith.builder.buildenv import build_env, choose_parallelism
 from wheelsmith.builder.plan import BuildPlan
 from wheelsmith.doctor import judge
@@ -115,6 +117,10 @@ def test_the_setting_is_in_the_content_key_and_gives_the_stable_label_pin_and_fl
     assert [(p.local_label(), p.torch_requirement()) for p in plans] == [
         ("cu.13.0.stable.2.10.sm.120", "torch>=2.10"),
         ("cu.13.0.torch.2.14.sm.120", "torch==2.14.*")]
+    span = plans[0].torch_span(["2.12.1", "2.13.0", "2.14.1", "2.16.0"])  # a torch range's
+    assert [(p.local_label(span), p.torch_requirement(span)) for p in plans] == [
+        ("cu.13.0.stable.2.10.range.2.12.2.14.sm.120", "torch>=2.10"),  # the floor stays
+        ("cu.13.0.torch.2.14.range.2.12.2.14.sm.120", "torch>=2.12,<2.15")]
     env = build_env(plans[0], choose_parallelism(2, 23.0, 3.0, 1), source_date_epoch=1,
                     base={"PATH": "/usr/bin"}, source=Path("/w/src/pkg"))
     define = "-DTORCH_TARGET_VERSION=0x020a000000000000"
@@ -256,8 +262,9 @@ def test_the_same_source_with_one_at_call_is_refused_naming_the_object_and_the_s
 @pytest.mark.toolchain
 def test_one_stable_wheel_is_proven_under_three_torch_minors(
         stable_build: dict[str, Any], toolchain: Toolchain, tmp_path: Path) -> None:
-    """torch 2.12 and 2.14 (CUDA 13) and 2.13's CPU build, from pip (about 2 GB, kept in
-    ~/.cache/wheelsmith/torch-wheels), each installed beside the toolchain's CUDA libraries."""
+    """torch 2.12, 2.13 and 2.14 (CUDA 13), the releases pip lists with no local label (about
+    3 GB, kept in ~/.cache/wheelsmith/torch-wheels), each with the CUDA libraries it pins that
+    the toolchain lacks installed beside it."""
     said = run_cli(stable_build["project"], "verify", stable_build["wheel"], "--python",
                    str(toolchain.python), "--torch-range", "--torch", "2.12", "--torch", "2.13",
                    "--torch", "2.14", "--work-dir", str(tmp_path))
@@ -266,11 +273,16 @@ def test_one_stable_wheel_is_proven_under_three_torch_minors(
     start = next(i for i, line in enumerate(lines) if "torch range:" in line)
     ran = ("symbols, import, smoke test; the recipe's GPU op needs a GPU of its archs and was "
            "not run: skipped (no GPU)")
+    wheels = {w.name.split("-")[1]: w for w in torch_wheels_here()}
     assert lines[start:start + 4] == [
         "  torch range: 2.12.1 to 2.14.1 (proven by symbols, import and smoke test under "
-        "2.12.1, 2.13.0+cpu, 2.14.1)",
-        f"    torch 2.12.1: proven ({ran})", f"    torch 2.13.0+cpu: proven ({ran})",
-        f"    torch 2.14.1: proven ({ran})"]
+        "2.12.1, 2.13.0, 2.14.1)",
+        *(f"    torch {v}: proven ({ran}){beside(toolchain.python, wheels[v])}"
+          for v in ("2.12.1", "2.13.0", "2.14.1"))]
+
+
+def torch_wheels_here() -> list[Path]:
+    return sorted((locations.cache_dir() / torchexports.WHEELS).glob("torch-*.whl"))
 
 
 @given(floor=st.integers(9, 30), here=st.integers(9, 30))
