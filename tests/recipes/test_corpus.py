@@ -76,6 +76,29 @@ CORPUS = {
     "pytorch-block-sparse==0.1.2": CONFIGURED,
     "marlin-kernels==0.3.7": "the build of marlin-kernels 0.3.7 failed with exit code 1: "
                              "setup.py:23: FileNotFoundError",
+    # issue 45: sdists chosen to span its classes (libraries, old CMake, C++20 and CUDA 13
+    # removals, build switches, legacy setup.py)
+    "adam-atan2==0.0.3": CONFIGURED,  # its own -gencode list (arch.rewrite), setuptools-scm
+    "ds-splat==0.0.2": "the build of ds-splat 0.0.2 failed with exit code 1",  # its link
+    "torch-ans==0.4.0": CONFIGURED,  # FORCE_CUDA; _C or _C_cpu by a switch
+    "dbscan-torch==0.2.0": CONFIGURED,  # FORCE_CUDA
+    "torch-lap-cuda==0.0.3": CONFIGURED,  # cub::Max (CUDA 13), -lcuda
+    "sam2==1.1.0": CONFIGURED,  # SAM2_BUILD_CUDA, errors swallowed by default
+    # CMake's FetchContent of eigen: the sdist lacks it, and builds are offline
+    "theseus-ai==0.2.3": "the sdist lacks what its extensions compile: build/_deps/eigen-src/",
+    # its setup.py points CMake at the ninja module's own binary, past the pre-build check
+    "bmtrain==1.0.1": "the check of bmtrain 1.0.1 found nothing to compile for the GPU",
+    # QUIVER_ENABLE_CUDA compares a string with an int: no value turns CUDA on
+    "torch-quiver==0.1.1": "the check of torch-quiver 0.1.1 found nothing to compile for the "
+                           "GPU",
+    "fast-rnnt==1.3": "the build of fast-rnnt 1.3 failed with exit code 1; the compiler's first "
+                      "error: pybind11-subbuild/",  # pybind11 2.6.0 downloaded at configure
+    "cuda-float-compress==0.2.3": "the sample compile of cuda-float-compress 0.2.3 failed",
+    "mmdet==0.6.2": "the build of mmdet 0.6.2 failed with exit code 1",  # its .pyx not in sdist
+    "MinkowskiEngine==0.5.4": "the build of minkowskiengine 0.5.4 failed with exit code 1: "
+                              "setup.py:195: ModuleNotFoundError",  # numpy.distutils, named
+    "lightseq==3.0.1": "the check of lightseq 3.0.1 found nothing to compile for the GPU",  # HDF5
+    "fvdb-core==0.6.0": "the build of fvdb-core 0.6.0 failed with exit code 1",  # CPM downloads
 }
 # built to the end here (they fit on 2 cores): NAME==VERSION -> VERIFIED, or the start of the
 # one line that says why not; the others are configured and their sample compiled only
@@ -84,6 +107,10 @@ BUILT = {
     "chamferdist==1.0.3": VERIFIED,
     "warp-rnnt==0.7.0": VERIFIED,
     "torch-linear-assignment==0.1.0": VERIFIED,
+    "adam-atan2==0.0.3": VERIFIED,
+    "torch-ans==0.4.0": VERIFIED,
+    "dbscan-torch==0.2.0": VERIFIED,
+    "torch-lap-cuda==0.0.3": VERIFIED,
 }
 
 
