@@ -5,10 +5,13 @@ patches it writes apply with wheelsmith's own exact patcher."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from wheelsmith.builder.compilesetup import ninja_switched_off
 from wheelsmith.recipes.patch import apply_one
@@ -338,3 +341,23 @@ def test_an_arch_flag_in_a_list_literal_is_kept_only_without_the_arch_list(
         "                  extra_compile_args=[*([] if __import__(\"os\").environ.get("
         "\"TORCH_CUDA_ARCH_LIST\") else ['-arch=compute_50'])])")
 
+
+
+@given(use=st.sampled_from([
+    'cmake_args += ["-GNinja", f"-DCMAKE_MAKE_PROGRAM:FILEPATH={{os.path.join({n}, \'ninja\')}}"]',
+    'path = os.path.join({n}, "ninja")', 'exe = {n} + "/ninja"']),
+    also=st.sampled_from(["", "ninja.__version__", "myninja.BIN_DIR_X = 1"]))
+def test_ninjas_own_binary_becomes_the_ninja_on_path_and_the_patch_applies(
+        tmp_path_factory: pytest.TempPathFactory, use: str, also: str) -> None:
+    """bmtrain 1.0.1 hands CMake the ninja module's own binary (`ninja.BIN_DIR`), past the
+    ninja on the build's PATH that runs the pre-build check: the patch names that one."""
+    setup = ("import os, shutil, ninja\nfrom setuptools import setup\n"
+             + use.format(n="ninja.BIN_DIR") + f"\n{also}\nsetup(name='demo')\n")
+    tree = tree_with(tmp_path_factory.mktemp("n"), setup)
+    found = findings(tree)
+    assert [w.file for w in found.written] == ["0001-ninja-on-path.patch"]
+    patched = applied(tree, found, tree.parent)
+    assert not re.search(r"\bninja\.BIN_DIR\b", patched)
+    assert use.format(n='__import__("os").path.dirname(__import__("shutil").which("ninja"))') \
+        in patched
+    assert also in patched

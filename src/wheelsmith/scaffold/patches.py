@@ -83,6 +83,11 @@ GPU_PATCH = StandardPatch("honour-force-cuda",
                           "setup.py builds CUDA only where torch.cuda.is_available(), and build "
                           "machines have no GPU")
 CXX20 = "cxx20-for-newer-torch-headers"
+NINJA_ON_PATH = "ninja-on-path"
+# the ninja module's directory, where setup.py takes ninja's binary from (bmtrain 1.0.1:
+# -DCMAKE_MAKE_PROGRAM={ninja.BIN_DIR}/ninja), past the ninja first on the build's PATH
+NINJA_BIN_DIR_RE = re.compile(r"\bninja\.BIN_DIR\b")
+NINJA_ON_PATH_DIR = '__import__("os").path.dirname(__import__("shutil").which("ninja"))'
 CMAKE_ARCHS = "honour-cmake-cuda-architectures"
 FORCE_CUDA = "FORCE_CUDA"  # the variable the honour-force-cuda patch reads
 
@@ -171,7 +176,10 @@ def _setup_py_patches(tree: Path, setup: Setup, *, cxx20: bool, after: tuple[Wri
                                         "longer has", _no_pkg_resources),
              (GPU_PATCH.stem, f"{FORCE_CUDA}=1 stands in for the GPU build machines lack "
                               "(setup.py builds CUDA only where torch.cuda.is_available())",
-              _honour_force_cuda)]
+              _honour_force_cuda),
+             (NINJA_ON_PATH, "the ninja on PATH in place of the ninja module's own binary, "
+                             "which setup.py gave CMake: the build's ninja runs the pre-build "
+                             "check", _ninja_on_path)]
     for stem, description, edit in edits:
         if any(f"-{stem}." in w.file for w in after):
             continue
@@ -310,6 +318,13 @@ def _honour_force_cuda(text: str, setup: Setup) -> str | None:
                                      switched=setup.own_cuda_way) if one_line(c)]
     return in_place(text, [(c, f"({source_of(text, c)} or {force})") for c in calls]) \
         if calls else None
+
+
+def _ninja_on_path(text: str, _: Setup) -> str | None:
+    """`ninja.BIN_DIR` (the ninja module's binary) becomes the directory of the ninja first on
+    PATH, which in a wheelsmith build is the one that runs the pre-build check."""
+    return NINJA_BIN_DIR_RE.sub(NINJA_ON_PATH_DIR, text) if NINJA_BIN_DIR_RE.search(text) \
+        else None
 
 
 def _no_pkg_resources(text: str, setup: Setup) -> str | None:
