@@ -86,8 +86,7 @@ CORPUS = {
     "sam2==1.1.0": CONFIGURED,  # SAM2_BUILD_CUDA, errors swallowed by default
     # CMake's FetchContent of eigen: the sdist lacks it, and builds are offline
     "theseus-ai==0.2.3": "the sdist lacks what its extensions compile: build/_deps/eigen-src/",
-    # its setup.py points CMake at the ninja module's own binary, past the pre-build check
-    "bmtrain==1.0.1": "the check of bmtrain 1.0.1 found nothing to compile for the GPU",
+    "bmtrain==1.0.1": CONFIGURED,  # NCCL; gencode in CMAKE_CUDA_FLAGS; ninja.BIN_DIR
     # QUIVER_ENABLE_CUDA compares a string with an int: no value turns CUDA on
     "torch-quiver==0.1.1": "the check of torch-quiver 0.1.1 found nothing to compile for the "
                            "GPU",
