@@ -139,13 +139,15 @@ def test_every_mechanical_class_is_patched_and_the_check_compiles(
     assert [line for line in found if "patch needed" in line] == []  # psutil, ROCm's download
     assert found[-9:] == [
         "info: check: build.ninja targets _C: SASS sm_120, compiled add.o and add_kernel.o",
-        "9 findings: 0 to do by hand (todo), 5 fixed in the recipe or its patches, "
+        "10 findings: 0 to do by hand (todo), 6 fixed in the recipe or its patches, "
         "4 for information",
         "wrote mine/recipes/every-class.yaml",
         *[f"wrote mine/patches/every-class/0.1.0/{name}" for name in written],
         "next: wheelsmith build every-class --recipes mine"]
     recipe = load_recipe(tmp_path / "mine" / "recipes" / "every-class.yaml")
     assert recipe.env == (("FORCE_CUDA", "1"),)
+    # what setup_requires named, which the patch drops, is pinned for the build instead
+    assert [pin.split("==")[0] for pin in recipe.build_requires] == ["psutil"]
 
 
 def test_two_checks_of_one_sdist_at_once_take_turns_and_both_pass(
