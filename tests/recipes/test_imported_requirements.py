@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -146,6 +146,7 @@ def test_psutil_build_requires_pins_needs_no_patch(tmp_path: Path) -> None:
 @given(extra=st.lists(st.sampled_from(["torch", "ninja", "setuptools>=40", "wheel"]),
                       max_size=3, unique=True),
        scm=st.sampled_from(["setuptools_scm", "setuptools-scm>=6", "setuptools_scm[toml]"]))
+@settings(max_examples=4)  # each example asks pip for a resolution (about a second)
 def test_setup_requires_that_the_patch_drops_are_pinned_into_build_requires(
         tmp_path_factory: pytest.TempPathFactory, extra: list[str], scm: str) -> None:
     """adam-atan2 0.0.3: `use_scm_version=True` with `setup_requires=['setuptools_scm']`; the
