@@ -348,7 +348,7 @@ def test_a_package_without_torch_builds_in_the_cuda_only_channel(
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(result.stdout)
     wheel = Path(data["wheel"])
-    assert wheel.name.startswith("tiny_cmake-0.1.0+cu.13.0.sm.120-cp311-cp311-")
+    assert wheel.name.startswith("tiny_cuda-0.1.0+cu.13.0.sm.120-cp311-cp311-")  # its release
     provenance = data["provenance"]
     assert (provenance["toolchain"]["channel"], provenance["toolchain"]["torch"]) == (
         "cu130", None)

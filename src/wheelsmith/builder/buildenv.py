@@ -43,6 +43,7 @@ from wheelsmith.recipes.envnames import (
 from wheelsmith.recipes.model import CMAKE_ARGS, Recipe, Release
 from wheelsmith.toolchain.env import Toolchain
 from wheelsmith.toolchain.platform import cross_env
+from wheelsmith.toolchain.venv import STUBS
 
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: connections are refused at once
 OFFLINE = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_NO_INPUT": "1",
@@ -186,11 +187,10 @@ def libraries_env(toolchain: Toolchain, libraries: tuple[hostlibs.Provided, ...]
     includes = dict.fromkeys([*toolchain.library_includes, *hostlibs.include_dirs(libraries)])
     if includes:
         env["CPATH"] = os.pathsep.join(map(str, includes))
-    stubs = [str(d) for d in (toolchain.cuda_home / "lib" / "stubs",
-                              toolchain.cuda_home / "lib64" / "stubs") if d.is_dir()]
-    if stubs:
+    stubs = toolchain.cuda_home / "lib" / STUBS
+    if stubs.is_dir():
         env["LIBRARY_PATH"] = os.pathsep.join(
-            [*filter(None, env.get("LIBRARY_PATH", "").split(os.pathsep)), *stubs])
+            [*filter(None, env.get("LIBRARY_PATH", "").split(os.pathsep)), str(stubs)])
     return env
 
 

@@ -5,7 +5,6 @@ there."""
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import json
 import logging
@@ -36,7 +35,7 @@ from wheelsmith.builder.linking import TorchEnv
 from wheelsmith.builder.parallel import Parallelism
 from wheelsmith.builder.plan import BuildPlan
 from wheelsmith.builder.request import RUNNER_INFO, BuildRequest, Reporter
-from wheelsmith.builder.smoke import smoke_test
+from wheelsmith.builder.smoke import driver_stub_dir, smoke_test
 from wheelsmith.builder.stamp import stamp
 from wheelsmith.builder.verify import Release, check, check_pure, check_release, verify_wheel
 from wheelsmith.errors import OutputError, WheelsmithError
@@ -47,7 +46,6 @@ from wheelsmith.toolchain.foreign import emulated_python
 from wheelsmith.toolchain.platform import pip_platforms
 from wheelsmith.toolchain.tools import auditwheel_for, cuobjdump_for
 from wheelsmith.toolchain.torchspan import Span, without_span
-from wheelsmith.toolchain.venv import STUBS
 from wheelsmith.untrusted import clip
 from wheelsmith.untrusted.provenance import read_provenance
 from wheelsmith.wheelfile import WheelName
@@ -195,13 +193,8 @@ def cuda_runtime_dirs(cuda_home: Path) -> tuple[Path, ...]:
     """Where a package that links no torch finds the CUDA libraries it was linked with (torch
     loads its own): the toolchain's, and its driver stub where no driver is installed (a
     build machine without a GPU imports it as on a machine whose GPU is missing)."""
-    stubs = cuda_home / "lib" / STUBS
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return (cuda_home / "lib", stubs) if (stubs / "libcuda.so.1").exists() else (
-            cuda_home / "lib",)
-    return (cuda_home / "lib",)
+    stubs = driver_stub_dir(cuda_home)
+    return (cuda_home / "lib", stubs) if stubs is not None else (cuda_home / "lib",)
 
 
 def smoke_emulated(plan: BuildPlan, raw: Path, work: Path) -> str:

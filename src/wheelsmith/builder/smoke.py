@@ -27,6 +27,7 @@ from wheelsmith.builder import modules
 from wheelsmith.errors import VerifyError
 from wheelsmith.inventory import is_shared_object
 from wheelsmith.toolchain.overlay import LeftOut
+from wheelsmith.toolchain.venv import STUBS
 from wheelsmith.untrusted import LONG, tool_bounds
 from wheelsmith.untrusted.linkage import linkage
 
@@ -90,22 +91,25 @@ def driver_stub(site: Path, cuda_home: Path, env: dict[str, str], log: Any) -> d
     into it fails). Nothing where the driver's own loads, or no module needs it."""
     needing = [p for p in site.rglob("*") if p.is_file() and is_shared_object(p.name)
                and (found := linkage(p)) is not None and DRIVER in found.needed]
-    stubs = [d for d in (cuda_home / "lib" / "stubs", cuda_home / "lib64" / "stubs")
-             if (d / DRIVER).is_file()]
-    if not needing or not stubs or _loadable(DRIVER):
+    stubs = driver_stub_dir(cuda_home)
+    if not needing or stubs is None:
         return {}
     log.write(f"wheelsmith smoke: {needing[0].name} links {DRIVER} and this machine has no "
-              f"driver: its import loads the toolkit's stub ({stubs[0]})\n")
+              f"driver: its import loads the toolkit's stub ({stubs})\n")
     return {"LD_LIBRARY_PATH": os.pathsep.join(
-        [*filter(None, env.get("LD_LIBRARY_PATH", "").split(os.pathsep)), str(stubs[0])])}
+        [*filter(None, env.get("LD_LIBRARY_PATH", "").split(os.pathsep)), str(stubs)])}
 
 
-def _loadable(library: str) -> bool:
+def driver_stub_dir(cuda_home: Path) -> Path | None:
+    """The toolkit's driver stub directory where this machine has no driver to load (a build
+    machine without a GPU imports as one whose GPU is missing); None where the driver's own
+    libcuda.so.1 loads, or the toolkit has no stub."""
+    stubs = cuda_home / "lib" / STUBS
     try:
-        ctypes.CDLL(library)
+        ctypes.CDLL(DRIVER)
     except OSError:
-        return False
-    return True
+        return stubs if (stubs / DRIVER).is_file() else None
+    return None
 
 
 def _spec(imports: tuple[str, ...], gpu_code: str | None, archs: ArchSet, scratch: Path,
