@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.recipes.test_setup_py_patterns import findings, tree_with
 from wheelsmith.recipes.patch import apply_one, read_exactly, write_exactly
-from wheelsmith.scaffold import aten_api, report
+from wheelsmith.scaffold import aten_api, patches, report
 from wheelsmith.toolchain.env import Toolchain
 
 CUDA_EXT = ("from torch.utils.cpp_extension import CUDAExtension\n"
@@ -148,6 +148,48 @@ def test_cubs_removed_functors_become_the_ones_cccl_kept_and_their_neighbours_st
         use.format(f=aten_api.CUB_FUNCTORS[name]) + space + kept + ";\n"
 
 
+CUB_DEVICE_CALLS = st.sampled_from(["cub::DeviceScan::ExclusiveSum",
+                                    "::cub::DeviceScan::InclusiveSum",
+                                    "cub::DeviceRadixSort::SortPairs<int, float>",
+                                    "cub::DeviceReduce::Sum", "cub::DeviceSelect::Flagged"])
+DEBUG_ARGUMENTS = st.sampled_from(["debug_synchronous", "false", "true", "kDebugSync",
+                                   "opts.debug"])
+ARGUMENTS = st.lists(st.one_of(expressions(), st.sampled_from(["0", "n * 2", "f(a, b)"])),
+                     min_size=2, max_size=7)
+
+
+@given(call=CUB_DEVICE_CALLS, arguments=ARGUMENTS, debug=DEBUG_ARGUMENTS, space=SPACE,
+       stream=st.sampled_from(["stream", "0", "at::cuda::getCurrentCUDAStream()"]))
+def test_the_debug_argument_cub_removed_is_dropped_from_its_device_calls(
+        call: str, arguments: list[str], debug: str, space: str, stream: str) -> None:
+    """megablocks 0.10.0's `cub::DeviceScan::ExclusiveSum(..., stream, debug_synchronous)`:
+    CCCL 3 has no overload that takes it."""
+    listed = f",{space}".join([*arguments, stream])
+    assert aten_api.current(f"CUDA_CALL({call}({listed},{space}{debug}));\n") == \
+        f"CUDA_CALL({call}({listed}));\n"
+
+
+@given(arguments=ARGUMENTS, debug=DEBUG_ARGUMENTS,
+       neighbour=st.sampled_from(["hipcub::DeviceScan::ExclusiveSum", "mycub::DeviceScan::Sum",
+                                  "cub::BlockScan<int, 128>(s).ExclusiveSum",
+                                  "thrust::DeviceScan::ExclusiveSum", "cub::DeviceScan"]))
+def test_calls_that_are_no_cub_device_algorithm_keep_their_last_argument(
+        arguments: list[str], debug: str, neighbour: str) -> None:
+    text = f"{neighbour}({', '.join(arguments)}, stream, {debug});\n"
+    assert aten_api.current(text) == text
+
+
+@given(arguments=st.lists(st.sampled_from(["a", "b", "stream"]), max_size=1),
+       debug=DEBUG_ARGUMENTS, cut=st.booleans())
+def test_a_short_or_unclosed_cub_call_is_left_as_it_is(arguments: list[str], debug: str,
+                                                       cut: bool) -> None:
+    """Two arguments cannot end in a debug flag after a stream; a call the text cuts off has
+    no last argument to know."""
+    text = f"cub::DeviceScan::ExclusiveSum({', '.join([*arguments, debug])}"
+    text = text + ", x" if cut else text + ");"
+    assert aten_api.current(text) == text
+
+
 def test_a_tree_that_defines_cubs_functors_itself_keeps_them(tmp_path: Path) -> None:
     tree = tree_with(tmp_path, CUDA_EXT, "csrc/k.cu")
     (tree / "csrc" / "compat.cuh").write_text("namespace cub {\nstruct Max { };\n}\n")
@@ -160,19 +202,39 @@ def test_what_replaces_cubs_functors_compiles_with_the_toolchains_nvcc(
         tmp_path: Path, toolchain: Toolchain) -> None:
     """Each replacement, in the reduction and scan calls CUB takes functors in, compiled by
     the default profile's nvcc (CUDA 13), whose CUB has none of the old names."""
-    calls = "\n".join(
-        f"  cub::DeviceReduce::Reduce(nullptr, bytes, x, y, n, {aten_api.current(f'cub::{f}()')}"
-        f", 0);" for f in ("Sum", "Max", "Min"))
+    calls = "\n".join([
+        *(f"  cub::DeviceReduce::Reduce(nullptr, bytes, x, y, n, "
+          f"{aten_api.current(f'cub::{f}()')}, 0);" for f in ("Sum", "Max", "Min")),
+        aten_api.current("  cub::DeviceScan::ExclusiveSum(nullptr, bytes, x, y, n, 0, false);"),
+        aten_api.current("  cub::DeviceScan::InclusiveSum(nullptr, bytes, x, y, n, 0, debug);")])
     source = tmp_path / "k.cu"
-    source.write_text("#include <cub/cub.cuh>\nvoid f(const int* x, int* y, int n) {\n"
+    source.write_text("#include <cub/cub.cuh>\nvoid f(const int* x, int* y, int n, bool debug) {\n"
                       f"  size_t bytes = 0;\n{calls}\n"
                       "  static_assert(::cuda::std::equal_to<>()(1, 1), \"\");\n}\n")
-    for name in ("Sum", "Max"):  # the old names are gone from this CUB
+    olds = {"Sum": "auto o = cub::Sum();", "Max": "auto o = cub::Max();",  # gone from this CUB
+            "debug": "void g(int* x) { size_t b = 0;\n"
+                     "  cub::DeviceScan::ExclusiveSum(nullptr, b, x, x, 1, 0, false); }"}
+    for name, spelled in olds.items():
         old = tmp_path / f"old_{name}.cu"
-        old.write_text(f"#include <cub/cub.cuh>\nauto o = cub::{name}();\n")
+        old.write_text(f"#include <cub/cub.cuh>\n{spelled}\n")
         assert subprocess.run([str(toolchain.nvcc), "-c", str(old), "-o", str(tmp_path / "o.o")],
                               capture_output=True, check=False).returncode != 0
     done = subprocess.run([str(toolchain.nvcc), "-std=c++17", "-c", str(source), "-o",
                            str(tmp_path / "k.o"), "-gencode", "arch=compute_120,code=sm_120"],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+@given(removed=st.sampled_from([
+    "CUDA_CALL(cub::DeviceScan::ExclusiveSum(t, b, x, y, n, stream, debug_synchronous));",
+    "auto op = cub::Max();", "AT_CHECK(x.dim() == 1, \"1-d\");"]))
+def test_the_written_patch_is_named_for_what_it_fixes(
+        tmp_path_factory: pytest.TempPathFactory, removed: str) -> None:
+    """megablocks 0.10.0 has no hard-coded -gencode list: its line must not say it has."""
+    tree = tree_with(tmp_path_factory.mktemp("t"), CUDA_EXT, "csrc/k.cu")
+    (tree / "csrc" / "k.cu").write_text(f"void f() {{\n  {removed}\n}}\n")
+    lines = [line for line in report.report_lines(findings(tree)) if "wrote " in line]
+    written = patches.current_aten_api(tree, 1)
+    assert written is not None
+    assert lines == ["its C++ and CUDA sources use spellings torch or CUDA 13's CUB removed: "
+                     f"wrote 0001-current-aten-api.patch: {written.description}"]

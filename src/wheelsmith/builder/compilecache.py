@@ -1,7 +1,9 @@
 """The compile cache: ccache in front of nvcc and the host compiler.
 
-torch's build honours `PYTORCH_NVCC` (the nvcc in build.ninja), which becomes `ccache nvcc`;
-the host compiler `c++` is a launcher script first on PATH that runs `ccache c++`. Objects go
+torch's build honours `PYTORCH_NVCC` (the nvcc in build.ninja), which becomes the nvcc
+launcher (NVCC_LAUNCHER: `ccache nvcc`, each option nvcc passes on to another tool joined to its
+value, as CMake's CUDA launcher too); the host compiler `c++` is a launcher script first on PATH
+that runs `ccache c++`. Objects go
 to a local directory (default `~/.cache/wheelsmith/ccache`) and, optionally, to a shared
 remote (ccache's redis or http storage) so CI runners reuse each other's objects. Nothing
 else about the build changes, so the cache is not part of the content key.
@@ -51,6 +53,16 @@ HIT_COUNTERS = ("direct_cache_hit", "preprocessed_cache_hit")
 # or the system's); the fixed paths of the path view are what lets another work directory or
 # Python hit (pathview.py).
 SAME_BYTES = {"CCACHE_BASEDIR": ""}
+LAUNCHER_DIR = "launchers"  # under the build's work directory, first on its PATH
+NVCC_LAUNCHER = "nvcc-launcher"
+# nvcc's options that pass their value on to another tool (the host compiler, ptxas, the
+# linkers, cudafe). Given as two words (`-Xptxas -Werror`), ccache 4.7 takes the value for an
+# option of its own and moves it (`-Werror -Xptxas`: nvcc fatal: Value '-Xptxas' is not
+# defined for option 'Werror'; `-Xcompiler -DX` loses its -DX to the preprocessor's
+# arguments). Joined (`-Xptxas=-Werror`), they mean the same to nvcc and ccache keeps them.
+PASS_THROUGH = ("-Xcompiler", "--compiler-options", "-Xptxas", "--ptxas-options", "-Xlinker",
+                "--linker-options", "-Xnvlink", "--nvlink-options", "-Xarchive",
+                "--archive-options", "-Xfatbin", "--fatbin-options", "-Xcudafe")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +80,8 @@ class CompileCache:
         return f"ccache {self.local}" + (f" + {self.remote}" if self.remote else "")
 
     def launchers(self) -> dict[str, str]:
-        return compiler_launchers(self.ccache, "wheelsmith compile cache")
+        return {**compiler_launchers(self.ccache, "wheelsmith compile cache"),
+                NVCC_LAUNCHER: nvcc_launcher(self.ccache)}
 
     def env(self, toolchain: Toolchain, work: Path) -> dict[str, str]:
         identity = work / "toolchain-identity.json"
@@ -81,7 +94,7 @@ class CompileCache:
         nvcc_flags = work / "nvcc-append-flags.txt"
         nvcc_flags.write_text("")
         env = {
-            "PYTORCH_NVCC": f"{self.ccache} {toolchain.nvcc}",
+            "PYTORCH_NVCC": f"{work / LAUNCHER_DIR / NVCC_LAUNCHER} {toolchain.nvcc}",
             "CCACHE_DIR": str(self.local),
             **SAME_BYTES,
             "CCACHE_NOHASHDIR": "1",
@@ -120,6 +133,21 @@ def compiler_launchers(wrapper: str, comment: str) -> dict[str, str]:
             scripts[name] = (f"#!/bin/sh\n# {comment}\n"
                              f"exec {shlex.quote(wrapper)} {shlex.quote(real)} \"$@\"\n")
     return scripts
+
+
+def nvcc_launcher(wrapper: str) -> str:
+    """A script that runs the compile it is given (`nvcc ARGS`) through `wrapper`, each of
+    nvcc's PASS_THROUGH options joined to the word after it."""
+    return ("#!/bin/sh\n# wheelsmith compile cache: nvcc through ccache, each option nvcc passes "
+            "on joined to its value\n"
+            "fresh=1 held=\n"
+            "for word in \"$@\"; do\n"
+            "  if [ \"$fresh\" = 1 ]; then set --; fresh=0; fi\n"
+            "  if [ -n \"$held\" ]; then set -- \"$@\" \"$held=$word\"; held=; continue; fi\n"
+            f"  case \"$word\" in\n    {'|'.join(PASS_THROUGH)}) held=$word ;;\n"
+            "    *) set -- \"$@\" \"$word\" ;;\n  esac\ndone\n"
+            "if [ -n \"$held\" ]; then set -- \"$@\" \"$held\"; fi\n"
+            f"exec {shlex.quote(wrapper)} \"$@\"\n")
 
 
 def resolve(spec: str | None, cache_root: Path) -> CompileCache | None:

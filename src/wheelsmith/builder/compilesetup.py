@@ -83,7 +83,7 @@ def compile_setup(plan: BuildPlan, request: BuildRequest, work: Path, epoch: int
     parallelism = buildenv.choose_parallelism(
         cores, available, plan.recipe.memory_per_job_gb, len(plan.archs.archs), request.jobs,
         split=split_setting(request.split_compile), farm_cpus=health.cpus if farm else 0)
-    launchers = work / "launchers"
+    launchers = work / compilecache.LAUNCHER_DIR
     shutil.rmtree(launchers, ignore_errors=True)
     guard = install_guard(plan, work, launchers, configure_only=request.configure_only,
                           timed=request.earlier_object_seconds)

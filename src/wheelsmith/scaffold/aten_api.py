@@ -10,7 +10,11 @@ spellings every toolchain's torch has removed, each with the one that replaced i
 - CUB's operator functors, which CUDA 13's CCCL removed (torch-lap-cuda 0.0.3: `namespace "cub"
   has no member "Max"`): `cub::Max` becomes `::cuda::maximum<>`, `cub::Sum` `::cuda::std::plus<>`
   and so on (CUB_FUNCTORS), which cub's own headers include (a tree that defines one of them
-  itself is left as it is).
+  itself is left as it is);
+- the trailing `debug_synchronous` argument of CUB's device algorithms, whose overloads CCCL 3
+  removed too (megablocks 0.10.0: `no instance of overloaded function
+  "megablocks::cub::DeviceScan::ExclusiveSum" matches the argument list`): a last argument
+  after the stream that is `true`, `false` or a name holding `debug` is dropped.
 
 What has no exact replacement (THC, removed in torch 1.11) is named by `thc_includes`, with its
 file and line, for a hand-made patch.
@@ -38,6 +42,12 @@ CUB_FUNCTORS = {"Sum": "::cuda::std::plus<>", "Max": "::cuda::maximum<>",
 CUB_FUNCTOR_RE = re.compile(r"(?<![\w:])(?:::)?cub::(" + "|".join(CUB_FUNCTORS) + r")\b(?!\s*::)")
 DEFINES_CUB_FUNCTOR_RE = re.compile(r"\b(?:struct|class|using)\s+(" + "|".join(CUB_FUNCTORS)
                                     + r")\b")
+# a call of a CUB device algorithm (cub::DeviceScan::ExclusiveSum, ::cub::DeviceRadixSort::
+# SortPairs<K, V>), not hipcub's or another namespace's that ends in "cub"
+CUB_DEVICE_CALL_RE = re.compile(r"(?<![\w])cub::Device\w+::\w+\s*(?:<[^<>();]*>\s*)?\(")
+_SPACE = r"(?:\s|\\\n)*"  # with a macro's line continuations
+DEBUG_ARGUMENT_RE = re.compile(rf"{_SPACE}(?:true|false|(?:[\w.]|->|::)*debug\w*){_SPACE}",
+                               re.IGNORECASE)
 THC_RE = re.compile(r"\s*#\s*include\s*[<\"]THC/THC\.h[>\"]")
 _OPEN, _CLOSE = "([{", ")]}"
 
@@ -50,13 +60,30 @@ def own_sources(tree: Path) -> list[Path]:
 
 def current(text: str, *, at_check: bool = True, cub: bool = True) -> str:
     """`text` with the removed spellings replaced (AT_CHECK only where `at_check`, CUB's
-    functors only where `cub`)."""
+    functors and debug arguments only where `cub`)."""
     edits = [edit for match in DISPATCH_RE.finditer(text)
              for edit in _type_arguments(text, match.end())]
     for start, end in reversed(edits):
         text = f"{text[:start]}.scalar_type(){text[end:]}"
     text = AT_CHECK_RE.sub(r"TORCH_CHECK\1", text) if at_check else text
-    return CUB_FUNCTOR_RE.sub(lambda m: CUB_FUNCTORS[m[1]], text) if cub else text
+    if not cub:
+        return text
+    return CUB_FUNCTOR_RE.sub(lambda m: CUB_FUNCTORS[m[1]], _without_debug_arguments(text))
+
+
+def _without_debug_arguments(text: str) -> str:
+    """`text` with the trailing `debug_synchronous` argument of each CUB device algorithm's
+    call dropped (with its comma): the last of at least three arguments, when it is `true`,
+    `false` or a name holding `debug`."""
+    drops = []
+    for match in CUB_DEVICE_CALL_RE.finditer(text):
+        spans = _arguments(text, match.end())
+        closed = bool(spans) and text[spans[-1][1]:spans[-1][1] + 1] == ")"
+        if closed and len(spans) >= 3 and DEBUG_ARGUMENT_RE.fullmatch(text[slice(*spans[-1])]):
+            drops.append((spans[-2][1], spans[-1][1]))
+    for start, end in reversed(drops):
+        text = text[:start] + text[end:]
+    return text
 
 
 def _type_arguments(text: str, at: int) -> list[tuple[int, int]]:

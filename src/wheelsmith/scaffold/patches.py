@@ -340,7 +340,8 @@ def current_aten_api(tree: Path, number: int) -> Written | None:
     toolchain's torch, or CUDA 13's CUB, removed (`aten_api.diff`); None when none does."""
     diff = aten_api.diff(tree)
     return Written(f"{number:04d}-{ATEN_API}.patch", "the spellings torch and CUDA 13's CUB "
-                   "removed (AT_DISPATCH_* of Tensor::type(), AT_CHECK, cub::Max and its kin) "
+                   "removed (AT_DISPATCH_* of Tensor::type(), AT_CHECK, cub::Max and its kin, the "
+                   "debug_synchronous argument of CUB's device algorithms) "
                    "replaced by the current ones (scalar_type(), TORCH_CHECK, "
                    "::cuda::maximum<> and its kin) in the package's C++ and CUDA sources",
                    diff) if diff else None

@@ -16,10 +16,13 @@ from wheelsmith.scaffold.cmake import cmake_lines
 from wheelsmith.scaffold.extensions import Extension
 from wheelsmith.scaffold.findings import Findings
 from wheelsmith.scaffold.patches import (
+    ARCH_PATCH,
+    ATEN_API,
     CMAKE_ARCHS,
     CXX20,
     FORCE_CUDA,
     GPU_PATCH,
+    NINJA_ON_PATH,
     RUNTIME_PKG_RESOURCES,
 )
 from wheelsmith.scaffold.sdist import Sdist
@@ -117,9 +120,13 @@ def _written_at(file: str, setup: Setup) -> tuple[str, int | None]:
         (CMAKE_ARCHS, "its CMake files hard-code CUDA_ARCHITECTURES", None),
         ("pkg-resources", "import pkg_resources", setup.pkg_resources_line),
         (GPU_PATCH.stem, f'CUDA only with a GPU visible: build.env {FORCE_CUDA}: "1"',
-         setup.needs_gpu_line)]
+         setup.needs_gpu_line),
+        (ARCH_PATCH.stem, "hard-coded -gencode list", setup.gencode_line),
+        (ATEN_API, "its C++ and CUDA sources use spellings torch or CUDA 13's CUB removed",
+         None),
+        (NINJA_ON_PATH, "setup.py gives CMake the ninja module's own binary", None)]
     return next(((what, line) for stem, what, line in kinds if stem in file),
-                ("hard-coded -gencode list", setup.gencode_line))
+                ("patch", None))
 
 
 def _extensions(found: Findings) -> list[str]:
