@@ -193,6 +193,7 @@ def cuda_probe_wheel(tmp_path: Path, toolchain: Toolchain, version: str = "1.0.0
     return extension_wheel(tmp_path / "w", "rangeprobe", made, version)
 
 
+@pytest.mark.slow  # 70 s; make test proves a range by the build test below, and its verify
 @pytest.mark.toolchain
 def test_verify_prints_the_torch_range_proven_under_each_torch(
         tmp_path: Path, toolchain: Toolchain) -> None:

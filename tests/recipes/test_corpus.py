@@ -42,7 +42,7 @@ CORPUS = {
     "grouped_gemm==0.3.0": CONFIGURED,
     "torchsort==0.1.10": CONFIGURED,
     "gsplat==1.5.3": CONFIGURED,
-    "megablocks==0.10.0": "the sample compile of megablocks 0.10.0 failed",
+    "megablocks==0.10.0": CONFIGURED,  # CUB's debug_synchronous argument (CUDA 13)
     "exllamav2==0.0.4": CONFIGURED,
     "pytorch-fast-transformers==0.4.0": CONFIGURED,
     "torch-points-kernels==0.7.0": "the sample compile of torch-points-kernels 0.7.0 failed",
@@ -51,7 +51,10 @@ CORPUS = {
     "torch-harmonics==0.8.1": CONFIGURED,
     "auto-gptq==0.7.1": "the sample compile of auto-gptq 0.7.1 failed",
     "fast-hadamard-transform==1.1.0": "source check: ",
-    "deepspeed==0.19.8": "the check of deepspeed 0.19.8 found nothing to compile for the GPU",
+    # DS_BUILD_OPS=1 turns every op on, the cutlass ones too, whose builder imports
+    # deepspeed-kernels' dskernels
+    "deepspeed==0.19.8": "the build of deepspeed 0.19.8 failed with exit code 1: "
+                         "op_builder/inference_cutlass_builder.py:75: ModuleNotFoundError",
     # issue 33: sdists not used before, CMake builds among them
     "natten==0.21.7": CONFIGURED,
     "llama-cpp-python==0.3.36": CONFIGURED,
@@ -92,7 +95,7 @@ CORPUS = {
                            "GPU",
     "fast-rnnt==1.3": "the build of fast-rnnt 1.3 failed with exit code 1; the compiler's first "
                       "error: pybind11-subbuild/",  # pybind11 2.6.0 downloaded at configure
-    "cuda-float-compress==0.2.3": "the sample compile of cuda-float-compress 0.2.3 failed",
+    "cuda-float-compress==0.2.3": CONFIGURED,  # -Xptxas -Werror through ccache
     "mmdet==0.6.2": "the build of mmdet 0.6.2 failed with exit code 1",  # its .pyx not in sdist
     "MinkowskiEngine==0.5.4": "the build of minkowskiengine 0.5.4 failed with exit code 1: "
                               "setup.py:195: ModuleNotFoundError",  # numpy.distutils, named
@@ -110,6 +113,8 @@ BUILT = {
     "torch-ans==0.4.0": VERIFIED,
     "dbscan-torch==0.2.0": VERIFIED,
     "torch-lap-cuda==0.0.3": VERIFIED,
+    "megablocks==0.10.0": VERIFIED,
+    "cuda-float-compress==0.2.3": VERIFIED,
 }
 
 

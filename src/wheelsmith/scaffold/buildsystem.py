@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
@@ -104,6 +105,22 @@ def lacking(tree: Path, profile: Profile) -> tuple[str, ...]:
     them."""
     have = held(profile)
     return tuple(name for name in requires(tree) if canonicalize_name(name) not in have)
+
+
+def runtime_lacking(requires: tuple[str, ...], profile: Profile) -> tuple[str, ...]:
+    """What the package needs at run time (its Requires-Dist, no extra) that `profile`'s
+    toolchain does not hold: a smoke test of its Python side there would fail on it."""
+    have = held(profile)
+    lacks = []
+    for text in requires:
+        try:
+            requirement = Requirement(text)
+            wanted = requirement.marker is None or requirement.marker.evaluate({"extra": ""})
+        except (InvalidRequirement, InvalidMarker, UndefinedComparison, UndefinedEnvironmentName):
+            continue  # a requirement pip could not read either: not the smoke test's concern
+        if wanted and canonicalize_name(requirement.name) not in have:
+            lacks.append(requirement.name)
+    return tuple(dict.fromkeys(lacks))
 
 
 def excluded(tree: Path, profile: Profile) -> tuple[tuple[str, str], ...]:

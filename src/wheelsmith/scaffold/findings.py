@@ -58,6 +58,9 @@ class Findings:
     # those that may turn its CUDA build on (switches.py): setup.py's, its own modules'
     switched: tuple[Switch, ...] = ()
     libraries: tuple[Needed, ...] = ()  # the host libraries it needs (scaffold/libraries.py)
+    # what it needs at run time that the toolchain lacks (buildsystem.runtime_lacking): its
+    # smoke test imports its extension modules alone
+    runtime_lacks: tuple[str, ...] = ()
 
     @property
     def unheld_left(self) -> tuple[tuple[str, str, int], ...]:
@@ -181,9 +184,22 @@ class Findings:
     def _import_names(self) -> tuple[str, ...]:
         if self.kind == "cuda":
             return ()
-        names = [e.name for e in self.setup.extensions
-                 if "*" not in e.name and e.name not in self.not_built]
-        return tuple(dict.fromkeys([*self.metadata.packages, *names]))
+        names = self._extension_names()
+        left = self.runtime_left
+        return tuple(dict.fromkeys([*(p for p in self.metadata.packages if p not in left),
+                                    *names]))
+
+    def _extension_names(self) -> list[str]:
+        return [e.name for e in self.setup.extensions
+                if "*" not in e.name and e.name not in self.not_built]
+
+    @property
+    def runtime_left(self) -> tuple[str, ...]:
+        """The package's own modules its smoke test leaves out, for its extension modules
+        alone: they need at run time what the toolchain lacks (runtime_lacks)."""
+        if self.kind == "cuda" or not self.runtime_lacks or not self._extension_names():
+            return ()
+        return self.metadata.packages
 
 
 def _module_name(name: str) -> bool:

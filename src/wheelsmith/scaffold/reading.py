@@ -88,7 +88,9 @@ def read(chosen: sdist.Sdist, tree: Path, teller: Teller) -> Findings:
                          f"{profile.name} lacks, pinned by pip")
     found = dataclasses.replace(found, excluded=buildsystem.excluded(tree, builds_with),
                                 requires=buildsystem.pinned(tree, builds_with),
-                                libraries=libraries.detect(tree, builds_with))
+                                libraries=libraries.detect(tree, builds_with),
+                                runtime_lacks=buildsystem.runtime_lacking(
+                                    found.metadata.requires, builds_with))
     tell(found, "requirements", teller)
     teller.stage("patch", "the standard patches")
     found = dataclasses.replace(found, written=_written(found, tree))

@@ -243,6 +243,17 @@ def _not_modules(found: Findings) -> list[str]:
             for name in found.not_modules]
 
 
+def _runtime_lacks(found: Findings) -> list[str]:
+    """The package's own modules left out of the smoke test: what they import at run time
+    is not in the toolchain (megablocks 0.10.0's stanford-stk)."""
+    left = found.runtime_left
+    if not left:
+        return []
+    return [f"smoke: {', '.join(left)} left out of smoke.import, which imports its extension "
+            f"modules alone: it needs {', '.join(found.runtime_lacks)} at run time "
+            f"(Requires-Dist), which the toolchain {found.toolchain} lacks"]
+
+
 def _checked(found: Findings) -> list[str]:
     lines = [found.checked.line] if found.checked else []
     if found.checked and found.checked.archs:
@@ -284,7 +295,7 @@ STAGES: dict[str, tuple[Section, ...]] = {
     "cmake": (_build_dir, _cmake),
     "carry": (_base,),
     "sources": (_switches, _extensions, _kind, _sources, _thc, _prebuilt, _not_modules),
-    "requirements": (_requires, _libraries, _unheld, _excluded),
+    "requirements": (_requires, _libraries, _unheld, _excluded, _runtime_lacks),
     "patch": (_made, _needed, _none_needed),
     "check": (_checked,),
 }
@@ -293,7 +304,7 @@ STAGES: dict[str, tuple[Section, ...]] = {
 ORDER: tuple[Section, ...] = (
     _sdist, _base, _variables, _switches, _archs, _build_dir, _made, _extensions, _cmake, _kind,
     _sources, _needed, _requires, _libraries, _unheld, _excluded, _thc, _prebuilt, _none_needed,
-    _not_modules, _checked)
+    _not_modules, _runtime_lacks, _checked)
 
 
 def stage_lines(found: Findings, stage: str) -> list[str]:

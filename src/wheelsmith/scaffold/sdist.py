@@ -33,6 +33,7 @@ class Metadata:
     summary: str
     homepage: str | None
     packages: tuple[str, ...]  # top-level import names
+    requires: tuple[str, ...] = ()  # PKG-INFO's Requires-Dist, as written
 
 
 def choose_sdist(project: str, version: str | None) -> Sdist:
@@ -107,7 +108,8 @@ def read_metadata(tree: Path) -> Metadata:
                                                                       "src/*/__init__.py")
                                           for p in tree.glob(pattern))
     return Metadata(one_line(str(message.get("Summary") or "").strip()),
-                    one_line(str(homepage).strip()) if homepage else None, tuple(packages))
+                    one_line(str(homepage).strip()) if homepage else None, tuple(packages),
+                    tuple(str(r) for r in message.get_all("Requires-Dist") or []))
 
 
 METADATA_MAX_BYTES = 4 << 20  # PKG-INFO holds the README: tens of KB
