@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from tests.builder.test_build_tiny import error_lines
-from tests.builder.test_cmake_build import cmake_variant
+from tests.builder.test_cmake_build import cmake_variant, served_variant
 from tests.conftest import Served, header_source, header_tarball, wheelsmith
 from tests.recipes.test_fetch import git
 from wheelsmith.files import sha256_file
+from wheelsmith.recipes.model import load_recipe
+from wheelsmith.recipes.sources import UrlSource
 from wheelsmith.toolchain.env import Toolchain
 
 pytestmark = [pytest.mark.toolchain, pytest.mark.build]
@@ -113,3 +115,43 @@ def test_without_the_carry_the_build_stops_at_the_download_it_cannot_make(
         "fetches and pins it, places it in the tree and names it to the build (cmake: "
         "FETCHCONTENT_SOURCE_DIR_<NAME>, or env: the package's variable); `wheelsmith recipe "
         "new` names each download it finds ('carry needed')"), hint
+
+
+def test_recipe_new_pins_what_cmake_would_download_and_its_check_configures_offline(
+        project: Path, toolchain: Toolchain, tmp_path: Path, http_dir: Served,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An sdist whose CMake downloads a dependency over HTTP (FetchContent, no hash stated):
+    recipe new downloads it once, writes the version's carry entry pinned by its sha256, and
+    the check's offline build configures and compiles with it."""
+    tarball = header_tarball(http_dir.root, "dep", 6)
+    url = f"{http_dir.url}/{tarball.name}"
+
+    def downloads(tree: Path) -> None:
+        lists = tree / "csrc" / "CMakeLists.txt"  # its arch list from CUDAARCHS
+        lists.write_text("".join(line for line in lists.read_text().splitlines(keepends=True)
+                                 if "CUDA_ARCHITECTURES" not in line))
+        lists.write_text(lists.read_text().replace("add_library(", (
+            f"include(FetchContent)\nFetchContent_Declare(dep URL {url})\n"
+            "FetchContent_MakeAvailable(dep)\nadd_library(")) + (
+            "target_include_directories(tinycmake PRIVATE ${dep_SOURCE_DIR}/include)\n"))
+        host = tree / "csrc" / "version.cpp"
+        host.write_text('#include "dep.h"\nstatic_assert(DEP_ANSWER == 6, "the pinned dep");\n'
+                        + host.read_text())
+        setup = tree / "setup.py"  # CMAKE_ARGS reaches cmake, as vllm's does
+        setup.write_text(setup.read_text().replace(
+            'f"-DTINY_ARCHS={archs}"]', 'f"-DTINY_ARCHS={archs}", '
+            '*__import__("shlex").split(os.environ.get("CMAKE_ARGS", ""))]'))
+
+    monkeypatch.setenv("WHEELSMITH_INDEX_URL", served_variant(tmp_path, "tiny-fetches",
+                                                              downloads))
+    made = wheelsmith("recipe", "new", "tiny-fetches==0.1.0", "--recipes", "mine", cwd=project)
+    assert made.returncode == 0, made.stdout + made.stderr[-3000:]
+    digest = sha256_file(tarball)
+    assert (f"fixed: csrc/CMakeLists.txt:4: FetchContent_Declare(dep) downloads {url} while "
+            f"CMake runs: carry: into third_party/dep, pinned by sha256 {digest}, cmake: "
+            "FETCHCONTENT_SOURCE_DIR_DEP (the offline build finds it there)") in \
+        made.stdout.splitlines()
+    release = load_recipe(project / "mine" / "recipes" / "tiny-fetches.yaml").releases[0]
+    assert [(str(c.into), c.source, c.cmake) for c in release.carried] == [
+        ("third_party/dep", UrlSource(url=url, sha256=digest), "FETCHCONTENT_SOURCE_DIR_DEP")]
+    assert http_dir.requests == [f"/{tarball.name}"]  # once: the check found it cached

@@ -175,6 +175,25 @@ def download(source: PypiSource | UrlSource, cache: Path) -> Path:
     return target
 
 
+def download_unpinned(url: str, cache: Path) -> str:
+    """`url` downloaded once into the download cache (no retry: `recipe new` pins what a
+    build would download, and says so where it cannot); its sha256, which `download` then
+    finds cached."""
+    folder = cache / "downloads" / "unpinned"
+    folder.mkdir(parents=True, exist_ok=True)
+    with temp_file_in(folder, suffix=".part") as tmp:
+        try:
+            digest = _download_once(url, tmp, Bounds(MAX_DOWNLOAD_BYTES, DOWNLOAD_TIMEOUT_S))
+        except UntrustedDataError as exc:
+            raise SourceError(f"download of {redact(url)} failed: {exc.problem}") from exc
+        target = cached_path(cache, digest)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.is_file():
+            place_no_clobber(tmp, target)
+            atomic_write_text(target.parent / f"{digest}.name", url.rsplit("/", 1)[-1] + "\n")
+    return digest
+
+
 def _download_with_retries(url: str, dest: Path, bounds: Bounds) -> str:
     """Retried: nothing answering and a server's failure (HTTP 5xx); final: any other answer
     (4xx), too large, too slow."""

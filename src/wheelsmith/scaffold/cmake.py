@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from wheelsmith.builder import cmakebuild
 from wheelsmith.recipes.patch import file_diff, read_exactly
@@ -223,9 +224,11 @@ def _on_the_way(tree: Path, cuda_at: str | None) -> Callable[[Path], bool]:
     return reads
 
 
-def cmake_lines(side: CMakeSide) -> list[str]:
+def cmake_lines(side: CMakeSide, pinned: Mapping[str, tuple[str, str]] = MappingProxyType({})
+                ) -> list[str]:
     """`recipe new`'s findings: how its build runs CMake, what a build machine needs, and its
-    channel."""
+    channel; `pinned`: for a download's file:line, the carry entry that pins it, in words, or
+    ("", why not)."""
     where = f"its project compiles CUDA ({side.cuda_at})" if side.cuda_at else \
         "no CMake file of it enables CUDA"
     lines = [f"cmake: {side.how}; {where}: built with Ninja through the pre-build check"]
@@ -236,9 +239,13 @@ def cmake_lines(side: CMakeSide) -> list[str]:
     lines += [f"{at}: {call} asks for a CMake policy version older than the toolchain's CMake "
               f"takes ({POLICY_MINIMUM[1]}): build.env {POLICY_MINIMUM[0]}: "
               f'"{POLICY_MINIMUM[1]}"' for at, call in side.old_policies]
-    lines += [f"{at}: carry needed: {call} downloads {clip(origin)} while CMake runs: build "
-              "machines are offline and a build must be the same every time; "
-              + carry_advice(call, side.passes_args) for at, call, origin in side.downloads]
+    for at, call, origin in side.downloads:
+        carried, why = pinned.get(at, ("", ""))
+        lines.append(f"{at}: {call} downloads {clip(origin)} while CMake runs: {carried}"
+                     if carried else
+                     f"{at}: carry needed: {call} downloads {clip(origin)} while CMake runs: "
+                     "build machines are offline and a build must be the same every time; "
+                     + carry_advice(call, side.passes_args) + (f" ({why})" if why else ""))
     if side.cuda_at and not side.links_torch:
         lines += ["links no torch: kind: cuda (the CUDA-only channel, no torch pin)",
                   "smoke: its shared libraries are loaded (its Python side needs runtime "

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wheelsmith.inventory import is_shared_object
+from wheelsmith.recipes.sources import CarriedSource, GitSource, UrlSource
 from wheelsmith.scaffold.buildsystem import NOTHING_PINNED, Pinned
 from wheelsmith.scaffold.cmake import POLICY_MINIMUM, CMakeSide
 from wheelsmith.scaffold.extensions import Extension, module_of
@@ -22,6 +23,7 @@ from wheelsmith.scaffold.patches import (
     Written,
     needed,
 )
+from wheelsmith.scaffold.pindownloads import Pin
 from wheelsmith.scaffold.rebase import Base, Carried
 from wheelsmith.scaffold.sdist import Metadata, Sdist
 from wheelsmith.scaffold.setup_py import Setup
@@ -61,6 +63,17 @@ class Findings:
     # what it needs at run time that the toolchain lacks (buildsystem.runtime_lacking): its
     # smoke test imports its extension modules alone
     runtime_lacks: tuple[str, ...] = ()
+    pins: tuple[Pin, ...] = ()  # what its CMake would download, pinned (pindownloads.py)
+
+    @property
+    def carried_downloads(self) -> tuple[CarriedSource, ...]:
+        return tuple(p.carried for p in self.pins if p.carried is not None)
+
+    @property
+    def pinned(self) -> dict[str, tuple[str, str]]:
+        """For each download's file:line, its carry entry in words, or ("", why not)."""
+        return {p.at: (_carry_words(p.carried), "") if p.carried else ("", p.why)
+                for p in self.pins}
 
     @property
     def unheld_left(self) -> tuple[tuple[str, str, int], ...]:
@@ -205,3 +218,11 @@ class Findings:
 def _module_name(name: str) -> bool:
     """A dotted name of identifiers that are not keywords: `import` takes it as it is."""
     return all(part.isidentifier() and not keyword.iskeyword(part) for part in name.split("."))
+
+
+def _carry_words(carried: CarriedSource) -> str:
+    source = carried.source
+    pinned = f"sha256 {source.sha256}" if isinstance(source, UrlSource) else \
+        f"commit {source.commit}" if isinstance(source, GitSource) else "a local directory"
+    return (f"carry: into {carried.into}, pinned by {pinned}, cmake: {carried.cmake} (the "
+            "offline build finds it there)")

@@ -19,6 +19,7 @@ from wheelsmith.scaffold import (
     env_reads,
     libraries,
     patches,
+    pindownloads,
     rebase,
     report,
     sdist,
@@ -70,6 +71,11 @@ def read(chosen: sdist.Sdist, tree: Path, teller: Teller) -> Findings:
     teller.stage("read", "CMake files")
     found = dataclasses.replace(found, cmake=cmake.read_cmake(
         tree, buildsystem.held(profile).get("cmake")))  # the sdist's own lines, before a carry
+    if found.cmake is not None and found.cmake.downloads:
+        teller.stage("read", "what CMake would download, pinned as carried sources")
+        found = dataclasses.replace(found, pins=pindownloads.pins(
+            tree, found.cmake.downloads, found.cmake.passes_args or _reads_cmake_args(tree),
+            locations.cache_dir()))
     tell(found, "cmake", teller)
     builds_with = profile if found.kind != "cuda" else select.profile_named(  # the check's
         default_cuda_only_name(locations.profile_dirs()))
@@ -105,3 +111,9 @@ def _written(found: Findings, tree: Path) -> tuple[patches.Written, ...]:
                                   cxx20=check.torch_needs_cxx20(), after=kept,
                                   cmake_torch=bool(side and side.cuda_at and side.links_torch),
                                   cmake_cuda=bool(side and side.cuda_at))
+
+
+def _reads_cmake_args(tree: Path) -> bool:
+    """setup.py hands CMAKE_ARGS on to CMake itself (vllm's does): it names the variable."""
+    setup = tree / "setup.py"
+    return setup.is_file() and "CMAKE_ARGS" in setup.read_text(errors="replace")

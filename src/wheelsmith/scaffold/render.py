@@ -76,6 +76,9 @@ def render(found: Findings) -> str:
               f"      pypi: {_quoted(sdist.project)}", f"      sha256: {_quoted(sdist.sha256)}"]
     if found.base is not None:
         lines += base_version_lines(found.base)
+    if found.carried_downloads and not (found.base and found.base.release.carried):
+        lines += ["    carry:", *[f"      - {_flow(carried_data(carried))}"
+                                  for carried in found.carried_downloads]]
     if found.written:
         lines.append("    patches:")
     for patch in found.written:

@@ -148,7 +148,8 @@ def _extensions(found: Findings) -> list[str]:
 
 
 def _cmake(found: Findings) -> list[str]:
-    return cmake_lines(found.cmake) if found.cmake is not None and not found.pure else []
+    return cmake_lines(found.cmake, found.pinned) if found.cmake is not None and \
+        not found.pure else []
 
 
 def _kind(found: Findings) -> list[str]:
@@ -325,8 +326,8 @@ def report_lines(found: Findings) -> list[str]:
 TODO = ("patch needed", "carry needed", "the sdist lacks what", "could not pin",
         "excludes the", "no longer applies", "cannot be told", "add its path to",
         "no wheel provides it", "no wheel of it")
-FIXED = (": wrote ", "build.env ", "build.host_only ", "build.requires", "build.libraries",
-         "build.build_dir_env", "arch.env", "arch.default", "kind: cuda")
+FIXED = (": wrote ", "carry: into ", "build.env ", "build.host_only ", "build.requires",
+         "build.libraries", "build.build_dir_env", "arch.env", "arch.default", "kind: cuda")
 SEVERITIES = ("todo", "fixed", "info")
 
 
