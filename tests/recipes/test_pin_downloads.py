@@ -46,6 +46,32 @@ def test_a_declared_url_with_its_stated_sha256_is_read_whole(
     assert declaration == Declared(name, {"URL": url, "URL_HASH": f"SHA256={sha}"})
 
 
+@given(name=NAME, url_var=NAME, hash_var=NAME, sha=SHA, quote=st.booleans(),
+       case=st.sampled_from(["set", "SET", "  Set"]))
+def test_a_location_the_file_sets_once_is_read_through_its_variable(
+        name: str, url_var: str, hash_var: str, sha: str, quote: bool, case: str) -> None:
+    """fast-rnnt's pybind11.cmake: `set(pybind11_URL "https://...")` then `URL
+    ${pybind11_URL}`."""
+    url_var, hash_var = f"U_{url_var}", f"H_{hash_var}"
+    url = f"https://host.invalid/{name}.tar.gz"
+    text = (f"{case}({url_var} {quoted(url, quote)})\n{case}({hash_var} "
+            f"{quoted(f'SHA256={sha}', quote)})\nFetchContent_Declare({name}\n  URL "
+            f"${{{url_var}}}\n  URL_HASH ${{{hash_var}}})\n")
+    [(_, declaration)] = pindownloads.declared(text)
+    assert declaration.values == {"URL": url, "URL_HASH": f"SHA256={sha}"}
+
+
+@given(how=st.sampled_from(["set(V https://a.invalid/x.zip)\nset(V https://b.invalid/y.zip)\n",
+                            "set(V https://a.invalid/x.zip PARENT_SCOPE)\n",
+                            "set(V ${BASE}/x.zip)\n", "set(V CACHE STRING x)\n", ""]))
+def test_a_variable_set_twice_computed_or_not_at_all_stays_computed(
+        tmp_path_factory: pytest.TempPathFactory, how: str) -> None:
+    [(_, declaration)] = pindownloads.declared(how + "FetchContent_Declare(dep URL ${V})\n")
+    assert declaration.values == {"URL": "${V}"}
+    assert pindownloads.pin("x:1", declaration, tmp_path_factory.mktemp("c")).why == \
+        "its location is computed (${V}): pin it by hand"
+
+
 @given(name=NAME, sha=SHA.map(str.upper), commit=COMMIT)
 def test_what_the_declaration_states_is_pinned_without_reaching_anything(
         tmp_path_factory: pytest.TempPathFactory, name: str, sha: str, commit: str) -> None:

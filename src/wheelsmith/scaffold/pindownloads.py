@@ -25,6 +25,8 @@ from wheelsmith.untrusted import Bounds
 from wheelsmith.untrusted.text import clip
 
 DECLARE_RE = re.compile(r"\bFetchContent_Declare\s*\(", re.IGNORECASE)
+SET_RE = re.compile(r"^[ \t]*set\s*\(", re.IGNORECASE | re.MULTILINE)
+VARIABLE_RE = re.compile(r"\$\{(\w+)\}")
 TOKEN_RE = re.compile(r'"(?:[^"\\]|\\.)*"|[^\s()"]+')
 QUOTED_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
 SHA256_RE = re.compile(r"^SHA256=([0-9a-fA-F]{64})$")
@@ -49,16 +51,34 @@ class Pin:
 
 
 def declared(text: str) -> list[tuple[int, Declared]]:
-    """Each FetchContent_Declare of a CMake file's text, with its offset."""
+    """Each FetchContent_Declare of a CMake file's text, with its offset; `${NAME}` in its
+    values replaced where the file sets NAME once, to one literal word (fast-rnnt's
+    `set(pybind11_URL "https://...")`)."""
+    literal = _literals(text)
     found = []
     for match in DECLARE_RE.finditer(text):
-        body = _arguments(text, match.end())
-        words = [w[1:-1] if w.startswith('"') else w for w in TOKEN_RE.findall(body)]
+        words = _words(_arguments(text, match.end()))
         if not words:
             continue
-        values = {key: words[i + 1] for i, key in enumerate(words[:-1]) if key in KEYS}
+        values = {key: VARIABLE_RE.sub(lambda m: literal.get(m[1], m[0]), words[i + 1])
+                  for i, key in enumerate(words[:-1]) if key in KEYS}
         found.append((match.start(), Declared(words[0], values)))
     return found
+
+
+def _words(body: str) -> list[str]:
+    return [w[1:-1] if w.startswith('"') else w for w in TOKEN_RE.findall(body)]
+
+
+def _literals(text: str) -> dict[str, str]:
+    """The variables the file sets exactly once, each to one word with no variable in it."""
+    values: dict[str, list[str]] = {}
+    for match in SET_RE.finditer(text):
+        words = _words(_arguments(text, match.end()))
+        if words:
+            values.setdefault(words[0], []).append(
+                words[1] if len(words) == 2 and "$" not in words[1] else "")
+    return {name: said[0] for name, said in values.items() if len(said) == 1 and said[0]}
 
 
 def _arguments(text: str, start: int) -> str:
