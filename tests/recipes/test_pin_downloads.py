@@ -132,10 +132,10 @@ def test_an_unreachable_archive_stays_a_finding_that_says_why(tmp_path: Path) ->
     assert not list((tmp_path / "downloads").rglob("*.tar.gz"))
 
 
-@pytest.mark.parametrize("kind", ["annotated tag", "lightweight tag", "branch", "no GIT_TAG"])
-def test_a_git_tag_is_pinned_to_the_commit_the_repository_answers(tmp_path: Path,
-                                                                 kind: str) -> None:
-    repo = tmp_path / "dep"
+def served_repository(work: Path, http_dir: Served, kind: str) -> tuple[str, str, str]:
+    """A repository of two commits (tag v1.0 and branch `stable` on the first) served by the
+    HTTP server on 127.0.0.1 as git's dumb protocol serves one: (its URL, first, head)."""
+    repo = work / "dep"
     repo.mkdir()
     git("init", "-q", "-b", "main", cwd=repo)
     first = ""
@@ -148,21 +148,41 @@ def test_a_git_tag_is_pinned_to_the_commit_the_repository_answers(tmp_path: Path
             git("tag", *(["-a", "-m", "one"] if kind == "annotated tag" else []), "v1.0",
                 cwd=repo)
             git("branch", "stable", cwd=repo)
-    head = git("rev-parse", "HEAD", cwd=repo)
+    bare = http_dir.root / "dep.git"
+    git("clone", "-q", "--bare", str(repo), str(bare), cwd=work)
+    git("update-server-info", cwd=bare)
+    return f"{http_dir.url}/dep.git", first, git("rev-parse", "HEAD", cwd=repo)
+
+
+@pytest.mark.parametrize("kind", ["annotated tag", "lightweight tag", "branch", "no GIT_TAG"])
+def test_a_git_tag_is_pinned_to_the_commit_the_repository_answers(
+        tmp_path: Path, http_dir: Served, kind: str) -> None:
+    url, first, head = served_repository(tmp_path, http_dir, kind)
     tag = {"annotated tag": "v1.0", "lightweight tag": "v1.0", "branch": "stable"}.get(kind)
     made = pindownloads.pin("CMakeLists.txt:5", Declared("dep", {
-        "GIT_REPOSITORY": str(repo), **({"GIT_TAG": tag} if tag else {})}), tmp_path)
-    assert made.carried is not None
+        "GIT_REPOSITORY": url, **({"GIT_TAG": tag} if tag else {})}), tmp_path)
+    assert made.carried is not None, made.why
     assert made.carried.source == GitSource(
-        url=str(repo), commit=head if tag is None else first,
+        url=url, commit=head if tag is None else first,
         tag=tag if kind.endswith("tag") else None)
 
 
-def test_a_tag_the_repository_lacks_stays_a_finding(tmp_path: Path) -> None:
-    repo = tmp_path / "dep"
-    repo.mkdir()
-    git("init", "-q", cwd=repo)
+def test_a_tag_the_repository_lacks_stays_a_finding(tmp_path: Path, http_dir: Served) -> None:
+    url, _, _ = served_repository(tmp_path, http_dir, "lightweight tag")
     made = pindownloads.pin("CMakeLists.txt:5", Declared("dep", {
-        "GIT_REPOSITORY": str(repo), "GIT_TAG": "v9.9"}), tmp_path)
+        "GIT_REPOSITORY": url, "GIT_TAG": "v9.9"}), tmp_path)
     assert made == Pin("CMakeLists.txt:5", None,
-                       f"recipe new could not reach it: {repo} has no tag or branch v9.9")
+                       f"recipe new could not reach it: {url} has no tag or branch v9.9")
+
+
+@given(where=st.sampled_from(["file:///etc/passwd", "/home/u/deps/dep.tar.gz", "../dep",
+                              "FILE:///x.zip", "C:/deps/dep.zip", "dep.tar.gz"]),
+       key=st.sampled_from(["URL", "GIT_REPOSITORY"]))
+def test_a_location_on_this_machine_is_not_read_on_an_sdists_word(
+        tmp_path_factory: pytest.TempPathFactory, where: str, key: str) -> None:
+    cache = tmp_path_factory.mktemp("cache")
+    made = pindownloads.pin("CMakeLists.txt:2", Declared("dep", {key: where}), cache)
+    assert made == Pin("CMakeLists.txt:2", None, f"it names a location on this machine "
+                       f"({where}), which recipe new does not read on an sdist's word: carry "
+                       "it by hand")
+    assert not any(cache.rglob("*"))

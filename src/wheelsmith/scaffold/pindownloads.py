@@ -27,6 +27,8 @@ from wheelsmith.untrusted.text import clip
 DECLARE_RE = re.compile(r"\bFetchContent_Declare\s*\(", re.IGNORECASE)
 SET_RE = re.compile(r"^[ \t]*set\s*\(", re.IGNORECASE | re.MULTILINE)
 VARIABLE_RE = re.compile(r"\$\{(\w+)\}")
+# a location on another machine: a URL of the web, git's or ssh's, or scp's user@host:path
+REMOTE_RE = re.compile(r"^(?:(?:https?|git|ssh)://|[\w.-]+@[\w.-]+:)", re.IGNORECASE)
 TOKEN_RE = re.compile(r'"(?:[^"\\]|\\.)*"|[^\s()"]+')
 QUOTED_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
 SHA256_RE = re.compile(r"^SHA256=([0-9a-fA-F]{64})$")
@@ -116,6 +118,9 @@ def pin(at: str, declaration: Declared, cache: Path) -> Pin:
     if computed:
         return Pin(at, None, f"its location is computed ({clip(computed[0], 80)}): pin it by "
                              "hand")
+    if not REMOTE_RE.match(where):
+        return Pin(at, None, f"it names a location on this machine ({clip(where, 80)}), which "
+                             "recipe new does not read on an sdist's word: carry it by hand")
     try:
         source = _url_source(values, cache) if "URL" in values else _git_source(values)
     except WheelsmithError as exc:
