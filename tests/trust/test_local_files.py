@@ -36,7 +36,7 @@ from tests.wheels import make_wheel
 from wheelsmith.errors import IndexDriftError
 from wheelsmith.index import ledger, pages
 from wheelsmith.index import store as index
-from wheelsmith.untrusted import CHUNK
+from wheelsmith.untrusted import CHUNK, local
 
 NOT_REGULAR = ("hint: wheelsmith opens only regular files there (a FIFO or a device could "
                "block it or never end): name a regular file, or move this one out of the way")
@@ -495,3 +495,22 @@ def test_known_bad_rules_that_are_no_regular_file_are_refused_never_taken_for_no
         f"  {home / 'known-bad.yaml'}:1:1: cannot read: it is {shown}, not a regular file",
         "    hint: wheelsmith reads its YAML (recipes, profiles, matrix, known-bad rules) only "
         "from regular files: name one, or move this one out of the way"]), outcome.describe()
+
+
+@pytest.mark.parametrize("mode", ["read", "append"])
+def test_an_interrupt_as_the_file_object_is_made_stays_the_interrupt(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: local.Mode) -> None:
+    """Ctrl-C just after os.fdopen made the file object, before open_regular holds it: the
+    object, collected, closes the descriptor, and the interrupt, not EBADF from closing it
+    again, reaches the command (exit 130, one line: test_interrupts.py's start-up sweep)."""
+    target = tmp_path / "f"
+    target.write_bytes(b"x")
+    real = os.fdopen
+
+    def interrupted(fd: int, mode: str) -> object:
+        real(fd, mode).close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fdopen", interrupted)
+    with pytest.raises(KeyboardInterrupt), local.open_regular(target, mode):
+        pass

@@ -79,7 +79,10 @@ def open_regular(path: Path, mode: Mode = "read", *, follow: bool = True
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         handle = cast("BinaryIO", os.fdopen(fd, file_mode))
     except BaseException:
-        os.close(fd)
+        # an interrupt just after fdopen made the file object leaves none to close: the
+        # object, collected, has closed fd already, and EBADF must not replace the interrupt
+        with contextlib.suppress(OSError):
+            os.close(fd)
         raise
     with handle:
         yield handle
