@@ -226,7 +226,8 @@ def beside(python: Path, torch_wheel: Path) -> str:
     return f" (with {shown} beside it)" if pins else ""
 
 
-@pytest.mark.toolchain
+@pytest.mark.slow  # 85 s and torch 2.13's CUDA wheel with its pins; the span's labels, publishing
+@pytest.mark.toolchain  # and install are tests/index/test_torch_span.py's, in make test
 def test_a_build_asked_for_its_torch_range_records_it_with_its_run(
         project: Path, toolchain: Toolchain) -> None:
     add_variant(project, "tiny-ext")
