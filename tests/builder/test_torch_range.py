@@ -156,11 +156,12 @@ def test_the_range_is_what_imports_under_each_torch_pip_gives(
     assert proven == [Path(w).name.split("-")[1] for _, w in candidates[:2]], found.describe()
     not_run = ("the recipe's GPU op needs a GPU of its archs and was not run: skipped "
                "(no GPU)")
+    pins = [beside(toolchain.python, Path(w)) for _, w in candidates[:2]]
     assert found.describe()[:3] == [
         f"torch range: {proven[0]} to {proven[1]} (proven by symbols, import and smoke test "
         f"under {proven[0]}, {proven[1]})",
-        f"  torch {proven[0]}: proven (symbols, import, smoke test; {not_run})",
-        f"  torch {proven[1]}: proven (symbols, import, smoke test; {not_run})"]
+        f"  torch {proven[0]}: proven (symbols, import, smoke test; {not_run}){pins[0]}",
+        f"  torch {proven[1]}: proven (symbols, import, smoke test; {not_run}){pins[1]}"]
     assert found.describe()[3].startswith("  torch 0.1: not checked (pip gave no torch 0.1 "
                                           "wheel for this Python: ")
 
