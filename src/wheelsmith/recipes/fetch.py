@@ -170,9 +170,14 @@ def download(source: PypiSource | UrlSource, cache: Path) -> Path:
                     hint=f"{redact(url)} changed or is not the file the recipe means; the file was "
                          "deleted",
                 )
-            place_no_clobber(tmp, target)
-        atomic_write_text(target.parent / f"{source.sha256}.name", name + "\n")
+            _keep(tmp, target, name)
     return target
+
+
+def _keep(tmp: Path, target: Path, name: str) -> None:
+    """A verified download moved to its cache path (never over one there), with its name."""
+    place_no_clobber(tmp, target)
+    atomic_write_text(target.parent / f"{target.name}.name", name + "\n")
 
 
 def download_unpinned(url: str, cache: Path) -> str:
@@ -189,8 +194,7 @@ def download_unpinned(url: str, cache: Path) -> str:
         target = cached_path(cache, digest)
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.is_file():
-            place_no_clobber(tmp, target)
-            atomic_write_text(target.parent / f"{digest}.name", url.rsplit("/", 1)[-1] + "\n")
+            _keep(tmp, target, url.rsplit("/", 1)[-1])
     return digest
 
 

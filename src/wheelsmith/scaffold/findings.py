@@ -223,6 +223,6 @@ def _module_name(name: str) -> bool:
 def _carry_words(carried: CarriedSource) -> str:
     source = carried.source
     pinned = f"sha256 {source.sha256}" if isinstance(source, UrlSource) else \
-        f"commit {source.commit}" if isinstance(source, GitSource) else "a local directory"
+        f"commit {source.commit}" if isinstance(source, GitSource) else str(source)
     return (f"carry: into {carried.into}, pinned by {pinned}, cmake: {carried.cmake} (the "
             "offline build finds it there)")
